@@ -1,0 +1,49 @@
+#include "bench/inprocess_target.h"
+
+#include <utility>
+
+#include "common/memory_stats.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+namespace {
+
+constexpr DeviceIndex kDevice(0);
+constexpr ClientId kClient(1);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
+    const AllocatorOptions& options, uint64_t device_memory) {
+  HostBackend::Options backend_options;
+  backend_options.device_count = 1;
+  backend_options.device_memory = device_memory;
+  backend_options.shm_prefix = "/gpumux-replay";
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend,
+                          HostBackend::Create(backend_options));
+  return std::unique_ptr<InProcessTarget>(new InProcessTarget(std::move(backend), options));
+}
+
+InProcessTarget::InProcessTarget(std::unique_ptr<HostBackend> backend,
+                                 const AllocatorOptions& options)
+    : backend_(std::move(backend)),
+      allocator_(std::make_unique<CachingAllocator>(backend_.get(), options)) {}
+
+absl::StatusOr<uint64_t> InProcessTarget::Allocate(uint64_t size, uint64_t stream) {
+  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,
+                          allocator_->Allocate(kDevice, kClient, StreamId(stream), size));
+  return result.address;
+}
+
+absl::Status InProcessTarget::Free(uint64_t handle) {
+  allocator_->Free(kDevice, handle);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> InProcessTarget::Stats() {
+  std::map<std::string, int64_t> out;
+  for (auto& [key, value] : FlattenMemoryStats(allocator_->GetStats(kDevice))) out[key] = value;
+  return out;
+}
+
+}  // namespace gpumux

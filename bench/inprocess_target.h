@@ -1,0 +1,45 @@
+#pragma once
+
+// InProcessTarget: a ReplayTarget over a CachingAllocator and a HostBackend
+// in this process, one emulated device the size of an H200 (the host backend
+// only ftruncates its shared-memory objects, so nothing is touched). Every
+// replayed allocation belongs to one client; trace streams map to StreamIds.
+// Not thread-safe (a replay is one loop).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "bench/trace_replay.h"
+#include "server/allocator/allocator_config.h"
+#include "server/allocator/caching_allocator.h"
+#include "server/backend/host/host_backend.h"
+
+namespace gpumux {
+
+class InProcessTarget final : public ReplayTarget {
+ public:
+  static constexpr uint64_t kH200Memory = uint64_t{141} << 30;
+
+  // Errors from HostBackend::Create (INVALID_ARGUMENT for a bad size).
+  static absl::StatusOr<std::unique_ptr<InProcessTarget>> Create(
+      const AllocatorOptions& options, uint64_t device_memory = kH200Memory);
+
+  // Handles are device addresses.
+  absl::StatusOr<uint64_t> Allocate(uint64_t size, uint64_t stream) override;
+  // Precondition: `handle` came from Allocate and was not freed since.
+  absl::Status Free(uint64_t handle) override;
+  absl::StatusOr<std::map<std::string, int64_t>> Stats() override;
+
+  CachingAllocator& allocator() { return *allocator_; }
+
+ private:
+  InProcessTarget(std::unique_ptr<HostBackend> backend, const AllocatorOptions& options);
+
+  std::unique_ptr<HostBackend> backend_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+}  // namespace gpumux

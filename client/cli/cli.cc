@@ -1,0 +1,68 @@
+#include "client/cli/cli.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/commands.h"
+#include "client/cli/flag_parser.h"
+#include "common/default_address.h"
+
+namespace gpumux {
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const CommandContext&, const std::vector<std::string>&);
+};
+
+constexpr Command kCommands[] = {
+    {"devices", RunDevices},   {"stats", RunStats},         {"summary", RunSummary},
+    {"snapshot", RunSnapshot}, {"sessions", RunSessions},   {"empty-cache", RunEmptyCache},
+    {"replay", RunReplay},
+};
+
+}  // namespace
+
+const std::string& CliUsage() {
+  static const std::string* usage = new std::string(absl::StrCat(
+      "usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
+      "\n"
+      "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
+      DefaultAddress(),
+      ").\n"
+      "Tables by default; --json where offered prints JSON for machines.\n"
+      "\n"
+      "commands:\n  ",
+      kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
+      kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kReplayUsage,
+      "      (without --address: in this process; with it: through that daemon)\n"));
+  return *usage;
+}
+
+int RunCli(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
+  CommandContext context;
+  context.out = &out;
+  context.err = &err;
+  absl::StatusOr<std::optional<std::string>> address = ExtractFlag(args, "address");
+  if (!address.ok()) return UsageError(context, address.status().message(), CliUsage());
+  context.address_given = address->has_value();
+  context.address = context.address_given ? **address : DefaultAddress();
+  if (context.address_given && context.address.empty()) {
+    return UsageError(context, "--address needs a value", CliUsage());
+  }
+
+  if (args.empty()) return UsageError(context, "no command given", CliUsage());
+  const std::string name = args.front();
+  if (name == "help" || name == "--help" || name == "-h") {
+    out << CliUsage();
+    return kExitOk;
+  }
+  args.erase(args.begin());
+  for (const Command& command : kCommands) {
+    if (name == command.name) return command.run(context, args);
+  }
+  return UsageError(context,
+                    absl::StrCat(name.rfind('-', 0) == 0 ? "unknown flag " : "unknown command ",
+                                 name),
+                    CliUsage());
+}
+
+}  // namespace gpumux

@@ -1,0 +1,42 @@
+#pragma once
+
+// The `gpumux` subcommands. Each parses its own arguments (global flags are
+// already taken out), prints to the context's streams and returns the exit
+// code: 0 done, 1 failed (the message on stderr), 2 bad usage.
+
+#include <string>
+#include <vector>
+
+#include "client/cli/command.h"
+
+namespace gpumux {
+
+// Usage lines, one per command, for the global usage text.
+inline constexpr char kDevicesUsage[] = "gpumux devices [--json]\n";
+inline constexpr char kStatsUsage[] = "gpumux stats [--device N] [--session ID] [--json]\n";
+inline constexpr char kSummaryUsage[] =
+    "gpumux summary [--device N] [--session ID] [--abbreviated]\n";
+inline constexpr char kSnapshotUsage[] = "gpumux snapshot [--device N] [--session ID] [--json]\n";
+inline constexpr char kSessionsUsage[] = "gpumux sessions [--json]\n";
+inline constexpr char kEmptyCacheUsage[] = "gpumux empty-cache [--device N]\n";
+inline constexpr char kReplayUsage[] =
+    "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n";
+
+// Device.ListDevices.
+int RunDevices(const CommandContext& context, const std::vector<std::string>& args);
+// Observe.GetMemoryStats of a device, or of one session on it.
+int RunStats(const CommandContext& context, const std::vector<std::string>& args);
+// Observe.GetMemorySummary, printed as is.
+int RunSummary(const CommandContext& context, const std::vector<std::string>& args);
+// Observe.GetMemorySnapshot of every device, or of one.
+int RunSnapshot(const CommandContext& context, const std::vector<std::string>& args);
+// Observe.ListSessions.
+int RunSessions(const CommandContext& context, const std::vector<std::string>& args);
+// Opens a session and empties every session's cache (Memory.EmptyCache with
+// all_sessions) on one device or all.
+int RunEmptyCache(const CommandContext& context, const std::vector<std::string>& args);
+// Replays a PyTorch allocation trace in this process (no --address) or
+// through the daemon at --address.
+int RunReplay(const CommandContext& context, const std::vector<std::string>& args);
+
+}  // namespace gpumux

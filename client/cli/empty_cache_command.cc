@@ -1,0 +1,42 @@
+// empty-cache: the operator's torch.cuda.empty_cache() for the whole daemon.
+// Memory.EmptyCache needs a session, so this opens a short one.
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/commands.h"
+#include "client/cli/flag_parser.h"
+#include "client/client.h"
+#include "common/byte_size.h"
+
+namespace gpumux {
+
+int RunEmptyCache(const CommandContext& context, const std::vector<std::string>& args) {
+  absl::StatusOr<ParsedArgs> parsed = ParseFlags(args, {{"device", true}});
+  absl::Status status = parsed.status();
+  if (status.ok() && !parsed->positional.empty()) {
+    status = absl::InvalidArgumentError("unexpected argument " + parsed->positional.front());
+  }
+  absl::StatusOr<int64_t> device = 0;
+  if (status.ok()) {
+    device = IntFlag(*parsed, "device", 0, 0, std::numeric_limits<int32_t>::max());
+    status = device.status();
+  }
+  if (!status.ok()) return UsageError(context, status.message(), kEmptyCacheUsage);
+
+  ClientOptions client_options;
+  client_options.client_name = "gpumux empty-cache";
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(context.address, client_options);
+  if (!client.ok()) return ReportError(context, client.status());
+  EmptyCacheOptions options;
+  options.all_sessions = true;
+  if (parsed->Has("device")) options.device = DeviceIndex(static_cast<int32_t>(*device));
+  absl::StatusOr<ReleasedCache> result = (*client)->EmptyCache(options);
+  if (!result.ok()) return ReportError(context, result.status());
+  *context.out << "released " << result->released_bytes << " bytes ("
+               << FormatTorchSize(result->released_bytes) << ") in " << result->released_segments
+               << (result->released_segments == 1 ? " segment" : " segments") << "\n";
+  return kExitOk;
+}
+
+}  // namespace gpumux

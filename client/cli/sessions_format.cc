@@ -1,0 +1,102 @@
+#include "client/cli/sessions_format.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/text_table.h"
+#include "common/byte_size.h"
+#include "common/json_writer.h"
+
+namespace gpumux {
+namespace {
+
+// Proto maps iterate in no particular order; output is sorted by key.
+std::map<std::string, std::string> SortedLabels(const v1::SessionInfo& session) {
+  return std::map<std::string, std::string>(session.labels().begin(), session.labels().end());
+}
+
+void WriteUsage(const v1::SessionDeviceUsage& usage, JsonWriter& json) {
+  json.BeginObject();
+  json.Key("device");
+  json.Int(usage.device());
+  json.Key("allocated_bytes");
+  json.Uint(usage.allocated_bytes());
+  json.Key("reserved_bytes");
+  json.Uint(usage.reserved_bytes());
+  json.Key("allocations");
+  json.Uint(usage.allocations());
+  json.Key("imported_bytes");
+  json.Uint(usage.imported_bytes());
+  json.Key("memory_limit_bytes");
+  json.Uint(usage.memory_limit_bytes());
+  json.EndObject();
+}
+
+}  // namespace
+
+std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions) {
+  JsonWriter json;
+  json.BeginArray();
+  for (const v1::SessionInfo& session : sessions.sessions()) {
+    json.BeginObject();
+    json.Key("session_id");
+    json.Uint(session.session_id());
+    json.Key("client_name");
+    json.String(session.client_name());
+    json.Key("pid");
+    json.Int(session.pid());
+    json.Key("tenant");
+    json.String(session.tenant());
+    json.Key("labels");
+    json.BeginObject();
+    for (const auto& [key, value] : SortedLabels(session)) {
+      json.Key(key);
+      json.String(value);
+    }
+    json.EndObject();
+    json.Key("opened_unix_micros");
+    json.Int(session.opened_unix_micros());
+    json.Key("devices");
+    json.BeginArray();
+    for (const v1::SessionDeviceUsage& usage : session.devices()) WriteUsage(usage, json);
+    json.EndArray();
+    json.EndObject();
+  }
+  json.EndArray();
+  return absl::StrCat(json.str(), "\n");
+}
+
+std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions) {
+  TextTable table({"ID", "PID", "NAME", "TENANT", "LABELS", "DEVICE", "ALLOCATED", "RESERVED",
+                   "ALLOCATIONS", "LIMIT"});
+  for (size_t column : {0, 1, 5, 6, 7, 8, 9}) table.AlignRight(column);
+  for (const v1::SessionInfo& session : sessions.sessions()) {
+    std::vector<std::string> head = {
+        absl::StrCat(session.session_id()), absl::StrCat(session.pid()), session.client_name(),
+        session.tenant().empty() ? "-" : session.tenant(),
+        session.labels().empty() ? "-" : absl::StrJoin(SortedLabels(session), ",",
+                                                       absl::PairFormatter("="))};
+    if (session.devices().empty()) {
+      head.insert(head.end(), {"-", "-", "-", "-", "-"});
+      table.AddRow(std::move(head));
+      continue;
+    }
+    bool first = true;
+    for (const v1::SessionDeviceUsage& usage : session.devices()) {
+      std::vector<std::string> row =
+          first ? head : std::vector<std::string>(head.size(), std::string());
+      first = false;
+      row.insert(row.end(),
+                 {absl::StrCat(usage.device()), FormatTorchSize(usage.allocated_bytes()),
+                  FormatTorchSize(usage.reserved_bytes()), absl::StrCat(usage.allocations()),
+                  usage.memory_limit_bytes() == 0 ? "-"
+                                                  : FormatTorchSize(usage.memory_limit_bytes())});
+      table.AddRow(std::move(row));
+    }
+  }
+  return table.Render();
+}
+
+}  // namespace gpumux

@@ -1,0 +1,17 @@
+#pragma once
+
+// `gpumux sessions` output: who holds what. The table has one row per session
+// and device it uses (the session's columns only on its first row; "-" for a
+// session holding nothing); JSON is a list of SessionInfo objects with labels
+// as an object and per-device usage as a list.
+
+#include <string>
+
+#include "gpumux/v1/observe.pb.h"
+
+namespace gpumux {
+
+std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions);
+std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions);
+
+}  // namespace gpumux

@@ -1,0 +1,399 @@
+#include "client/client.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "client/channel.h"
+#include "client/grpc_status.h"
+#include "client/memory_fraction.h"
+#include "client/proto_conversion.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+constexpr char kSessionMetadataKey[] = "gpumux-session";
+
+// /proc/self/comm without its newline: what `ps` shows as the process name.
+std::string ProcessName() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  return name.empty() ? std::string("gpumux-client") : name;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
+                                                         const Options& options) {
+  std::unique_ptr<Client> client(
+      new Client(std::string(address), CreateDaemonChannel(address), options.free_batch_delay));
+
+  v1::OpenSessionRequest request;
+  request.set_client_name(options.client_name.empty() ? ProcessName() : options.client_name);
+  request.set_pid(getpid());
+  request.set_tenant(options.tenant);
+  request.mutable_labels()->insert(options.labels.begin(), options.labels.end());
+  Client* raw = client.get();
+  GPUMUX_ASSIGN_OR_RETURN(
+      client->session_,
+      SessionStream::Open(*client->session_stub_, request, options.open_timeout, client->address_,
+                          [raw](const v1::SessionServerMessage& notice) { raw->OnNotice(notice); }));
+  const v1::SessionOpened& opened = client->session_->opened();
+  client->session_id_ = SessionId(opened.session_id());
+  client->credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
+  return client;
+}
+
+Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel,
+               absl::Duration free_batch_delay)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      session_stub_(v1::Session::NewStub(channel_)),
+      device_stub_(v1::Device::NewStub(channel_)),
+      memory_stub_(v1::Memory::NewStub(channel_)),
+      frees_([this](const std::vector<AllocationId>& ids) { return SendFrees(ids); },
+             free_batch_delay) {}
+
+Client::~Client() {
+  if (session_ != nullptr) {
+    absl::Status flushed = frees_.Stop();
+    // With the session gone the daemon has released everything anyway.
+    if (!flushed.ok() && !session_->ended()) {
+      spdlog::warn("gpumux: freeing queued allocations at exit failed: {}", flushed.ToString());
+    }
+    session_->Close().IgnoreError();
+  }
+  mapper_.UnmapAll();
+}
+
+template <typename Call>
+absl::Status Client::CallWithSession(Call call) {
+  if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
+  if (session_->ended()) return SessionEndedError();
+  grpc::ClientContext context;
+  context.AddMetadata(kSessionMetadataKey, credentials_);
+  return FromGrpcStatus(call(&context), address_);
+}
+
+absl::Status Client::SessionEndedError() {
+  // The stream's final status says why (a daemon that ends a session on
+  // purpose, e.g. an operator's kill, says so in an UNAVAILABLE status).
+  absl::Status final_status = session_->Close();
+  if (absl::IsUnavailable(final_status)) return final_status;
+  return UnreachableError(address_, final_status.ok()
+                                        ? std::string("gpumuxd ended the session")
+                                        : absl::StrCat("the session ended: ",
+                                                       final_status.ToString()));
+}
+
+absl::Status Client::Ping() {
+  v1::PingRequest request;
+  v1::PingResponse response;
+  return CallWithSession(
+      [&](grpc::ClientContext* context) { return session_stub_->Ping(context, request, &response); });
+}
+
+// --- Devices ---------------------------------------------------------------
+
+absl::StatusOr<int> Client::DeviceCount() {
+  v1::GetDeviceCountRequest request;
+  v1::GetDeviceCountResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return device_stub_->GetDeviceCount(context, request, &response);
+  }));
+  return response.count();
+}
+
+absl::StatusOr<std::string> Client::GetDeviceName(DeviceIndex device) {
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(device));
+  return std::move(properties.name);
+}
+
+absl::StatusOr<DeviceProperties> Client::GetDeviceProperties(DeviceIndex device) {
+  v1::GetDevicePropertiesRequest request;
+  request.set_device(device.value());
+  v1::DeviceProperties response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return device_stub_->GetDeviceProperties(context, request, &response);
+  }));
+  return FromProto(response);
+}
+
+absl::Status Client::Synchronize(DeviceIndex device) {
+  FlushFreesBeforeCall();
+  v1::SynchronizeRequest request;
+  request.set_device(device.value());
+  v1::SynchronizeResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return device_stub_->Synchronize(context, request, &response);
+  });
+}
+
+// --- Allocation ------------------------------------------------------------
+
+absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
+                                              const AllocateOptions& options) {
+  v1::AllocateRequest request;
+  request.set_device(device.value());
+  request.set_size(size);
+  request.set_stream(options.stream.value());
+  request.set_shareable(options.shareable);
+  const std::vector<AllocationId> frees = frees_.Take();
+  for (AllocationId id : frees) request.add_free_allocation_ids(id.value());
+  v1::AllocateResponse response;
+  absl::Status status = CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Allocate(context, request, &response);
+  });
+  if (!status.ok()) {
+    if (!frees.empty()) {
+      // Whether the daemon applied the carried frees depends on where the
+      // request failed. It frees all-or-nothing, so sending them again settles
+      // it: NOT_FOUND means they were applied already.
+      absl::Status resent = SendFrees(frees);
+      if (!resent.ok() && !absl::IsNotFound(resent) && !absl::IsUnavailable(resent)) {
+        spdlog::warn("gpumux: freeing queued allocations failed: {}", resent.ToString());
+      }
+    }
+    return status;
+  }
+  return Adopt(response.allocation());
+}
+
+absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
+  DeviceBuffer::Info info;
+  info.id = AllocationId(allocation.allocation_id());
+  info.device = DeviceIndex(allocation.device());
+  info.size = allocation.requested_size();
+  info.allocated_size = allocation.size();
+  info.address = allocation.address();
+  info.segment_id = SegmentId(allocation.segment_id());
+  info.offset = allocation.offset();
+  if (allocation.offset() > allocation.segment_size() ||
+      allocation.size() > allocation.segment_size() - allocation.offset()) {
+    EnqueueFree(info.id);
+    return absl::InternalError(absl::StrCat(
+        "gpumuxd placed allocation ", allocation.allocation_id(), " (", allocation.size(),
+        " bytes at offset ", allocation.offset(), ") outside its segment of ",
+        allocation.segment_size(), " bytes"));
+  }
+  void* data = nullptr;
+  absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id,
+                                           allocation.segment_handle(), allocation.segment_size());
+  if (base.ok()) {
+    data = static_cast<char*>(*base) + allocation.offset();
+  } else if (!absl::IsUnimplemented(base.status())) {
+    // Unimplemented: a handle this build cannot map (CUDA IPC); the allocation
+    // is still usable through the daemon. Anything else is a failure.
+    EnqueueFree(info.id);
+    return base.status();
+  }
+  return DeviceBuffer(this, info, data);
+}
+
+void Client::Release(DeviceBuffer&& buffer) { DeviceBuffer doomed(std::move(buffer)); }
+
+absl::Status Client::Free(DeviceBuffer&& buffer) {
+  if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
+  if (buffer.client_ != this) {
+    const AllocationId foreign = buffer.id();
+    DeviceBuffer doomed(std::move(buffer));  // consumed: its own client frees it
+    return absl::InvalidArgumentError(absl::StrCat("allocation ", ToString(foreign),
+                                                   " belongs to another Client"));
+  }
+  const AllocationId id = buffer.Detach();
+  FlushFreesBeforeCall();
+  return SendFrees({id});
+}
+
+absl::Status Client::FlushFrees() { return frees_.Flush(); }
+
+absl::Status Client::SendFrees(const std::vector<AllocationId>& ids) {
+  v1::FreeRequest request;
+  for (AllocationId id : ids) request.add_allocation_ids(id.value());
+  v1::FreeResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Free(context, request, &response);
+  });
+}
+
+void Client::FlushFreesBeforeCall() {
+  if (absl::Status status = frees_.Flush(); !status.ok() && !absl::IsUnavailable(status)) {
+    spdlog::warn("gpumux: freeing queued allocations failed: {}", status.ToString());
+  }
+}
+
+void Client::OnNotice(const v1::SessionServerMessage& notice) {
+  if (notice.has_segment_released()) {
+    const v1::SegmentReleased& released = notice.segment_released();
+    mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
+  }
+  // Notices this version does not know are ignored, so newer daemons work.
+}
+
+// --- Sharing ---------------------------------------------------------------
+
+absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
+  if (!buffer.valid()) return absl::InvalidArgumentError("cannot share an empty DeviceBuffer");
+  FlushFreesBeforeCall();
+  v1::ShareRequest request;
+  request.set_allocation_id(buffer.id().value());
+  v1::ShareResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Share(context, request, &response);
+  }));
+  return std::move(*response.mutable_token());
+}
+
+absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
+  FlushFreesBeforeCall();
+  v1::ImportRequest request;
+  request.set_token(std::string(token));
+  v1::ImportResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Import(context, request, &response);
+  }));
+  return Adopt(response.allocation());
+}
+
+// --- Statistics --------------------------------------------------------------
+
+absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
+  FlushFreesBeforeCall();
+  v1::GetStatsRequest request;
+  request.set_device(device.value());
+  v1::MemoryStats response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->GetStats(context, request, &response);
+  }));
+  return FromProto(response);
+}
+
+absl::StatusOr<int64_t> Client::Stat(DeviceIndex device, absl::string_view key) {
+  GPUMUX_ASSIGN_OR_RETURN(auto stats, MemoryStats(device));
+  auto it = stats.find(std::string(key));
+  if (it == stats.end()) {
+    return absl::InternalError(absl::StrCat("gpumuxd's memory stats lack \"", key, "\""));
+  }
+  return it->second;
+}
+
+absl::StatusOr<int64_t> Client::MemoryAllocated(DeviceIndex device) {
+  return Stat(device, "allocated_bytes.all.current");
+}
+absl::StatusOr<int64_t> Client::MaxMemoryAllocated(DeviceIndex device) {
+  return Stat(device, "allocated_bytes.all.peak");
+}
+absl::StatusOr<int64_t> Client::MemoryReserved(DeviceIndex device) {
+  return Stat(device, "reserved_bytes.all.current");
+}
+absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
+  return Stat(device, "reserved_bytes.all.peak");
+}
+
+absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
+  FlushFreesBeforeCall();
+  v1::GetSummaryRequest request;
+  request.set_device(device.value());
+  request.set_abbreviated(abbreviated);
+  v1::MemorySummary response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->GetSummary(context, request, &response);
+  }));
+  return std::move(*response.mutable_text());
+}
+
+absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<DeviceIndex> device) {
+  FlushFreesBeforeCall();
+  v1::GetSnapshotRequest request;
+  if (device.has_value()) {
+    request.set_device(device->value());
+  } else {
+    request.set_all_devices(true);
+  }
+  v1::MemorySnapshot response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->GetSnapshot(context, request, &response);
+  }));
+  std::vector<SegmentInfo> segments;
+  segments.reserve(response.segments_size());
+  for (const v1::SnapshotSegment& segment : response.segments()) {
+    segments.push_back(FromProto(segment));
+  }
+  return segments;
+}
+
+absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
+  FlushFreesBeforeCall();
+  v1::ResetStatsRequest request;
+  request.set_device(device.value());
+  v1::ResetStatsResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->ResetPeakStats(context, request, &response);
+  });
+}
+
+absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
+  FlushFreesBeforeCall();
+  v1::ResetStatsRequest request;
+  request.set_device(device.value());
+  v1::ResetStatsResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->ResetAccumulatedStats(context, request, &response);
+  });
+}
+
+// --- Cache and limits ----------------------------------------------------------
+
+absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
+  FlushFreesBeforeCall();
+  v1::EmptyCacheRequest request;
+  if (options.device.has_value()) {
+    request.set_device(options.device->value());
+  } else {
+    request.set_all_devices(true);
+  }
+  request.set_all_sessions(options.all_sessions);
+  v1::EmptyCacheResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->EmptyCache(context, request, &response);
+  }));
+  ReleasedCache result;
+  result.released_bytes = response.released_bytes();
+  result.released_segments = response.released_segments();
+  return result;
+}
+
+absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex device) {
+  GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
+  FlushFreesBeforeCall();
+  v1::SetMemoryLimitRequest request;
+  request.set_device(device.value());
+  request.set_fraction(fraction);
+  v1::SetMemoryLimitResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->SetMemoryLimit(context, request, &response);
+  });
+}
+
+absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
+  FlushFreesBeforeCall();
+  v1::SetMemoryLimitRequest request;
+  request.set_device(device.value());
+  if (bytes == 0) {
+    request.set_unlimited(true);
+  } else {
+    request.set_bytes(bytes);
+  }
+  v1::SetMemoryLimitResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->SetMemoryLimit(context, request, &response);
+  });
+}
+
+}  // namespace gpumux

@@ -1,0 +1,59 @@
+#include "client/device_buffer.h"
+
+#include <utility>
+
+#include "client/client.h"
+
+namespace gpumux {
+
+DeviceBuffer::DeviceBuffer(Client* client, const Info& info, void* data)
+    : client_(client),
+      id_(info.id),
+      device_(info.device),
+      size_(info.size),
+      allocated_size_(info.allocated_size),
+      address_(info.address),
+      data_(data),
+      segment_id_(info.segment_id),
+      offset_(info.offset) {}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : client_(std::exchange(other.client_, nullptr)),
+      id_(other.id_),
+      device_(other.device_),
+      size_(other.size_),
+      allocated_size_(other.allocated_size_),
+      address_(other.address_),
+      data_(std::exchange(other.data_, nullptr)),
+      segment_id_(other.segment_id_),
+      offset_(other.offset_) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this == &other) return *this;
+  Reset();
+  client_ = std::exchange(other.client_, nullptr);
+  id_ = other.id_;
+  device_ = other.device_;
+  size_ = other.size_;
+  allocated_size_ = other.allocated_size_;
+  address_ = other.address_;
+  data_ = std::exchange(other.data_, nullptr);
+  segment_id_ = other.segment_id_;
+  offset_ = other.offset_;
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() { Reset(); }
+
+AllocationId DeviceBuffer::Detach() {
+  client_ = nullptr;
+  data_ = nullptr;
+  return id_;
+}
+
+void DeviceBuffer::Reset() {
+  if (client_ == nullptr) return;
+  client_->EnqueueFree(Detach());
+}
+
+}  // namespace gpumux

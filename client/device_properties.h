@@ -1,0 +1,26 @@
+#pragma once
+
+// torch.cuda.get_device_properties(device) as a plain struct: what the
+// daemon reports about one of its devices (v1::DeviceProperties).
+
+#include <cstdint>
+#include <string>
+
+namespace gpumux {
+
+struct DeviceProperties {
+  int32_t index = 0;
+  std::string name;
+  // "host" or "cuda".
+  std::string backend;
+  uint64_t total_memory = 0;
+  // Bytes the backend can still hand out (cudaMemGetInfo's free).
+  uint64_t free_memory = 0;
+  // Compute capability; the host backend reports 0.0.
+  int32_t major = 0;
+  int32_t minor = 0;
+  // Streaming multiprocessors; the host backend reports its worker threads.
+  int32_t multi_processor_count = 0;
+};
+
+}  // namespace gpumux

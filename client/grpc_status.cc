@@ -1,0 +1,19 @@
+#include "client/grpc_status.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumux {
+
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view address) {
+  if (status.ok()) return absl::OkStatus();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return UnreachableError(address, status.error_message());
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+absl::Status UnreachableError(absl::string_view address, absl::string_view detail) {
+  return absl::UnavailableError(absl::StrCat("cannot reach gpumuxd at ", address, ": ", detail));
+}
+
+}  // namespace gpumux

@@ -1,0 +1,36 @@
+#include "client/replay_target.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+
+ClientReplayTarget::ClientReplayTarget(Client& client, DeviceIndex device)
+    : client_(client), device_(device) {}
+
+absl::StatusOr<uint64_t> ClientReplayTarget::Allocate(uint64_t size, uint64_t stream) {
+  AllocateOptions options;
+  options.stream = StreamId(stream);
+  GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client_.Allocate(size, device_, options));
+  const uint64_t handle = buffer.id().value();
+  live_.insert_or_assign(handle, std::move(buffer));
+  return handle;
+}
+
+absl::Status ClientReplayTarget::Free(uint64_t handle) {
+  auto it = live_.find(handle);
+  if (it == live_.end()) {
+    return absl::NotFoundError(absl::StrCat("replay handle ", handle, " is not live"));
+  }
+  client_.Release(std::move(it->second));
+  live_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> ClientReplayTarget::Stats() {
+  return client_.MemoryStats(device_);
+}
+
+}  // namespace gpumux

@@ -1,0 +1,38 @@
+#pragma once
+
+// Trace replay through a running daemon (`gpumux replay --address`): a
+// ReplayTarget over a Client, doing what a PyTorch program does. Allocate is
+// Client::Allocate, Free drops the buffer (a batched free, like `del x`),
+// Stats is this session's memory_stats. Not thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "bench/trace_replay.h"
+#include "client/client.h"
+#include "client/device_buffer.h"
+
+namespace gpumux {
+
+class ClientReplayTarget final : public ReplayTarget {
+ public:
+  // `client` must outlive this target. Allocations go to `device`.
+  ClientReplayTarget(Client& client, DeviceIndex device);
+
+  // The handle is the allocation id. Trace streams are passed through: 0 is
+  // the session's default stream; others must exist in the daemon (NOT_FOUND).
+  absl::StatusOr<uint64_t> Allocate(uint64_t size, uint64_t stream) override;
+  // NOT_FOUND for a handle this target did not hand out or already freed.
+  absl::Status Free(uint64_t handle) override;
+  // Flushes queued frees, then returns this session's memory_stats(device).
+  absl::StatusOr<std::map<std::string, int64_t>> Stats() override;
+
+ private:
+  Client& client_;
+  const DeviceIndex device_;
+  absl::flat_hash_map<uint64_t, DeviceBuffer> live_;
+};
+
+}  // namespace gpumux

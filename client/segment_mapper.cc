@@ -1,0 +1,75 @@
+#include "client/segment_mapper.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/cuda_ipc_mapping.h"
+#include "client/shm_mapping.h"
+
+namespace gpumux {
+namespace {
+
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle,
+                                                           uint64_t size) {
+  switch (handle.kind()) {
+    case v1::HANDLE_KIND_HOST_SHM: {
+      auto mapping = ShmMapping::Open(handle.data(), size);
+      if (!mapping.ok()) return std::move(mapping).status();
+      return std::unique_ptr<MappedSegment>(std::move(mapping).value());
+    }
+    case v1::HANDLE_KIND_CUDA_IPC:
+      return OpenCudaIpcMapping(handle.data(), size);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("segment handle of unknown kind ", static_cast<int>(handle.kind())));
+  }
+}
+
+}  // namespace
+
+SegmentMapper::~SegmentMapper() { UnmapAll(); }
+
+absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
+                                         const v1::SegmentHandle& handle, uint64_t size) {
+  const Key key(device, segment);
+  absl::MutexLock lock(&mu_);
+  if (auto it = mappings_.find(key); it != mappings_.end()) return it->second->base();
+  // Mapping under the lock keeps two threads from mapping one segment twice;
+  // shm_open + mmap take microseconds.
+  auto mapping = OpenMapping(handle, size);
+  if (!mapping.ok()) {
+    return absl::Status(mapping.status().code(),
+                        absl::StrCat("cannot map segment ", ToString(segment), " of device ",
+                                     ToString(device), ": ", mapping.status().message()));
+  }
+  void* base = (*mapping)->base();
+  mappings_.emplace(key, std::move(mapping).value());
+  return base;
+}
+
+void SegmentMapper::Unmap(DeviceIndex device, SegmentId segment) {
+  std::unique_ptr<MappedSegment> doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mappings_.find(Key(device, segment));
+    if (it == mappings_.end()) return;
+    doomed = std::move(it->second);
+    mappings_.erase(it);
+  }
+  // `doomed` unmaps here, outside the lock.
+}
+
+void SegmentMapper::UnmapAll() {
+  absl::flat_hash_map<Key, std::unique_ptr<MappedSegment>> doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    doomed.swap(mappings_);
+  }
+}
+
+size_t SegmentMapper::size() const {
+  absl::MutexLock lock(&mu_);
+  return mappings_.size();
+}
+
+}  // namespace gpumux

@@ -1,0 +1,55 @@
+#pragma once
+
+// Maps each segment the daemon hands this client once and caches the mapping
+// by (device, segment id); an allocation's pointer is then the mapping's base
+// plus its offset (DESIGN §6). The daemon announces a released segment on the
+// session stream and the client drops its mapping here. Segment ids are never
+// reused by the daemon, so a stale cache entry cannot alias a new segment.
+// Thread-safe.
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "client/mapped_segment.h"
+#include "common/ids.h"
+#include "gpumux/v1/common.pb.h"
+
+namespace gpumux {
+
+class SegmentMapper {
+ public:
+  SegmentMapper() = default;
+  // Unmaps everything still mapped.
+  ~SegmentMapper();
+  SegmentMapper(const SegmentMapper&) = delete;
+  SegmentMapper& operator=(const SegmentMapper&) = delete;
+
+  // The base of segment (device, segment) in this process, mapping it from
+  // `handle` (`size` bytes) on first use. Errors, nothing cached: INVALID_ARGUMENT
+  // for a handle of unspecified or unknown kind; UNIMPLEMENTED for a CUDA IPC
+  // handle in a build without CUDA (the allocation itself is fine, it just has
+  // no pointer here); the errno-derived codes of ShmMapping::Open.
+  absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment,
+                            const v1::SegmentHandle& handle, uint64_t size);
+
+  // Unmaps the segment; nothing happens when it is not mapped. Pointers into
+  // it dangle afterwards.
+  void Unmap(DeviceIndex device, SegmentId segment);
+  void UnmapAll();
+
+  // How many segments are mapped now.
+  size_t size() const;
+
+ private:
+  using Key = std::pair<DeviceIndex, SegmentId>;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<Key, std::unique_ptr<MappedSegment>> mappings_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpumux

@@ -1,0 +1,70 @@
+#pragma once
+
+// PyTorch's allocator statistics (c10 DeviceStats): the same fields, update
+// rules and reset semantics, and the exact 122 flattened key names that
+// torch.cuda.memory_stats() returns. Plain data, not thread-safe.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpumux {
+
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+
+  void Increase(int64_t amount) {
+    current += amount;
+    if (current > peak) peak = current;
+    allocated += amount;
+  }
+  void Decrease(int64_t amount) {
+    current -= amount;
+    freed += amount;
+  }
+  void ResetAccumulated() { allocated = freed = 0; }
+  void ResetPeak() { peak = current; }
+};
+
+// Index into a StatArray: "all", "small_pool", "large_pool".
+enum StatType : int { kAggregate = 0, kSmallPool = 1, kLargePool = 2 };
+using StatArray = std::array<Stat, 3>;
+
+struct DeviceStats {
+  StatArray allocation;            // blocks handed to clients
+  StatArray segment;               // segments obtained from the backend
+  StatArray active;                // allocated or waiting on stream events
+  StatArray inactive_split;        // free blocks inside split segments
+  StatArray allocated_bytes;
+  StatArray reserved_bytes;
+  StatArray active_bytes;
+  StatArray inactive_split_bytes;
+  StatArray requested_bytes;       // unrounded sizes asked for
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+  Stat oversize_allocations;
+  Stat oversize_segments;
+  int64_t num_sync_all_streams = 0;
+  int64_t num_device_alloc = 0;
+  int64_t num_device_free = 0;
+  // Bytes; -1 when unlimited, as PyTorch reports SIZE_MAX.
+  int64_t max_split_size = -1;
+
+  // torch.cuda.reset_accumulated_memory_stats: allocated/freed and counters to 0.
+  void ResetAccumulated();
+  // torch.cuda.reset_peak_memory_stats: peak = current.
+  void ResetPeak();
+};
+
+// The 122 (key, value) pairs of torch.cuda.memory_stats(), sorted by key.
+std::vector<std::pair<std::string, int64_t>> FlattenMemoryStats(const DeviceStats& stats);
+
+// The 122 keys alone, sorted.
+const std::vector<std::string>& MemoryStatsKeys();
+
+}  // namespace gpumux

@@ -1,0 +1,53 @@
+#pragma once
+
+// Block and Segment: PyTorch's Block (a range of a segment, free or handed
+// out, linked to its neighbours) and the backend segment it lives in. Plain
+// data owned by a DeviceAllocator and touched only under its mutex.
+
+#include <cstdint>
+
+#include "common/ids.h"
+#include "server/backend/device_backend.h"
+
+namespace gpumux {
+
+class BlockPool;
+struct ClientState;
+struct Block;
+
+// One range from DeviceBackend::AllocateSegment.
+struct Segment {
+  SegmentId id;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  SegmentHandle handle;
+  StreamId stream;
+  ClientState* owner = nullptr;  // charged for the segment; its pool holds the free blocks
+  Block* head = nullptr;         // the block at `address`
+  bool is_small = false;
+  bool dedicated = false;
+};
+
+struct Block {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;  // as asked, while allocated
+  StreamId stream;
+  // The segment's owner, whose pool (`pool`, for the block's stream and size
+  // class) the block returns to when free.
+  ClientState* owner = nullptr;
+  BlockPool* pool = nullptr;  // null for dedicated segments, never cached
+  // Whose stats carry the block while allocated: the owner unless Recharge
+  // moved it.
+  ClientState* charged = nullptr;
+  Segment* segment = nullptr;
+  Block* prev = nullptr;  // neighbours inside the segment, by address
+  Block* next = nullptr;
+  int64_t gc_count_base = 0;  // owner's get_free_block count when it was cached
+  bool allocated = false;
+  bool is_small = false;
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+}  // namespace gpumux

@@ -1,0 +1,140 @@
+#include "server/allocator/caching_allocator.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+#include "server/allocator/device_allocator.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+using ReleasedSegments = DeviceAllocator::ReleasedSegments;
+
+}  // namespace
+
+CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options,
+                                   SegmentReleasedCallback on_segment_released)
+    : backend_(backend),
+      options_(std::move(options)),
+      on_segment_released_(std::move(on_segment_released)) {
+  for (int i = 0; i < backend_->device_count(); ++i) {
+    devices_.push_back(
+        std::make_unique<DeviceAllocator>(DeviceIndex(i), backend_, options_, &next_segment_id_));
+  }
+}
+
+CachingAllocator::~CachingAllocator() = default;
+
+DeviceAllocator& CachingAllocator::DeviceOrDie(DeviceIndex device) const {
+  if (device.value() < 0 || device.value() >= device_count()) {
+    spdlog::critical("allocator: device {} out of range [0, {})", device.value(), device_count());
+    std::abort();
+  }
+  return *devices_[device.value()];
+}
+
+void CachingAllocator::NotifyReleased(DeviceIndex device, const ReleasedSegments& released) const {
+  if (!on_segment_released_) return;
+  for (SegmentId id : released) on_segment_released_(device, id);
+}
+
+absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, ClientId client,
+                                                            StreamId stream, uint64_t size,
+                                                            bool dedicated) {
+  if (device.value() < 0 || device.value() >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU ", device.value(),
+                                                   " does not exist: this node has ",
+                                                   device_count(), " devices"));
+  }
+  if (size == 0) {
+    return absl::InvalidArgumentError("cannot allocate 0 bytes: the size must be at least 1 byte");
+  }
+  if (size >= kMaxAllocation) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Tried to allocate more than 1EB memory (", size, " bytes requested on GPU ",
+        device.value(), ")"));
+  }
+  const uint64_t total = backend_->device_info(device).total_memory;
+  if (size > total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot allocate ", size, " bytes (", FormatTorchSize(size), ") on GPU ", device.value(),
+        ": it has a total capacity of ", total, " bytes (", FormatTorchSize(total), ")"));
+  }
+  ReleasedSegments released;
+  absl::StatusOr<AllocationResult> result =
+      devices_[device.value()]->Allocate(client, stream, size, dedicated, &released);
+  NotifyReleased(device, released);
+  return result;
+}
+
+void CachingAllocator::Free(DeviceIndex device, uint64_t address) {
+  ReleasedSegments released;
+  DeviceOrDie(device).Free(address, &released);
+  NotifyReleased(device, released);
+}
+
+void CachingAllocator::Recharge(DeviceIndex device, uint64_t address, ClientId new_client) {
+  DeviceOrDie(device).Recharge(address, new_client);
+}
+
+EmptyCacheResult CachingAllocator::EmptyCache(std::optional<DeviceIndex> device,
+                                               std::optional<ClientId> client) {
+  EmptyCacheResult total;
+  for (int i = 0; i < device_count(); ++i) {
+    if (device.has_value() && device->value() != i) continue;
+    ReleasedSegments released;
+    EmptyCacheResult one = devices_[i]->EmptyCache(client, &released);
+    NotifyReleased(DeviceIndex(i), released);
+    total.released_bytes += one.released_bytes;
+    total.released_segments += one.released_segments;
+  }
+  return total;
+}
+
+void CachingAllocator::RemoveClient(ClientId client) {
+  for (int i = 0; i < device_count(); ++i) {
+    ReleasedSegments released;
+    devices_[i]->RemoveClient(client, &released);
+    NotifyReleased(DeviceIndex(i), released);
+  }
+}
+
+void CachingAllocator::SetMemoryLimit(DeviceIndex device, ClientId client, uint64_t limit_bytes) {
+  DeviceOrDie(device).SetMemoryLimit(client, limit_bytes);
+}
+
+uint64_t CachingAllocator::GetMemoryLimit(DeviceIndex device, ClientId client) const {
+  return DeviceOrDie(device).GetMemoryLimit(client);
+}
+
+DeviceStats CachingAllocator::GetStats(DeviceIndex device) const {
+  return DeviceOrDie(device).GetStats();
+}
+
+DeviceStats CachingAllocator::GetClientStats(DeviceIndex device, ClientId client) const {
+  return DeviceOrDie(device).GetClientStats(client);
+}
+
+void CachingAllocator::ResetPeakStats(DeviceIndex device, std::optional<ClientId> client) {
+  DeviceOrDie(device).ResetPeakStats(client);
+}
+
+void CachingAllocator::ResetAccumulatedStats(DeviceIndex device, std::optional<ClientId> client) {
+  DeviceOrDie(device).ResetAccumulatedStats(client);
+}
+
+std::vector<SegmentSnapshot> CachingAllocator::Snapshot(std::optional<DeviceIndex> device,
+                                                        std::optional<ClientId> client) const {
+  std::vector<SegmentSnapshot> out;
+  for (int i = 0; i < device_count(); ++i) {
+    if (device.has_value() && device->value() != i) continue;
+    devices_[i]->AppendSnapshot(client, &out);
+  }
+  return out;
+}
+
+}  // namespace gpumux

@@ -1,0 +1,154 @@
+#pragma once
+
+// CachingAllocator: PyTorch's CUDA caching allocator (DeviceCachingAllocator)
+// over segments from a DeviceBackend, one instance per device behind one
+// front. Beyond PyTorch it keeps the books per client (a daemon session):
+// every block and segment is charged to one client, each client has its own
+// DeviceStats with PyTorch's 122 keys and an optional byte limit, and free
+// blocks are reused only for the client and stream that allocated them.
+//
+// Thread-safe: each device has its own mutex; calls on different devices run
+// in parallel. Backend calls (AllocateSegment/ReleaseSegment) happen under the
+// device's mutex, as PyTorch calls cudaMalloc under its lock. The
+// segment-released callback runs after the mutex is dropped.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "common/ids.h"
+#include "common/memory_stats.h"
+#include "server/allocator/allocator_config.h"
+#include "server/backend/device_backend.h"
+
+namespace gpumux {
+
+// Who is charged for a block or segment: the daemon uses the session id.
+using ClientId = SessionId;
+
+class DeviceAllocator;
+
+struct AllocationResult {
+  uint64_t address = 0;         // device address of the block
+  uint64_t size = 0;            // rounded block size
+  uint64_t requested_size = 0;  // as asked
+  SegmentId segment_id;
+  uint64_t segment_address = 0;
+  uint64_t segment_size = 0;
+  SegmentHandle segment_handle;
+};
+
+enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
+
+struct BlockSnapshot {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;
+  BlockState state = BlockState::kInactive;
+  ClientId client;  // 0 for inactive blocks
+};
+
+struct SegmentSnapshot {
+  DeviceIndex device;
+  SegmentId id;
+  uint64_t address = 0;
+  uint64_t total_size = 0;
+  uint64_t allocated_size = 0;
+  uint64_t active_size = 0;
+  uint64_t requested_size = 0;
+  StreamId stream;
+  ClientId client;      // the client whose stream the segment serves
+  bool is_small = false;
+  bool dedicated = false;  // a shareable allocation's own segment
+  std::vector<BlockSnapshot> blocks;  // by address
+};
+
+struct EmptyCacheResult {
+  uint64_t released_bytes = 0;
+  uint64_t released_segments = 0;
+};
+
+class CachingAllocator {
+ public:
+  // Runs without allocator locks held, once per segment returned to the backend.
+  using SegmentReleasedCallback = std::function<void(DeviceIndex, SegmentId)>;
+
+  // `backend` must outlive the allocator.
+  CachingAllocator(DeviceBackend* backend, AllocatorOptions options,
+                   SegmentReleasedCallback on_segment_released = nullptr);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  const AllocatorOptions& options() const { return options_; }
+
+  // PyTorch's malloc: best fit among the client's cached blocks of `stream`,
+  // else a new segment, else free cached memory and retry. With `dedicated`
+  // the block gets a segment of its own (rounded to 2 MiB, never split or
+  // cached: freeing it returns the segment to the backend).
+  // Errors: INVALID_ARGUMENT for a device out of range, size 0, or a size
+  // above the device's total memory (or >= 1 EB); RESOURCE_EXHAUSTED with
+  // PyTorch's OOM text (plus the client's figures) when neither the device
+  // nor the client's limit can fit it, even after releasing cached segments:
+  // the client's own when its limit is the obstacle, every client's when the
+  // device is full. Other backend errors pass through unchanged.
+  absl::StatusOr<AllocationResult> Allocate(DeviceIndex device, ClientId client, StreamId stream,
+                                            uint64_t size, bool dedicated = false);
+
+  // PyTorch's free: the block returns to its pool and coalesces with free
+  // neighbours. Precondition: `address` is a live block from Allocate on
+  // `device` (callers validate their ids; this crashes on a broken invariant).
+  void Free(DeviceIndex device, uint64_t address);
+
+  // Moves a live block's charge (and, for a dedicated block, its segment's) to
+  // another client: used when a shared allocation's owner leaves. A block of
+  // a shared (non-dedicated) segment still returns to its segment owner's
+  // cache when freed. Precondition as for Free.
+  void Recharge(DeviceIndex device, uint64_t address, ClientId new_client);
+
+  // torch.cuda.empty_cache: returns every cached, unsplit free segment of
+  // `client` (or of every client) on `device` (or every device) to the backend.
+  // Counts num_sync_all_streams on the device (and on `client` when given).
+  EmptyCacheResult EmptyCache(std::optional<DeviceIndex> device, std::optional<ClientId> client);
+
+  // Forgets a client: releases its cached segments on every device and drops
+  // its stats and limit. Precondition: the client holds no live blocks. A
+  // segment of the client that still holds a block recharged to another client
+  // is released as soon as it is free; the client's books go with it.
+  void RemoveClient(ClientId client);
+
+  // Byte cap on the segments reserved for `client` on `device`; 0 = no limit.
+  // Like set_per_process_memory_fraction it is checked before each new segment.
+  void SetMemoryLimit(DeviceIndex device, ClientId client, uint64_t limit_bytes);
+  uint64_t GetMemoryLimit(DeviceIndex device, ClientId client) const;
+
+  // Device-wide stats, or one client's (zeros for a client never seen).
+  DeviceStats GetStats(DeviceIndex device) const;
+  DeviceStats GetClientStats(DeviceIndex device, ClientId client) const;
+  // PyTorch's reset semantics, for the device-wide stats or one client's.
+  void ResetPeakStats(DeviceIndex device, std::optional<ClientId> client);
+  void ResetAccumulatedStats(DeviceIndex device, std::optional<ClientId> client);
+
+  // Segments sorted by (device, address), filtered by device and client.
+  std::vector<SegmentSnapshot> Snapshot(std::optional<DeviceIndex> device,
+                                        std::optional<ClientId> client) const;
+
+ private:
+  DeviceAllocator& DeviceOrDie(DeviceIndex device) const;
+  void NotifyReleased(DeviceIndex device, const absl::InlinedVector<SegmentId, 4>& released) const;
+
+  DeviceBackend* backend_;
+  AllocatorOptions options_;
+  SegmentReleasedCallback on_segment_released_;
+  std::atomic<uint64_t> next_segment_id_{1};  // relaxed: only uniqueness matters
+  std::vector<std::unique_ptr<DeviceAllocator>> devices_;
+};
+
+}  // namespace gpumux

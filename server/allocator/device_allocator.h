@@ -1,0 +1,147 @@
+#pragma once
+
+// DeviceAllocator: PyTorch's DeviceCachingAllocator for one device, with the
+// books kept per client. Free blocks sit in a small and a large BlockPool per
+// (client, stream), ordered by (size, address), so a client only ever reuses
+// its own blocks of the same stream. Every stat change lands on the
+// device-wide DeviceStats and on one client's: segment-level stats (segment,
+// reserved, inactive_split, device allocs/frees) on the segment's owner,
+// block-level ones (allocation, allocated, active, requested) on the client
+// the block is charged to; the two differ only after Recharge.
+//
+// Thread-safe: one mutex guards everything, and the backend is called under
+// it (as PyTorch calls cudaMalloc under its lock). Methods that return
+// segments to the backend append their ids to `released`; the caller runs its
+// callbacks after the method returns, with the mutex dropped.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/allocator/allocator_config.h"
+#include "server/allocator/block.h"
+#include "server/allocator/block_arena.h"
+#include "server/allocator/block_pool.h"
+#include "server/allocator/caching_allocator.h"
+#include "server/allocator/client_state.h"
+
+namespace gpumux {
+
+class DeviceAllocator {
+ public:
+  using ReleasedSegments = absl::InlinedVector<SegmentId, 4>;
+
+  // `backend` must outlive this; `next_segment_id` is shared by the devices of
+  // one CachingAllocator so that segment ids are unique across them.
+  DeviceAllocator(DeviceIndex device, DeviceBackend* backend, const AllocatorOptions& options,
+                  std::atomic<uint64_t>* next_segment_id);
+  // Returns every segment still held to the backend (without callbacks).
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // The contracts of CachingAllocator's methods of the same names, for this
+  // device. `size` is already validated (non-zero, within the device).
+  absl::StatusOr<AllocationResult> Allocate(ClientId client, StreamId stream, uint64_t size,
+                                            bool dedicated, ReleasedSegments* released);
+  void Free(uint64_t address, ReleasedSegments* released);
+  void Recharge(uint64_t address, ClientId new_client);
+  EmptyCacheResult EmptyCache(std::optional<ClientId> client, ReleasedSegments* released);
+  void RemoveClient(ClientId client, ReleasedSegments* released);
+  void SetMemoryLimit(ClientId client, uint64_t limit_bytes);
+  uint64_t GetMemoryLimit(ClientId client) const;
+  DeviceStats GetStats() const;
+  DeviceStats GetClientStats(ClientId client) const;
+  void ResetPeakStats(std::optional<ClientId> client);
+  void ResetAccumulatedStats(std::optional<ClientId> client);
+  // Appends this device's segments (of `client`'s, when given) by address.
+  void AppendSnapshot(std::optional<ClientId> client, std::vector<SegmentSnapshot>* out) const;
+
+ private:
+  // Why the last AllocBlockLocked found no segment.
+  enum class Shortage { kNone, kClientLimit, kDevice };
+
+  // PyTorch's AllocParams.
+  struct Request {
+    ClientState* client = nullptr;
+    StreamId stream;
+    uint64_t size = 0;        // rounded
+    uint64_t alloc_size = 0;  // size of a new segment
+    bool is_small = false;
+    bool dedicated = false;
+    BlockPool* pool = nullptr;  // the client's pool for stream and size class
+    Block* block = nullptr;
+    Shortage shortage = Shortage::kNone;
+  };
+
+  ClientState* ClientLocked(ClientId client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const ClientState* FindClientLocked(ClientId client) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  Block* AllocatedBlockOrDie(uint64_t address) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool GcEnabledFor(const ClientState* client) const {
+    return options_.garbage_collection_threshold > 0 && client->limit > 0;
+  }
+
+  // malloc's steps, in PyTorch's order.
+  Block* GetFreeBlockLocked(Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status NewSegmentWithRetriesLocked(Request& r, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AllocBlockLocked(Request& r, bool is_retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void GarbageCollectLocked(ClientState* client, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ReleaseAvailableCachedBlocksLocked(const Request& r, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // release_cached_blocks over `only` (every client when null); counts a
+  // num_sync_all_streams on the device and on `requester` when given.
+  EmptyCacheResult ReleaseCachedBlocksLocked(ClientState* only, ClientState* requester,
+                                             ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases every unsplit cached block of `client` (large pools first).
+  EmptyCacheResult ReleaseClientCacheLocked(ClientState* client, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AllocationResult AllocFoundBlockLocked(Request& r, uint64_t orig_size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OutOfMemoryLocked(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShouldSplit(const Block* block, uint64_t size) const;
+
+  // free_block: coalesce, cache (or release a dedicated segment), update stats.
+  void FreeBlockLocked(Block* block, ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t TryMergeLocked(Block* dst, Block* src) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CacheBlockLocked(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // release_block: the unsplit free `block` (not in a pool) and its segment go
+  // back to the backend.
+  void ReleaseSegmentLocked(Block* block, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a removed client's state once nothing refers to it.
+  void MaybeForgetClientLocked(ClientState* client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Applies `f` to the device-wide stats and to `client`'s.
+  template <typename F>
+  void Charge(ClientState* client, F f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    f(stats_);
+    f(client->stats);
+  }
+
+  const DeviceIndex device_;
+  DeviceBackend* const backend_;
+  const AllocatorOptions options_;
+  std::atomic<uint64_t>* const next_segment_id_;
+
+  mutable absl::Mutex mu_;
+  DeviceStats stats_ ABSL_GUARDED_BY(mu_);
+  // Live blocks by address (PyTorch's allocated_blocks + active_blocks).
+  absl::flat_hash_map<uint64_t, Block*> allocated_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ClientId, std::unique_ptr<ClientState>> clients_ ABSL_GUARDED_BY(mu_);
+  ClientState* last_client_ ABSL_GUARDED_BY(mu_) = nullptr;  // lookup cache
+  absl::btree_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
+  BlockArena arena_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpumux

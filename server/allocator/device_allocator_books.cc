@@ -1,0 +1,128 @@
+#include "server/allocator/device_allocator.h"
+
+#include "server/allocator/stat_updates.h"
+
+// The books: recharging blocks between clients, limits, stats and snapshots.
+
+namespace gpumux {
+
+namespace {
+
+// Takes `n` off one client's books and puts it on another's; the device-wide
+// totals do not change.
+void Move(StatArray& from, StatArray& to, int pool, int64_t n) {
+  Decrease(from, pool, n);
+  Increase(to, pool, n);
+}
+
+void Move(Stat& from, Stat& to, int64_t n) {
+  from.Decrease(n);
+  to.Increase(n);
+}
+
+}  // namespace
+
+void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
+  absl::MutexLock lock(&mu_);
+  Block* block = AllocatedBlockOrDie(address);
+  ClientState* to = ClientLocked(new_client);
+  ClientState* from = block->charged;
+  if (from == to) return;
+  DeviceStats& f = from->stats;
+  DeviceStats& t = to->stats;
+  const int pool = PoolStat(block->is_small);
+  Move(f.allocation, t.allocation, pool, 1);
+  Move(f.allocated_bytes, t.allocated_bytes, pool, Bytes(block->size));
+  Move(f.active, t.active, pool, 1);
+  Move(f.active_bytes, t.active_bytes, pool, Bytes(block->size));
+  Move(f.requested_bytes, t.requested_bytes, pool, Bytes(block->requested_size));
+  if (block->size >= options_.max_split_size) Move(f.oversize_allocations, t.oversize_allocations, 1);
+  block->charged = to;
+
+  Segment* segment = block->segment;
+  if (segment->dedicated) {
+    // The block is the whole segment: the segment changes hands too. (A
+    // shared segment's block keeps returning to its owner's cache.)
+    Move(f.segment, t.segment, pool, 1);
+    Move(f.reserved_bytes, t.reserved_bytes, pool, Bytes(segment->size));
+    if (segment->size >= options_.max_split_size) Move(f.oversize_segments, t.oversize_segments, 1);
+    segment->owner = to;
+    block->owner = to;
+  }
+  MaybeForgetClientLocked(from);
+}
+
+void DeviceAllocator::SetMemoryLimit(ClientId client, uint64_t limit_bytes) {
+  absl::MutexLock lock(&mu_);
+  ClientLocked(client)->limit = limit_bytes;
+}
+
+uint64_t DeviceAllocator::GetMemoryLimit(ClientId client) const {
+  absl::MutexLock lock(&mu_);
+  const ClientState* state = FindClientLocked(client);
+  return state == nullptr ? 0 : state->limit;
+}
+
+DeviceStats DeviceAllocator::GetStats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+DeviceStats DeviceAllocator::GetClientStats(ClientId client) const {
+  absl::MutexLock lock(&mu_);
+  const ClientState* state = FindClientLocked(client);
+  if (state != nullptr) return state->stats;
+  DeviceStats zeros;
+  zeros.max_split_size = stats_.max_split_size;
+  return zeros;
+}
+
+void DeviceAllocator::ResetPeakStats(std::optional<ClientId> client) {
+  absl::MutexLock lock(&mu_);
+  if (!client.has_value()) {
+    stats_.ResetPeak();
+  } else if (auto it = clients_.find(*client); it != clients_.end()) {
+    it->second->stats.ResetPeak();
+  }
+}
+
+void DeviceAllocator::ResetAccumulatedStats(std::optional<ClientId> client) {
+  absl::MutexLock lock(&mu_);
+  if (!client.has_value()) {
+    stats_.ResetAccumulated();
+  } else if (auto it = clients_.find(*client); it != clients_.end()) {
+    it->second->stats.ResetAccumulated();
+  }
+}
+
+void DeviceAllocator::AppendSnapshot(std::optional<ClientId> client,
+                                     std::vector<SegmentSnapshot>* out) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [address, segment] : segments_) {
+    if (client.has_value() && segment->owner->id != *client) continue;
+    SegmentSnapshot& s = out->emplace_back();
+    s.device = device_;
+    s.id = segment->id;
+    s.address = segment->address;
+    s.total_size = segment->size;
+    s.stream = segment->stream;
+    s.client = segment->owner->id;
+    s.is_small = segment->is_small;
+    s.dedicated = segment->dedicated;
+    for (const Block* b = segment->head; b != nullptr; b = b->next) {
+      BlockSnapshot& block = s.blocks.emplace_back();
+      block.address = b->address;
+      block.size = b->size;
+      block.requested_size = b->requested_size;
+      block.state = b->allocated ? BlockState::kActiveAllocated : BlockState::kInactive;
+      if (b->allocated) {
+        block.client = b->charged->id;
+        s.allocated_size += b->size;
+        s.active_size += b->size;
+        s.requested_size += b->requested_size;
+      }
+    }
+  }
+}
+
+}  // namespace gpumux

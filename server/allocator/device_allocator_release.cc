@@ -1,0 +1,157 @@
+#include "server/allocator/device_allocator.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "server/allocator/stat_updates.h"
+#include "spdlog/spdlog.h"
+
+// Giving cached memory back: garbage collection, PyTorch's two release steps
+// of malloc, empty_cache, and forgetting clients.
+
+namespace gpumux {
+
+void DeviceAllocator::GarbageCollectLocked(ClientState* client, ReleasedSegments* released) {
+  // garbage_collect_cached_blocks over this client's large pool, against its
+  // limit (PyTorch's allowed_memory_maximum).
+  const uint64_t gc_threshold = static_cast<uint64_t>(
+      options_.garbage_collection_threshold * static_cast<double>(client->limit));
+  if (client->reserved() <= gc_threshold) return;
+  const uint64_t target = client->reserved() - gc_threshold;
+  const int64_t calls = client->free_block_calls[1];
+  auto large_blocks = [client] {
+    std::vector<Block*> blocks;
+    for (const auto& [stream, pools] : client->streams) {
+      for (const BlockPool::Entry& e : pools->large) blocks.push_back(e.block);
+    }
+    return blocks;
+  };
+
+  uint64_t total_age = 0;
+  int freeable = 0;
+  for (const Block* b : large_blocks()) {
+    if (b->is_split()) continue;
+    total_age += static_cast<uint64_t>(calls - b->gc_count_base);
+    ++freeable;
+  }
+  if (freeable == 0) return;
+  uint64_t reclaimed = 0;
+  bool freed = true;
+  while (reclaimed < target && freed && freeable > 0) {
+    const double age_threshold = static_cast<double>(total_age) / freeable;
+    freed = false;
+    for (Block* b : large_blocks()) {
+      const uint64_t age = static_cast<uint64_t>(calls - b->gc_count_base);
+      if (b->is_split() || static_cast<double>(age) < age_threshold) continue;
+      freed = true;
+      reclaimed += b->size;
+      total_age -= age;
+      --freeable;
+      b->pool->Erase(b);
+      ReleaseSegmentLocked(b, released);
+    }
+  }
+}
+
+bool DeviceAllocator::ReleaseAvailableCachedBlocksLocked(const Request& r,
+                                                         ReleasedSegments* released) {
+  if (options_.max_split_size == SIZE_MAX) return false;
+  BlockPool& pool = *r.pool;
+  const uint64_t key_size = std::max(r.size, options_.max_split_size);
+  BlockPool::Iterator it = pool.LowerBound(key_size);
+  std::vector<Block*> victims;
+  bool enough = true;
+  if (it == pool.end()) {
+    // No single block is large enough: free oversize blocks from the largest.
+    if (it == pool.begin()) return false;
+    uint64_t total = 0;
+    --it;
+    while (total < key_size && it->size >= options_.max_split_size) {
+      total += it->size;
+      victims.push_back(it->block);
+      if (it == pool.begin()) break;
+      --it;
+    }
+    enough = total >= key_size;
+  } else {
+    victims.push_back(it->block);
+  }
+  for (Block* b : victims) {
+    if (b->is_split()) continue;  // oversize free blocks are whole segments
+    pool.Erase(b);
+    ReleaseSegmentLocked(b, released);
+  }
+  return enough;
+}
+
+EmptyCacheResult DeviceAllocator::ReleaseCachedBlocksLocked(ClientState* only,
+                                                            ClientState* requester,
+                                                            ReleasedSegments* released) {
+  // synchronize_and_free_events: gpumux records no cross-stream events, so
+  // only the count remains.
+  ++stats_.num_sync_all_streams;
+  if (requester != nullptr) ++requester->stats.num_sync_all_streams;
+  if (only != nullptr) return ReleaseClientCacheLocked(only, released);
+  EmptyCacheResult result;
+  for (const auto& [id, client] : clients_) {
+    EmptyCacheResult one = ReleaseClientCacheLocked(client.get(), released);
+    result.released_bytes += one.released_bytes;
+    result.released_segments += one.released_segments;
+  }
+  return result;
+}
+
+EmptyCacheResult DeviceAllocator::ReleaseClientCacheLocked(ClientState* client,
+                                                           ReleasedSegments* released) {
+  // Segments return to the backend without touching client states, so
+  // iterating clients_ around this is safe.
+  EmptyCacheResult result;
+  for (bool large : {true, false}) {
+    for (const auto& [stream, pools] : client->streams) {
+      BlockPool& pool = large ? pools->large : pools->small;
+      for (Block* b : pool.Blocks()) {
+        if (b->is_split()) continue;
+        result.released_bytes += b->size;
+        ++result.released_segments;
+        pool.Erase(b);
+        ReleaseSegmentLocked(b, released);
+      }
+    }
+  }
+  return result;
+}
+
+EmptyCacheResult DeviceAllocator::EmptyCache(std::optional<ClientId> client,
+                                             ReleasedSegments* released) {
+  absl::MutexLock lock(&mu_);
+  if (!client.has_value()) return ReleaseCachedBlocksLocked(nullptr, nullptr, released);
+  auto it = clients_.find(*client);
+  if (it == clients_.end()) return {};
+  return ReleaseCachedBlocksLocked(it->second.get(), it->second.get(), released);
+}
+
+void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) return;
+  ClientState* state = it->second.get();
+  ReleaseClientCacheLocked(state, released);
+  state->removed = true;
+  if (last_client_ == state) last_client_ = nullptr;
+  if (state->stats.allocation[kAggregate].current != 0) {
+    spdlog::warn("allocator: client {} removed from GPU {} with {} live blocks", client.value(),
+                 device_.value(), state->stats.allocation[kAggregate].current);
+  }
+  MaybeForgetClientLocked(state);
+}
+
+void DeviceAllocator::MaybeForgetClientLocked(ClientState* client) {
+  if (!client->removed || client->stats.segment[kAggregate].current != 0 ||
+      client->stats.allocation[kAggregate].current != 0) {
+    return;
+  }
+  if (last_client_ == client) last_client_ = nullptr;
+  clients_.erase(client->id);
+}
+
+}  // namespace gpumux

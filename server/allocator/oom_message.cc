@@ -1,0 +1,31 @@
+#include "server/allocator/oom_message.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/byte_size.h"
+
+namespace gpumux {
+
+std::string FormatOomMessage(const OomReport& r) {
+  std::string allowed;
+  if (r.client_limit > 0) allowed = absl::StrCat(FormatTorchSize(r.client_limit), " allowed; ");
+  uint64_t unallocated =
+      r.device_reserved > r.device_allocated ? r.device_reserved - r.device_allocated : 0;
+  std::string message = absl::StrCat(
+      "CUDA out of memory. Tried to allocate ", FormatTorchSize(r.attempted_segment_size),
+      ". GPU ", r.device, " has a total capacity of ", FormatTorchSize(r.device_total), " of which ",
+      FormatTorchSize(r.device_free), " is free. ", allowed, "Of the allocated memory ",
+      FormatTorchSize(r.device_allocated), " is allocated by PyTorch, and ",
+      FormatTorchSize(unallocated),
+      " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
+      "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+      "documentation for Memory Management  "
+      "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)");
+  absl::StrAppend(&message, " This session has ", FormatTorchSize(r.client_allocated),
+                  " allocated and ", FormatTorchSize(r.client_reserved), " reserved on GPU ",
+                  r.device);
+  if (r.client_limit > 0) absl::StrAppend(&message, " of its ", FormatTorchSize(r.client_limit), " limit");
+  absl::StrAppend(&message, ".");
+  return message;
+}
+
+}  // namespace gpumux

@@ -1,0 +1,28 @@
+#pragma once
+
+// The out-of-memory text PyTorch's DeviceCachingAllocator::malloc throws
+// (c10/cuda/CUDACachingAllocator.cpp, 2.3-2.11 wording), followed by the
+// figures of the gpumux session that asked.
+
+#include <cstdint>
+#include <string>
+
+namespace gpumux {
+
+struct OomReport {
+  int device = 0;
+  uint64_t attempted_segment_size = 0;  // get_allocation_size, not the request
+  uint64_t device_total = 0;
+  uint64_t device_free = 0;
+  uint64_t device_allocated = 0;  // allocated_bytes.all.current, whole device
+  uint64_t device_reserved = 0;   // reserved_bytes.all.current, whole device
+  uint64_t client_allocated = 0;
+  uint64_t client_reserved = 0;
+  uint64_t client_limit = 0;  // 0 = none
+};
+
+// "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total
+// capacity of ... This session has X allocated and Y reserved on GPU 0."
+std::string FormatOomMessage(const OomReport& report);
+
+}  // namespace gpumux

@@ -1,0 +1,226 @@
+#include "server/backend/host/host_backend.h"
+
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cassert>
+#include <cerrno>
+#include <iterator>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/random_hex.h"
+#include "common/status_macros.h"
+#include "server/backend/host/shm_object.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+// Device d's emulated addresses start at kAddressBase + d * kAddressSpan, a
+// region that looks like the user half of a 47-bit address space, and span
+// 4 TiB each. The whole span is handed out first-fit; the memory limit is
+// accounted separately, so small segments rounded up to 2 MiB of address
+// space never exhaust the limit early.
+constexpr uint64_t kAddressBase = 0x7f0000000000;
+constexpr uint64_t kAddressSpan = uint64_t{1} << 42;
+constexpr uint64_t kAlignment = uint64_t{2} << 20;
+constexpr uint64_t kSizeGranularity = 512;
+constexpr int kMaxDevices = 1024;
+
+uint64_t AlignUp(uint64_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Bytes an unprivileged process may still write to the filesystem behind /dev/shm.
+absl::StatusOr<uint64_t> ShmFilesystemFreeBytes() {
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) != 0) return ErrnoStatus(errno, "statvfs(/dev/shm)");
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+// Returns [start, start + length) to `free_ranges`, merging it with the
+// neighbours it touches so that large segments fit again after release.
+void InsertFreeRange(std::map<uint64_t, uint64_t>& free_ranges, uint64_t start, uint64_t length) {
+  auto next = free_ranges.lower_bound(start);
+  if (next != free_ranges.begin()) {
+    auto prev = std::prev(next);
+    assert(prev->first + prev->second <= start);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      length += prev->second;
+      free_ranges.erase(prev);
+    }
+  }
+  if (next != free_ranges.end()) {
+    assert(start + length <= next->first);
+    if (start + length == next->first) {
+      length += next->second;
+      free_ranges.erase(next);
+    }
+  }
+  free_ranges.emplace(start, length);
+}
+
+absl::Status CheckDevice(DeviceIndex device, int device_count) {
+  if (device.value() >= 0 && device.value() < device_count) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("host backend: no device ", device.value(),
+                                                 "; devices are 0..", device_count - 1));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& options) {
+  if (options.device_count < 1 || options.device_count > kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host backend: device_count ", options.device_count, " is not in [1, ", kMaxDevices, "]"));
+  }
+  if (options.device_memory < kAlignment || options.device_memory > kAddressSpan) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host backend: device_memory ", options.device_memory, " bytes is not in [2 MiB, 4 TiB]"));
+  }
+  const std::string& prefix = options.shm_prefix;
+  if (prefix.size() < 2 || prefix[0] != '/' || prefix.find('/', 1) != std::string::npos ||
+      prefix.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host backend: shm_prefix \"", prefix,
+        "\" must be '/' followed by 1 to 127 characters without '/', e.g. \"/gpumux\""));
+  }
+  auto backend = std::unique_ptr<HostBackend>(new HostBackend(options));
+  backend->name_stem_ = absl::StrCat(prefix, "-", getpid(), "-", RandomHex(4));
+
+  // tmpfs lets ftruncate promise more than it has; a client touching pages
+  // past the free space gets SIGBUS. Say so once, but emulating more memory
+  // than the machine has is legitimate for tests that never touch it all.
+  const uint64_t promised = static_cast<uint64_t>(options.device_count) * options.device_memory;
+  absl::StatusOr<uint64_t> shm_free = ShmFilesystemFreeBytes();
+  if (!shm_free.ok()) {
+    spdlog::warn("host backend: cannot check /dev/shm capacity: {}", shm_free.status().ToString());
+  } else if (promised > *shm_free) {
+    spdlog::warn(
+        "host backend: {} devices x {} bytes = {} bytes exceed the {} bytes free in /dev/shm; "
+        "clients that touch memory beyond it will be killed by SIGBUS (lower "
+        "--host-device-memory or enlarge /dev/shm)",
+        options.device_count, options.device_memory, promised, *shm_free);
+  }
+  return backend;
+}
+
+HostBackend::HostBackend(const Options& options) : options_(options) {
+  const int workers = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 0; i < options.device_count; ++i) {
+    auto device = std::make_unique<Device>();
+    device->info.index = DeviceIndex(i);
+    device->info.name = absl::StrCat("gpumux host device ", i);
+    device->info.total_memory = options.device_memory;
+    device->info.multi_processor_count = workers > 0 ? workers : 1;
+    device->base = kAddressBase + static_cast<uint64_t>(i) * kAddressSpan;
+    absl::MutexLock lock(&device->mu);
+    device->free_ranges.emplace(device->base, kAddressSpan);
+    devices_.push_back(std::move(device));
+  }
+}
+
+HostBackend::~HostBackend() {
+  for (auto& device : devices_) {
+    absl::MutexLock lock(&device->mu);
+    for (const auto& [address, segment] : device->segments) {
+      absl::Status status = UnlinkShmObject(segment.second);
+      if (!status.ok()) spdlog::warn("host backend: {}", status.ToString());
+    }
+    device->segments.clear();
+  }
+}
+
+const DeviceInfo& HostBackend::device_info(DeviceIndex device) const {
+  assert(device.value() >= 0 && device.value() < device_count());
+  return devices_[device.value()]->info;
+}
+
+uint64_t HostBackend::FreeMemory(DeviceIndex device) const {
+  if (device.value() < 0 || device.value() >= device_count()) return 0;
+  const Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  return d.info.total_memory - d.used;
+}
+
+absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
+  if (size == 0 || size % kSizeGranularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host device ", device.value(), ": segment size ", size,
+        " bytes must be a positive multiple of ", kSizeGranularity));
+  }
+  Device& d = *devices_[device.value()];
+  const uint64_t span = AlignUp(size);
+  uint64_t address = 0;
+  uint64_t serial = 0;
+  {
+    absl::MutexLock lock(&d.mu);
+    const uint64_t total = d.info.total_memory;
+    if (size > total - d.used) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "host device %d: cannot allocate %d bytes: %d of %d bytes free", device.value(), size,
+          total - d.used, total));
+    }
+    // First fit in address order: the lowest free address is reused first.
+    auto it = d.free_ranges.begin();
+    while (it != d.free_ranges.end() && it->second < span) ++it;
+    if (it == d.free_ranges.end()) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "host device %d: cannot allocate %d bytes: no contiguous %d-byte address range left "
+          "in the emulated address space (release segments)",
+          device.value(), size, span));
+    }
+    address = it->first;
+    const uint64_t remaining = it->second - span;
+    d.free_ranges.erase(it);
+    if (remaining > 0) d.free_ranges.emplace(address + span, remaining);
+    d.used += size;
+    serial = d.next_serial++;
+  }
+
+  // The object is created outside the lock (ftruncate may take a while); the
+  // reservation above keeps the address and the bytes ours meanwhile.
+  std::string name =
+      absl::StrCat(name_stem_, "-d", device.value(), "-", serial, "-", RandomHex(8));
+  absl::Status status = CreateShmObject(name, size);
+  absl::MutexLock lock(&d.mu);
+  if (!status.ok()) {
+    d.used -= size;
+    InsertFreeRange(d.free_ranges, address, span);
+    return status;
+  }
+  d.segments.emplace(address, std::make_pair(size, name));
+  BackendSegment segment;
+  segment.address = address;
+  segment.size = size;
+  segment.handle = SegmentHandle{SegmentHandle::Kind::kHostShm, std::move(name)};
+  return segment;
+}
+
+absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  auto it = d.segments.find(address);
+  if (it == d.segments.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "host device %d: no segment at address 0x%x", device.value(), address));
+  }
+  const auto [size, name] = std::move(it->second);
+  d.segments.erase(it);
+  d.used -= size;
+  InsertFreeRange(d.free_ranges, address, AlignUp(size));
+  // The range is returned even when unlinking fails: the daemon no longer
+  // knows the object, so keeping the bytes would only leak the accounting.
+  return UnlinkShmObject(name);
+}
+
+absl::Status HostBackend::Synchronize(DeviceIndex device) {
+  // No work is ever queued on a host device yet, so there is nothing to wait for.
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
+  return absl::OkStatus();
+}
+
+}  // namespace gpumux

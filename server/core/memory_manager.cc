@@ -1,0 +1,356 @@
+#include "server/core/memory_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/random_hex.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+namespace {
+
+constexpr absl::string_view kTokenPrefix = "gpumux-share-";
+constexpr int kTokenRandomBytes = 16;
+
+absl::Status NotFound(AllocationId id) {
+  return absl::NotFoundError(absl::StrCat("allocation ", id.value(),
+                                          " not found: it is not a live allocation of this session"));
+}
+
+absl::Status SessionGone(SessionId session) {
+  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
+}
+
+}  // namespace
+
+MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions)
+    : backend_(backend),
+      sessions_(sessions),
+      allocator_(backend, options,
+                 [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }) {}
+
+MemoryManager::~MemoryManager() = default;
+
+absl::Status MemoryManager::CheckDevice(DeviceIndex device) const {
+  int count = allocator_.device_count();
+  if (device.value() < 0 || device.value() >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device.value(), " is out of range: this daemon has ",
+                                                   count, count == 1 ? " device (0)" : " devices (0..",
+                                                   count == 1 ? "" : absl::StrCat(count - 1, ")")));
+  }
+  return absl::OkStatus();
+}
+
+void MemoryManager::AddSession(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  books_[session].imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
+}
+
+absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, DeviceIndex device, StreamId stream,
+                                                       uint64_t size, bool shareable,
+                                                       absl::Span<const AllocationId> frees) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (stream.value() != 0) {
+    return absl::NotFoundError(absl::StrCat("stream ", stream.value(),
+                                            " not found: this session has only its default stream 0"));
+  }
+  if (!frees.empty()) {
+    absl::MutexLock lock(&mu_);
+    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees));
+  }
+  // The allocator has its own per-device lock; mu_ is not held across it so
+  // sessions allocating on different devices do not wait for each other.
+  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result, allocator_.Allocate(device, session, stream, size, shareable));
+  AllocationView view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!books_.contains(session)) {
+      // The session ended while we allocated: nobody will free this.
+      allocator_.Free(device, result.address);
+      allocator_.RemoveClient(session);
+      return SessionGone(session);
+    }
+    auto block = std::make_unique<Block>();
+    block->view = AllocationView{AllocationId(0),
+                                 device,
+                                 result.requested_size,
+                                 result.size,
+                                 result.address,
+                                 result.segment_id,
+                                 result.segment_size,
+                                 result.address - result.segment_address,
+                                 std::move(result.segment_handle)};
+    block->shareable = shareable;
+    block->charged = session;
+    view = AddReferenceLocked(session, block.release(), /*imported=*/false);
+  }
+  Subscribe(session, device, view.segment_id);
+  return view;
+}
+
+AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block, bool imported) {
+  AllocationId id(next_allocation_id_++);
+  block->refs.push_back(id);
+  refs_.emplace(id, Reference{session, block, imported});
+  SessionBooks& books = books_[session];
+  books.ids.insert(id);
+  if (imported) books.imported_bytes[static_cast<size_t>(block->view.device.value())] += block->view.size;
+  AllocationView view = block->view;
+  view.id = id;
+  return view;
+}
+
+absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids) {
+  absl::MutexLock lock(&mu_);
+  return FreeLocked(session, ids);
+}
+
+absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const AllocationId> ids) {
+  auto books = books_.find(session);
+  if (books == books_.end()) return SessionGone(session);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!books->second.ids.contains(ids[i])) return NotFound(ids[i]);
+    for (size_t j = 0; j < i; ++j) {
+      if (ids[j] == ids[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("allocation ", ids[i].value(), " is named twice in one free request"));
+      }
+    }
+  }
+  for (AllocationId id : ids) DropReferenceLocked(id, nullptr);
+  return absl::OkStatus();
+}
+
+void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary) {
+  auto it = refs_.find(id);
+  Reference ref = it->second;
+  refs_.erase(it);
+  Block* block = ref.block;
+  const size_t device_slot = static_cast<size_t>(block->view.device.value());
+  SessionBooks& books = books_[ref.session];
+  books.ids.erase(id);
+  if (ref.imported) books.imported_bytes[device_slot] -= block->view.size;
+  block->refs.erase(std::find(block->refs.begin(), block->refs.end(), id));
+
+  if (block->refs.empty()) {
+    if (summary != nullptr) {
+      if (ref.imported) {
+        ++summary->imports_dropped;
+      } else {
+        ++summary->allocations;
+        summary->allocated_bytes += block->view.size;
+      }
+    }
+    for (const std::string& token : block->tokens) {
+      unused_tokens_.erase(token);
+      used_tokens_.erase(token);
+    }
+    allocator_.Free(block->view.device, block->view.address);
+    delete block;
+    return;
+  }
+  if (summary != nullptr && ref.imported) ++summary->imports_dropped;
+  if (block->charged == ref.session) {
+    if (summary != nullptr) {
+      ++summary->handed_over;
+      summary->handed_over_bytes += block->view.segment_size;
+    }
+    // The charged holder left; the oldest remaining reference takes over the
+    // block and stops counting it as imported.
+    Reference& heir = refs_.at(block->refs.front());
+    if (heir.imported) {
+      heir.imported = false;
+      books_[heir.session].imported_bytes[device_slot] -= block->view.size;
+    }
+    block->charged = heir.session;
+    allocator_.Recharge(block->view.device, block->view.address, heir.session);
+  }
+}
+
+absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = refs_.find(id);
+  if (it == refs_.end() || it->second.session != session) return NotFound(id);
+  Block* block = it->second.block;
+  if (!block->shareable) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allocation ", id.value(),
+        " is not shareable: its segment may hold other allocations; allocate it with shareable=true to share it"));
+  }
+  std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
+  block->tokens.push_back(token);
+  unused_tokens_.emplace(token, block);
+  return token;
+}
+
+absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::string_view token) {
+  if (!absl::StartsWith(token, kTokenPrefix) ||
+      !IsLowerHex(std::string(token.substr(kTokenPrefix.size())), 2 * kTokenRandomBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed share token (", token.size(),
+                                                   " bytes): expected the string Share returned"));
+  }
+  AllocationView view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!books_.contains(session)) return SessionGone(session);
+    std::string key(token);
+    auto it = unused_tokens_.find(key);
+    if (it == unused_tokens_.end()) {
+      if (used_tokens_.contains(key)) {
+        return absl::FailedPreconditionError(
+            "share token was already used: tokens are single-use; ask the owner to Share again");
+      }
+      return absl::NotFoundError("share token not found: it was never issued or its allocation was freed");
+    }
+    Block* block = it->second;
+    unused_tokens_.erase(it);
+    used_tokens_.emplace(std::move(key), block);
+    view = AddReferenceLocked(session, block, /*imported=*/true);
+  }
+  Subscribe(session, view.device, view.segment_id);
+  return view;
+}
+
+ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
+  ReleaseSummary summary;
+  // Segments this session leaves behind: all charged to it before the frees,
+  // less whatever stays charged (handed over to importers) afterwards.
+  std::vector<DeviceStats> before;
+  for (int d = 0; d < allocator_.device_count(); ++d) {
+    before.push_back(allocator_.GetClientStats(DeviceIndex(d), session));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto books = books_.find(session);
+    if (books != books_.end()) {
+      std::vector<AllocationId> ids(books->second.ids.begin(), books->second.ids.end());
+      std::sort(ids.begin(), ids.end());
+      for (AllocationId id : ids) DropReferenceLocked(id, &summary);
+      books_.erase(session);
+    }
+  }
+  // Everything charged to the session goes back to the backend, except the
+  // segments of shared allocations handed over to their importers.
+  for (const DeviceStats& stats : before) {
+    summary.segments += static_cast<uint64_t>(stats.segment[kAggregate].current);
+    summary.reserved_bytes += static_cast<uint64_t>(stats.reserved_bytes[kAggregate].current);
+  }
+  summary.segments -= summary.handed_over;
+  summary.reserved_bytes -= summary.handed_over_bytes;
+  allocator_.RemoveClient(session);
+  return summary;
+}
+
+absl::StatusOr<EmptyCacheResult> MemoryManager::EmptyCache(SessionId session, std::optional<DeviceIndex> device,
+                                                           bool all_sessions) {
+  if (device.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDevice(*device));
+  return allocator_.EmptyCache(device, all_sessions ? std::nullopt : std::optional<ClientId>(session));
+}
+
+absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, DeviceIndex device,
+                                                       const MemoryLimit& limit) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  uint64_t bytes = 0;
+  switch (limit.kind) {
+    case MemoryLimit::Kind::kFraction:
+      if (!(limit.fraction >= 0 && limit.fraction <= 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Invalid fraction value: ", limit.fraction, ". Allowed range: 0~1"));
+      }
+      // PyTorch: allowed_memory_maximum = fraction * total. A fraction of 0
+      // allows nothing, so it must not read as "no limit".
+      bytes = static_cast<uint64_t>(limit.fraction *
+                                    static_cast<double>(backend_->device_info(device).total_memory));
+      if (bytes == 0) bytes = 1;
+      break;
+    case MemoryLimit::Kind::kBytes:
+      if (limit.bytes == 0) {
+        return absl::InvalidArgumentError("a byte limit must be positive; set unlimited to remove the limit");
+      }
+      bytes = limit.bytes;
+      break;
+    case MemoryLimit::Kind::kUnlimited:
+      break;
+  }
+  allocator_.SetMemoryLimit(device, session, bytes);
+  return bytes;
+}
+
+absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device, std::optional<SessionId> session) const {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (!session.has_value()) return allocator_.GetStats(device);
+  if (!sessions_->IsOpen(*session)) {
+    return absl::NotFoundError(absl::StrCat("session ", session->value(), " not found"));
+  }
+  return allocator_.GetClientStats(device, *session);
+}
+
+absl::Status MemoryManager::ResetPeakStats(SessionId session, DeviceIndex device) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  allocator_.ResetPeakStats(device, session);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryManager::ResetAccumulatedStats(SessionId session, DeviceIndex device) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  allocator_.ResetAccumulatedStats(device, session);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SegmentSnapshot>> MemoryManager::Snapshot(std::optional<DeviceIndex> device,
+                                                                     std::optional<SessionId> session) const {
+  if (device.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDevice(*device));
+  if (session.has_value() && !sessions_->IsOpen(*session)) {
+    return absl::NotFoundError(absl::StrCat("session ", session->value(), " not found"));
+  }
+  return allocator_.Snapshot(device, session);
+}
+
+std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
+  std::vector<uint64_t> imported;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = books_.find(session);
+    if (it != books_.end()) imported = it->second.imported_bytes;
+  }
+  std::vector<SessionDeviceUsage> out;
+  for (int d = 0; d < allocator_.device_count(); ++d) {
+    DeviceIndex device(d);
+    DeviceStats stats = allocator_.GetClientStats(device, session);
+    SessionDeviceUsage usage;
+    usage.device = device;
+    usage.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
+    usage.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].current);
+    usage.allocations = static_cast<uint64_t>(stats.allocation[kAggregate].current);
+    usage.imported_bytes = static_cast<size_t>(d) < imported.size() ? imported[static_cast<size_t>(d)] : 0;
+    usage.limit_bytes = allocator_.GetMemoryLimit(device, session);
+    out.push_back(usage);
+  }
+  return out;
+}
+
+void MemoryManager::Subscribe(SessionId session, DeviceIndex device, SegmentId segment) {
+  absl::MutexLock lock(&subscribers_mu_);
+  auto& list = subscribers_[{device.value(), segment.value()}];
+  for (SessionId s : list) {
+    if (s == session) return;
+  }
+  list.push_back(session);
+}
+
+void MemoryManager::OnSegmentReleased(DeviceIndex device, SegmentId segment) {
+  absl::InlinedVector<SessionId, 2> list;
+  {
+    absl::MutexLock lock(&subscribers_mu_);
+    auto it = subscribers_.find({device.value(), segment.value()});
+    if (it == subscribers_.end()) return;
+    list = std::move(it->second);
+    subscribers_.erase(it);
+  }
+  for (SessionId session : list) sessions_->NotifySegmentReleased(session, device, segment);
+}
+
+}  // namespace gpumux

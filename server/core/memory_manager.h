@@ -1,0 +1,170 @@
+#pragma once
+
+// MemoryManager: device memory as sessions see it. It owns the caching
+// allocator and keeps the books above it: which session holds which
+// allocation id, shared allocations and their single-use share tokens,
+// imports, per-session limits, and which sessions were handed which segment
+// (so they are told to unmap it when it is released). Ids of one session are
+// invisible to others: naming them is NOT_FOUND, as for ids never issued.
+// Thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/ids.h"
+#include "common/memory_stats.h"
+#include "server/allocator/caching_allocator.h"
+#include "server/backend/device_backend.h"
+#include "server/core/session_registry.h"
+
+namespace gpumux {
+
+// An allocation as its session sees it.
+struct AllocationView {
+  AllocationId id;
+  DeviceIndex device;
+  uint64_t requested_size = 0;
+  uint64_t size = 0;  // rounded block size
+  uint64_t address = 0;
+  SegmentId segment_id;
+  uint64_t segment_size = 0;
+  uint64_t offset = 0;  // address - segment address
+  SegmentHandle segment_handle;
+};
+
+// One of fraction, bytes or unlimited, like SetMemoryLimitRequest.
+struct MemoryLimit {
+  enum class Kind { kFraction, kBytes, kUnlimited };
+  Kind kind = Kind::kUnlimited;
+  double fraction = 0;
+  uint64_t bytes = 0;
+};
+
+struct SessionDeviceUsage {
+  DeviceIndex device;
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t allocations = 0;
+  uint64_t imported_bytes = 0;
+  uint64_t limit_bytes = 0;
+};
+
+// What ReleaseSession reclaimed, for its one log line.
+struct ReleaseSummary {
+  uint64_t allocations = 0;        // own allocations freed
+  uint64_t allocated_bytes = 0;
+  uint64_t segments = 0;           // segments returned to the backend
+  uint64_t reserved_bytes = 0;
+  uint64_t imports_dropped = 0;    // references to other sessions' memory
+  uint64_t handed_over = 0;        // shared allocations now charged to an importer
+  uint64_t handed_over_bytes = 0;  // their (dedicated) segments' bytes
+};
+
+class MemoryManager {
+ public:
+  // `backend` and `sessions` must outlive the manager.
+  MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions);
+  ~MemoryManager();
+
+  // Starts the books for an open session.
+  void AddSession(SessionId session);
+  // Frees everything the session holds and returns its cached segments.
+  // Shared allocations others imported stay alive, charged to an importer.
+  ReleaseSummary ReleaseSession(SessionId session);
+
+  // INVALID_ARGUMENT naming the valid range when `device` is out of range.
+  absl::Status CheckDevice(DeviceIndex device) const;
+
+  // Frees `frees` (as Free) and then allocates. Errors as Free, plus:
+  // INVALID_ARGUMENT for a bad device or size; NOT_FOUND for a stream the
+  // session does not have; RESOURCE_EXHAUSTED when the memory is not there.
+  absl::StatusOr<AllocationView> Allocate(SessionId session, DeviceIndex device, StreamId stream,
+                                          uint64_t size, bool shareable,
+                                          absl::Span<const AllocationId> frees = {});
+  // Checks every id, then frees them all: NOT_FOUND for an id that is not a
+  // live allocation of this session, INVALID_ARGUMENT for an id named twice.
+  absl::Status Free(SessionId session, absl::Span<const AllocationId> ids);
+
+  // A single-use token another session imports the allocation with.
+  // FAILED_PRECONDITION unless it was allocated shareable.
+  absl::StatusOr<std::string> Share(SessionId session, AllocationId id);
+  // INVALID_ARGUMENT for a malformed token, NOT_FOUND for one never issued
+  // or whose allocation is gone, FAILED_PRECONDITION for one already used.
+  absl::StatusOr<AllocationView> Import(SessionId session, absl::string_view token);
+
+  // Returns cached segments of the session, or of all sessions, to the backend.
+  absl::StatusOr<EmptyCacheResult> EmptyCache(SessionId session, std::optional<DeviceIndex> device,
+                                               bool all_sessions);
+
+  // Returns the limit in bytes (0: none). INVALID_ARGUMENT for a fraction
+  // outside [0, 1] with PyTorch's message.
+  absl::StatusOr<uint64_t> SetMemoryLimit(SessionId session, DeviceIndex device, const MemoryLimit& limit);
+
+  // Device-wide stats, or one session's (NOT_FOUND when it is not open).
+  absl::StatusOr<DeviceStats> GetStats(DeviceIndex device, std::optional<SessionId> session) const;
+  absl::Status ResetPeakStats(SessionId session, DeviceIndex device);
+  absl::Status ResetAccumulatedStats(SessionId session, DeviceIndex device);
+  absl::StatusOr<std::vector<SegmentSnapshot>> Snapshot(std::optional<DeviceIndex> device,
+                                                        std::optional<SessionId> session) const;
+  // Per device figures for the session list.
+  std::vector<SessionDeviceUsage> Usage(SessionId session) const;
+
+  int device_count() const { return allocator_.device_count(); }
+  const CachingAllocator& allocator() const { return allocator_; }
+
+ private:
+  // One allocator block, referenced by one or more allocation ids.
+  struct Block {
+    AllocationView view;          // as first handed out (id: the owner's)
+    bool shareable = false;
+    SessionId charged;            // whose stats carry it
+    absl::InlinedVector<AllocationId, 1> refs;
+    std::vector<std::string> tokens;  // issued for it, used or not
+  };
+  struct Reference {
+    SessionId session;
+    Block* block = nullptr;
+    bool imported = false;
+  };
+  struct SessionBooks {
+    absl::flat_hash_set<AllocationId> ids;
+    std::vector<uint64_t> imported_bytes;  // per device
+  };
+
+  absl::Status FreeLocked(SessionId session, absl::Span<const AllocationId> ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropReferenceLocked(AllocationId id, ReleaseSummary* summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AllocationView AddReferenceLocked(SessionId session, Block* block, bool imported)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Subscribe(SessionId session, DeviceIndex device, SegmentId segment);
+  void OnSegmentReleased(DeviceIndex device, SegmentId segment);
+
+  DeviceBackend* backend_;
+  SessionRegistry* sessions_;
+  CachingAllocator allocator_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_allocation_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<AllocationId, Reference> refs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SessionId, SessionBooks> books_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Block*> unused_tokens_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Block*> used_tokens_ ABSL_GUARDED_BY(mu_);
+
+  // Sessions handed each segment's handle. Taken after mu_ when both are held.
+  absl::Mutex subscribers_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  absl::flat_hash_map<std::pair<int32_t, uint64_t>, absl::InlinedVector<SessionId, 2>> subscribers_
+      ABSL_GUARDED_BY(subscribers_mu_);
+};
+
+}  // namespace gpumux

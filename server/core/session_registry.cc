@@ -1,0 +1,133 @@
+#include "server/core/session_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/random_hex.h"
+
+namespace gpumux {
+namespace {
+
+constexpr size_t kMaxFieldBytes = 256;
+constexpr size_t kMaxLabels = 64;
+constexpr size_t kSecretBytes = 16;
+
+absl::Status CheckField(absl::string_view what, absl::string_view value) {
+  if (value.size() > kMaxFieldBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", value.size(), " bytes; at most ", kMaxFieldBytes, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+// Compares without an early exit so the time taken does not reveal how many
+// leading characters of a guessed secret were right.
+bool SecretsEqual(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::shared_ptr<NoticeSink> sink) {
+  if (absl::Status s = CheckField("client name", info.client_name); !s.ok()) return s;
+  if (absl::Status s = CheckField("tenant", info.tenant); !s.ok()) return s;
+  if (info.labels.size() > kMaxLabels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(info.labels.size(), " labels given; at most ", kMaxLabels, " are allowed"));
+  }
+  for (const auto& [key, value] : info.labels) {
+    if (key.empty()) return absl::InvalidArgumentError("label keys must not be empty");
+    if (absl::Status s = CheckField(absl::StrCat("label '", key.substr(0, 32), "'"), key + value); !s.ok()) {
+      return s;
+    }
+  }
+  OpenedSession opened;
+  opened.secret = RandomHex(kSecretBytes);
+  absl::MutexLock lock(&mu_);
+  info.id = SessionId(next_id_++);
+  if (info.tenant.empty()) info.tenant = absl::StrCat("session-", info.id.value());
+  info.opened = absl::Now();
+  opened.info = info;
+  sessions_.emplace(info.id, Entry{std::move(info), opened.secret, std::move(sink)});
+  return opened;
+}
+
+absl::StatusOr<SessionId> SessionRegistry::Authenticate(absl::string_view credentials) const {
+  size_t colon = credentials.find(':');
+  uint64_t id = 0;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(credentials.substr(0, colon), &id)) {
+    return absl::UnauthenticatedError(
+        "malformed gpumux-session metadata: expected \"<session id>:<secret>\" as returned by Session.Open");
+  }
+  absl::string_view secret = credentials.substr(colon + 1);
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(SessionId(id));
+  if (it == sessions_.end() || !SecretsEqual(it->second.secret, secret)) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "session ", id, " is not open or its secret does not match; open a session with Session.Open"));
+  }
+  return it->first;
+}
+
+std::optional<SessionInfo> SessionRegistry::Close(SessionId id) {
+  std::shared_ptr<NoticeSink> sink;  // released outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  SessionInfo info = std::move(it->second.info);
+  sink = std::move(it->second.sink);
+  sessions_.erase(it);
+  return info;
+}
+
+bool SessionRegistry::IsOpen(SessionId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return sessions_.contains(id);
+}
+
+std::optional<SessionInfo> SessionRegistry::Get(SessionId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.info;
+}
+
+std::vector<SessionInfo> SessionRegistry::List() const {
+  std::vector<SessionInfo> out;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    out.reserve(sessions_.size());
+    for (const auto& [id, entry] : sessions_) out.push_back(entry.info);
+  }
+  std::sort(out.begin(), out.end(), [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+  return out;
+}
+
+void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const {
+  std::shared_ptr<NoticeSink> sink;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    sink = it->second.sink;
+  }
+  if (sink != nullptr) sink->SegmentReleased(device, segment);
+}
+
+void SessionRegistry::TerminateAll(absl::string_view reason) const {
+  std::vector<std::shared_ptr<NoticeSink>> sinks;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [id, entry] : sessions_) sinks.push_back(entry.sink);
+  }
+  for (const auto& sink : sinks) {
+    if (sink != nullptr) sink->Terminate(reason);
+  }
+}
+
+}  // namespace gpumux

@@ -1,0 +1,78 @@
+#pragma once
+
+// SessionRegistry: the open sessions, their identities and secrets, and the
+// sink each one's notices go to. A session exists from Open until Close; the
+// rpc layer ties that to the life of the client's session stream.
+// Thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/ids.h"
+#include "server/core/notice_sink.h"
+
+namespace gpumux {
+
+struct SessionInfo {
+  SessionId id;
+  std::string client_name;
+  int64_t pid = 0;
+  // Never empty: a session opened without one is its own tenant "session-<id>".
+  std::string tenant;
+  std::map<std::string, std::string> labels;
+  absl::Time opened;
+};
+
+struct OpenedSession {
+  SessionInfo info;
+  std::string secret;  // 32 hex digits
+};
+
+class SessionRegistry {
+ public:
+  // Registers a session. `sink` receives its notices until Close.
+  // INVALID_ARGUMENT for a client name, tenant or label over 256 bytes or
+  // more than 64 labels.
+  absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
+
+  // Checks "<id>:<secret>" from request metadata. UNAUTHENTICATED when it is
+  // malformed, names no open session, or the secret does not match.
+  absl::StatusOr<SessionId> Authenticate(absl::string_view credentials) const;
+
+  // Removes the session; returns its info, or nullopt if it was not open.
+  std::optional<SessionInfo> Close(SessionId id);
+
+  bool IsOpen(SessionId id) const;
+  std::optional<SessionInfo> Get(SessionId id) const;
+  // Open sessions by id.
+  std::vector<SessionInfo> List() const;
+
+  // Delivers a notice to the session's sink; a closed session is skipped.
+  void NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const;
+
+  // Asks every open session's sink to end its session (daemon shutdown).
+  void TerminateAll(absl::string_view reason) const;
+
+ private:
+  struct Entry {
+    SessionInfo info;
+    std::string secret;
+    std::shared_ptr<NoticeSink> sink;
+  };
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<SessionId, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gpumux

@@ -1,0 +1,206 @@
+#include "server/daemon.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/byte_size.h"
+#include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/allocator/allocator_config.h"
+#include "server/backend/host/host_backend.h"
+#include "server/core/memory_manager.h"
+#include "server/core/session_lifecycle.h"
+#include "server/core/session_registry.h"
+#include "server/rpc/device_service.h"
+#include "server/rpc/memory_service.h"
+#include "server/rpc/observe_service.h"
+#include "server/rpc/session_service.h"
+#include "server/rpc/tcp_deny_service.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+constexpr const char* kServiceNames[] = {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
+                                         "gpumux.v1.Observe"};
+
+absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options) {
+  if (options.backend != "auto" && options.backend != "host" && options.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
+  }
+  if (options.backend == "cuda") {
+    return absl::FailedPreconditionError(
+        "the CUDA backend is not part of this build of gpumuxd; use --backend=host or auto");
+  }
+  HostBackend::Options host;
+  host.device_count = options.host_devices;
+  host.device_memory = options.host_device_memory;
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend, HostBackend::Create(host));
+  return std::unique_ptr<DeviceBackend>(std::move(backend));
+}
+
+// True when something accepts connections on the Unix socket at `path`.
+bool SocketIsLive(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+absl::Status PrepareSocketPath(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the socket path must not be empty");
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path '", path, "' is longer than ",
+                                                   sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+  }
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create socket directory '", parent.string(), "': ", ec.message()));
+  }
+  if (std::filesystem::exists(path, ec)) {
+    if (SocketIsLive(path)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("another daemon is serving ", path, "; stop it or pass another --socket"));
+    }
+    std::filesystem::remove(path, ec);  // stale socket from a daemon that died
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Daemon::State {
+  Options options;
+  std::unique_ptr<DeviceBackend> backend;
+  SessionRegistry sessions;
+  std::unique_ptr<MemoryManager> memory;
+  std::unique_ptr<SessionLifecycle> lifecycle;
+  // Services: one set per server (a service registers with one server only).
+  std::unique_ptr<SessionService> session_service;
+  std::unique_ptr<MemoryService> memory_service;
+  std::unique_ptr<DeviceService> device_service;
+  std::unique_ptr<ObserveService> observe_service;
+  std::unique_ptr<DeviceService> tcp_device_service;
+  std::unique_ptr<ObserveService> tcp_observe_service;
+  TcpDenyService tcp_deny_service;
+  std::unique_ptr<grpc::Server> unix_server;
+  std::unique_ptr<grpc::Server> tcp_server;
+  int tcp_port = 0;
+  absl::Mutex mu;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
+};
+
+Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Daemon::~Daemon() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
+  auto state = std::make_unique<State>();
+  state->options = options;
+  GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options, AllocatorOptions::Parse(options.allocator_conf));
+  GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options));
+  GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
+
+  State& s = *state;
+  s.memory = std::make_unique<MemoryManager>(s.backend.get(), allocator_options, &s.sessions);
+  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get());
+  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, std::string(s.backend->name()));
+  s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
+  s.device_service = std::make_unique<DeviceService>(s.backend.get());
+  s.observe_service = std::make_unique<ObserveService>(s.memory.get(), &s.sessions);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder unix_builder;
+  unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path), grpc::InsecureServerCredentials());
+  unix_builder.RegisterService(s.session_service.get());
+  unix_builder.RegisterService(s.memory_service.get());
+  unix_builder.RegisterService(s.device_service.get());
+  unix_builder.RegisterService(s.observe_service.get());
+  s.unix_server = unix_builder.BuildAndStart();
+  if (s.unix_server == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", options.socket_path));
+  }
+  if (chmod(options.socket_path.c_str(), 0660) != 0) {
+    spdlog::warn("chmod 0660 {}: {}", options.socket_path, std::strerror(errno));
+  }
+
+  if (!options.listen_address.empty()) {
+    s.tcp_device_service = std::make_unique<DeviceService>(s.backend.get());
+    s.tcp_observe_service = std::make_unique<ObserveService>(s.memory.get(), &s.sessions);
+    grpc::ServerBuilder tcp_builder;
+    tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s.tcp_port);
+    tcp_builder.RegisterService(s.tcp_device_service.get());
+    tcp_builder.RegisterService(s.tcp_observe_service.get());
+    tcp_builder.RegisterCallbackGenericService(&s.tcp_deny_service);
+    s.tcp_server = tcp_builder.BuildAndStart();
+    if (s.tcp_server == nullptr || s.tcp_port == 0) {
+      s.unix_server->Shutdown();
+      return absl::UnavailableError(absl::StrCat("cannot listen on TCP address ", options.listen_address));
+    }
+  }
+  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
+    if (server == nullptr) continue;
+    server->GetHealthCheckService()->SetServingStatus(true);
+    for (const char* name : kServiceNames) server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
+
+  spdlog::info("gpumuxd serving on unix://{}{}; backend {} with {} devices", options.socket_path,
+               options.listen_address.empty() ? "" : absl::StrCat(" and observe-only TCP port ", s.tcp_port),
+               s.backend->name(), s.backend->device_count());
+  for (int d = 0; d < s.backend->device_count(); ++d) {
+    const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));
+    spdlog::info("device {}: {} ({})", d, info.name, FormatTorchSize(info.total_memory));
+  }
+  return std::unique_ptr<Daemon>(new Daemon(std::move(state)));
+}
+
+void Daemon::Shutdown(int deadline_ms) {
+  {
+    absl::MutexLock lock(&state_->mu);
+    if (state_->shut_down) return;
+    state_->shut_down = true;
+  }
+  State& s = *state_;
+  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
+    if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
+  }
+  // Ends every session stream now (their clients see UNAVAILABLE); the rest of
+  // the in-flight calls get until the deadline.
+  s.sessions.TerminateAll("gpumuxd is shutting down");
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms);
+  if (s.tcp_server != nullptr) s.tcp_server->Shutdown(deadline);
+  s.unix_server->Shutdown(deadline);
+  s.unix_server->Wait();
+  // Any session whose stream did not report its end in time.
+  for (const SessionInfo& info : s.sessions.List()) s.lifecycle->Close(info.id, "daemon shutting down");
+  std::error_code ec;
+  std::filesystem::remove(s.options.socket_path, ec);
+  spdlog::info("gpumuxd stopped");
+}
+
+const std::string& Daemon::socket_path() const { return state_->options.socket_path; }
+int Daemon::tcp_port() const { return state_->tcp_port; }
+const DeviceBackend& Daemon::backend() const { return *state_->backend; }
+
+}  // namespace gpumux

@@ -1,0 +1,94 @@
+// gpumuxd: turns flags into Daemon::Options, runs the daemon until SIGTERM or
+// SIGINT, then shuts it down cleanly.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/byte_size.h"
+#include "common/default_address.h"
+#include "common/logging.h"
+#include "server/daemon.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(), "Unix socket to serve every service on");
+ABSL_FLAG(std::string, listen, "", "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
+ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
+ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
+ABSL_FLAG(std::string, host_device_memory, "8GiB", "memory of each emulated device (KiB/MiB/GiB/KB/MB/GB)");
+ABSL_FLAG(std::string, allocator_conf, "",
+          "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+
+namespace {
+
+// The documented spelling is --host-device-memory; Abseil flag names cannot
+// hold dashes, so "--a-b[=v]" is read as "--a_b[=v]" (values are untouched).
+std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.assign(argv, argv + argc);
+  std::vector<char*> out;
+  for (std::string& arg : storage) {
+    if (arg.rfind("--", 0) == 0) {
+      size_t end = std::min(arg.find('='), arg.size());
+      for (size_t i = 2; i < end; ++i) {
+        if (arg[i] == '-') arg[i] = '_';
+      }
+    }
+    out.push_back(arg.data());
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> arg_storage;
+  std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
+  argv = args.data();
+  absl::SetProgramUsageMessage("gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --listen, --backend, "
+                               "--host-devices, --host-device-memory, --allocator-conf, --log-level");
+  absl::ParseCommandLine(argc, argv);
+
+  if (absl::Status s = gpumux::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    std::fprintf(stderr, "gpumuxd: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<uint64_t> memory = gpumux::ParseByteSize(absl::GetFlag(FLAGS_host_device_memory));
+  if (!memory.ok()) {
+    std::fprintf(stderr, "gpumuxd: --host-device-memory: %s\n", std::string(memory.status().message()).c_str());
+    return 2;
+  }
+  gpumux::Daemon::Options options;
+  options.socket_path = absl::GetFlag(FLAGS_socket);
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.host_devices = absl::GetFlag(FLAGS_host_devices);
+  options.host_device_memory = *memory;
+  options.allocator_conf = absl::GetFlag(FLAGS_allocator_conf);
+
+  // Signals are taken synchronously by this thread; every thread the daemon
+  // starts inherits the blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<gpumux::Daemon>> daemon = gpumux::Daemon::Start(options);
+  if (!daemon.ok()) {
+    spdlog::critical("gpumuxd cannot start: {}", daemon.status().ToString());
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("received {}, shutting down", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*daemon)->Shutdown();
+  return 0;
+}

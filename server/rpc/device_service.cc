@@ -1,0 +1,70 @@
+#include "server/rpc/device_service.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/grpc_status.h"
+
+namespace gpumux {
+
+absl::Status DeviceService::CheckDevice(int32_t device) const {
+  int count = backend_->device_count();
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device, " is out of range: this daemon has ", count,
+                                                   count == 1 ? " device (0)" : " devices (0..",
+                                                   count == 1 ? "" : absl::StrCat(count - 1, ")")));
+  }
+  return absl::OkStatus();
+}
+
+void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out) const {
+  const DeviceInfo& info = backend_->device_info(device);
+  out->set_index(device.value());
+  out->set_name(info.name);
+  out->set_backend(std::string(backend_->name()));
+  out->set_total_memory(info.total_memory);
+  out->set_free_memory(backend_->FreeMemory(device));
+  out->set_major(info.major);
+  out->set_minor(info.minor);
+  out->set_multi_processor_count(info.multi_processor_count);
+}
+
+grpc::ServerUnaryReactor* DeviceService::GetDeviceCount(grpc::CallbackServerContext* context,
+                                                        const v1::GetDeviceCountRequest* /*request*/,
+                                                        v1::GetDeviceCountResponse* response) {
+  response->set_count(backend_->device_count());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DeviceService::ListDevices(grpc::CallbackServerContext* context,
+                                                     const v1::ListDevicesRequest* /*request*/,
+                                                     v1::ListDevicesResponse* response) {
+  for (int d = 0; d < backend_->device_count(); ++d) FillProperties(DeviceIndex(d), response->add_devices());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DeviceService::GetDeviceProperties(grpc::CallbackServerContext* context,
+                                                             const v1::GetDevicePropertiesRequest* request,
+                                                             v1::DeviceProperties* response) {
+  absl::Status status = CheckDevice(request->device());
+  if (status.ok()) FillProperties(DeviceIndex(request->device()), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DeviceService::Synchronize(grpc::CallbackServerContext* context,
+                                                     const v1::SynchronizeRequest* request,
+                                                     v1::SynchronizeResponse* /*response*/) {
+  absl::Status status = CheckDevice(request->device());
+  if (status.ok()) status = backend_->Synchronize(DeviceIndex(request->device()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace gpumux

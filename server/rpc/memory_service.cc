@@ -1,0 +1,160 @@
+#include "server/rpc/memory_service.h"
+
+#include <optional>
+#include <vector>
+
+#include "common/memory_summary.h"
+#include "common/status_macros.h"
+#include "server/rpc/grpc_status.h"
+#include "server/rpc/memory_proto.h"
+#include "server/rpc/session_auth.h"
+
+namespace gpumux {
+namespace {
+
+// Authenticates the call, runs `body(session)` and finishes with its status.
+template <typename Body>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
+                                Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  reactor->Finish(ToGrpcStatus(session.ok() ? body(*session) : session.status()));
+  return reactor;
+}
+
+std::vector<AllocationId> ToIds(const google::protobuf::RepeatedField<uint64_t>& ids) {
+  std::vector<AllocationId> out;
+  out.reserve(static_cast<size_t>(ids.size()));
+  for (uint64_t id : ids) out.emplace_back(id);
+  return out;
+}
+
+std::optional<DeviceIndex> OptionalDevice(bool has, int32_t device) {
+  return has ? std::optional<DeviceIndex>(DeviceIndex(device)) : std::nullopt;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* context,
+                                                  const v1::AllocateRequest* request,
+                                                  v1::AllocateResponse* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    std::vector<AllocationId> frees = ToIds(request->free_allocation_ids());
+    GPUMUX_ASSIGN_OR_RETURN(AllocationView view,
+                            memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
+                                              request->size(), request->shareable(), frees));
+    ToProto(view, response->mutable_allocation());
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
+                                              v1::FreeResponse* /*response*/) {
+  return Serve(context, *sessions_,
+               [&](SessionId session) { return memory_->Free(session, ToIds(request->allocation_ids())); });
+}
+
+grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext* context,
+                                                    const v1::EmptyCacheRequest* request,
+                                                    v1::EmptyCacheResponse* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(EmptyCacheResult result,
+                            memory_->EmptyCache(session, OptionalDevice(!request->all_devices(), request->device()),
+                                                request->all_sessions()));
+    response->set_released_bytes(result.released_bytes);
+    response->set_released_segments(result.released_segments);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::GetStats(grpc::CallbackServerContext* context,
+                                                  const v1::GetStatsRequest* request, v1::MemoryStats* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
+    ToProto(stats, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::ResetPeakStats(grpc::CallbackServerContext* context,
+                                                        const v1::ResetStatsRequest* request,
+                                                        v1::ResetStatsResponse* /*response*/) {
+  return Serve(context, *sessions_, [&](SessionId session) {
+    return memory_->ResetPeakStats(session, DeviceIndex(request->device()));
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::ResetAccumulatedStats(grpc::CallbackServerContext* context,
+                                                               const v1::ResetStatsRequest* request,
+                                                               v1::ResetStatsResponse* /*response*/) {
+  return Serve(context, *sessions_, [&](SessionId session) {
+    return memory_->ResetAccumulatedStats(session, DeviceIndex(request->device()));
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::GetSummary(grpc::CallbackServerContext* context,
+                                                    const v1::GetSummaryRequest* request,
+                                                    v1::MemorySummary* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
+    response->set_text(FormatMemorySummary(stats, request->device(), request->abbreviated()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::GetSnapshot(grpc::CallbackServerContext* context,
+                                                     const v1::GetSnapshotRequest* request,
+                                                     v1::MemorySnapshot* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentSnapshot> segments,
+                            memory_->Snapshot(OptionalDevice(!request->all_devices(), request->device()), session));
+    ToProto(segments, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::SetMemoryLimit(grpc::CallbackServerContext* context,
+                                                        const v1::SetMemoryLimitRequest* request,
+                                                        v1::SetMemoryLimitResponse* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    MemoryLimit limit;
+    switch (request->limit_case()) {
+      case v1::SetMemoryLimitRequest::kFraction:
+        limit.kind = MemoryLimit::Kind::kFraction;
+        limit.fraction = request->fraction();
+        break;
+      case v1::SetMemoryLimitRequest::kBytes:
+        limit.kind = MemoryLimit::Kind::kBytes;
+        limit.bytes = request->bytes();
+        break;
+      case v1::SetMemoryLimitRequest::kUnlimited:
+        limit.kind = MemoryLimit::Kind::kUnlimited;
+        break;
+      case v1::SetMemoryLimitRequest::LIMIT_NOT_SET:
+        return absl::InvalidArgumentError("set one of fraction, bytes or unlimited");
+    }
+    GPUMUX_ASSIGN_OR_RETURN(uint64_t bytes, memory_->SetMemoryLimit(session, DeviceIndex(request->device()), limit));
+    response->set_limit_bytes(bytes);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::Share(grpc::CallbackServerContext* context,
+                                               const v1::ShareRequest* request, v1::ShareResponse* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(std::string token, memory_->Share(session, AllocationId(request->allocation_id())));
+    response->set_token(std::move(token));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::Import(grpc::CallbackServerContext* context,
+                                                const v1::ImportRequest* request, v1::ImportResponse* response) {
+  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory_->Import(session, request->token()));
+    ToProto(view, response->mutable_allocation());
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace gpumux

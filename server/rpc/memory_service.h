@@ -1,0 +1,49 @@
+#pragma once
+
+// gpumux.v1.Memory: a thin adapter from the wire to MemoryManager. Every call
+// authenticates its session first; conversion lives in memory_proto.h.
+
+#include "gpumux/v1/memory.grpc.pb.h"
+#include "server/core/memory_manager.h"
+#include "server/core/session_registry.h"
+
+namespace gpumux {
+
+class MemoryService final : public v1::Memory::CallbackService {
+ public:
+  // Both must outlive the service.
+  MemoryService(MemoryManager* memory, const SessionRegistry* sessions) : memory_(memory), sessions_(sessions) {}
+
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context, const v1::AllocateRequest* request,
+                                     v1::AllocateResponse* response) override;
+  grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
+                                 v1::FreeResponse* response) override;
+  grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context, const v1::EmptyCacheRequest* request,
+                                       v1::EmptyCacheResponse* response) override;
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+                                     v1::MemoryStats* response) override;
+  grpc::ServerUnaryReactor* ResetPeakStats(grpc::CallbackServerContext* context,
+                                           const v1::ResetStatsRequest* request,
+                                           v1::ResetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* ResetAccumulatedStats(grpc::CallbackServerContext* context,
+                                                  const v1::ResetStatsRequest* request,
+                                                  v1::ResetStatsResponse* response) override;
+  grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* context, const v1::GetSummaryRequest* request,
+                                       v1::MemorySummary* response) override;
+  grpc::ServerUnaryReactor* GetSnapshot(grpc::CallbackServerContext* context,
+                                        const v1::GetSnapshotRequest* request,
+                                        v1::MemorySnapshot* response) override;
+  grpc::ServerUnaryReactor* SetMemoryLimit(grpc::CallbackServerContext* context,
+                                           const v1::SetMemoryLimitRequest* request,
+                                           v1::SetMemoryLimitResponse* response) override;
+  grpc::ServerUnaryReactor* Share(grpc::CallbackServerContext* context, const v1::ShareRequest* request,
+                                  v1::ShareResponse* response) override;
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context, const v1::ImportRequest* request,
+                                   v1::ImportResponse* response) override;
+
+ private:
+  MemoryManager* memory_;
+  const SessionRegistry* sessions_;
+};
+
+}  // namespace gpumux

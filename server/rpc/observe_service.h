@@ -1,0 +1,36 @@
+#pragma once
+
+// gpumux.v1.Observe: the read-only operator view of sessions and memory,
+// device-wide or per session. Needs no session; served over TCP too.
+
+#include "gpumux/v1/observe.grpc.pb.h"
+#include "server/core/memory_manager.h"
+#include "server/core/session_registry.h"
+
+namespace gpumux {
+
+class ObserveService final : public v1::Observe::CallbackService {
+ public:
+  // Both must outlive the service.
+  ObserveService(const MemoryManager* memory, const SessionRegistry* sessions)
+      : memory_(memory), sessions_(sessions) {}
+
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* GetMemoryStats(grpc::CallbackServerContext* context,
+                                           const v1::ObserveStatsRequest* request,
+                                           v1::MemoryStats* response) override;
+  grpc::ServerUnaryReactor* GetMemorySummary(grpc::CallbackServerContext* context,
+                                             const v1::ObserveSummaryRequest* request,
+                                             v1::MemorySummary* response) override;
+  grpc::ServerUnaryReactor* GetMemorySnapshot(grpc::CallbackServerContext* context,
+                                              const v1::ObserveSnapshotRequest* request,
+                                              v1::MemorySnapshot* response) override;
+
+ private:
+  const MemoryManager* memory_;
+  const SessionRegistry* sessions_;
+};
+
+}  // namespace gpumux

@@ -1,0 +1,196 @@
+#include "server/rpc/session_service.h"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/notice_sink.h"
+#include "server/rpc/grpc_status.h"
+#include "server/rpc/session_auth.h"
+
+namespace gpumux {
+namespace {
+
+constexpr char kDaemonVersion[] = "0.1.0";
+
+// Queues server messages on one stream: one write in flight at a time, as
+// gRPC requires; Finish waits for the write in flight.
+class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
+                             public std::enable_shared_from_this<SessionReactor> {
+ public:
+  SessionReactor(SessionLifecycle* lifecycle, std::string backend_name)
+      : lifecycle_(lifecycle), backend_name_(std::move(backend_name)) {}
+
+  void Begin(std::shared_ptr<SessionReactor> self) {
+    self_ = std::move(self);
+    StartRead(&request_);
+  }
+
+  // Called by the notice sink from any thread.
+  void Send(v1::SessionServerMessage message) {
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    queue_.push_back(std::move(message));
+    if (!writing_) StartNextWriteLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Half-close by the client or a broken stream: the session's life ends.
+      EndSession("client closed the session stream", grpc::Status::OK);
+      return;
+    }
+    if (HasSession()) {
+      EndSession("protocol error",
+                 grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "the session is already open; the stream takes no further messages"));
+      return;
+    }
+    if (!request_.has_open()) {
+      EndSession("protocol error", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                "the first message on a session stream must be `open`"));
+      return;
+    }
+    const v1::OpenSessionRequest& open = request_.open();
+    SessionInfo info;
+    info.client_name = open.client_name();
+    info.pid = open.pid();
+    info.tenant = open.tenant();
+    info.labels.insert(open.labels().begin(), open.labels().end());
+    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(std::move(info), std::make_shared<Sink>(self_));
+    if (!opened.ok()) {
+      EndSession("open refused", ToGrpcStatus(opened.status()));
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      session_ = opened->info.id;
+    }
+    v1::SessionServerMessage reply;
+    v1::SessionOpened* msg = reply.mutable_opened();
+    msg->set_session_id(opened->info.id.value());
+    msg->set_secret(opened->secret);
+    msg->set_tenant(opened->info.tenant);
+    msg->set_backend(backend_name_);
+    msg->set_daemon_version(kDaemonVersion);
+    Send(std::move(reply));
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      queue_.clear();
+    } else if (!queue_.empty()) {
+      queue_.pop_front();
+    }
+    if (finishing_) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(finish_status_);
+      }
+      return;
+    }
+    if (!queue_.empty()) StartNextWriteLocked();
+  }
+
+  void OnCancel() override { EndSession("session stream cancelled (client gone)", grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    CloseSessionOnce("session stream done");
+    self_.reset();  // may delete this
+  }
+
+ private:
+  class Sink final : public NoticeSink {
+   public:
+    explicit Sink(std::weak_ptr<SessionReactor> reactor) : reactor_(std::move(reactor)) {}
+    void SegmentReleased(DeviceIndex device, SegmentId segment) override {
+      if (auto reactor = reactor_.lock()) {
+        v1::SessionServerMessage msg;
+        msg.mutable_segment_released()->set_device(device.value());
+        msg.mutable_segment_released()->set_segment_id(segment.value());
+        reactor->Send(std::move(msg));
+      }
+    }
+    void Terminate(absl::string_view reason) override {
+      if (auto reactor = reactor_.lock()) {
+        reactor->EndSession(reason, grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(reason)));
+      }
+    }
+
+   private:
+    std::weak_ptr<SessionReactor> reactor_;
+  };
+
+  bool HasSession() {
+    absl::MutexLock lock(&mu_);
+    return session_.has_value();
+  }
+
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+
+  void CloseSessionOnce(absl::string_view reason) {
+    std::optional<SessionId> session;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      closed_ = true;
+      session = session_;
+    }
+    if (session.has_value()) lifecycle_->Close(*session, reason);
+  }
+
+  void EndSession(absl::string_view reason, grpc::Status status) {
+    CloseSessionOnce(reason);
+    absl::MutexLock lock(&mu_);
+    if (finishing_) return;
+    finishing_ = true;
+    finish_status_ = std::move(status);
+    if (!writing_) {
+      finished_ = true;
+      Finish(finish_status_);
+    }
+  }
+
+  SessionLifecycle* lifecycle_;
+  std::string backend_name_;
+  std::shared_ptr<SessionReactor> self_;  // keeps this alive until OnDone
+  v1::SessionClientMessage request_;
+  absl::Mutex mu_;
+  std::optional<SessionId> session_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::SessionServerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* SessionService::Open(
+    grpc::CallbackServerContext* /*context*/) {
+  auto reactor = std::make_shared<SessionReactor>(lifecycle_, backend_name_);
+  SessionReactor* raw = reactor.get();
+  raw->Begin(std::move(reactor));
+  return raw;
+}
+
+grpc::ServerUnaryReactor* SessionService::Ping(grpc::CallbackServerContext* context,
+                                               const v1::PingRequest* /*request*/, v1::PingResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
+  if (session.ok()) response->set_session_id(session->value());
+  reactor->Finish(ToGrpcStatus(session.status()));
+  return reactor;
+}
+
+}  // namespace gpumux

@@ -1,0 +1,31 @@
+#pragma once
+
+// gpumux.v1.Session: the long-lived Open stream that is a session's life, and
+// Ping. One reactor per stream; when the stream ends for any reason (the
+// client half-closes, crashes or is killed, or the server shuts down) the
+// session is closed and everything it held is released.
+
+#include "gpumux/v1/session.grpc.pb.h"
+#include "server/core/session_lifecycle.h"
+#include "server/core/session_registry.h"
+
+namespace gpumux {
+
+class SessionService final : public v1::Session::CallbackService {
+ public:
+  // All must outlive the service.
+  SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions, std::string backend_name)
+      : lifecycle_(lifecycle), sessions_(sessions), backend_name_(std::move(backend_name)) {}
+
+  grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Open(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest* request,
+                                 v1::PingResponse* response) override;
+
+ private:
+  SessionLifecycle* lifecycle_;
+  const SessionRegistry* sessions_;
+  std::string backend_name_;
+};
+
+}  // namespace gpumux

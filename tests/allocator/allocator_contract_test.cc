@@ -1,0 +1,130 @@
+// CachingAllocator's contracts beyond PyTorch's rules: callbacks run without
+// the lock, backend errors other than out-of-memory pass through, and
+// concurrent clients on several devices keep consistent books.
+
+#include <atomic>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/allocator/caching_allocator.h"
+#include "tests/allocator/allocator_test_util.h"
+
+namespace gpumux::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A HostBackend that can be told to fail AllocateSegment with INTERNAL.
+class FailingBackend final : public DeviceBackend {
+ public:
+  explicit FailingBackend(std::unique_ptr<HostBackend> host) : host_(std::move(host)) {}
+  absl::string_view name() const override { return host_->name(); }
+  int device_count() const override { return host_->device_count(); }
+  const DeviceInfo& device_info(DeviceIndex d) const override { return host_->device_info(d); }
+  uint64_t FreeMemory(DeviceIndex d) const override { return host_->FreeMemory(d); }
+  absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex d, uint64_t size) override {
+    if (fail_) return absl::InternalError("injected driver failure");
+    return host_->AllocateSegment(d, size);
+  }
+  absl::Status ReleaseSegment(DeviceIndex d, uint64_t address) override {
+    return host_->ReleaseSegment(d, address);
+  }
+  absl::Status Synchronize(DeviceIndex d) override { return host_->Synchronize(d); }
+  void set_fail(bool fail) { fail_ = fail; }
+
+ private:
+  std::unique_ptr<HostBackend> host_;
+  bool fail_ = false;
+};
+
+std::unique_ptr<HostBackend> MakeHost(int devices, uint64_t memory) {
+  HostBackend::Options options;
+  options.device_count = devices;
+  options.device_memory = memory;
+  options.shm_prefix = "/gpumux-alloctest";
+  absl::StatusOr<std::unique_ptr<HostBackend>> host = HostBackend::Create(options);
+  EXPECT_OK(host);
+  return host.ok() ? std::move(*host) : nullptr;
+}
+
+TEST(CachingAllocatorContractTest, SegmentReleasedCallbackRunsWithoutTheLock) {
+  std::unique_ptr<HostBackend> host = MakeHost(1, 64 * kMiB);
+  std::vector<int64_t> reserved_seen;
+  std::unique_ptr<CachingAllocator> allocator;
+  allocator = std::make_unique<CachingAllocator>(
+      host.get(), AllocatorOptions{}, [&](DeviceIndex device, SegmentId) {
+        // Calling back in would deadlock if the device mutex were held.
+        reserved_seen.push_back(allocator->GetStats(device).reserved_bytes[kAggregate].current);
+      });
+  absl::StatusOr<AllocationResult> r = allocator->Allocate(kDev, kA, kS0, 3 * kMiB, true);
+  ASSERT_OK(r);
+  allocator->Free(kDev, r->address);
+  EXPECT_EQ(reserved_seen, std::vector<int64_t>{0});
+}
+
+TEST(CachingAllocatorContractTest, BackendErrorsOtherThanOutOfMemoryPassThrough) {
+  auto backend = std::make_unique<FailingBackend>(MakeHost(1, 64 * kMiB));
+  CachingAllocator allocator(backend.get(), AllocatorOptions{});
+  backend->set_fail(true);
+  EXPECT_THAT(allocator.Allocate(kDev, kA, kS0, kMiB),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("injected driver failure")));
+  EXPECT_EQ(allocator.GetStats(kDev).num_ooms, 0);
+  EXPECT_EQ(allocator.GetStats(kDev).num_alloc_retries, 0);
+  backend->set_fail(false);
+  EXPECT_OK(allocator.Allocate(kDev, kA, kS0, kMiB));
+}
+
+TEST(CachingAllocatorContractTest, ConcurrentClientsOnTwoDevicesKeepConsistentBooks) {
+  std::unique_ptr<HostBackend> host = MakeHost(2, 128 * kMiB);
+  std::atomic<int> released{0};
+  CachingAllocator allocator(host.get(), AllocatorOptions{},
+                             [&](DeviceIndex, SegmentId) { released.fetch_add(1); });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&allocator, t] {
+      std::mt19937_64 rng(t);
+      const DeviceIndex device(t % 2);
+      const ClientId client(100 + t);
+      std::vector<uint64_t> live;
+      for (int op = 0; op < 2000; ++op) {
+        if (live.empty() || rng() % 3 != 0) {
+          const uint64_t size = rng() % 2 ? 1 + rng() % kMiB : kMiB + rng() % (12 * kMiB);
+          absl::StatusOr<AllocationResult> r = allocator.Allocate(device, client, kS0, size);
+          if (r.ok()) live.push_back(r->address);
+          if (live.size() > 20) {
+            allocator.Free(device, live.front());
+            live.erase(live.begin());
+          }
+        } else {
+          allocator.Free(device, live.back());
+          live.pop_back();
+        }
+        if (op % 500 == 0) allocator.EmptyCache(device, std::nullopt);
+      }
+      for (uint64_t address : live) allocator.Free(device, address);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int d = 0; d < 2; ++d) {
+    const DeviceIndex device(d);
+    const std::vector<SegmentSnapshot> segments = allocator.Snapshot(device, std::nullopt);
+    ExpectConsistent(allocator.GetStats(device), segments, std::nullopt);
+    for (int t = d; t < 4; t += 2) {
+      ExpectConsistent(allocator.GetClientStats(device, ClientId(100 + t)), segments,
+                       ClientId(100 + t));
+    }
+    EXPECT_EQ(allocator.GetStats(device).allocation[kAggregate].current, 0);
+  }
+  const EmptyCacheResult emptied = allocator.EmptyCache(std::nullopt, std::nullopt);
+  EXPECT_GT(emptied.released_segments, 0u);
+  EXPECT_EQ(allocator.GetStats(DeviceIndex(0)).reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(allocator.GetStats(DeviceIndex(1)).reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(released.load(), allocator.GetStats(DeviceIndex(0)).num_device_free +
+                                 allocator.GetStats(DeviceIndex(1)).num_device_free);
+}
+
+}  // namespace
+}  // namespace gpumux::testing

@@ -1,0 +1,224 @@
+// The CLI's proto → JSON / table formatting.
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "client/cli/devices_format.h"
+#include "client/cli/sessions_format.h"
+#include "client/cli/snapshot_format.h"
+#include "client/cli/stats_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpumux {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The quoted strings of a JSON list file, in order.
+std::vector<std::string> QuotedStrings(const std::string& text) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = text.find('"', pos)) != std::string::npos) {
+    size_t end = text.find('"', pos + 1);
+    out.push_back(text.substr(pos + 1, end - pos - 1));
+    pos = end + 1;
+  }
+  return out;
+}
+
+// The keys of a flat JSON object, in order.
+std::vector<std::string> ObjectKeys(const std::string& json) {
+  std::vector<std::string> keys;
+  std::istringstream lines(json);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > 1 && line[1] == '"') keys.push_back(line.substr(2, line.find('"', 2) - 2));
+  }
+  return keys;
+}
+
+TEST(StatsFormatTest, JsonHasExactlyPyTorchsKeysSortedWithIntegerValues) {
+  v1::MemoryStats stats;
+  (*stats.mutable_values())["allocated_bytes.all.current"] = 1024;
+  (*stats.mutable_values())["num_ooms"] = 2;
+  (*stats.mutable_values())["not_a_torch_key"] = 5;
+  const std::string json = FormatStatsJson(stats);
+
+  std::ifstream file(GPUMUX_SOURCE_DIR "/testdata/torch_memory_stats_keys.json");
+  std::stringstream expected;
+  expected << file.rdbuf();
+  std::vector<std::string> torch_keys = QuotedStrings(expected.str());
+  ASSERT_EQ(torch_keys.size(), 122u);
+  std::sort(torch_keys.begin(), torch_keys.end());
+  EXPECT_EQ(ObjectKeys(json), torch_keys);
+
+  EXPECT_THAT(json, StartsWith("{\n \"active.all.allocated\": 0,\n"));
+  EXPECT_THAT(json, HasSubstr("\n \"allocated_bytes.all.current\": 1024,\n"));
+  EXPECT_THAT(json, HasSubstr("\n \"num_ooms\": 2,\n"));
+  EXPECT_THAT(json, ::testing::EndsWith("\n}\n"));
+  EXPECT_THAT(json, ::testing::Not(HasSubstr("not_a_torch_key")));
+}
+
+TEST(StatsFormatTest, LinesAreAlignedKeyValuePairs) {
+  v1::MemoryStats stats;
+  (*stats.mutable_values())["allocated_bytes.all.current"] = 1024;
+  const std::string lines = FormatStatsLines(stats);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 122);
+  EXPECT_THAT(lines, StartsWith("active.all.allocated "));
+  EXPECT_THAT(lines, HasSubstr("\nallocated_bytes.all.current     "));
+  EXPECT_THAT(lines, HasSubstr(" 1024\n"));
+  EXPECT_THAT(lines, HasSubstr("\nnum_ooms "));
+}
+
+v1::MemorySnapshot ExampleSnapshot() {
+  v1::MemorySnapshot snapshot;
+  v1::SnapshotSegment* segment = snapshot.add_segments();
+  segment->set_device(0);
+  segment->set_address(139682839003136);
+  segment->set_total_size(20971520);
+  segment->set_allocated_size(3145728);
+  segment->set_active_size(3145728);
+  segment->set_requested_size(3000000);
+  segment->set_segment_type("large");
+  segment->set_session_id(7);
+  segment->set_segment_id(3);
+  segment->set_shareable(true);
+  v1::SnapshotBlock* used = segment->add_blocks();
+  used->set_address(139682839003136);
+  used->set_size(3145728);
+  used->set_requested_size(3000000);
+  used->set_state("active_allocated");
+  used->set_session_id(7);
+  v1::SnapshotBlock* free = segment->add_blocks();
+  free->set_address(139682842148864);
+  free->set_size(17825792);
+  free->set_state("inactive");
+  return snapshot;
+}
+
+TEST(SnapshotFormatTest, JsonIsPyTorchsSegmentListPlusGpumuxFields) {
+  // Python: json.dumps(torch.cuda.memory_snapshot() + gpumux's keys, indent=1).
+  EXPECT_EQ(FormatSnapshotJson(ExampleSnapshot()),
+            R"([
+ {
+  "device": 0,
+  "address": 139682839003136,
+  "total_size": 20971520,
+  "allocated_size": 3145728,
+  "active_size": 3145728,
+  "requested_size": 3000000,
+  "stream": 0,
+  "segment_type": "large",
+  "segment_pool_id": [
+   0,
+   0
+  ],
+  "is_expandable": false,
+  "frames": [],
+  "blocks": [
+   {
+    "address": 139682839003136,
+    "size": 3145728,
+    "requested_size": 3000000,
+    "state": "active_allocated",
+    "frames": []
+   },
+   {
+    "address": 139682842148864,
+    "size": 17825792,
+    "requested_size": 0,
+    "state": "inactive",
+    "frames": []
+   }
+  ],
+  "session_id": 7,
+  "segment_id": 3,
+  "shareable": true
+ }
+]
+)");
+  EXPECT_EQ(FormatSnapshotJson(v1::MemorySnapshot()), "[]\n");
+}
+
+TEST(SnapshotFormatTest, TableHasOneLinePerSegment) {
+  EXPECT_EQ(FormatSnapshotTable(ExampleSnapshot()),
+            "DEVICE  SEGMENT  SESSION  ADDRESS         TYPE       TOTAL  ALLOCATED    ACTIVE  "
+            "REQUESTED  BLOCKS  SHAREABLE\n"
+            "     0        3        7  0x7f0a72000000  large  20.00 MiB   3.00 MiB  3.00 MiB  "
+            " 2.86 MiB       2  yes\n");
+}
+
+TEST(DevicesFormatTest, TableAndJson) {
+  v1::ListDevicesResponse devices;
+  v1::DeviceProperties* device = devices.add_devices();
+  device->set_index(0);
+  device->set_name("NVIDIA H200");
+  device->set_backend("cuda");
+  device->set_total_memory(uint64_t{150} << 30);
+  device->set_free_memory(uint64_t{100} << 30);
+  device->set_major(9);
+  device->set_minor(0);
+  device->set_multi_processor_count(132);
+  EXPECT_EQ(FormatDevicesTable(devices),
+            "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS\n"
+            "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132\n");
+  EXPECT_EQ(FormatDevicesJson(devices),
+            "[\n {\n  \"index\": 0,\n  \"name\": \"NVIDIA H200\",\n  \"backend\": \"cuda\",\n"
+            "  \"total_memory\": 161061273600,\n  \"free_memory\": 107374182400,\n"
+            "  \"major\": 9,\n  \"minor\": 0,\n  \"multi_processor_count\": 132\n }\n]\n");
+}
+
+v1::ListSessionsResponse ExampleSessions() {
+  v1::ListSessionsResponse sessions;
+  v1::SessionInfo* trainer = sessions.add_sessions();
+  trainer->set_session_id(7);
+  trainer->set_client_name("trainer");
+  trainer->set_pid(4242);
+  trainer->set_tenant("team-a");
+  (*trainer->mutable_labels())["pod"] = "p-1";
+  (*trainer->mutable_labels())["namespace"] = "ml";
+  trainer->set_opened_unix_micros(1700000000000000);
+  v1::SessionDeviceUsage* d0 = trainer->add_devices();
+  d0->set_device(0);
+  d0->set_allocated_bytes(1024);
+  d0->set_reserved_bytes(2 << 20);
+  d0->set_allocations(1);
+  v1::SessionDeviceUsage* d1 = trainer->add_devices();
+  d1->set_device(1);
+  d1->set_reserved_bytes(20 << 20);
+  d1->set_memory_limit_bytes(uint64_t{1} << 30);
+  v1::SessionInfo* idle = sessions.add_sessions();
+  idle->set_session_id(8);
+  idle->set_client_name("idle");
+  idle->set_pid(1);
+  return sessions;
+}
+
+TEST(SessionsFormatTest, TableHasARowPerSessionAndDevice) {
+  // PyTorch's format_size prints exactly 1 GiB as "1024.00 MiB".
+  EXPECT_EQ(FormatSessionsTable(ExampleSessions()),
+            "ID   PID  NAME     TENANT  LABELS                DEVICE   ALLOCATED   RESERVED  "
+            "ALLOCATIONS        LIMIT\n"
+            " 7  4242  trainer  team-a  namespace=ml,pod=p-1       0  1024 bytes   2.00 MiB  "
+            "          1            -\n"
+            "                                                      1     0 bytes  20.00 MiB  "
+            "          0  1024.00 MiB\n"
+            " 8     1  idle     -       -                          -           -          -  "
+            "          -            -\n");
+}
+
+TEST(SessionsFormatTest, JsonListsSessionsWithSortedLabels) {
+  const std::string json = FormatSessionsJson(ExampleSessions());
+  EXPECT_THAT(json, HasSubstr("\"labels\": {\n   \"namespace\": \"ml\",\n   \"pod\": \"p-1\"\n  },"));
+  EXPECT_THAT(json, HasSubstr("\"session_id\": 7,\n  \"client_name\": \"trainer\",\n  \"pid\": 4242"));
+  EXPECT_THAT(json, HasSubstr("\"memory_limit_bytes\": 1073741824\n"));
+  EXPECT_THAT(json, HasSubstr("\"labels\": {},"));
+  EXPECT_THAT(json, HasSubstr("\"devices\": []\n"));
+}
+
+}  // namespace
+}  // namespace gpumux

@@ -1,0 +1,154 @@
+#include "client/free_batcher.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux {
+namespace {
+
+using ::gpumux::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// Records every batch the batcher sends.
+class Recorder {
+ public:
+  FreeBatcher::SendFn Fn() {
+    return [this](const std::vector<AllocationId>& ids) {
+      absl::MutexLock lock(&mu_);
+      std::vector<uint64_t> values;
+      for (AllocationId id : ids) values.push_back(id.value());
+      batches_.push_back(values);
+      return status_;
+    };
+  }
+  std::vector<std::vector<uint64_t>> batches() const {
+    absl::MutexLock lock(&mu_);
+    return batches_;
+  }
+  void set_status(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::vector<uint64_t>> batches_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+std::vector<uint64_t> Values(const std::vector<AllocationId>& ids) {
+  std::vector<uint64_t> values;
+  for (AllocationId id : ids) values.push_back(id.value());
+  return values;
+}
+
+TEST(FreeBatcherTest, TakeHandsOverEverythingQueued) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
+  batcher.Enqueue(AllocationId(1));
+  batcher.Enqueue(AllocationId(2));
+  EXPECT_EQ(batcher.pending(), 2u);
+  EXPECT_THAT(Values(batcher.Take()), ElementsAre(1, 2));
+  EXPECT_EQ(batcher.pending(), 0u);
+  EXPECT_THAT(batcher.Take(), IsEmpty());
+  EXPECT_OK(batcher.Stop());
+  EXPECT_THAT(recorder.batches(), IsEmpty());
+}
+
+TEST(FreeBatcherTest, FlushSendsOneBatchAndNothingWhenEmpty) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
+  EXPECT_OK(batcher.Flush());
+  batcher.Enqueue(AllocationId(3));
+  batcher.Enqueue(AllocationId(4));
+  EXPECT_OK(batcher.Flush());
+  EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(3, 4)));
+}
+
+TEST(FreeBatcherTest, FlushReturnsTheSendersStatus) {
+  Recorder recorder;
+  recorder.set_status(absl::NotFoundError("allocation 5 not found"));
+  FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
+  batcher.Enqueue(AllocationId(5));
+  EXPECT_THAT(batcher.Flush(), StatusIs(absl::StatusCode::kNotFound, "allocation 5 not found"));
+  // A failed batch is not retried.
+  EXPECT_EQ(batcher.pending(), 0u);
+}
+
+TEST(FreeBatcherTest, BackgroundThreadSendsWithinTheDelay) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::Milliseconds(1));
+  const absl::Time start = absl::Now();
+  batcher.Enqueue(AllocationId(6));
+  while (recorder.batches().empty() && absl::Now() - start < absl::Seconds(5)) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(6)));
+  // Generous bound: the point is "soon", not a scheduler benchmark.
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+}
+
+TEST(FreeBatcherTest, StopFlushesWhatIsQueued) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
+  batcher.Enqueue(AllocationId(7));
+  EXPECT_OK(batcher.Stop());
+  EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(7)));
+  EXPECT_OK(batcher.Stop());  // idempotent
+  EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(7)));
+}
+
+TEST(FreeBatcherTest, TakeWaitsForASendInFlight) {
+  absl::Notification sending;
+  absl::Notification release;
+  std::atomic<bool> send_done{false};
+  FreeBatcher batcher(
+      [&](const std::vector<AllocationId>&) {
+        sending.Notify();
+        release.WaitForNotification();
+        send_done = true;
+        return absl::OkStatus();
+      },
+      absl::InfiniteDuration());
+  batcher.Enqueue(AllocationId(8));
+  std::thread flusher([&] { EXPECT_OK(batcher.Flush()); });
+  sending.WaitForNotification();
+  batcher.Enqueue(AllocationId(9));
+  std::thread taker([&] {
+    std::vector<AllocationId> taken = batcher.Take();
+    // The caller's own request must reach the daemon after the frees in flight.
+    EXPECT_TRUE(send_done);
+    EXPECT_THAT(Values(taken), ElementsAre(9));
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  release.Notify();
+  flusher.join();
+  taker.join();
+}
+
+TEST(FreeBatcherTest, ConcurrentEnqueuersLoseNothing) {
+  Recorder recorder;
+  {
+    FreeBatcher batcher(recorder.Fn(), absl::Microseconds(50));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&batcher, t] {
+        for (int i = 0; i < 1000; ++i) batcher.Enqueue(AllocationId(t * 1000 + i));
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  size_t total = 0;
+  for (const auto& batch : recorder.batches()) total += batch.size();
+  EXPECT_EQ(total, 4000u);
+}
+
+}  // namespace
+}  // namespace gpumux

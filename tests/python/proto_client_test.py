@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""A gpumux client written in Python from the .proto files alone.
+
+It starts a real gpumuxd (host backend), runs a C++ libgpumux program that
+allocates shareable memory, fills it with seeded random bytes and prints a
+share token, then - speaking only the wire API generated from proto/ - opens
+a session, imports the token, maps the segment by its shared-memory name and
+checks every byte; it also allocates memory of its own, writes through its
+mapping, and reads PyTorch's stats keys. Exit status 0 means it all held.
+
+usage: proto_client_test.py SOURCE_DIR GPUMUXD CPP_WRITER
+"""
+import mmap
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SOURCE_DIR, GPUMUXD, CPP_WRITER = sys.argv[1:4]
+del sys.argv[1:4]
+
+GEN_DIR = tempfile.mkdtemp(prefix="gpumux-py-")
+from grpc_tools import protoc  # noqa: E402
+
+PROTO_ROOT = os.path.join(SOURCE_DIR, "proto")
+for name in ("common", "session", "device", "memory", "observe"):
+    rc = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN_DIR}", f"--grpc_python_out={GEN_DIR}",
+                      os.path.join(PROTO_ROOT, "gpumux", "v1", f"{name}.proto")])
+    assert rc == 0, f"protoc failed for {name}.proto"
+sys.path.insert(0, GEN_DIR)
+
+import grpc  # noqa: E402
+from gpumux.v1 import common_pb2, memory_pb2, memory_pb2_grpc, observe_pb2, observe_pb2_grpc  # noqa: E402
+from gpumux.v1 import session_pb2, session_pb2_grpc  # noqa: E402
+
+
+def pattern(seed, size):
+    """tests/support/test_pattern.h's FillPattern: xorshift64* words, little-endian."""
+    mask = (1 << 64) - 1
+    x = seed or 0x9E3779B97F4A7C15
+    words = []
+    for _ in range((size + 7) // 8):
+        x ^= x >> 12
+        x = (x ^ (x << 25)) & mask
+        x ^= x >> 27
+        words.append((x * 0x2545F4914F6CDD1D) & mask)
+    import struct
+    return struct.pack(f"<{len(words)}Q", *words)[:size]
+
+
+class Session:
+    """Session.Open stream: the session lives as long as this stream."""
+
+    def __init__(self, channel, name):
+        self._requests = []
+        import queue
+        self._queue = queue.Queue()
+        self._queue.put(session_pb2.SessionClientMessage(
+            open=session_pb2.OpenSessionRequest(client_name=name, pid=os.getpid())))
+        stub = session_pb2_grpc.SessionStub(channel)
+        self._responses = stub.Open(iter(self._queue.get, None))
+        opened = next(self._responses).opened
+        self.id = opened.session_id
+        self.metadata = (("gpumux-session", f"{opened.session_id}:{opened.secret}"),)
+
+    def close(self):
+        self._queue.put(None)  # half-close: the daemon ends the session
+        for _ in self._responses:
+            pass
+
+
+def map_segment(handle, size):
+    assert handle.kind == common_pb2.HANDLE_KIND_HOST_SHM
+    fd = os.open("/dev/shm/" + handle.data.decode().lstrip("/"), os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+class ProtoClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="gpumux-pyd-")
+        cls.socket = os.path.join(cls.dir, "gpumux.sock")
+        cls.daemon = subprocess.Popen([GPUMUXD, f"--socket={cls.socket}", "--host-device-memory=256MiB",
+                                       "--log-level=warn"])
+        deadline = time.time() + 10
+        while not os.path.exists(cls.socket):
+            assert time.time() < deadline, "gpumuxd did not start"
+            time.sleep(0.02)
+        cls.channel = grpc.insecure_channel(f"unix://{cls.socket}")
+        grpc.channel_ready_future(cls.channel).result(timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.terminate()
+        assert cls.daemon.wait(timeout=10) == 0
+
+    def test_reads_bytes_a_cpp_client_wrote(self):
+        size, seed = 3 * 1024 * 1024 + 123, 20261130
+        writer = subprocess.Popen([CPP_WRITER, f"unix://{self.socket}", str(size), str(seed)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            token = writer.stdout.readline().strip()
+            self.assertTrue(token.startswith("gpumux-share-"), token)
+            session = Session(self.channel, "python-reader")
+            memory = memory_pb2_grpc.MemoryStub(self.channel)
+            alloc = memory.Import(memory_pb2.ImportRequest(token=token), metadata=session.metadata).allocation
+            self.assertEqual(alloc.requested_size, size)
+            segment = map_segment(alloc.segment_handle, alloc.segment_size)
+            data = segment[alloc.offset:alloc.offset + size]
+            self.assertEqual(data, pattern(seed, size))
+            segment.close()
+            memory.Free(memory_pb2.FreeRequest(allocation_ids=[alloc.allocation_id]), metadata=session.metadata)
+            session.close()
+        finally:
+            writer.stdin.close()
+            self.assertEqual(writer.wait(timeout=10), 0)
+
+    def test_allocates_maps_and_reads_stats(self):
+        session = Session(self.channel, "python-own")
+        memory = memory_pb2_grpc.MemoryStub(self.channel)
+        alloc = memory.Allocate(memory_pb2.AllocateRequest(device=1, size=5000), metadata=session.metadata).allocation
+        self.assertEqual(alloc.size, 5120)  # PyTorch's 512-byte rounding
+        segment = map_segment(alloc.segment_handle, alloc.segment_size)
+        payload = pattern(7, 5000)
+        segment[alloc.offset:alloc.offset + 5000] = payload
+        again = map_segment(alloc.segment_handle, alloc.segment_size)
+        self.assertEqual(again[alloc.offset:alloc.offset + 5000], payload)
+        stats = memory.GetStats(memory_pb2.GetStatsRequest(device=1), metadata=session.metadata).values
+        self.assertEqual(stats["allocated_bytes.all.current"], 5120)
+        self.assertEqual(stats["requested_bytes.all.current"], 5000)
+        self.assertEqual(len(stats), 122)
+        observe = observe_pb2_grpc.ObserveStub(self.channel)
+        listed = observe.ListSessions(observe_pb2.ListSessionsRequest()).sessions
+        mine = [s for s in listed if s.session_id == session.id]
+        self.assertEqual(mine[0].devices[1].allocated_bytes, 5120)
+        with self.assertRaises(grpc.RpcError) as err:
+            memory.Free(memory_pb2.FreeRequest(allocation_ids=[alloc.allocation_id + 1000]),
+                        metadata=session.metadata)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
+        segment.close()
+        again.close()
+        session.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

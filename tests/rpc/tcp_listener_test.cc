@@ -1,0 +1,82 @@
+// The TCP listener serves the observe surface and refuses everything else.
+
+#include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/observe.grpc.pb.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "gtest/gtest.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/rpc/daemon_fixture.h"
+
+namespace gpumux::testing {
+namespace {
+
+class TcpListenerTest : public DaemonTest {
+ protected:
+  Daemon::Options Options() override {
+    Daemon::Options options = DaemonTest::Options();
+    options.listen_address = "127.0.0.1:0";
+    return options;
+  }
+  std::shared_ptr<grpc::Channel> Tcp() {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(daemon_->tcp_port()),
+                               grpc::InsecureChannelCredentials());
+  }
+};
+
+TEST_F(TcpListenerTest, ServesDevicesAndObserve) {
+  ASSERT_GT(daemon_->tcp_port(), 0);
+  RawSession session(channel_, "unix-client");
+  ASSERT_TRUE(session.Allocate(0, 1 << 20, nullptr).ok());
+  auto tcp = Tcp();
+  auto device = v1::Device::NewStub(tcp);
+  v1::ListDevicesResponse devices;
+  grpc::ClientContext c1;
+  ASSERT_TRUE(device->ListDevices(&c1, v1::ListDevicesRequest(), &devices).ok());
+  ASSERT_EQ(devices.devices_size(), 2);
+  EXPECT_EQ(devices.devices(0).backend(), "host");
+  EXPECT_EQ(devices.devices(0).total_memory(), 64u << 20);
+  EXPECT_EQ(devices.devices(0).free_memory(), 62u << 20);
+  auto observe = v1::Observe::NewStub(tcp);
+  v1::ObserveStatsRequest request;
+  v1::MemoryStats stats;
+  grpc::ClientContext c2;
+  ASSERT_TRUE(observe->GetMemoryStats(&c2, request, &stats).ok());
+  EXPECT_EQ(stats.values().at("allocated_bytes.all.current"), 1 << 20);
+}
+
+TEST_F(TcpListenerTest, RefusesSessionsAndMemoryWithPermissionDenied) {
+  auto tcp = Tcp();
+  RawSession on_unix(channel_, "unix-client");
+  auto memory = v1::Memory::NewStub(tcp);
+  v1::AllocateRequest request;
+  request.set_size(512);
+  v1::AllocateResponse response;
+  grpc::Status status = memory->Allocate(on_unix.Context().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(status.error_message().find("/gpumux.v1.Memory/Allocate"), std::string::npos);
+
+  auto sessions = v1::Session::NewStub(tcp);
+  grpc::ClientContext context;
+  auto stream = sessions->Open(&context);
+  v1::SessionClientMessage open;
+  open.mutable_open()->set_client_name("remote");
+  stream->Write(open);
+  v1::SessionServerMessage reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(TcpListenerTest, HealthIsServing) {
+  for (auto channel : {channel_, Tcp()}) {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("gpumux.v1.Observe");
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok());
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+}
+
+}  // namespace
+}  // namespace gpumux::testing
