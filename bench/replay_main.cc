@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/inprocess_target.h"
 #include "bench/trace_replay.h"
 #include "server/allocator/allocator_config.h"

@@ -4,7 +4,9 @@
 
 #include <memory>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "grpcpp/channel.h"
 
 namespace gpumux {
@@ -14,5 +16,14 @@ namespace gpumux {
 // snapshots of busy devices outgrow. Connects lazily: an unreachable daemon
 // shows as UNAVAILABLE on the first call.
 std::shared_ptr<grpc::Channel> CreateDaemonChannel(absl::string_view address);
+
+// Starts connecting `channel` and waits until the attempt settles: OK once it
+// is connected or has failed (a call then fails at once with gRPC's reason);
+// DEADLINE_EXCEEDED "gpumuxd at <address> did not accept a connection within
+// <timeout>" when it is still connecting after `timeout` (a daemon that is
+// stopped, wedged, or behind a black-holed TCP port). Bounds the wait of a
+// streaming call, which cannot carry a deadline of its own.
+absl::Status AwaitConnectAttempt(grpc::Channel& channel, absl::Duration timeout,
+                                 absl::string_view address);
 
 }  // namespace gpumux

@@ -9,7 +9,6 @@
 #include "absl/strings/strip.h"
 #include "client/channel.h"
 #include "client/grpc_status.h"
-#include "client/memory_fraction.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -30,9 +29,11 @@ std::string ProcessName() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
-                                                         const Options& options) {
+                                                        const Options& options) {
+  const absl::Time deadline = absl::Now() + options.open_timeout;
   std::unique_ptr<Client> client(
       new Client(std::string(address), CreateDaemonChannel(address), options.free_batch_delay));
+  GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*client->channel_, options.open_timeout, address));
 
   v1::OpenSessionRequest request;
   request.set_client_name(options.client_name.empty() ? ProcessName() : options.client_name);
@@ -42,8 +43,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   Client* raw = client.get();
   GPUMUX_ASSIGN_OR_RETURN(
       client->session_,
-      SessionStream::Open(*client->session_stub_, request, options.open_timeout, client->address_,
-                          [raw](const v1::SessionServerMessage& notice) { raw->OnNotice(notice); }));
+      SessionStream::Open(
+          *client->session_stub_, request, deadline, client->address_,
+          [raw](const v1::SessionServerMessage& notice) { raw->OnNotice(notice); }));
   const v1::SessionOpened& opened = client->session_->opened();
   client->session_id_ = SessionId(opened.session_id());
   client->credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
@@ -72,8 +74,7 @@ Client::~Client() {
   mapper_.UnmapAll();
 }
 
-template <typename Call>
-absl::Status Client::CallWithSession(Call call) {
+absl::Status Client::CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
   if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
   if (session_->ended()) return SessionEndedError();
   grpc::ClientContext context;
@@ -86,17 +87,17 @@ absl::Status Client::SessionEndedError() {
   // purpose, e.g. an operator's kill, says so in an UNAVAILABLE status).
   absl::Status final_status = session_->Close();
   if (absl::IsUnavailable(final_status)) return final_status;
-  return UnreachableError(address_, final_status.ok()
-                                        ? std::string("gpumuxd ended the session")
-                                        : absl::StrCat("the session ended: ",
-                                                       final_status.ToString()));
+  return UnreachableError(
+      address_, final_status.ok() ? std::string("gpumuxd ended the session")
+                                  : absl::StrCat("the session ended: ", final_status.ToString()));
 }
 
 absl::Status Client::Ping() {
   v1::PingRequest request;
   v1::PingResponse response;
-  return CallWithSession(
-      [&](grpc::ClientContext* context) { return session_stub_->Ping(context, request, &response); });
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return session_stub_->Ping(context, request, &response);
+  });
 }
 
 // --- Devices ---------------------------------------------------------------
@@ -177,10 +178,10 @@ absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
   if (allocation.offset() > allocation.segment_size() ||
       allocation.size() > allocation.segment_size() - allocation.offset()) {
     EnqueueFree(info.id);
-    return absl::InternalError(absl::StrCat(
-        "gpumuxd placed allocation ", allocation.allocation_id(), " (", allocation.size(),
-        " bytes at offset ", allocation.offset(), ") outside its segment of ",
-        allocation.segment_size(), " bytes"));
+    return absl::InternalError(
+        absl::StrCat("gpumuxd placed allocation ", allocation.allocation_id(), " (",
+                     allocation.size(), " bytes at offset ", allocation.offset(),
+                     ") outside its segment of ", allocation.segment_size(), " bytes"));
   }
   void* data = nullptr;
   absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id,
@@ -203,8 +204,8 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
   if (buffer.client_ != this) {
     const AllocationId foreign = buffer.id();
     DeviceBuffer doomed(std::move(buffer));  // consumed: its own client frees it
-    return absl::InvalidArgumentError(absl::StrCat("allocation ", ToString(foreign),
-                                                   " belongs to another Client"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("allocation ", ToString(foreign), " belongs to another Client"));
   }
   const AllocationId id = buffer.Detach();
   FlushFreesBeforeCall();
@@ -259,141 +260,6 @@ absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
     return memory_stub_->Import(context, request, &response);
   }));
   return Adopt(response.allocation());
-}
-
-// --- Statistics --------------------------------------------------------------
-
-absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
-  v1::GetStatsRequest request;
-  request.set_device(device.value());
-  v1::MemoryStats response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetStats(context, request, &response);
-  }));
-  return FromProto(response);
-}
-
-absl::StatusOr<int64_t> Client::Stat(DeviceIndex device, absl::string_view key) {
-  GPUMUX_ASSIGN_OR_RETURN(auto stats, MemoryStats(device));
-  auto it = stats.find(std::string(key));
-  if (it == stats.end()) {
-    return absl::InternalError(absl::StrCat("gpumuxd's memory stats lack \"", key, "\""));
-  }
-  return it->second;
-}
-
-absl::StatusOr<int64_t> Client::MemoryAllocated(DeviceIndex device) {
-  return Stat(device, "allocated_bytes.all.current");
-}
-absl::StatusOr<int64_t> Client::MaxMemoryAllocated(DeviceIndex device) {
-  return Stat(device, "allocated_bytes.all.peak");
-}
-absl::StatusOr<int64_t> Client::MemoryReserved(DeviceIndex device) {
-  return Stat(device, "reserved_bytes.all.current");
-}
-absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
-  return Stat(device, "reserved_bytes.all.peak");
-}
-
-absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
-  FlushFreesBeforeCall();
-  v1::GetSummaryRequest request;
-  request.set_device(device.value());
-  request.set_abbreviated(abbreviated);
-  v1::MemorySummary response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetSummary(context, request, &response);
-  }));
-  return std::move(*response.mutable_text());
-}
-
-absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<DeviceIndex> device) {
-  FlushFreesBeforeCall();
-  v1::GetSnapshotRequest request;
-  if (device.has_value()) {
-    request.set_device(device->value());
-  } else {
-    request.set_all_devices(true);
-  }
-  v1::MemorySnapshot response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetSnapshot(context, request, &response);
-  }));
-  std::vector<SegmentInfo> segments;
-  segments.reserve(response.segments_size());
-  for (const v1::SnapshotSegment& segment : response.segments()) {
-    segments.push_back(FromProto(segment));
-  }
-  return segments;
-}
-
-absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
-  v1::ResetStatsRequest request;
-  request.set_device(device.value());
-  v1::ResetStatsResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->ResetPeakStats(context, request, &response);
-  });
-}
-
-absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
-  v1::ResetStatsRequest request;
-  request.set_device(device.value());
-  v1::ResetStatsResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->ResetAccumulatedStats(context, request, &response);
-  });
-}
-
-// --- Cache and limits ----------------------------------------------------------
-
-absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
-  FlushFreesBeforeCall();
-  v1::EmptyCacheRequest request;
-  if (options.device.has_value()) {
-    request.set_device(options.device->value());
-  } else {
-    request.set_all_devices(true);
-  }
-  request.set_all_sessions(options.all_sessions);
-  v1::EmptyCacheResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->EmptyCache(context, request, &response);
-  }));
-  ReleasedCache result;
-  result.released_bytes = response.released_bytes();
-  result.released_segments = response.released_segments();
-  return result;
-}
-
-absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex device) {
-  GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
-  FlushFreesBeforeCall();
-  v1::SetMemoryLimitRequest request;
-  request.set_device(device.value());
-  request.set_fraction(fraction);
-  v1::SetMemoryLimitResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->SetMemoryLimit(context, request, &response);
-  });
-}
-
-absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
-  FlushFreesBeforeCall();
-  v1::SetMemoryLimitRequest request;
-  request.set_device(device.value());
-  if (bytes == 0) {
-    request.set_unlimited(true);
-  } else {
-    request.set_bytes(bytes);
-  }
-  v1::SetMemoryLimitResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->SetMemoryLimit(context, request, &response);
-  });
 }
 
 }  // namespace gpumux

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -33,6 +34,7 @@
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
 
 namespace gpumux {
 
@@ -42,9 +44,10 @@ class Client {
 
   // Connects to the daemon at `address` ("unix:///path", "/path" or
   // "host:port") and opens a session: OpenSessionRequest{client_name, pid,
-  // tenant, labels}, then waits up to options.open_timeout for SessionOpened.
-  // Errors: UNAVAILABLE when the daemon cannot be reached; DEADLINE_EXCEEDED
-  // when it does not answer in time; the daemon's refusal otherwise.
+  // tenant, labels}, then waits for SessionOpened; connecting and opening
+  // together take at most options.open_timeout. Errors: UNAVAILABLE when the
+  // daemon cannot be reached; DEADLINE_EXCEEDED when it does not accept the
+  // connection or open the session in time; the daemon's refusal otherwise.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       absl::string_view address = DefaultAddress(), const Options& options = Options());
 
@@ -149,8 +152,7 @@ class Client {
   // Runs one unary session RPC: `call(context)` with the session metadata,
   // translated by FromGrpcStatus. UNAVAILABLE without a call once the session
   // stream has ended.
-  template <typename Call>
-  absl::Status CallWithSession(Call call);
+  absl::Status CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call);
   // UNAVAILABLE for calls after the session stream ended, with its reason.
   absl::Status SessionEndedError();
   absl::Status SendFrees(const std::vector<AllocationId>& ids);

@@ -20,7 +20,8 @@ struct ClientOptions {
   std::string tenant;
   // Free-form labels, e.g. Kubernetes pod and namespace.
   std::map<std::string, std::string> labels;
-  // How long Connect waits for the daemon to open the session.
+  // How long Connect waits for the daemon to accept the connection and open
+  // the session.
   absl::Duration open_timeout = absl::Seconds(5);
   // How long a free waits for others to join its batch before a background
   // thread sends it, unless a request of the client carries it first.

@@ -19,8 +19,8 @@ std::string PythonFloatRepr(double value) {
   if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
   // Shortest round-trip digits in scientific form, e.g. "-1.2345e+17".
   char buffer[64];
-  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value,
-                                    std::chars_format::scientific);
+  auto [end, error] =
+      std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::scientific);
   (void)error;  // 64 bytes hold any double.
   std::string text(buffer, end);
   std::string sign;

@@ -34,8 +34,8 @@ class SegmentMapper {
   // for a handle of unspecified or unknown kind; UNIMPLEMENTED for a CUDA IPC
   // handle in a build without CUDA (the allocation itself is fine, it just has
   // no pointer here); the errno-derived codes of ShmMapping::Open.
-  absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment,
-                            const v1::SegmentHandle& handle, uint64_t size);
+  absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
+                            uint64_t size);
 
   // Unmaps the segment; nothing happens when it is not mapped. Pointers into
   // it dangle afterwards.

@@ -11,9 +11,10 @@ SessionStream::SessionStream(std::string address, NoticeHandler on_notice)
     : address_(std::move(address)), on_notice_(std::move(on_notice)) {}
 
 absl::StatusOr<std::unique_ptr<SessionStream>> SessionStream::Open(
-    v1::Session::Stub& stub, const v1::OpenSessionRequest& request, absl::Duration timeout,
+    v1::Session::Stub& stub, const v1::OpenSessionRequest& request, absl::Time deadline,
     std::string address, NoticeHandler on_notice) {
-  std::unique_ptr<SessionStream> stream(new SessionStream(std::move(address), std::move(on_notice)));
+  std::unique_ptr<SessionStream> stream(
+      new SessionStream(std::move(address), std::move(on_notice)));
   stream->stream_ = stub.Open(&stream->context_);
   v1::SessionClientMessage open;
   *open.mutable_open() = request;
@@ -28,17 +29,16 @@ absl::StatusOr<std::unique_ptr<SessionStream>> SessionStream::Open(
   bool unexpected;
   {
     absl::MutexLock lock(&stream->mu_);
-    stream->mu_.AwaitWithTimeout(absl::Condition(stream.get(), &SessionStream::LeftOpening),
-                                 timeout);
+    stream->mu_.AwaitWithDeadline(absl::Condition(stream.get(), &SessionStream::LeftOpening),
+                                  deadline);
     state = stream->state_;
     unexpected = stream->unexpected_first_message_;
   }
   if (state == State::kOpen) return stream;
   if (state == State::kOpening) {
     stream->Abandon(/*cancel=*/true);
-    return absl::DeadlineExceededError(absl::StrCat("gpumuxd at ", stream->address_,
-                                                    " did not open a session within ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("gpumuxd at ", stream->address_, " did not open a session in time"));
   }
   if (unexpected) {
     stream->Abandon(/*cancel=*/true);

@@ -27,14 +27,16 @@ class SessionStream {
   // Called on the reader thread for every message after SessionOpened.
   using NoticeHandler = std::function<void(const v1::SessionServerMessage&)>;
 
-  // Opens the stream on `stub` and waits up to `timeout` for SessionOpened.
+  // Opens the stream on `stub` and waits until `deadline` for SessionOpened.
   // Errors: those of FromGrpcStatus (UNAVAILABLE "cannot reach gpumuxd at
   // <address>: …" when the daemon cannot be reached) and the daemon's refusal;
   // DEADLINE_EXCEEDED when no SessionOpened arrives in time; INTERNAL when the
   // daemon answers with something else or ends the stream without a status.
-  static absl::StatusOr<std::unique_ptr<SessionStream>> Open(
-      v1::Session::Stub& stub, const v1::OpenSessionRequest& request, absl::Duration timeout,
-      std::string address, NoticeHandler on_notice);
+  static absl::StatusOr<std::unique_ptr<SessionStream>> Open(v1::Session::Stub& stub,
+                                                             const v1::OpenSessionRequest& request,
+                                                             absl::Time deadline,
+                                                             std::string address,
+                                                             NoticeHandler on_notice);
 
   // Close().
   ~SessionStream();

@@ -14,8 +14,8 @@ absl::StatusOr<std::unique_ptr<ShmMapping>> ShmMapping::Open(const std::string& 
                                                              uint64_t size) {
   if (name.empty()) return absl::InvalidArgumentError("shared-memory segment handle has no name");
   if (size == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot map shared-memory segment ", name,
-                                                   " of size 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot map shared-memory segment ", name, " of size 0"));
   }
   int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("shm_open(", name, ")"));

@@ -4,9 +4,14 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
+
+void InitLogging(absl::string_view program) {
+  spdlog::set_default_logger(spdlog::stderr_color_mt(std::string(program)));
+}
 
 absl::Status SetLogLevel(absl::string_view level) {
   static constexpr absl::string_view kNames[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};

@@ -12,6 +12,10 @@
 
 namespace gpumux {
 
+// Makes the default logger write to standard error as `program` (standard
+// output stays for a program's results).
+void InitLogging(absl::string_view program);
+
 // Sets the default logger's level from "trace", "debug", "info", "warn",
 // "error", "critical" or "off". INVALID_ARGUMENT for any other name.
 absl::Status SetLogLevel(absl::string_view level);

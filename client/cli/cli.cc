@@ -14,26 +14,26 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"devices", RunDevices},   {"stats", RunStats},         {"summary", RunSummary},
-    {"snapshot", RunSnapshot}, {"sessions", RunSessions},   {"empty-cache", RunEmptyCache},
+    {"devices", RunDevices},   {"stats", RunStats},       {"summary", RunSummary},
+    {"snapshot", RunSnapshot}, {"sessions", RunSessions}, {"empty-cache", RunEmptyCache},
     {"replay", RunReplay},
 };
 
 }  // namespace
 
 const std::string& CliUsage() {
-  static const std::string* usage = new std::string(absl::StrCat(
-      "usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
-      "\n"
-      "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
-      DefaultAddress(),
-      ").\n"
-      "Tables by default; --json where offered prints JSON for machines.\n"
-      "\n"
-      "commands:\n  ",
-      kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
-      kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kReplayUsage,
-      "      (without --address: in this process; with it: through that daemon)\n"));
+  static const std::string* usage = new std::string(
+      absl::StrCat("usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
+                   "\n"
+                   "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
+                   DefaultAddress(),
+                   ").\n"
+                   "Tables by default; --json where offered prints JSON for machines.\n"
+                   "\n"
+                   "commands:\n  ",
+                   kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage,
+                   "  ", kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kReplayUsage,
+                   "      (without --address: in this process; with it: through that daemon)\n"));
   return *usage;
 }
 
@@ -59,10 +59,9 @@ int RunCli(std::vector<std::string> args, std::ostream& out, std::ostream& err) 
   for (const Command& command : kCommands) {
     if (name == command.name) return command.run(context, args);
   }
-  return UsageError(context,
-                    absl::StrCat(name.rfind('-', 0) == 0 ? "unknown flag " : "unknown command ",
-                                 name),
-                    CliUsage());
+  return UsageError(
+      context, absl::StrCat(name.rfind('-', 0) == 0 ? "unknown flag " : "unknown command ", name),
+      CliUsage());
 }
 
 }  // namespace gpumux

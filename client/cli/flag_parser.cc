@@ -85,8 +85,8 @@ absl::StatusOr<int64_t> IntFlag(const ParsedArgs& args, absl::string_view name, 
   if (!text.has_value()) return fallback;
   int64_t value;
   if (!absl::SimpleAtoi(*text, &value) || value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " wants an integer in [", min,
-                                                   ", ", max, "], got '", *text, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " wants an integer in [", min, ", ", max, "], got '", *text, "'"));
   }
   return value;
 }

@@ -93,8 +93,8 @@ int RunDevices(const CommandContext& context, const std::vector<std::string>& ar
 int RunStats(const CommandContext& context, const std::vector<std::string>& args) {
   ObserveArgs parsed;
   int exit_code;
-  if (!ParseObserveArgs(context, args, {{"device", true}, {"session", true}, {"json"}},
-                        kStatsUsage, &parsed, &exit_code)) {
+  if (!ParseObserveArgs(context, args, {{"device", true}, {"session", true}, {"json"}}, kStatsUsage,
+                        &parsed, &exit_code)) {
     return exit_code;
   }
   v1::ObserveStatsRequest request;
@@ -102,9 +102,8 @@ int RunStats(const CommandContext& context, const std::vector<std::string>& args
   request.set_session_id(parsed.session);
   v1::MemoryStats response;
   auto stub = ObserveStub(context);
-  absl::Status status = CallDaemon(context, [&](grpc::ClientContext* c) {
-    return stub->GetMemoryStats(c, request, &response);
-  });
+  absl::Status status = CallDaemon(
+      context, [&](grpc::ClientContext* c) { return stub->GetMemoryStats(c, request, &response); });
   if (!status.ok()) return ReportError(context, status);
   *context.out << (parsed.json ? FormatStatsJson(response) : FormatStatsLines(response));
   return kExitOk;

@@ -20,9 +20,8 @@ int RunReplay(const CommandContext& context, const std::vector<std::string>& arg
   absl::StatusOr<ParsedArgs> parsed = ParseFlags(args, {{"repeat", true}, {"device", true}});
   absl::Status status = parsed.status();
   if (status.ok() && parsed->positional.size() != 1) {
-    status = absl::InvalidArgumentError(parsed->positional.empty()
-                                            ? "replay needs a trace file"
-                                            : "replay takes one trace file");
+    status = absl::InvalidArgumentError(parsed->positional.empty() ? "replay needs a trace file"
+                                                                   : "replay takes one trace file");
   }
   absl::StatusOr<int64_t> repeat = 1;
   absl::StatusOr<int64_t> device = 0;

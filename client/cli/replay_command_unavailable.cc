@@ -7,9 +7,9 @@
 namespace gpumux {
 
 int RunReplay(const CommandContext& context, const std::vector<std::string>& /*args*/) {
-  return ReportError(context, absl::UnimplementedError(
-                                  "replay is not part of this build (configure with "
-                                  "GPUMUX_BUILD_BENCH=ON)"));
+  return ReportError(context,
+                     absl::UnimplementedError("replay is not part of this build (configure with "
+                                              "GPUMUX_BUILD_BENCH=ON)"));
 }
 
 }  // namespace gpumux

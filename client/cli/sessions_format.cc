@@ -76,8 +76,9 @@ std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions) {
     std::vector<std::string> head = {
         absl::StrCat(session.session_id()), absl::StrCat(session.pid()), session.client_name(),
         session.tenant().empty() ? "-" : session.tenant(),
-        session.labels().empty() ? "-" : absl::StrJoin(SortedLabels(session), ",",
-                                                       absl::PairFormatter("="))};
+        session.labels().empty()
+            ? "-"
+            : absl::StrJoin(SortedLabels(session), ",", absl::PairFormatter("="))};
     if (session.devices().empty()) {
       head.insert(head.end(), {"-", "-", "-", "-", "-"});
       table.AddRow(std::move(head));
@@ -88,11 +89,11 @@ std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions) {
       std::vector<std::string> row =
           first ? head : std::vector<std::string>(head.size(), std::string());
       first = false;
-      row.insert(row.end(),
-                 {absl::StrCat(usage.device()), FormatTorchSize(usage.allocated_bytes()),
-                  FormatTorchSize(usage.reserved_bytes()), absl::StrCat(usage.allocations()),
-                  usage.memory_limit_bytes() == 0 ? "-"
-                                                  : FormatTorchSize(usage.memory_limit_bytes())});
+      row.insert(
+          row.end(),
+          {absl::StrCat(usage.device()), FormatTorchSize(usage.allocated_bytes()),
+           FormatTorchSize(usage.reserved_bytes()), absl::StrCat(usage.allocations()),
+           usage.memory_limit_bytes() == 0 ? "-" : FormatTorchSize(usage.memory_limit_bytes())});
       table.AddRow(std::move(row));
     }
   }

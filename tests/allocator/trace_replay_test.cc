@@ -50,6 +50,20 @@ TEST(TraceReplayTest, ResNet50MatchesPyTorchsReplay) {
   EXPECT_EQ(result->operations, 3943);
 }
 
+TEST(TraceReplayTest, Gpt2SmallMatchesPyTorchsReplay) {
+  absl::StatusOr<std::vector<TraceEvent>> events =
+      LoadTrace(TestData("trace_gpt2s_train_b8_s1024.csv.gz"));
+  ASSERT_OK(events);
+  absl::StatusOr<std::unique_ptr<InProcessTarget>> target = InProcessTarget::Create({});
+  ASSERT_OK(target);
+  absl::StatusOr<ReplayResult> result = Replay(*events, **target);
+  ASSERT_OK(result);
+  EXPECT_EQ(result->peak_requested, 12856116936);
+  EXPECT_NEAR(result->peak_reserved, 13061062656, 13061062656 * 0.01);
+  EXPECT_NEAR(result->peak_allocated, 12864902144, 12864902144 * 0.01);
+  EXPECT_NEAR(result->device_allocs, 132, 2);
+}
+
 TEST(TraceReplayTest, RepeatTimesMoreRoundsAndKeepsRoundOnesPeaks) {
   const std::string path =
       WriteGzip("repeat.csv.gz",

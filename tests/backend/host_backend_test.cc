@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -108,6 +109,32 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Host, DeviceBackendConformanceTest,
 }  // namespace testing
 
 namespace {
+
+TEST(HostBackendTest, RemovesObjectsLeftByDeadDaemonsAtStart) {
+  // A pid that existed and is gone: a reaped child's.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  const std::string stale = absl::StrCat("/gpumuxstale-", child, "-00000000-d0-0-0000000000000000");
+  const std::string alive = absl::StrCat("/gpumuxstale-", getpid(), "-00000000-d0-0-0000000000000000");
+  for (const std::string& name : {stale, alive}) {
+    int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    close(fd);
+  }
+  HostBackend::Options options;
+  options.device_count = 1;
+  options.device_memory = 4 << 20;
+  options.shm_prefix = "/gpumuxstale";
+  ASSERT_OK(HostBackend::Create(options));
+  EXPECT_LT(shm_open(stale.c_str(), O_RDWR, 0), 0) << "the dead daemon's object was not removed";
+  int fd = shm_open(alive.c_str(), O_RDWR, 0);
+  EXPECT_GE(fd, 0) << "a live process's object was removed";
+  if (fd >= 0) close(fd);
+  shm_unlink(alive.c_str());
+}
 
 TEST(HostBackendTest, RejectsBadOptions) {
   HostBackend::Options options = TestOptions();

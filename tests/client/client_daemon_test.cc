@@ -257,8 +257,8 @@ TEST_F(ClientDaemonReplayTest, ReplayThroughTheDaemonMatchesInProcess) {
   // it sees the same sequence and ends with the same figures.
   auto local = ReplayFigures(in_process_out.str());
   auto remote = ReplayFigures(through_daemon);
-  for (const char* key : {"peak_requested", "peak_allocated", "peak_reserved", "device_allocs",
-                          "operations"}) {
+  for (const char* key :
+       {"peak_requested", "peak_allocated", "peak_reserved", "device_allocs", "operations"}) {
     EXPECT_EQ(remote[key], local[key]) << key;
   }
 }

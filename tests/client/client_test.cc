@@ -3,6 +3,8 @@
 
 #include "client/client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -105,6 +107,40 @@ TEST(ClientTest, ConnectGivesUpWhenTheDaemonNeverOpensTheSession) {
   EXPECT_THAT(Client::Connect(daemon.address(), options),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not open a session")));
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST(ClientTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
+  // A listening socket nobody accepts on: the kernel completes the connect,
+  // the HTTP/2 handshake never does (a stopped or wedged daemon).
+  char dir_template[] = "/tmp/gpumux-client-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/mute.sock";
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+
+  ClientOptions options;
+  options.open_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(Client::Connect(path, options),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "gpumuxd at " + path + " did not accept a connection within 300ms"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  close(fd);
+  unlink(path.c_str());
+  rmdir(dir_template);
+}
+
+TEST(ClientTest, ConnectReportsTheDaemonsRefusal) {
+  FakeDaemon::Options fake;
+  fake.refuse_sessions = true;
+  FakeDaemon daemon(fake);
+  EXPECT_THAT(Client::Connect(daemon.address()),
+              StatusIs(absl::StatusCode::kResourceExhausted, "too many sessions"));
 }
 
 TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {

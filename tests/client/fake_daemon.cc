@@ -112,10 +112,12 @@ class FakeDaemon::State {
     for (uint64_t id : ids) {
       auto it = allocations.find(id);
       if (it == allocations.end() || it->second.session != session) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("allocation ", id, " not found"));
+        return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            absl::StrCat("allocation ", id, " not found"));
       }
       if (!seen.insert(id).second) {
-        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("allocation ", id, " named twice"));
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            absl::StrCat("allocation ", id, " named twice"));
       }
     }
     for (uint64_t id : ids) allocations.erase(id);
@@ -216,14 +218,20 @@ class SessionService final : public v1::Session::Service {
     {
       absl::MutexLock lock(&state_.mu);
       state_.open_requests.push_back(message.open());
-      if (!state_.options.send_opened) id = 0;
+      if (state_.options.refuse_sessions) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many sessions");
+      }
+      if (!state_.options.send_opened)
+        id = 0;
       else {
         id = state_.next_session++;
         state_.sessions[id] = State::Session{message.open(), stream};
         v1::SessionServerMessage opened;
         opened.mutable_opened()->set_session_id(id);
         opened.mutable_opened()->set_secret(FakeDaemon::kSecret);
-        opened.mutable_opened()->set_tenant(message.open().tenant().empty() ? absl::StrCat("session-", id) : message.open().tenant());
+        opened.mutable_opened()->set_tenant(message.open().tenant().empty()
+                                                ? absl::StrCat("session-", id)
+                                                : message.open().tenant());
         opened.mutable_opened()->set_backend("host");
         opened.mutable_opened()->set_daemon_version("fake");
         stream->Write(opened);
@@ -267,7 +275,8 @@ class DeviceService final : public v1::Device::Service {
     for (int i = 0; i < FakeDaemon::kDeviceCount; ++i) Fill(i, response->add_devices());
     return grpc::Status::OK;
   }
-  grpc::Status GetDeviceProperties(grpc::ServerContext*, const v1::GetDevicePropertiesRequest* request,
+  grpc::Status GetDeviceProperties(grpc::ServerContext*,
+                                   const v1::GetDevicePropertiesRequest* request,
                                    v1::DeviceProperties* response) override {
     if (grpc::Status status = Check(request->device()); !status.ok()) return status;
     Fill(request->device(), response);
@@ -329,7 +338,8 @@ class MemoryService final : public v1::Memory::Service {
         }
       }
     }
-    if (segment_id == 0) segment_id = state_.NewSegment(session, request->device(), request->shareable());
+    if (segment_id == 0)
+      segment_id = state_.NewSegment(session, request->device(), request->shareable());
     State::Segment& segment = state_.segments.at(segment_id);
     State::Allocation allocation{session, segment_id, segment.next_offset, size, request->size()};
     segment.next_offset += size;
@@ -344,7 +354,8 @@ class MemoryService final : public v1::Memory::Service {
     absl::MutexLock lock(&state_.mu);
     const uint64_t session = state_.Authenticate(*context);
     if (session == 0) return Unauthenticated();
-    state_.free_calls.emplace_back(request->allocation_ids().begin(), request->allocation_ids().end());
+    state_.free_calls.emplace_back(request->allocation_ids().begin(),
+                                   request->allocation_ids().end());
     return state_.Free(session, request->allocation_ids());
   }
 
@@ -405,14 +416,15 @@ class MemoryService final : public v1::Memory::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status SetMemoryLimit(grpc::ServerContext* context, const v1::SetMemoryLimitRequest* request,
+  grpc::Status SetMemoryLimit(grpc::ServerContext* context,
+                              const v1::SetMemoryLimitRequest* request,
                               v1::SetMemoryLimitResponse*) override {
     absl::MutexLock lock(&state_.mu);
     if (state_.Authenticate(*context) == 0) return Unauthenticated();
-    std::string limit = request->has_fraction()  ? absl::StrCat("fraction=", request->fraction())
-                        : request->has_bytes()   ? absl::StrCat("bytes=", request->bytes())
-                        : request->unlimited()   ? std::string("unlimited")
-                                                 : std::string("none");
+    std::string limit = request->has_fraction() ? absl::StrCat("fraction=", request->fraction())
+                        : request->has_bytes()  ? absl::StrCat("bytes=", request->bytes())
+                        : request->unlimited()  ? std::string("unlimited")
+                                                : std::string("none");
     state_.memory_limit_requests.push_back(absl::StrCat("device=", request->device(), " ", limit));
     return grpc::Status::OK;
   }
@@ -481,7 +493,8 @@ class ObserveService final : public v1::Observe::Service {
       info->set_client_name(session.request.client_name());
       info->set_pid(session.request.pid());
       info->set_tenant(session.request.tenant());
-      info->mutable_labels()->insert(session.request.labels().begin(), session.request.labels().end());
+      info->mutable_labels()->insert(session.request.labels().begin(),
+                                     session.request.labels().end());
       const v1::MemoryStats stats = state_.Stats(0, id);
       if (stats.values().at("segment.all.current") == 0) continue;
       v1::SessionDeviceUsage* usage = info->add_devices();

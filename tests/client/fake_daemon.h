@@ -34,6 +34,8 @@ class FakeDaemon {
     bool send_opened = true;
     // Hand out CUDA IPC handles instead of shared-memory names.
     bool cuda_handles = false;
+    // Refuse every session with RESOURCE_EXHAUSTED "too many sessions".
+    bool refuse_sessions = false;
   };
 
   // Serving when this returns; aborts the test on failure.

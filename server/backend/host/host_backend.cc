@@ -1,14 +1,18 @@
 #include "server/backend/host/host_backend.h"
 
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cassert>
 #include <cerrno>
+#include <filesystem>
 #include <iterator>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/random_hex.h"
@@ -62,6 +66,31 @@ void InsertFreeRange(std::map<uint64_t, uint64_t>& free_ranges, uint64_t start, 
   free_ranges.emplace(start, length);
 }
 
+// Segments of a daemon that died without its destructor (SIGKILL, crash)
+// stay in /dev/shm. Names carry the creator's pid ("<prefix>-<pid>-..."), so
+// objects whose creator no longer exists are removed at start-up.
+void RemoveStaleObjects(const std::string& prefix) {
+  const std::string stem = prefix.substr(1) + "-";
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(stem, 0) != 0) continue;
+    size_t end = name.find('-', stem.size());
+    int pid = 0;
+    if (end == std::string::npos || !absl::SimpleAtoi(name.substr(stem.size(), end - stem.size()), &pid) ||
+        pid <= 0) {
+      continue;
+    }
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // creator alive (or not ours to judge)
+    if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  if (removed > 0) {
+    spdlog::info("host backend: removed {} shared-memory objects left by gpumux processes that are gone",
+                 removed);
+  }
+}
+
 absl::Status CheckDevice(DeviceIndex device, int device_count) {
   if (device.value() >= 0 && device.value() < device_count) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("host backend: no device ", device.value(),
@@ -86,6 +115,7 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& 
         "host backend: shm_prefix \"", prefix,
         "\" must be '/' followed by 1 to 127 characters without '/', e.g. \"/gpumux\""));
   }
+  RemoveStaleObjects(prefix);
   auto backend = std::unique_ptr<HostBackend>(new HostBackend(options));
   backend->name_stem_ = absl::StrCat(prefix, "-", getpid(), "-", RandomHex(4));
 

@@ -67,7 +67,8 @@ TEST(CliTest, BadCommandsAndFlagsExitTwoWithUsage) {
 }
 
 TEST(CliTest, UnreachableDaemonExitsOneNamingTheAddress) {
-  for (const char* command : {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache"}) {
+  for (const char* command :
+       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache"}) {
     CliRun run = RunGpumux({command, "--address", "/nonexistent/gpumux.sock"});
     EXPECT_EQ(run.exit_code, 1) << command;
     EXPECT_THAT(run.err, StartsWith("gpumux: cannot reach gpumuxd at /nonexistent/gpumux.sock: "))
@@ -107,8 +108,8 @@ TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {
   CliRun run = RunHere({"stats", "--device", "1", "--json"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("\n \"allocated_bytes.all.current\": 1024,\n"));
-  run = RunHere({"stats", "--device", "1", "--session",
-                 std::to_string((*client)->session_id().value())});
+  run = RunHere(
+      {"stats", "--device", "1", "--session", std::to_string((*client)->session_id().value())});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("\nallocated_bytes.all.current "));
   EXPECT_THAT(run.out, HasSubstr(" 1024\n"));

@@ -79,9 +79,9 @@ TEST(IntFlagTest, RangeAndFallback) {
   ASSERT_OK(parsed);
   EXPECT_THAT(IntFlag(*parsed, "device", 0, 0, 7), IsOkAndHolds(3));
   EXPECT_THAT(IntFlag(*parsed, "json", 5, 0, 7), IsOkAndHolds(5));
-  EXPECT_THAT(IntFlag(*parsed, "device", 0, 0, 2),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "--device wants an integer in [0, 2], got '3'"));
+  EXPECT_THAT(
+      IntFlag(*parsed, "device", 0, 0, 2),
+      StatusIs(absl::StatusCode::kInvalidArgument, "--device wants an integer in [0, 2], got '3'"));
   parsed = ParseFlags({"--device", "one"}, kSpecs);
   ASSERT_OK(parsed);
   EXPECT_THAT(IntFlag(*parsed, "device", 0, 0, 7), StatusIs(absl::StatusCode::kInvalidArgument));

@@ -213,8 +213,10 @@ TEST(SessionsFormatTest, TableHasARowPerSessionAndDevice) {
 
 TEST(SessionsFormatTest, JsonListsSessionsWithSortedLabels) {
   const std::string json = FormatSessionsJson(ExampleSessions());
-  EXPECT_THAT(json, HasSubstr("\"labels\": {\n   \"namespace\": \"ml\",\n   \"pod\": \"p-1\"\n  },"));
-  EXPECT_THAT(json, HasSubstr("\"session_id\": 7,\n  \"client_name\": \"trainer\",\n  \"pid\": 4242"));
+  EXPECT_THAT(json,
+              HasSubstr("\"labels\": {\n   \"namespace\": \"ml\",\n   \"pod\": \"p-1\"\n  },"));
+  EXPECT_THAT(json,
+              HasSubstr("\"session_id\": 7,\n  \"client_name\": \"trainer\",\n  \"pid\": 4242"));
   EXPECT_THAT(json, HasSubstr("\"memory_limit_bytes\": 1073741824\n"));
   EXPECT_THAT(json, HasSubstr("\"labels\": {},"));
   EXPECT_THAT(json, HasSubstr("\"devices\": []\n"));

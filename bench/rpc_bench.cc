@@ -1,0 +1,178 @@
+// RPC latency through a real gpumuxd over its Unix socket, side by side in one
+// run: a no-op round trip (Session.Ping, which authenticates like every
+// session call), Allocate+Free as the client library does it (the free rides
+// on the next Allocate), and Allocate+Free as two synchronous RPCs.
+// Rounds interleave the three so machine noise hits them alike.
+//
+// usage: gpumux_rpc_bench [--address A] [--gpumuxd PATH] [--iterations N]
+//                         [--rounds R] [--size BYTES]
+// Without --address it starts gpumuxd (next to this binary's build tree, or
+// PATH) on a temporary socket and stops it afterwards.
+// Prints name=value lines: noop_p50_us, alloc_free_p50_us,
+// alloc_free_over_noop_p50 (and p99s, and the synchronous pair's figures).
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string address;
+  std::string gpumuxd;
+  int iterations = 2000;
+  int rounds = 10;
+  uint64_t size = 4096;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[i];
+}
+
+std::string DefaultDaemonPath() {
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
+}
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      std::string prefix = std::string(name) + "=";
+      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
+      if (arg == name && i + 1 < argc) return argv[++i];
+      return nullptr;
+    };
+    const char* v = nullptr;
+    if ((v = value("--address")) != nullptr) {
+      flags->address = v;
+    } else if ((v = value("--gpumuxd")) != nullptr) {
+      flags->gpumuxd = v;
+    } else if ((v = value("--iterations")) != nullptr) {
+      flags->iterations = std::atoi(v);
+    } else if ((v = value("--rounds")) != nullptr) {
+      flags->rounds = std::atoi(v);
+    } else if ((v = value("--size")) != nullptr) {
+      flags->size = std::strtoull(v, nullptr, 10);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return false;
+    }
+  }
+  return flags->iterations > 0 && flags->rounds > 0 && flags->size > 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fprintf(stderr,
+                 "usage: %s [--address A] [--gpumuxd PATH] [--iterations N] [--rounds R] [--size BYTES]\n",
+                 argv[0]);
+    return 2;
+  }
+  pid_t daemon = -1;
+  std::string dir;
+  if (flags.address.empty()) {
+    char pattern[] = "/tmp/gpumux-bench-XXXXXX";
+    dir = mkdtemp(pattern);
+    std::string socket = dir + "/gpumux.sock";
+    std::string binary = flags.gpumuxd.empty() ? DefaultDaemonPath() : flags.gpumuxd;
+    daemon = fork();
+    if (daemon == 0) {
+      execl(binary.c_str(), binary.c_str(), ("--socket=" + socket).c_str(), "--log-level=warn", nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    flags.address = "unix://" + socket;
+  }
+
+  int rc = 0;
+  {
+    auto client = gpumux::Client::Connect(flags.address, {.client_name = "gpumux_rpc_bench"});
+    if (!client.ok()) {
+      std::fprintf(stderr, "gpumux_rpc_bench: %s\n", client.status().ToString().c_str());
+      rc = 1;
+    } else {
+      gpumux::Client& c = **client;
+      std::vector<double> noop, pair, sync_pair;
+      auto time_us = [](auto&& body) {
+        auto start = Clock::now();
+        body();
+        return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+      };
+      // Warm up: connection, segment mapping, allocator cache.
+      for (int i = 0; i < 200; ++i) {
+        (void)c.Ping();
+        auto b = c.Allocate(flags.size);
+        if (!b.ok()) {
+          std::fprintf(stderr, "allocate: %s\n", b.status().ToString().c_str());
+          return 1;
+        }
+      }
+      for (int round = 0; round < flags.rounds && rc == 0; ++round) {
+        for (int i = 0; i < flags.iterations; ++i) {
+          noop.push_back(time_us([&] {
+            if (!c.Ping().ok()) rc = 1;
+          }));
+        }
+        for (int i = 0; i < flags.iterations; ++i) {
+          pair.push_back(time_us([&] {
+            auto b = c.Allocate(flags.size);  // carries the previous iteration's free
+            if (!b.ok()) rc = 1;
+          }));  // the buffer's destructor queued its free inside the timed body
+        }
+        (void)c.FlushFrees();
+        for (int i = 0; i < flags.iterations; ++i) {
+          sync_pair.push_back(time_us([&] {
+            auto b = c.Allocate(flags.size);
+            if (!b.ok() || !c.Free(std::move(*b)).ok()) rc = 1;
+          }));
+        }
+      }
+      if (rc != 0) {
+        std::fprintf(stderr, "gpumux_rpc_bench: a call failed\n");
+      } else {
+        double noop50 = Percentile(noop, 0.5), noop99 = Percentile(noop, 0.99);
+        double pair50 = Percentile(pair, 0.5), pair99 = Percentile(pair, 0.99);
+        double sync50 = Percentile(sync_pair, 0.5), sync99 = Percentile(sync_pair, 0.99);
+        std::printf("samples_per_kind=%zu\n", noop.size());
+        std::printf("allocation_size=%llu\n", static_cast<unsigned long long>(flags.size));
+        std::printf("alloc_free_sync_p50_us=%.2f\n", sync50);
+        std::printf("alloc_free_sync_p99_us=%.2f\n", sync99);
+        std::printf("alloc_free_sync_over_noop_p50=%.3f\n", sync50 / noop50);
+        std::printf("noop_p99_us=%.2f\n", noop99);
+        std::printf("alloc_free_p99_us=%.2f\n", pair99);
+        std::printf("alloc_free_over_noop_p99=%.3f\n", pair99 / noop99);
+        std::printf("noop_p50_us=%.2f\n", noop50);
+        std::printf("alloc_free_p50_us=%.2f\n", pair50);
+        std::printf("alloc_free_over_noop_p50=%.3f\n", pair50 / noop50);
+      }
+    }
+  }
+  if (daemon > 0) {
+    kill(daemon, SIGTERM);
+    waitpid(daemon, nullptr, 0);
+    std::filesystem::remove_all(dir);
+  }
+  return rc;
+}

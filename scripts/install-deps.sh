@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what gpumux needs to build and test on Debian 12 (run as root).
+# CUDA and NCCL are optional: the build uses /usr/local/cuda when present.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libgtest-dev libgmock-dev
+  python3 python3-grpcio python3-grpc-tools
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Fresh Debian 12, as root: installs dependencies, builds, and runs every test
+# that needs no GPU (ctest label `gpu` is left to scripts/gpu-check).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh -DGPUMUX_WERROR=ON
+cd "${GPUMUX_BUILD_DIR:-build}"
+ctest --output-on-failure -j "$(nproc)" -LE gpu --timeout 300
