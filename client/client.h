@@ -102,7 +102,9 @@ class Client {
   // the daemon) unless `buffer` was allocated shareable.
   absl::StatusOr<std::string> Share(const DeviceBuffer& buffer);
   // This session's own reference to a shared allocation, mapped. The memory
-  // lives until the last reference is freed. NOT_FOUND for an unknown or used token.
+  // lives until the last reference is freed. INVALID_ARGUMENT for a malformed
+  // token, NOT_FOUND for one never issued or whose allocation is gone,
+  // FAILED_PRECONDITION for one already used (tokens are single-use).
   absl::StatusOr<DeviceBuffer> Import(absl::string_view token);
 
   // --- Statistics (this session's view) ----------------------------------

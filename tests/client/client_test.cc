@@ -1,33 +1,47 @@
-// Client against FakeDaemon: the session handshake and credentials, batched
-// frees, segment mapping and notices, sharing, limits and failure paths.
+// Client against the real daemon in this process (host backend): the session
+// handshake and credentials, batched frees (as the wire and the daemon's books
+// see them), segment mapping and release notices, sharing, limits, statistics
+// and failure paths, including daemons that are gone or never answer.
 
 #include "client/client.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/fake_daemon.h"
-#include "tests/client/status_or_matchers.h"
+#include "tests/client/in_process_daemon.h"
+#include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
 
-using ::gpumux::client_testing::IsOkAndHolds;
-using ::gpumux::testing::FakeDaemon;
+using ::gpumux::testing::InProcessDaemon;
+using ::gpumux::testing::IsOkAndHolds;
+using ::gpumux::testing::RecordedCall;
+using ::gpumux::testing::RpcRecorder;
 using ::gpumux::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Optional;
+using ::testing::SizeIs;
 using ::testing::StartsWith;
+
+// The daemon's small segments (PyTorch's kSmallBuffer) hold blocks up to 1 MiB.
+constexpr uint64_t kSmallSegment = uint64_t{2} << 20;
 
 // Frees leave only with requests, so tests see exactly where they ride.
 ClientOptions ManualFrees() {
@@ -36,7 +50,7 @@ ClientOptions ManualFrees() {
   return options;
 }
 
-std::unique_ptr<Client> ConnectOrDie(const FakeDaemon& daemon,
+std::unique_ptr<Client> ConnectOrDie(const InProcessDaemon& daemon,
                                      const ClientOptions& options = ClientOptions()) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon.address(), options);
   EXPECT_OK(client);
@@ -54,8 +68,30 @@ bool Eventually(Condition condition) {
   return condition();
 }
 
-TEST(ClientTest, ConnectSendsOpenSessionRequestAndUsesItsCredentials) {
-  FakeDaemon daemon;
+// The ids of each Free call `client` sent, in order.
+std::vector<std::vector<uint64_t>> FreeCalls(const RpcRecorder& wire, const Client& client) {
+  std::vector<std::vector<uint64_t>> calls;
+  for (const v1::FreeRequest& request :
+       wire.Requests<v1::FreeRequest>(client.session_id(), "Memory/Free")) {
+    calls.emplace_back(request.allocation_ids().begin(), request.allocation_ids().end());
+  }
+  return calls;
+}
+
+// The free_allocation_ids each Allocate call of `client` carried, in order.
+std::vector<std::vector<uint64_t>> CarriedFrees(const RpcRecorder& wire, const Client& client) {
+  std::vector<std::vector<uint64_t>> calls;
+  for (const v1::AllocateRequest& request :
+       wire.Requests<v1::AllocateRequest>(client.session_id(), "Memory/Allocate")) {
+    calls.emplace_back(request.free_allocation_ids().begin(), request.free_allocation_ids().end());
+  }
+  return calls;
+}
+
+// --- Connecting ----------------------------------------------------------------
+
+TEST(ClientTest, ConnectOpensASessionAsRequestedAndUsesItsCredentials) {
+  InProcessDaemon daemon;
   ClientOptions options;
   options.client_name = "trainer";
   options.tenant = "team-a";
@@ -63,50 +99,41 @@ TEST(ClientTest, ConnectSendsOpenSessionRequestAndUsesItsCredentials) {
   auto client = ConnectOrDie(daemon, options);
   ASSERT_NE(client, nullptr);
 
-  ASSERT_EQ(daemon.open_requests().size(), 1u);
-  const v1::OpenSessionRequest open = daemon.open_requests()[0];
-  EXPECT_EQ(open.client_name(), "trainer");
-  EXPECT_EQ(open.pid(), getpid());
-  EXPECT_EQ(open.tenant(), "team-a");
-  EXPECT_EQ(open.labels().at("pod"), "p-1");
-  EXPECT_EQ(open.labels().at("namespace"), "ml");
-  EXPECT_EQ(client->session_id(), SessionId(7));
+  std::optional<v1::SessionInfo> session = daemon.Session(client->session_id());
+  ASSERT_TRUE(session.has_value());
+  EXPECT_EQ(session->client_name(), "trainer");
+  EXPECT_EQ(session->pid(), getpid());
+  EXPECT_EQ(session->tenant(), "team-a");
+  EXPECT_EQ(session->labels().at("pod"), "p-1");
+  EXPECT_EQ(session->labels().at("namespace"), "ml");
   EXPECT_EQ(client->tenant(), "team-a");
   EXPECT_EQ(client->backend(), "host");
+  EXPECT_FALSE(client->daemon_version().empty());
   EXPECT_EQ(client->address(), daemon.address());
 
+  // Session-bound calls are UNAUTHENTICATED without the secret the daemon handed out.
   EXPECT_OK(client->Ping());
   EXPECT_OK(client->MemoryAllocated());
-  EXPECT_EQ(daemon.unauthenticated_calls(), 0);
 }
 
-TEST(ClientTest, ClientNameDefaultsToTheProcessName) {
-  FakeDaemon daemon;
+TEST(ClientTest, ClientNameDefaultsToTheProcessNameAndTenantToTheSession) {
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
   std::ifstream comm("/proc/self/comm");
   std::string name;
   std::getline(comm, name);
   ASSERT_FALSE(name.empty());
-  EXPECT_EQ(daemon.open_requests().at(0).client_name(), name);
+  std::optional<v1::SessionInfo> session = daemon.Session(client->session_id());
+  ASSERT_TRUE(session.has_value());
+  EXPECT_EQ(session->client_name(), name);
+  EXPECT_EQ(client->tenant(), absl::StrCat("session-", client->session_id().value()));
 }
 
 TEST(ClientTest, ConnectToMissingDaemonIsUnavailable) {
   EXPECT_THAT(Client::Connect("/nonexistent/gpumux-test.sock"),
               StatusIs(absl::StatusCode::kUnavailable,
                        StartsWith("cannot reach gpumuxd at /nonexistent/gpumux-test.sock: ")));
-}
-
-TEST(ClientTest, ConnectGivesUpWhenTheDaemonNeverOpensTheSession) {
-  FakeDaemon::Options fake;
-  fake.send_opened = false;
-  FakeDaemon daemon(fake);
-  ClientOptions options;
-  options.open_timeout = absl::Milliseconds(200);
-  const absl::Time start = absl::Now();
-  EXPECT_THAT(Client::Connect(daemon.address(), options),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not open a session")));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
 TEST(ClientTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
@@ -131,85 +158,121 @@ TEST(ClientTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
                        "gpumuxd at " + path + " did not accept a connection within 300ms"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   close(fd);
-  unlink(path.c_str());
-  rmdir(dir_template);
+  std::filesystem::remove_all(dir_template);
 }
 
 TEST(ClientTest, ConnectReportsTheDaemonsRefusal) {
-  FakeDaemon::Options fake;
-  fake.refuse_sessions = true;
-  FakeDaemon daemon(fake);
-  EXPECT_THAT(Client::Connect(daemon.address()),
-              StatusIs(absl::StatusCode::kResourceExhausted, "too many sessions"));
+  InProcessDaemon daemon;
+  ClientOptions options;
+  options.client_name = std::string(300, 'n');
+  EXPECT_THAT(Client::Connect(daemon.address(), options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "client name is 300 bytes; at most 256 are allowed"));
+  EXPECT_THAT(daemon.Sessions(), IsEmpty());
 }
 
+// --- Allocating and freeing ----------------------------------------------------
+
 TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> a = client->Allocate(1000);
   absl::StatusOr<DeviceBuffer> b = client->Allocate(100, DeviceIndex(0));
   ASSERT_OK(a);
   ASSERT_OK(b);
   EXPECT_EQ(a->size(), 1000u);
-  EXPECT_EQ(a->allocated_size(), 1024u);
+  EXPECT_EQ(a->allocated_size(), 1024u);  // PyTorch rounds to 512
   EXPECT_EQ(a->device(), DeviceIndex(0));
   EXPECT_EQ(a->segment_id(), b->segment_id());
+  EXPECT_NE(a->offset(), b->offset());
   EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
   ASSERT_NE(a->data(), nullptr);
+  ASSERT_NE(b->data(), nullptr);
   EXPECT_EQ(static_cast<char*>(b->data()) - static_cast<char*>(a->data()),
             static_cast<ptrdiff_t>(b->offset() - a->offset()));
 
-  // The client's pointer and the daemon's mapping are the same memory.
+  // The client's pointers are the daemon's segment: a mapping of its own of
+  // the object the daemon named sees the same bytes at the same offsets.
+  std::vector<RecordedCall> calls = wire.Calls(client->session_id(), "Memory/Allocate");
+  ASSERT_THAT(calls, SizeIs(2));
+  const v1::Allocation& allocation = calls[1].allocation;
+  ASSERT_EQ(allocation.segment_handle().kind(), v1::HANDLE_KIND_HOST_SHM);
+  const int fd = shm_open(allocation.segment_handle().data().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  void* own = mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(own, MAP_FAILED);
+  char* base = static_cast<char*>(own);
   std::memcpy(b->data(), "hello", 5);
-  EXPECT_EQ(daemon.ReadAllocation(b->id().value(), 5), "hello");
-  daemon.WriteAllocation(a->id().value(), "world");
+  EXPECT_EQ(std::string(base + b->offset(), 5), "hello");
+  std::memcpy(base + a->offset(), "world", 5);
   EXPECT_EQ(std::string(static_cast<char*>(a->data()), 5), "world");
+  munmap(own, allocation.segment_size());
 }
 
 TEST(ClientTest, DroppedBufferRidesOnTheNextAllocate) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> a = client->Allocate(512);
   ASSERT_OK(a);
   const uint64_t a_id = a->id().value();
   { DeviceBuffer dropped = std::move(a).value(); }
-  EXPECT_EQ(daemon.live_allocations(), 1);
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));  // only queued
   ASSERT_OK(client->Allocate(512));  // dropped at once, queued again
-  EXPECT_THAT(daemon.allocate_carried_frees(), ElementsAre(IsEmpty(), ElementsAre(a_id)));
-  EXPECT_THAT(daemon.free_calls(), IsEmpty());
+  EXPECT_THAT(CarriedFrees(wire, *client), ElementsAre(IsEmpty(), ElementsAre(a_id)));
+  EXPECT_THAT(FreeCalls(wire, *client), IsEmpty());
+  // `a` is gone; the new one is queued.
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));
 }
 
 TEST(ClientTest, StatsReflectDroppedBuffersAtOnce) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
   ASSERT_OK(buffer);
+  std::memset(buffer->data(), 0xab, buffer->size());
+  const uint64_t id = buffer->id().value();
   EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(1024));
   client->Release(std::move(buffer).value());
-  // torch: after `del x`, memory_allocated() drops.
+  // torch: after `del x`, memory_allocated() drops; the stats call sent the free first.
   EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_EQ(daemon.free_calls().size(), 1u);
-  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(int64_t{FakeDaemon::kSegmentSize}));
+  EXPECT_THAT(FreeCalls(wire, *client), ElementsAre(ElementsAre(id)));
+  EXPECT_THAT(client->MaxMemoryAllocated(), IsOkAndHolds(1024));
+  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats();
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->at("allocation.all.allocated"), 1);
+  EXPECT_EQ(stats->at("allocation.all.freed"), 1);
 }
 
 TEST(ClientTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
-  FakeDaemon daemon;
-  auto client = ConnectOrDie(daemon);
+  InProcessDaemon daemon;
+  auto client = ConnectOrDie(daemon);  // frees wait at most 1 ms for company
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
+  uint64_t id;
   {
     absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096);
     ASSERT_OK(buffer);
+    id = buffer->id().value();
   }
-  EXPECT_TRUE(Eventually([&] { return daemon.live_allocations() == 0; }));
+  EXPECT_TRUE(Eventually([&] {
+    return daemon.LiveAllocations(client->session_id()) == 0u &&
+           FreeCalls(wire, *client) == std::vector<std::vector<uint64_t>>{{id}};
+  }));
 }
 
 TEST(ClientTest, BurstOfDropsBecomesOneFreeCall) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
   std::vector<DeviceBuffer> buffers;
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
@@ -217,39 +280,44 @@ TEST(ClientTest, BurstOfDropsBecomesOneFreeCall) {
     buffers.push_back(std::move(buffer).value());
   }
   buffers.clear();
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(5u));
   EXPECT_OK(client->FlushFrees());
-  ASSERT_EQ(daemon.free_calls().size(), 1u);
-  EXPECT_EQ(daemon.free_calls()[0].size(), 5u);
-  EXPECT_EQ(daemon.live_allocations(), 0);
+  std::vector<std::vector<uint64_t>> frees = FreeCalls(wire, *client);
+  ASSERT_EQ(frees.size(), 1u);
+  EXPECT_EQ(frees[0].size(), 5u);
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
 }
 
 TEST(ClientTest, FreeIsSynchronousAndReportsTheDaemonsAnswer) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
   ASSERT_OK(buffer);
   EXPECT_OK(client->Free(std::move(buffer).value()));
-  EXPECT_EQ(daemon.live_allocations(), 0);
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
   EXPECT_THAT(client->Free(DeviceBuffer()), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(ClientTest, FreeRejectsAnotherClientsBuffer) {
-  FakeDaemon daemon;
-  auto a = ConnectOrDie(daemon);
-  auto b = ConnectOrDie(daemon);
+TEST(ClientTest, FreeRejectsAnotherClientsBufferAndReleasesItToItsOwn) {
+  InProcessDaemon daemon;
+  auto a = ConnectOrDie(daemon, ManualFrees());
+  auto b = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = a->Allocate(512);
   ASSERT_OK(buffer);
   EXPECT_THAT(b->Free(std::move(buffer).value()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
+  EXPECT_OK(a->FlushFrees());
+  EXPECT_THAT(daemon.LiveAllocations(a->session_id()), Optional(0u));
 }
 
 TEST(ClientTest, MovingABufferTransfersOwnership) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
+  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> first = client->Allocate(512);
   absl::StatusOr<DeviceBuffer> second = client->Allocate(512);
   ASSERT_OK(first);
@@ -267,80 +335,125 @@ TEST(ClientTest, MovingABufferTransfersOwnership) {
   owner = std::move(second).value();
   EXPECT_EQ(owner.id(), second_id);
   ASSERT_OK(client->FlushFrees());
-  EXPECT_THAT(daemon.free_calls(), ElementsAre(ElementsAre(first_id.value())));
-  EXPECT_EQ(daemon.live_allocations(), 1);
+  EXPECT_THAT(FreeCalls(wire, *client), ElementsAre(ElementsAre(first_id.value())));
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));
 }
 
 TEST(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;  // 2 devices of 64 MiB
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
-  EXPECT_THAT(client->Allocate(0),
-              StatusIs(absl::StatusCode::kInvalidArgument, "cannot allocate 0 bytes"));
-  EXPECT_THAT(client->Allocate(FakeDaemon::kSegmentSize + 1),
+  EXPECT_THAT(client->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client->Allocate(512, DeviceIndex(9)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "device 9 is out of range: this daemon has 2 devices (0..1)"));
+  absl::StatusOr<DeviceBuffer> big = client->Allocate(uint64_t{48} << 20);
+  ASSERT_OK(big);
+  EXPECT_THAT(client->Allocate(uint64_t{32} << 20),
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
-  EXPECT_THAT(client->Allocate(512, DeviceIndex(9)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ClientTest, FreesCarriedOnAFailedAllocateAreNotLost) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;  // 2 devices of 64 MiB
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
-  {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
-    ASSERT_OK(buffer);
-  }
-  // The fake rejects size 0 before applying the carried free; the client
-  // sends it again on its own.
-  EXPECT_THAT(client->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(daemon.live_allocations(), 0);
+  const SessionId session = client->session_id();
+  RpcRecorder wire;
 
-  // When the daemon did apply them (out of memory comes after the frees), the
-  // resend's NOT_FOUND is swallowed.
+  // A bad device is refused before the carried frees are applied: the client
+  // sends them again on its own.
+  uint64_t first;
   {
     absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
     ASSERT_OK(buffer);
+    first = buffer->id().value();
   }
-  EXPECT_THAT(client->Allocate(FakeDaemon::kSegmentSize + 1),
-              StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_EQ(daemon.live_allocations(), 0);
-  EXPECT_OK(client->FlushFrees());
+  EXPECT_THAT(client->Allocate(512, DeviceIndex(9)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon.LiveAllocations(session), Optional(0u));
+  std::vector<RecordedCall> frees = wire.Calls(session, "Memory/Free");
+  ASSERT_THAT(frees, SizeIs(1));
+  EXPECT_EQ(frees[0].code, grpc::StatusCode::OK);
+
+  // Out of memory comes after the daemon applied them: the resend's NOT_FOUND
+  // says so and is swallowed.
+  absl::StatusOr<DeviceBuffer> big = client->Allocate(uint64_t{48} << 20);
+  ASSERT_OK(big);
+  uint64_t second;
+  {
+    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+    ASSERT_OK(buffer);
+    second = buffer->id().value();
+  }
+  EXPECT_THAT(client->Allocate(uint64_t{32} << 20), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(daemon.LiveAllocations(session), Optional(1u));  // just `big`
+  frees = wire.Calls(session, "Memory/Free");
+  ASSERT_THAT(frees, SizeIs(2));
+  EXPECT_EQ(frees[1].code, grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(CarriedFrees(wire, *client), ElementsAre(IsEmpty(), ElementsAre(first), IsEmpty(),
+                                                       IsEmpty(), ElementsAre(second)));
+  EXPECT_OK(client->FlushFrees());  // nothing left queued
+  EXPECT_THAT(wire.Calls(session, "Memory/Free"), SizeIs(2));
 }
 
-TEST(ClientTest, SegmentReleasedNoticeUnmapsTheSegment) {
-  FakeDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  uint64_t segment;
-  {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
-    ASSERT_OK(buffer);
-    segment = buffer->segment_id().value();
-  }
-  ASSERT_EQ(client->MappedSegmentCountForTest(), 1u);
-  daemon.SendSegmentReleased(/*device=*/1, segment);  // another device: not ours
-  daemon.SendSegmentReleased(/*device=*/0, segment);
-  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 0; }));
-}
+// --- Segments and the cache ----------------------------------------------------
 
 TEST(ClientTest, EmptyCacheReleasesAndUnmapsUnusedSegments) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
   {
     absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
     ASSERT_OK(buffer);
   }
+  EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
   absl::StatusOr<ReleasedCache> released = client->EmptyCache();
   ASSERT_OK(released);
   // The queued free went first, so the segment was unused.
   EXPECT_EQ(released->released_segments, 1u);
-  EXPECT_EQ(released->released_bytes, FakeDaemon::kSegmentSize);
+  EXPECT_EQ(released->released_bytes, kSmallSegment);
+  // The daemon's SegmentReleased notice unmaps it.
+  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 0; }));
+  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(0));
+}
+
+TEST(ClientTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
+  InProcessDaemon daemon;
+  auto client = ConnectOrDie(daemon);
+  ASSERT_NE(client, nullptr);
+  for (DeviceIndex device : {DeviceIndex(0), DeviceIndex(1)}) {
+    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512, device);
+    ASSERT_OK(buffer);
+  }
+  ASSERT_OK(client->FlushFrees());
+  ASSERT_EQ(client->MappedSegmentCountForTest(), 2u);
+
+  EmptyCacheOptions device_one;
+  device_one.device = DeviceIndex(1);
+  ASSERT_THAT(client->EmptyCache(device_one),
+              IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
+  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 1; }));
+  // Device 0's segment is still mapped and usable.
+  absl::StatusOr<DeviceBuffer> again = client->Allocate(512, DeviceIndex(0));
+  ASSERT_OK(again);
+  static_cast<char*>(again->data())[0] = 1;
+  EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
+  client->Release(std::move(again).value());
+
+  // An operator's empty-cache from another session releases this one's too.
+  auto operator_client = ConnectOrDie(daemon);
+  ASSERT_NE(operator_client, nullptr);
+  ASSERT_OK(client->FlushFrees());
+  EmptyCacheOptions everyone;
+  everyone.all_sessions = true;
+  ASSERT_THAT(operator_client->EmptyCache(everyone),
+              IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
   EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 0; }));
 }
 
-TEST(ClientTest, ImportedBufferSeesTheSharedBytes) {
-  FakeDaemon daemon;
+// --- Sharing -------------------------------------------------------------------
+
+TEST(ClientTest, ImportedBufferIsTheSameMemory) {
+  InProcessDaemon daemon;
   auto producer = ConnectOrDie(daemon);
   auto consumer = ConnectOrDie(daemon);
   ASSERT_NE(producer, nullptr);
@@ -355,94 +468,115 @@ TEST(ClientTest, ImportedBufferSeesTheSharedBytes) {
   ASSERT_OK(token);
   absl::StatusOr<DeviceBuffer> imported = consumer->Import(*token);
   ASSERT_OK(imported);
-  EXPECT_NE(imported->id(), original->id());
   EXPECT_EQ(imported->size(), 4096u);
   EXPECT_EQ(std::string(static_cast<char*>(imported->data()), 7), "weights");
-  EXPECT_THAT(consumer->Import(*token), StatusIs(absl::StatusCode::kNotFound));
+  std::memcpy(imported->data(), "WEIGHTS", 7);
+  EXPECT_EQ(std::string(static_cast<char*>(original->data()), 7), "WEIGHTS");
+  // Tokens are single-use.
+  EXPECT_THAT(consumer->Import(*token), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(consumer->Import("no-such-token"), StatusIs(absl::StatusCode::kInvalidArgument));
 
   absl::StatusOr<DeviceBuffer> plain = producer->Allocate(512);
   ASSERT_OK(plain);
   EXPECT_THAT(producer->Share(*plain), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(ClientTest, CudaHandlesAllocateWithoutAHostPointer) {
-  FakeDaemon::Options fake;
-  fake.cuda_handles = true;
-  FakeDaemon daemon(fake);
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
-  ASSERT_OK(buffer);
-  EXPECT_TRUE(buffer->valid());
-  EXPECT_EQ(buffer->data(), nullptr);
-  EXPECT_EQ(client->MappedSegmentCountForTest(), 0u);
-}
+// --- The session's life --------------------------------------------------------
 
 TEST(ClientTest, DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon, ManualFrees());
   ASSERT_NE(client, nullptr);
+  const SessionId session = client->session_id();
+  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> kept = client->Allocate(512);
   ASSERT_OK(kept);
   const uint64_t kept_id = kept->id().value();
   client->Release(std::move(kept).value());
-  EXPECT_EQ(daemon.sessions_open(), 1);
+  EXPECT_THAT(daemon.LiveAllocations(session), Optional(1u));
   client.reset();
-  EXPECT_THAT(daemon.free_calls(), ElementsAre(ElementsAre(kept_id)));
-  EXPECT_TRUE(Eventually([&] { return daemon.sessions_open() == 0; }));
-  EXPECT_EQ(daemon.sessions_closed_cleanly(), 1);
+  // The queued free was sent, and applied, before the session ended.
+  std::vector<RecordedCall> frees = wire.Calls(session, "Memory/Free");
+  ASSERT_THAT(frees, SizeIs(1));
+  EXPECT_EQ(frees[0].code, grpc::StatusCode::OK);
+  v1::FreeRequest request;
+  ASSERT_TRUE(request.ParseFromString(frees[0].request));
+  EXPECT_THAT(request.allocation_ids(), ElementsAre(kept_id));
+  EXPECT_TRUE(Eventually([&] { return daemon.Sessions().empty(); }));
 }
 
 TEST(ClientTest, CallsFailUnavailableOnceTheDaemonIsGone) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
   daemon.Shutdown();
   EXPECT_THAT(client->MemoryAllocated(),
               StatusIs(absl::StatusCode::kUnavailable,
                        StartsWith("cannot reach gpumuxd at " + daemon.address() + ": ")));
-  EXPECT_THAT(client->Allocate(512), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(client->Allocate(512),
+              StatusIs(absl::StatusCode::kUnavailable, StartsWith("cannot reach gpumuxd at ")));
   EXPECT_THAT(client->DeviceCount(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(client->Ping(), StatusIs(absl::StatusCode::kUnavailable));
   client.reset();  // must not hang
 }
 
-TEST(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoes) {
-  FakeDaemon daemon;
+// --- Limits, devices and statistics --------------------------------------------
+
+TEST(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoesAndCapsTheSession) {
+  InProcessDaemon daemon;  // 2 devices of 64 MiB
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
+  const SessionId session = client->session_id();
+  RpcRecorder wire;
   EXPECT_THAT(client->SetPerProcessMemoryFraction(1.5),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: 1.5. Allowed range: 0~1"));
   EXPECT_THAT(client->SetPerProcessMemoryFraction(-0.25, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: -0.25. Allowed range: 0~1"));
-  EXPECT_THAT(daemon.memory_limit_requests(), IsEmpty());
+  EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), IsEmpty());
 
-  EXPECT_OK(client->SetPerProcessMemoryFraction(0.5, DeviceIndex(1)));
+  // The limits the daemon then keeps for the session, per device.
+  auto limit = [&](int device) -> uint64_t {
+    std::optional<v1::SessionInfo> info = daemon.Session(session);
+    return info.has_value() && device < info->devices_size()
+               ? info->devices(device).memory_limit_bytes()
+               : ~uint64_t{0};
+  };
+  EXPECT_OK(client->SetPerProcessMemoryFraction(0.25, DeviceIndex(1)));
+  EXPECT_EQ(limit(1), uint64_t{16} << 20);
+  EXPECT_THAT(client->Allocate(uint64_t{32} << 20, DeviceIndex(1)),
+              StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
   EXPECT_OK(client->SetMemoryLimit(1 << 20));
-  EXPECT_OK(client->SetMemoryLimit(0));
-  EXPECT_THAT(daemon.memory_limit_requests(),
-              ElementsAre("device=1 fraction=0.5", "device=0 bytes=1048576", "device=0 unlimited"));
+  EXPECT_EQ(limit(0), uint64_t{1} << 20);
+  EXPECT_OK(client->SetMemoryLimit(0, DeviceIndex(1)));
+  EXPECT_EQ(limit(1), 0u);
+  EXPECT_OK(client->Allocate(uint64_t{32} << 20, DeviceIndex(1)).status());
+  EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), SizeIs(3));
 }
 
 TEST(ClientTest, DeviceQueries) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;  // 2 devices of 64 MiB
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
   EXPECT_THAT(client->DeviceCount(), IsOkAndHolds(2));
-  EXPECT_THAT(client->GetDeviceName(DeviceIndex(1)), IsOkAndHolds(std::string("fake1")));
+  EXPECT_THAT(client->GetDeviceName(DeviceIndex(1)),
+              IsOkAndHolds(std::string("gpumux host device 1")));
   absl::StatusOr<DeviceProperties> properties = client->GetDeviceProperties(DeviceIndex(0));
   ASSERT_OK(properties);
-  EXPECT_EQ(properties->total_memory, FakeDaemon::kDeviceMemory);
+  EXPECT_EQ(properties->index, 0);
+  EXPECT_EQ(properties->total_memory, uint64_t{64} << 20);
+  EXPECT_EQ(properties->free_memory, uint64_t{64} << 20);
   EXPECT_EQ(properties->backend, "host");
-  EXPECT_EQ(properties->multi_processor_count, 4);
+  EXPECT_GT(properties->multi_processor_count, 0);
   EXPECT_THAT(client->GetDeviceProperties(DeviceIndex(5)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "device 5 is out of range (2 devices)"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "device 5 is out of range: this daemon has 2 devices (0..1)"));
   EXPECT_OK(client->Synchronize(DeviceIndex(0)));
 }
 
 TEST(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000, DeviceIndex(1));
@@ -450,13 +584,13 @@ TEST(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
 
   absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats(DeviceIndex(1));
   ASSERT_OK(stats);
-  EXPECT_EQ(stats->size(), 122u);
+  EXPECT_EQ(stats->size(), 122u);  // PyTorch's keys
   EXPECT_EQ(stats->at("allocated_bytes.all.current"), 1024);
+  EXPECT_THAT(client->MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
   EXPECT_THAT(client->MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(1024));
-  EXPECT_THAT(client->MaxMemoryReserved(DeviceIndex(1)),
-              IsOkAndHolds(int64_t{FakeDaemon::kSegmentSize}));
+  EXPECT_THAT(client->MaxMemoryReserved(DeviceIndex(1)), IsOkAndHolds(int64_t{kSmallSegment}));
   EXPECT_THAT(client->MemorySummary(DeviceIndex(1), /*abbreviated=*/true),
-              IsOkAndHolds(std::string("summary of device 1 (abbreviated)\n")));
+              IsOkAndHolds(HasSubstr("PyTorch CUDA memory summary, device ID 1 ")));
 
   absl::StatusOr<std::vector<SegmentInfo>> snapshot = client->MemorySnapshot();
   ASSERT_OK(snapshot);
@@ -465,19 +599,25 @@ TEST(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
   EXPECT_EQ(segment.device, 1);
   EXPECT_EQ(segment.segment_id, buffer->segment_id());
   EXPECT_EQ(segment.session_id, client->session_id());
-  EXPECT_EQ(segment.total_size, FakeDaemon::kSegmentSize);
-  ASSERT_EQ(segment.blocks.size(), 1u);
+  EXPECT_EQ(segment.segment_type, "small");
+  EXPECT_EQ(segment.total_size, kSmallSegment);
+  ASSERT_FALSE(segment.blocks.empty());
   EXPECT_EQ(segment.blocks[0].address, buffer->address());
   EXPECT_EQ(segment.blocks[0].requested_size, 1000u);
   EXPECT_EQ(segment.blocks[0].state, "active_allocated");
   EXPECT_THAT(client->MemorySnapshot(DeviceIndex(0)), IsOkAndHolds(IsEmpty()));
 
+  client->Release(std::move(buffer).value());
   EXPECT_OK(client->ResetPeakMemoryStats(DeviceIndex(1)));
+  EXPECT_THAT(client->MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(0));
   EXPECT_OK(client->ResetAccumulatedMemoryStats(DeviceIndex(1)));
+  stats = client->MemoryStats(DeviceIndex(1));
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->at("allocation.all.allocated"), 0);
 }
 
 TEST(ClientTest, ManyThreadsAllocateAndDropConcurrently) {
-  FakeDaemon daemon;
+  InProcessDaemon daemon;
   auto client = ConnectOrDie(daemon);
   ASSERT_NE(client, nullptr);
   std::vector<std::thread> threads;
@@ -492,7 +632,11 @@ TEST(ClientTest, ManyThreadsAllocateAndDropConcurrently) {
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_EQ(daemon.live_allocations(), 0);
+  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats();
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->at("allocation.all.allocated"), 200);
+  EXPECT_EQ(stats->at("allocation.all.freed"), 200);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Memory, Session and Observe services end to end over a real Unix socket.
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <thread>
 
@@ -32,6 +34,13 @@ class MemoryServiceTest : public DaemonTest {
     return stats.values().at(key);
   }
 };
+
+TEST_F(MemoryServiceTest, SocketIsMode0660) {
+  struct stat st {};
+  ASSERT_EQ(stat(daemon_->socket_path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
 
 TEST_F(MemoryServiceTest, AllocatesWithPyTorchRoundingAndFrees) {
   RawSession session(channel_, "alloc");

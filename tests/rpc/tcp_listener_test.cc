@@ -1,6 +1,7 @@
 // The TCP listener serves the observe surface and refuses everything else.
 
 #include "gpumux/v1/device.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
@@ -75,6 +76,40 @@ TEST_F(TcpListenerTest, HealthIsServing) {
     grpc::ClientContext context;
     ASSERT_TRUE(health->Check(&context, request, &response).ok());
     EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+}
+
+TEST_F(TcpListenerTest, ReflectionListsTheServices) {
+  // grpc.reflection.v1alpha.ServerReflectionRequest{list_services: ""} by hand:
+  // Debian ships the reflection server but not its client headers.
+  grpc::GenericStub stub(channel_);
+  grpc::ClientContext context;
+  grpc::CompletionQueue cq;
+  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const char request[] = {0x3a, 0x00};
+  grpc::Slice slice(request, sizeof(request));
+  grpc::ByteBuffer buffer(&slice, 1);
+  call->Write(buffer, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const char* service : {"gpumux.v1.Session", "gpumux.v1.Memory", "gpumux.v1.Device", "gpumux.v1.Observe"}) {
+    EXPECT_NE(bytes.find(service), std::string::npos) << service;
+  }
+  context.TryCancel();
+  grpc::Status finish;
+  call->Finish(&finish, reinterpret_cast<void*>(4));
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
   }
 }
 

@@ -1,20 +1,24 @@
 // The gpumux command line run in-process: exit codes, usage errors, the
-// unreachable-daemon message, and each command against FakeDaemon.
+// unreachable-daemon message, and each command against the real daemon in
+// this process (host backend).
 
 #include "client/cli/cli.h"
 
+#include <map>
 #include <sstream>
 
+#include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/fake_daemon.h"
+#include "tests/client/in_process_daemon.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
 
-using ::gpumux::testing::FakeDaemon;
+using ::gpumux::testing::InProcessDaemon;
+using ::gpumux::testing::IsOkAndHolds;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -29,6 +33,18 @@ CliRun RunGpumux(std::vector<std::string> args) {
   std::ostringstream err;
   int code = RunCli(std::move(args), out, err);
   return {code, out.str(), err.str()};
+}
+
+// name=value lines of FormatReplayResult.
+std::map<std::string, std::string> ReplayFigures(const std::string& text) {
+  std::map<std::string, std::string> figures;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) figures[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return figures;
 }
 
 TEST(CliTest, NoCommandIsAUsageError) {
@@ -84,32 +100,41 @@ class CliDaemonTest : public ::testing::Test {
     return RunGpumux(std::move(args));
   }
 
-  FakeDaemon daemon_;
+  std::unique_ptr<Client> Connect(const ClientOptions& options = ClientOptions()) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_.address(), options);
+    EXPECT_OK(client);
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+
+  InProcessDaemon daemon_;  // 2 host devices of 64 MiB
 };
 
 TEST_F(CliDaemonTest, Devices) {
   CliRun run = RunHere({"devices"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, StartsWith("INDEX  NAME   BACKEND"));
-  EXPECT_THAT(run.out, HasSubstr("fake1"));
+  EXPECT_THAT(
+      run.out,
+      StartsWith("INDEX  NAME                  BACKEND      TOTAL       FREE  CAPABILITY  SMS\n"
+                 "    0  gpumux host device 0  host     64.00 MiB  64.00 MiB         0.0 "));
+  EXPECT_THAT(run.out, HasSubstr("\n    1  gpumux host device 1  host     64.00 MiB  64.00 MiB "));
   run = RunHere({"devices", "--json"});
   EXPECT_EQ(run.exit_code, 0);
-  EXPECT_THAT(run.out, HasSubstr("\"name\": \"fake0\""));
+  EXPECT_THAT(run.out, HasSubstr("\"name\": \"gpumux host device 0\""));
 }
 
 TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {
   ClientOptions options;
   options.free_batch_delay = absl::InfiniteDuration();
-  auto client = Client::Connect(daemon_.address(), options);
-  ASSERT_OK(client);
-  absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(1000, DeviceIndex(1));
+  auto client = Connect(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000, DeviceIndex(1));
   ASSERT_OK(buffer);
 
   CliRun run = RunHere({"stats", "--device", "1", "--json"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("\n \"allocated_bytes.all.current\": 1024,\n"));
   run = RunHere(
-      {"stats", "--device", "1", "--session", std::to_string((*client)->session_id().value())});
+      {"stats", "--device", "1", "--session", std::to_string(client->session_id().value())});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("\nallocated_bytes.all.current "));
   EXPECT_THAT(run.out, HasSubstr(" 1024\n"));
@@ -119,19 +144,19 @@ TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {
   EXPECT_EQ(run.err, "gpumux: NOT_FOUND: session 999 not found\n");
 }
 
-TEST_F(CliDaemonTest, SummaryIsPrintedAsIs) {
+TEST_F(CliDaemonTest, SummaryIsPyTorchsTable) {
   CliRun run = RunHere({"summary", "--device", "1", "--abbreviated"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_EQ(run.out, "observed summary of device 1\n");
+  EXPECT_THAT(run.out, HasSubstr("PyTorch CUDA memory summary, device ID 1 "));
 }
 
 TEST_F(CliDaemonTest, SnapshotAndSessions) {
   ClientOptions options;
   options.client_name = "trainer";
   options.labels = {{"pod", "p-1"}};
-  auto client = Client::Connect(daemon_.address(), options);
-  ASSERT_OK(client);
-  absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(1000);
+  auto client = Connect(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
   ASSERT_OK(buffer);
 
   CliRun run = RunHere({"snapshot", "--json"});
@@ -150,23 +175,59 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   EXPECT_THAT(run.out, HasSubstr("pod=p-1"));
   run = RunHere({"sessions", "--json"});
   EXPECT_THAT(run.out, HasSubstr("\"client_name\": \"trainer\""));
+
+  // A client's end is its session's.
+  client->Release(std::move(buffer).value());
+  client.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  while (RunHere({"sessions", "--json"}).out != "[]\n" && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(RunHere({"sessions", "--json"}).out, "[]\n");
 }
 
 TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
   ClientOptions options;
   options.free_batch_delay = absl::InfiniteDuration();
-  auto client = Client::Connect(daemon_.address(), options);
-  ASSERT_OK(client);
+  auto client = Connect(options);
+  ASSERT_NE(client, nullptr);
   {
-    absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(1000);
+    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
     ASSERT_OK(buffer);
   }
-  ASSERT_OK((*client)->FlushFrees());
+  ASSERT_OK(client->FlushFrees());
   CliRun run = RunHere({"empty-cache"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "released 2097152 bytes (2.00 MiB) in 1 segment\n");
   run = RunHere({"empty-cache", "--device", "1"});
   EXPECT_EQ(run.out, "released 0 bytes (0 bytes) in 0 segments\n");
+  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(0));
+}
+
+TEST(CliDaemonReplayTest, ReplayThroughTheDaemonMatchesInProcess) {
+  const std::string trace = GPUMUX_SOURCE_DIR "/testdata/trace_resnet50_train_b64.csv.gz";
+  CliRun in_process = RunGpumux({"replay", trace});
+  if (in_process.exit_code == 1 &&
+      in_process.err.find("not part of this build") != std::string::npos) {
+    GTEST_SKIP() << "built without bench/";
+  }
+  ASSERT_EQ(in_process.exit_code, 0) << in_process.err;
+  // As large as the trace's peak needs (host segments are only ftruncated
+  // shared memory, so nothing is touched).
+  InProcessDaemon::Options large;
+  large.device_memory = uint64_t{8} << 30;
+  InProcessDaemon daemon(large);
+  CliRun through_daemon = RunGpumux({"--address", daemon.socket_path(), "replay", trace});
+  ASSERT_EQ(through_daemon.exit_code, 0) << through_daemon.err;
+
+  // Batched frees still reach the allocator before the next allocation, so
+  // it sees the same sequence and ends with the same figures.
+  auto local = ReplayFigures(in_process.out);
+  auto remote = ReplayFigures(through_daemon.out);
+  for (const char* key :
+       {"peak_requested", "peak_allocated", "peak_reserved", "device_allocs", "operations"}) {
+    EXPECT_EQ(remote[key], local[key]) << key;
+  }
 }
 
 TEST(CliReplayTest, ReplaysATraceInProcess) {

@@ -2,13 +2,12 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/status_or_matchers.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
 
-using ::gpumux::client_testing::IsOkAndHolds;
+using ::gpumux::testing::IsOkAndHolds;
 using ::gpumux::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::Optional;

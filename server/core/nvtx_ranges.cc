@@ -1,0 +1,80 @@
+#include "server/core/nvtx_ranges.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace gpumux {
+namespace {
+
+absl::Status CheckMessage(absl::string_view message) {
+  if (message.size() > NvtxRanges::kMaxMessageBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("NVTX message is ", message.size(), " bytes; at most ",
+                                                   NvtxRanges::kMaxMessageBytes, " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void NvtxRanges::AddLocked(Books& books, NvtxRecord record) {
+  if (books.records.size() == kMaxRecords) books.records.pop_front();
+  books.records.push_back(std::move(record));
+}
+
+absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
+  if (absl::Status s = CheckMessage(message); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Books& books = books_[session];
+  AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message), static_cast<int>(books.stack.size()),
+                    absl::Now()});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view message) {
+  if (absl::Status s = CheckMessage(message); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  Books& books = books_[session];
+  if (books.stack.size() == kMaxDepth) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("NVTX ranges nest at most ", kMaxDepth, " deep; pop some before pushing more"));
+  }
+  int depth = static_cast<int>(books.stack.size());
+  books.stack.emplace_back(message);
+  AddLocked(books, {NvtxRecord::Kind::kPush, std::string(message), depth, absl::Now()});
+  return depth;
+}
+
+absl::StatusOr<int> NvtxRanges::Pop(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  Books& books = books_[session];
+  if (books.stack.empty()) {
+    return absl::FailedPreconditionError("range_pop without a matching range_push: no NVTX range is open");
+  }
+  int depth = static_cast<int>(books.stack.size()) - 1;
+  std::string message = std::move(books.stack.back());
+  books.stack.pop_back();
+  AddLocked(books, {NvtxRecord::Kind::kPop, std::move(message), depth, absl::Now()});
+  return depth;
+}
+
+std::vector<std::string> NvtxRanges::OpenRanges(SessionId session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = books_.find(session);
+  return it == books_.end() ? std::vector<std::string>{} : it->second.stack;
+}
+
+std::vector<NvtxRecord> NvtxRanges::Records(SessionId session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = books_.find(session);
+  if (it == books_.end()) return {};
+  return std::vector<NvtxRecord>(it->second.records.begin(), it->second.records.end());
+}
+
+void NvtxRanges::RemoveSession(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  books_.erase(session);
+}
+
+}  // namespace gpumux

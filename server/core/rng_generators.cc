@@ -1,0 +1,93 @@
+#include "server/core/rng_generators.h"
+
+#include <sys/random.h>
+
+#include <cstring>
+
+namespace gpumux {
+
+uint64_t NonDeterministicSeed() {
+  uint64_t value = 0;
+  while (getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
+  }
+  return value & 0x1FFFFFFFFFFFFFull;
+}
+
+RngState& RngGenerators::StateLocked(SessionId session, DeviceIndex device) {
+  std::vector<RngState>& states = states_[session];
+  if (states.empty()) {
+    states.resize(static_cast<size_t>(device_count_));
+    for (RngState& s : states) s.seed = NonDeterministicSeed();
+  }
+  return states[static_cast<size_t>(device.value())];
+}
+
+void RngGenerators::ManualSeed(SessionId session, DeviceIndex device, uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  StateLocked(session, device) = RngState{seed, 0};
+}
+
+void RngGenerators::ManualSeedAll(SessionId session, uint64_t seed) {
+  absl::MutexLock lock(&mu_);
+  for (int d = 0; d < device_count_; ++d) StateLocked(session, DeviceIndex(d)) = RngState{seed, 0};
+}
+
+uint64_t RngGenerators::Seed(SessionId session, DeviceIndex device) {
+  uint64_t seed = NonDeterministicSeed();
+  ManualSeed(session, device, seed);
+  return seed;
+}
+
+uint64_t RngGenerators::SeedAll(SessionId session) {
+  uint64_t seed = NonDeterministicSeed();
+  ManualSeedAll(session, seed);
+  return seed;
+}
+
+uint64_t RngGenerators::InitialSeed(SessionId session, DeviceIndex device) {
+  absl::MutexLock lock(&mu_);
+  return StateLocked(session, device).seed;
+}
+
+std::string RngGenerators::GetState(SessionId session, DeviceIndex device) {
+  RngState state;
+  {
+    absl::MutexLock lock(&mu_);
+    state = StateLocked(session, device);
+  }
+  std::string bytes(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    bytes[static_cast<size_t>(i)] = static_cast<char>(state.seed >> (8 * i));
+    bytes[static_cast<size_t>(8 + i)] = static_cast<char>(state.offset >> (8 * i));
+  }
+  return bytes;
+}
+
+absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl::string_view bytes) {
+  if (bytes.size() != 16 && bytes.size() != 8) return absl::InvalidArgumentError("RNG state is wrong size");
+  auto read = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(bytes[at + static_cast<size_t>(i)])} << (8 * i);
+    return v;
+  };
+  RngState state{read(0), bytes.size() == 16 ? read(8) : 0};
+  if (state.offset % 4 != 0) return absl::InvalidArgumentError("offset must be a multiple of 4");
+  absl::MutexLock lock(&mu_);
+  StateLocked(session, device) = state;
+  return absl::OkStatus();
+}
+
+RngState RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
+  absl::MutexLock lock(&mu_);
+  RngState& state = StateLocked(session, device);
+  RngState before = state;
+  state.offset += increment;
+  return before;
+}
+
+void RngGenerators::RemoveSession(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  states_.erase(session);
+}
+
+}  // namespace gpumux

@@ -1,0 +1,56 @@
+#include "server/core/nvtx_ranges.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux {
+namespace {
+
+using ::gpumux::testing::StatusIs;
+
+TEST(NvtxRangesTest, DepthsFollowPyTorch) {
+  NvtxRanges nvtx;
+  SessionId s(1);
+  EXPECT_EQ(*nvtx.Push(s, "outer"), 0);  // depth of the range started
+  EXPECT_EQ(*nvtx.Push(s, "inner"), 1);
+  EXPECT_EQ(nvtx.OpenRanges(s), (std::vector<std::string>{"outer", "inner"}));
+  EXPECT_EQ(*nvtx.Pop(s), 1);  // depth of the range ended
+  EXPECT_EQ(*nvtx.Pop(s), 0);
+}
+
+TEST(NvtxRangesTest, PopWithNothingOpenIsAnErrorNotACrash) {
+  NvtxRanges nvtx;
+  EXPECT_THAT(nvtx.Pop(SessionId(1)), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(*nvtx.Push(SessionId(1), "again"), 0);
+}
+
+TEST(NvtxRangesTest, RecordsMarksAndRangesWithTimes) {
+  NvtxRanges nvtx;
+  SessionId s(3);
+  ASSERT_OK(nvtx.Mark(s, "start"));
+  ASSERT_TRUE(nvtx.Push(s, "step").ok());
+  ASSERT_TRUE(nvtx.Pop(s).ok());
+  std::vector<NvtxRecord> records = nvtx.Records(s);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[0].kind, NvtxRecord::Kind::kMark);
+  EXPECT_EQ(records[2].kind, NvtxRecord::Kind::kPop);
+  EXPECT_EQ(records[2].message, "step");
+  EXPECT_LE(records[0].time, records[2].time);
+  EXPECT_TRUE(nvtx.Records(SessionId(4)).empty());  // sessions are separate
+}
+
+TEST(NvtxRangesTest, BoundsMessagesAndDepth) {
+  NvtxRanges nvtx;
+  SessionId s(1);
+  EXPECT_THAT(nvtx.Mark(s, std::string(NvtxRanges::kMaxMessageBytes + 1, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  for (size_t i = 0; i < NvtxRanges::kMaxDepth; ++i) ASSERT_TRUE(nvtx.Push(s, "r").ok());
+  EXPECT_THAT(nvtx.Push(s, "one too many"), StatusIs(absl::StatusCode::kResourceExhausted));
+  nvtx.RemoveSession(s);
+  EXPECT_TRUE(nvtx.OpenRanges(s).empty());
+}
+
+}  // namespace
+}  // namespace gpumux
