@@ -1,10 +1,12 @@
 #pragma once
 
-// Block and Segment: PyTorch's Block (a range of a segment, free or handed
-// out, linked to its neighbours) and the backend segment it lives in. Plain
-// data owned by a DeviceAllocator and touched only under its mutex.
+// Block and Segment: PyTorch's Block (a range of a segment, free, handed out,
+// or freed but waiting for other streams' work, linked to its neighbours) and
+// the backend segment it lives in. Plain data owned by a DeviceAllocator and
+// touched only under its mutex.
 
 #include <cstdint>
+#include <vector>
 
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
@@ -28,6 +30,18 @@ struct Segment {
   bool dedicated = false;
 };
 
+// A stream other than its allocation stream that used a block (recordStream):
+// the client's id for it, and the backend stream its work runs on.
+struct StreamUse {
+  StreamId stream;
+  BackendStream backend_stream;
+  friend bool operator==(const StreamUse&, const StreamUse&) = default;
+};
+
+// States: allocated; pending free (!allocated, event_count > 0: freed, but
+// work recorded on other streams may still touch it, so it stays "active"
+// and out of every pool); free (!allocated, event_count == 0, in its pool
+// unless it is being freed or released right now).
 struct Block {
   uint64_t address = 0;
   uint64_t size = 0;
@@ -44,10 +58,16 @@ struct Block {
   Block* prev = nullptr;  // neighbours inside the segment, by address
   Block* next = nullptr;
   int64_t gc_count_base = 0;  // owner's get_free_block count when it was cached
+  // recordStream's set while allocated (usually empty, so it costs the hot
+  // path nothing; never the block's own stream); turned into events when the
+  // block is freed.
+  std::vector<StreamUse> stream_uses;
+  int event_count = 0;  // outstanding events of a pending free
   bool allocated = false;
   bool is_small = false;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
+  bool pending_free() const { return !allocated && event_count > 0; }
 };
 
 }  // namespace gpumux

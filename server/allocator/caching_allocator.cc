@@ -71,10 +71,16 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
   return result;
 }
 
-void CachingAllocator::Free(DeviceIndex device, uint64_t address) {
+void CachingAllocator::Free(DeviceIndex device, uint64_t address,
+                            absl::Span<const BackendEvent> wait_for) {
   ReleasedSegments released;
-  DeviceOrDie(device).Free(address, &released);
+  DeviceOrDie(device).Free(address, wait_for, &released);
   NotifyReleased(device, released);
+}
+
+void CachingAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream,
+                                    BackendStream backend_stream) {
+  DeviceOrDie(device).RecordStream(address, stream, backend_stream);
 }
 
 void CachingAllocator::Recharge(DeviceIndex device, uint64_t address, ClientId new_client) {

@@ -6,11 +6,16 @@
 // every block and segment is charged to one client, each client has its own
 // DeviceStats with PyTorch's 122 keys and an optional byte limit, and free
 // blocks are reused only for the client and stream that allocated them.
+// As in PyTorch, a freed block that other streams used (RecordStream) is not
+// reused until the work queued on them by the time of the free has completed
+// ("active_pending_free"); Free can also be told to wait on caller events.
 //
 // Thread-safe: each device has its own mutex; calls on different devices run
-// in parallel. Backend calls (AllocateSegment/ReleaseSegment) happen under the
-// device's mutex, as PyTorch calls cudaMalloc under its lock. The
-// segment-released callback runs after the mutex is dropped.
+// in parallel. Backend calls (segments and the events of pending frees,
+// including waits on them in EmptyCache, the OOM retry and RemoveClient)
+// happen under the device's mutex, as PyTorch calls cudaMalloc and
+// cudaEventSynchronize under its lock. The segment-released callback runs
+// after the mutex is dropped.
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +27,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/ids.h"
 #include "common/memory_stats.h"
 #include "server/allocator/allocator_config.h"
@@ -44,6 +50,8 @@ struct AllocationResult {
   SegmentHandle segment_handle;
 };
 
+// kActivePendingFree: freed, but waiting for events (other streams' work);
+// it counts as active, not as allocated, and is not yet reusable.
 enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
 
 struct BlockSnapshot {
@@ -51,7 +59,7 @@ struct BlockSnapshot {
   uint64_t size = 0;
   uint64_t requested_size = 0;
   BlockState state = BlockState::kInactive;
-  ClientId client;  // 0 for inactive blocks
+  ClientId client;  // charged client of an active block; 0 for inactive blocks
 };
 
 struct SegmentSnapshot {
@@ -89,10 +97,13 @@ class CachingAllocator {
   int device_count() const { return static_cast<int>(devices_.size()); }
   const AllocatorOptions& options() const { return options_; }
 
-  // PyTorch's malloc: best fit among the client's cached blocks of `stream`,
-  // else a new segment, else free cached memory and retry. With `dedicated`
-  // the block gets a segment of its own (rounded to 2 MiB, never split or
-  // cached: freeing it returns the segment to the backend).
+  // PyTorch's malloc: first frees the pending blocks whose events completed
+  // (process_events: one query per stream with events outstanding, nothing
+  // when there are none), then best fit among the client's cached blocks of
+  // `stream`, else a new segment, else free cached memory (waiting for
+  // pending frees first) and retry. With `dedicated` the block gets a
+  // segment of its own (rounded to 2 MiB, never split or cached: freeing it
+  // returns the segment to the backend).
   // Errors: INVALID_ARGUMENT for a device out of range, size 0, or a size
   // above the device's total memory (or >= 1 EB); RESOURCE_EXHAUSTED with
   // PyTorch's OOM text (plus the client's figures) when neither the device
@@ -102,10 +113,31 @@ class CachingAllocator {
   absl::StatusOr<AllocationResult> Allocate(DeviceIndex device, ClientId client, StreamId stream,
                                             uint64_t size, bool dedicated = false);
 
-  // PyTorch's free: the block returns to its pool and coalesces with free
-  // neighbours. Precondition: `address` is a live block from Allocate on
-  // `device` (callers validate their ids; this crashes on a broken invariant).
-  void Free(DeviceIndex device, uint64_t address);
+  // PyTorch's free: allocation, allocated_bytes and oversize_allocations drop
+  // now. Without stream uses and `wait_for` events the block returns to its
+  // pool at once and coalesces with free neighbours (free_block). Otherwise
+  // (insert_events) an event from the device's pool is recorded on each
+  // stream in its stream uses, and the block stays active and unusable,
+  // shown as kActivePendingFree, until those and every `wait_for` event have
+  // completed; then free_block runs (and active, active_bytes and
+  // requested_bytes drop). `wait_for` events must already be recorded (e.g.
+  // an interprocess event a client recorded on its own stream); ownership
+  // passes to the allocator, which destroys each once it completed. Event
+  // errors from the backend are logged and count as completion.
+  // Precondition: `address` is a live block from Allocate on `device`
+  // (callers validate their ids; this crashes on a broken invariant).
+  void Free(DeviceIndex device, uint64_t address, absl::Span<const BackendEvent> wait_for = {});
+
+  // PyTorch's recordStream: the live block at `address` was used by work on
+  // `backend_stream`, which the block's client knows as `stream`; its reuse
+  // after Free waits for the work queued there until the Free. Ignored when
+  // `stream` is the block's allocation stream (reuse happens in that
+  // stream's order anyway); recording one stream twice records it once.
+  // `stream` is compared with the allocation stream's id as the block's
+  // client names it, so a caller acting for another session must not pass
+  // an id that aliases it. Precondition as for Free.
+  void RecordStream(DeviceIndex device, uint64_t address, StreamId stream,
+                    BackendStream backend_stream);
 
   // Moves a live block's charge (and, for a dedicated block, its segment's) to
   // another client: used when a shared allocation's owner leaves. A block of
@@ -113,12 +145,15 @@ class CachingAllocator {
   // cache when freed. Precondition as for Free.
   void Recharge(DeviceIndex device, uint64_t address, ClientId new_client);
 
-  // torch.cuda.empty_cache: returns every cached, unsplit free segment of
-  // `client` (or of every client) on `device` (or every device) to the backend.
-  // Counts num_sync_all_streams on the device (and on `client` when given).
+  // torch.cuda.empty_cache: waits for the pending frees (of blocks in
+  // `client`'s segments, or all) and frees them, then returns every cached,
+  // unsplit free segment of `client` (or of every client) on `device` (or
+  // every device) to the backend. Counts num_sync_all_streams on the device
+  // (and on `client` when given).
   EmptyCacheResult EmptyCache(std::optional<DeviceIndex> device, std::optional<ClientId> client);
 
-  // Forgets a client: releases its cached segments on every device and drops
+  // Forgets a client: waits for the pending frees of its blocks and segments
+  // and frees them, releases its cached segments on every device and drops
   // its stats and limit. Precondition: the client holds no live blocks. A
   // segment of the client that still holds a block recharged to another client
   // is released as soon as it is free; the client's books go with it.

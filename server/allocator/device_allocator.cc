@@ -17,7 +17,11 @@ namespace gpumux {
 DeviceAllocator::DeviceAllocator(DeviceIndex device, DeviceBackend* backend,
                                  const AllocatorOptions& options,
                                  std::atomic<uint64_t>* next_segment_id)
-    : device_(device), backend_(backend), options_(options), next_segment_id_(next_segment_id) {
+    : device_(device),
+      backend_(backend),
+      options_(options),
+      next_segment_id_(next_segment_id),
+      events_(device, backend) {
   stats_.max_split_size = static_cast<int64_t>(options_.max_split_size);
 }
 
@@ -60,6 +64,8 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
                                                            uint64_t size, bool dedicated,
                                                            ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
+  // Before any client lookup: freeing pending blocks may forget removed clients.
+  if (!events_.empty()) ProcessEventsLocked(released);
   Request r;
   r.client = ClientLocked(client);
   r.stream = stream;
@@ -244,7 +250,8 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
   return absl::ResourceExhaustedError(FormatOomMessage(report));
 }
 
-void DeviceAllocator::Free(uint64_t address, ReleasedSegments* released) {
+void DeviceAllocator::Free(uint64_t address, absl::Span<const BackendEvent> wait_for,
+                           ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
   auto it = allocated_.find(address);
   if (it == allocated_.end()) AllocatedBlockOrDie(address);  // reports and aborts
@@ -258,7 +265,14 @@ void DeviceAllocator::Free(uint64_t address, ReleasedSegments* released) {
     Decrease(s.allocated_bytes, pool, Bytes(block->size));
     if (oversize) s.oversize_allocations.Decrease(1);
   });
-  FreeBlockLocked(block, released);
+  if (block->stream_uses.empty() && wait_for.empty()) {
+    FreeBlockLocked(block, released);
+    return;
+  }
+  // insert_events: the block stays active until the other streams' work is
+  // done; free_block runs when its last event completes.
+  events_.Insert(block, wait_for);
+  if (block->event_count == 0) FreeBlockLocked(block, released);  // no event could be recorded
 }
 
 void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) {
@@ -307,7 +321,7 @@ void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) 
 }
 
 uint64_t DeviceAllocator::TryMergeLocked(Block* dst, Block* src) {
-  if (src == nullptr || src->allocated) return 0;
+  if (src == nullptr || src->allocated || src->event_count > 0) return 0;
   if (dst->prev == src) {  // [src dst]
     dst->address = src->address;
     dst->prev = src->prev;

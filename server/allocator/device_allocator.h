@@ -9,6 +9,10 @@
 // block-level ones (allocation, allocated, active, requested) on the client
 // the block is charged to; the two differ only after Recharge.
 //
+// Freed blocks that other streams used (RecordStream) or that the caller asks
+// to wait on stay pending, active but out of every pool, until their events
+// complete (BlockEvents); every Allocate first retires completed ones.
+//
 // Thread-safe: one mutex guards everything, and the backend is called under
 // it (as PyTorch calls cudaMalloc under its lock). Methods that return
 // segments to the backend append their ids to `released`; the caller runs its
@@ -24,11 +28,14 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "server/allocator/allocator_config.h"
 #include "server/allocator/block.h"
 #include "server/allocator/block_arena.h"
+#include "server/allocator/block_events.h"
 #include "server/allocator/block_pool.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/allocator/client_state.h"
@@ -52,7 +59,9 @@ class DeviceAllocator {
   // device. `size` is already validated (non-zero, within the device).
   absl::StatusOr<AllocationResult> Allocate(ClientId client, StreamId stream, uint64_t size,
                                             bool dedicated, ReleasedSegments* released);
-  void Free(uint64_t address, ReleasedSegments* released);
+  void Free(uint64_t address, absl::Span<const BackendEvent> wait_for,
+            ReleasedSegments* released);
+  void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream);
   void Recharge(uint64_t address, ClientId new_client);
   EmptyCacheResult EmptyCache(std::optional<ClientId> client, ReleasedSegments* released);
   void RemoveClient(ClientId client, ReleasedSegments* released);
@@ -98,8 +107,10 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseAvailableCachedBlocksLocked(const Request& r, ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // release_cached_blocks over `only` (every client when null); counts a
-  // num_sync_all_streams on the device and on `requester` when given.
+  // release_cached_blocks over `only` (every client when null): first waits
+  // for the pending frees of blocks in its segments (all of them when null)
+  // and frees them; counts a num_sync_all_streams on the device and on
+  // `requester` when given.
   EmptyCacheResult ReleaseCachedBlocksLocked(ClientState* only, ClientState* requester,
                                              ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -110,6 +121,13 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OutOfMemoryLocked(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldSplit(const Block* block, uint64_t size) const;
+
+  // process_events: frees the pending blocks whose events all completed.
+  void ProcessEventsLocked(ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // synchronize_and_free_events over the pending blocks `wanted` selects.
+  void SynchronizeAndFreeEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,
+                                      ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // free_block: coalesce, cache (or release a dedicated segment), update stats.
   void FreeBlockLocked(Block* block, ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -142,6 +160,7 @@ class DeviceAllocator {
   ClientState* last_client_ ABSL_GUARDED_BY(mu_) = nullptr;  // lookup cache
   absl::btree_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
   BlockArena arena_ ABSL_GUARDED_BY(mu_);
+  BlockEvents events_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpumux

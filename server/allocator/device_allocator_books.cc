@@ -114,10 +114,12 @@ void DeviceAllocator::AppendSnapshot(std::optional<ClientId> client,
       block.address = b->address;
       block.size = b->size;
       block.requested_size = b->requested_size;
-      block.state = b->allocated ? BlockState::kActiveAllocated : BlockState::kInactive;
-      if (b->allocated) {
+      block.state = b->allocated        ? BlockState::kActiveAllocated
+                    : b->pending_free() ? BlockState::kActivePendingFree
+                                        : BlockState::kInactive;
+      if (block.state != BlockState::kInactive) {
         block.client = b->charged->id;
-        s.allocated_size += b->size;
+        if (b->allocated) s.allocated_size += b->size;
         s.active_size += b->size;
         s.requested_size += b->requested_size;
       }

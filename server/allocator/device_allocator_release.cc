@@ -87,11 +87,21 @@ bool DeviceAllocator::ReleaseAvailableCachedBlocksLocked(const Request& r,
 EmptyCacheResult DeviceAllocator::ReleaseCachedBlocksLocked(ClientState* only,
                                                             ClientState* requester,
                                                             ReleasedSegments* released) {
-  // synchronize_and_free_events: gpumux records no cross-stream events, so
-  // only the count remains.
   ++stats_.num_sync_all_streams;
   if (requester != nullptr) ++requester->stats.num_sync_all_streams;
-  if (only != nullptr) return ReleaseClientCacheLocked(only, released);
+  if (only != nullptr) {
+    // Only `only`'s cache is released, and a pending block returns to its
+    // owner's pool: other clients' streams need not hold this one up.
+    const ClientId id = only->id;
+    SynchronizeAndFreeEventsLocked([only](const Block* b) { return b->owner == only; }, released);
+    // A removed client's state goes with its last segment, which a pending
+    // block just freed may have taken along.
+    auto it = clients_.find(id);
+    if (it == clients_.end()) return {};
+    return ReleaseClientCacheLocked(it->second.get(), released);
+  }
+  // Before walking clients_: freeing pending blocks may forget removed clients.
+  SynchronizeAndFreeEventsLocked([](const Block*) { return true; }, released);
   EmptyCacheResult result;
   for (const auto& [id, client] : clients_) {
     EmptyCacheResult one = ReleaseClientCacheLocked(client.get(), released);
@@ -135,6 +145,14 @@ void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) 
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
   ClientState* state = it->second.get();
+  // Its pending frees end first: they return to its cache (when it owns the
+  // segment) and stop referring to its state. Removed before, it may go with
+  // them.
+  SynchronizeAndFreeEventsLocked(
+      [state](const Block* b) { return b->owner == state || b->charged == state; }, released);
+  it = clients_.find(client);
+  if (it == clients_.end()) return;
+  state = it->second.get();
   ReleaseClientCacheLocked(state, released);
   state->removed = true;
   if (last_client_ == state) last_client_ = nullptr;
@@ -146,8 +164,9 @@ void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) 
 }
 
 void DeviceAllocator::MaybeForgetClientLocked(ClientState* client) {
+  // `active` covers live blocks and pending frees, which point at the state.
   if (!client->removed || client->stats.segment[kAggregate].current != 0 ||
-      client->stats.allocation[kAggregate].current != 0) {
+      client->stats.active[kAggregate].current != 0) {
     return;
   }
   if (last_client_ == client) last_client_ = nullptr;

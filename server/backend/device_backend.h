@@ -5,13 +5,16 @@
 // memory. Everything above this interface is backend-agnostic. Implementations
 // are thread-safe; per-device calls may run concurrently on different devices.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "common/rng_fill.h"
 
 namespace gpumux {
 
@@ -41,6 +44,34 @@ struct BackendSegment {
   SegmentHandle handle;
 };
 
+// Backend streams and events, named by opaque handles the backend assigns
+// (never 0, never reused by one backend object).
+using BackendStream = StrongId<struct BackendStreamTag, uint64_t>;
+using BackendEvent = StrongId<struct BackendEventTag, uint64_t>;
+
+// cudaDeviceGetStreamPriorityRange: numerically lower is higher priority, so
+// `greatest` <= `least` (CUDA on Hopper: least 0, greatest -5).
+struct StreamPriorityRange {
+  int least = 0;
+  int greatest = 0;
+};
+
+// torch.cuda.Event's flags (note: timing is off by default, as in torch, not
+// as in cudaEventDefault). `blocking` asks SynchronizeEvent to sleep rather
+// than spin (cudaEventBlockingSync). An interprocess event cannot also time
+// (CUDA requires cudaEventDisableTiming with cudaEventInterprocess).
+struct EventFlags {
+  bool enable_timing = false;
+  bool blocking = false;
+  bool interprocess = false;
+};
+
+// Size of an interprocess event handle (cudaIpcEventHandle_t's 64 bytes).
+inline constexpr size_t kIpcEventHandleBytes = 64;
+
+// Every call below that names a stream or an event returns NOT_FOUND for a
+// handle this backend did not create or has destroyed, and INVALID_ARGUMENT
+// for a device out of range.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -61,11 +92,89 @@ class DeviceBackend {
   virtual absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) = 0;
 
   // Returns a segment to the device; its handle stops being mappable.
-  // NOT_FOUND for an address that is not a live segment of `device`.
+  // NOT_FOUND for an address that is not a live segment of `device`. Work
+  // already queued on it still completes safely (its results are lost).
   virtual absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) = 0;
 
-  // Blocks until all work queued on the device has completed.
+  // Blocks until all work queued on the device's streams (including destroyed
+  // streams that still drain) has completed.
   virtual absl::Status Synchronize(DeviceIndex device) = 0;
+
+  // --- Streams: ordered queues of work on one device. Work on one stream
+  // completes in order; different streams run independently. ---
+
+  // Precondition: 0 <= device < device_count().
+  virtual StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const = 0;
+  // `priority` must lie in the device's range (callers clamp, as PyTorch
+  // does); INVALID_ARGUMENT otherwise.
+  virtual absl::StatusOr<BackendStream> CreateStream(DeviceIndex device, int priority) = 0;
+  // Returns at once (cudaStreamDestroy); work already queued still completes.
+  // The handle is invalid afterwards.
+  virtual absl::Status DestroyStream(BackendStream stream) = 0;
+  // True when all work queued so far has completed.
+  virtual absl::StatusOr<bool> QueryStream(BackendStream stream) = 0;
+  // Blocks until all work queued before the call has completed.
+  virtual absl::Status SynchronizeStream(BackendStream stream) = 0;
+
+  // --- Events: completion markers recorded on streams. ---
+
+  // INVALID_ARGUMENT for interprocess together with enable_timing.
+  virtual absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) = 0;
+  // Work already queued that records or waits on the event is unaffected.
+  virtual absl::Status DestroyEvent(BackendEvent event) = 0;
+  // Captures the work queued on `stream` so far (cudaEventRecord); the event
+  // completes when that work has. Re-recording replaces the capture.
+  // INVALID_ARGUMENT when event and stream are on different devices.
+  virtual absl::Status RecordEvent(BackendEvent event, BackendStream stream) = 0;
+  // True when the captured work completed, or the event was never recorded.
+  virtual absl::StatusOr<bool> QueryEvent(BackendEvent event) = 0;
+  // Blocks until the captured work completed; returns at once if never recorded.
+  virtual absl::Status SynchronizeEvent(BackendEvent event) = 0;
+  // Later work on `stream` waits for the event's work as captured at this
+  // call (cudaStreamWaitEvent); a never-recorded event adds no wait. Stream
+  // and event may be on different devices.
+  virtual absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) = 0;
+  // Milliseconds between two completed timing events. FAILED_PRECONDITION
+  // when either lacks enable_timing, was never recorded, or has not completed.
+  virtual absl::StatusOr<float> ElapsedTimeMs(BackendEvent start, BackendEvent end) = 0;
+  // kIpcEventHandleBytes bytes another process opens the event with.
+  // FAILED_PRECONDITION unless the event is interprocess.
+  virtual absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) = 0;
+  // Opens an interprocess event created here or in another process, as an
+  // event of `device`; both sides may record and wait on it. INVALID_ARGUMENT
+  // for a handle of the wrong size or kind, or one that names no event;
+  // NOT_FOUND when the event no longer exists.
+  virtual absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device,
+                                                          absl::string_view handle) = 0;
+
+  // --- Work on streams. Each call only queues the work. Device addresses
+  // must lie, with all `bytes` after them, inside one live segment of the
+  // named device (for calls that name none: the stream's device);
+  // INVALID_ARGUMENT otherwise (callers check allocation bounds first). Zero
+  // bytes queue nothing. Host buffers must stay valid until the work
+  // completes: `keep_alive` (may be null) is released after it ran. ---
+
+  // Overlapping source and destination ranges are allowed (memmove).
+  virtual absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                          DeviceIndex src_device, uint64_t src, uint64_t bytes) = 0;
+  virtual absl::Status CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src,
+                                        uint64_t bytes, std::shared_ptr<const void> keep_alive) = 0;
+  virtual absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
+                                        std::shared_ptr<void> keep_alive) = 0;
+  virtual absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) = 0;
+  // Fills `request.elements` values at `dst` with common/philox.h's stream
+  // for (seed, offset): the same bits on every backend for uniform and raw.
+  // INVALID_ARGUMENT when `request` fails ValidateRngRequest or `offset` is
+  // not a multiple of 4. The caller advances its generator offset.
+  virtual absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
+                                  uint64_t seed, uint64_t offset) = 0;
+
+  // Pins host memory for fast transfers (cudaHostRegister). INVALID_ARGUMENT
+  // for null data or zero bytes; ALREADY_EXISTS when `data` is already
+  // pinned. Unpin (NOT_FOUND unless `data` was pinned) before the memory is
+  // unmapped.
+  virtual absl::Status PinHostMemory(void* data, uint64_t bytes) = 0;
+  virtual absl::Status UnpinHostMemory(void* data) = 0;
 };
 
 }  // namespace gpumux

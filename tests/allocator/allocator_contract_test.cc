@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/allocator/caching_allocator.h"
+#include "server/backend/forwarding_backend.h"
 #include "tests/allocator/allocator_test_util.h"
 
 namespace gpumux::testing {
@@ -18,21 +19,14 @@ namespace {
 using ::testing::HasSubstr;
 
 // A HostBackend that can be told to fail AllocateSegment with INTERNAL.
-class FailingBackend final : public DeviceBackend {
+class FailingBackend final : public ForwardingBackend {
  public:
-  explicit FailingBackend(std::unique_ptr<HostBackend> host) : host_(std::move(host)) {}
-  absl::string_view name() const override { return host_->name(); }
-  int device_count() const override { return host_->device_count(); }
-  const DeviceInfo& device_info(DeviceIndex d) const override { return host_->device_info(d); }
-  uint64_t FreeMemory(DeviceIndex d) const override { return host_->FreeMemory(d); }
+  explicit FailingBackend(std::unique_ptr<HostBackend> host)
+      : ForwardingBackend(host.get()), host_(std::move(host)) {}
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex d, uint64_t size) override {
     if (fail_) return absl::InternalError("injected driver failure");
     return host_->AllocateSegment(d, size);
   }
-  absl::Status ReleaseSegment(DeviceIndex d, uint64_t address) override {
-    return host_->ReleaseSegment(d, address);
-  }
-  absl::Status Synchronize(DeviceIndex d) override { return host_->Synchronize(d); }
   void set_fail(bool fail) { fail_ = fail; }
 
  private:

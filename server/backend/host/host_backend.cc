@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/random_hex.h"
 #include "common/status_macros.h"
 #include "server/backend/host/shm_object.h"
@@ -91,12 +92,6 @@ void RemoveStaleObjects(const std::string& prefix) {
   }
 }
 
-absl::Status CheckDevice(DeviceIndex device, int device_count) {
-  if (device.value() >= 0 && device.value() < device_count) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("host backend: no device ", device.value(),
-                                                 "; devices are 0..", device_count - 1));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& options) {
@@ -152,10 +147,26 @@ HostBackend::HostBackend(const Options& options) : options_(options) {
 }
 
 HostBackend::~HostBackend() {
+  // Drain every stream first: queued work may still touch segments and events.
+  shutting_down_.store(true, std::memory_order_relaxed);
+  std::vector<std::shared_ptr<HostStream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [handle, stream] : streams_) streams.push_back(std::move(stream));
+    for (auto& stream : retired_) streams.push_back(std::move(stream));
+    streams_.clear();
+    retired_.clear();
+  }
+  for (auto& stream : streams) stream->Stop();
+  streams.clear();  // joins each worker once its queue ran
+  {
+    absl::MutexLock lock(&mu_);
+    events_.clear();  // interprocess events created here unlink their names
+  }
   for (auto& device : devices_) {
     absl::MutexLock lock(&device->mu);
     for (const auto& [address, segment] : device->segments) {
-      absl::Status status = UnlinkShmObject(segment.second);
+      absl::Status status = UnlinkShmObject(segment.name);
       if (!status.ok()) spdlog::warn("host backend: {}", status.ToString());
     }
     device->segments.clear();
@@ -175,7 +186,7 @@ uint64_t HostBackend::FreeMemory(DeviceIndex device) const {
 }
 
 absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, uint64_t size) {
-  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (size == 0 || size % kSizeGranularity != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host device ", device.value(), ": segment size ", size,
@@ -221,7 +232,7 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
     InsertFreeRange(d.free_ranges, address, span);
     return status;
   }
-  d.segments.emplace(address, std::make_pair(size, name));
+  d.segments.emplace(address, Segment{size, name, nullptr});
   BackendSegment segment;
   segment.address = address;
   segment.size = size;
@@ -230,7 +241,7 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
 }
 
 absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
-  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   auto it = d.segments.find(address);
@@ -238,7 +249,9 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
     return absl::NotFoundError(absl::StrFormat(
         "host device %d: no segment at address 0x%x", device.value(), address));
   }
-  const auto [size, name] = std::move(it->second);
+  const uint64_t size = it->second.size;
+  const std::string name = std::move(it->second.name);
+  // Queued work holding the mapping keeps it; it is unmapped after the last.
   d.segments.erase(it);
   d.used -= size;
   InsertFreeRange(d.free_ranges, address, AlignUp(size));
@@ -247,10 +260,33 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   return UnlinkShmObject(name);
 }
 
-absl::Status HostBackend::Synchronize(DeviceIndex device) {
-  // No work is ever queued on a host device yet, so there is nothing to wait for.
-  GPUMUX_RETURN_IF_ERROR(CheckDevice(device, device_count()));
-  return absl::OkStatus();
+absl::Status HostBackend::CheckDevice(DeviceIndex device) const {
+  if (device.value() >= 0 && device.value() < device_count()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("host backend: no device ", device.value(),
+                                                 "; devices are 0..", device_count() - 1));
+}
+
+absl::StatusOr<HostBackend::HostView> HostBackend::Translate(DeviceIndex device, uint64_t address,
+                                                             uint64_t bytes) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  auto it = d.segments.upper_bound(address);
+  if (it != d.segments.begin()) {
+    --it;
+    const uint64_t offset = address - it->first;
+    Segment& segment = it->second;
+    if (offset < segment.size && bytes <= segment.size - offset) {
+      if (segment.mapping == nullptr) {
+        // mmap reserves address space only; pages come as work touches them.
+        GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(segment.name, segment.size));
+      }
+      return HostView{segment.mapping, segment.mapping->data() + offset};
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "host device %d: %d bytes at 0x%x are not inside one live segment of the device",
+      device.value(), bytes, address));
 }
 
 }  // namespace gpumux

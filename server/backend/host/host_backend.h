@@ -5,9 +5,23 @@
 // starts zero-filled) that another process maps by the name in its handle;
 // releasing it unlinks the object. Device addresses come from a per-device
 // emulated address range, handed out first-fit with 2 MiB alignment so that
-// released ranges are reused as cudaMalloc tends to. Thread-safe.
+// released ranges are reused as cudaMalloc tends to.
+//
+// Streams are FIFO queues run by one worker thread each (HostStream; see
+// there for what priority means here). Copies, memset and random fills
+// translate device addresses through the device's segment table, mapping a
+// segment into this process on first use (SegmentMapping) and dropping the
+// mapping when the segment is released and no queued work needs it. Events
+// are HostEvents; interprocess ones live in shared memory (HostIpcEvent) so
+// other processes record and wait on them without the daemon. Every wait
+// sleeps (condition variable or futex), so EventFlags::blocking changes
+// nothing here. DestroyStream returns at once, as cudaStreamDestroy does; the
+// stream's thread runs what was queued and is joined later.
+//
+// Thread-safe: the segment table is locked per device, the stream and event
+// tables by one lock held only for lookups; nothing blocks under it.
 
-#include "absl/strings/string_view.h"
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,8 +30,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "server/backend/device_backend.h"
+#include "server/backend/host/host_event.h"
+#include "server/backend/host/host_stream.h"
+#include "server/backend/host/segment_mapping.h"
 
 namespace gpumux {
 
@@ -27,7 +45,8 @@ class HostBackend final : public DeviceBackend {
     int device_count = 2;
     uint64_t device_memory = uint64_t{8} << 30;
     // Prefix of shared-memory object names; a unique per-process part and a
-    // random suffix are appended.
+    // random suffix are appended. Interprocess events need one of at most 27
+    // characters (their names must fit a 64-byte handle).
     std::string shm_prefix = "/gpumux";
   };
 
@@ -37,7 +56,9 @@ class HostBackend final : public DeviceBackend {
   // a warning (no error) when the devices together exceed /dev/shm's free
   // space: clients touching memory beyond it would get SIGBUS.
   static absl::StatusOr<std::unique_ptr<HostBackend>> Create(const Options& options);
-  // Unlinks every segment still held.
+  // Runs all queued work to completion (waits on interprocess events that
+  // other processes never complete are abandoned), then unlinks every
+  // segment and interprocess event still held.
   ~HostBackend() override;
 
   absl::string_view name() const override { return "host"; }
@@ -48,7 +69,46 @@ class HostBackend final : public DeviceBackend {
   absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override;
   absl::Status Synchronize(DeviceIndex device) override;
 
+  StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override;
+  // Least 0, greatest -5, as on Hopper.
+  absl::StatusOr<BackendStream> CreateStream(DeviceIndex device, int priority) override;
+  absl::Status DestroyStream(BackendStream stream) override;
+  absl::StatusOr<bool> QueryStream(BackendStream stream) override;
+  absl::Status SynchronizeStream(BackendStream stream) override;
+
+  absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) override;
+  absl::Status DestroyEvent(BackendEvent event) override;
+  absl::Status RecordEvent(BackendEvent event, BackendStream stream) override;
+  absl::StatusOr<bool> QueryEvent(BackendEvent event) override;
+  absl::Status SynchronizeEvent(BackendEvent event) override;
+  absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) override;
+  absl::StatusOr<float> ElapsedTimeMs(BackendEvent start, BackendEvent end) override;
+  absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) override;
+  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) override;
+
+  absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                  DeviceIndex src_device, uint64_t src, uint64_t bytes) override;
+  absl::Status CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src, uint64_t bytes,
+                                std::shared_ptr<const void> keep_alive) override;
+  absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
+                                std::shared_ptr<void> keep_alive) override;
+  absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override;
+  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
+                          uint64_t offset) override;
+
+  // Host memory needs no pinning: these only keep the books CUDA keeps, so
+  // that misuse fails here as it would there.
+  absl::Status PinHostMemory(void* data, uint64_t bytes) override;
+  absl::Status UnpinHostMemory(void* data) override;
+
  private:
+  struct Segment {
+    uint64_t size = 0;
+    std::string name;
+    // Mapped into this process on first use by queued work.
+    std::shared_ptr<SegmentMapping> mapping;
+  };
+
   struct Device {
     DeviceInfo info;
     uint64_t base = 0;  // first emulated address
@@ -56,16 +116,49 @@ class HostBackend final : public DeviceBackend {
     uint64_t used ABSL_GUARDED_BY(mu) = 0;
     // Free address ranges: start -> length.
     std::map<uint64_t, uint64_t> free_ranges ABSL_GUARDED_BY(mu);
-    // Live segments: address -> (size, shm name).
-    absl::flat_hash_map<uint64_t, std::pair<uint64_t, std::string>> segments ABSL_GUARDED_BY(mu);
+    // Live segments by address, ordered to find the one holding an address.
+    std::map<uint64_t, Segment> segments ABSL_GUARDED_BY(mu);
     uint64_t next_serial ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  // A host pointer to device memory, and the mapping that keeps it valid.
+  struct HostView {
+    std::shared_ptr<SegmentMapping> mapping;
+    uint8_t* data = nullptr;
   };
 
   explicit HostBackend(const Options& options);
 
+  // INVALID_ARGUMENT unless 0 <= device < device_count().
+  absl::Status CheckDevice(DeviceIndex device) const;
+  // Host view of [address, address + bytes) on `device`. INVALID_ARGUMENT for
+  // a bad device or a range not inside one live segment.
+  absl::StatusOr<HostView> Translate(DeviceIndex device, uint64_t address, uint64_t bytes);
+  absl::StatusOr<std::shared_ptr<HostStream>> FindStream(BackendStream stream);
+  absl::StatusOr<std::shared_ptr<HostEvent>> FindEvent(BackendEvent event);
+  // Queues `work` on `stream` (known as `handle`); NOT_FOUND when the stream
+  // was destroyed meanwhile.
+  static absl::Status Submit(HostStream& stream, BackendStream handle, HostStream::Work work);
+  BackendEvent AddEvent(std::shared_ptr<HostEvent> event);
+  // Removes retired streams whose workers have exited; the caller destroys
+  // them outside the lock.
+  std::vector<std::shared_ptr<HostStream>> TakeFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   Options options_;
   std::string name_stem_;  // options_.shm_prefix + "-<pid>-<random>"
   std::vector<std::unique_ptr<Device>> devices_;
+
+  // Set by the destructor: queued waits on interprocess events give up.
+  std::atomic<bool> shutting_down_{false};
+  absl::Mutex mu_;
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<HostStream>> streams_ ABSL_GUARDED_BY(mu_);
+  // Destroyed streams still running their queue (cudaStreamDestroy returns
+  // at once); Synchronize waits for them, creation and destruction reap them.
+  std::vector<std::shared_ptr<HostStream>> retired_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<HostEvent>> events_ ABSL_GUARDED_BY(mu_);
+  // Pinned host ranges: start -> bytes.
+  absl::flat_hash_map<void*, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gpumux

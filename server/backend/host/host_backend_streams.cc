@@ -1,0 +1,260 @@
+// HostBackend's streams and events (host_backend.h); segments and address
+// translation live in host_backend.cc, the work itself in host_backend_work.cc.
+
+#include "server/backend/host/host_backend.h"
+
+#include <cassert>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/host_ipc_event.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+
+// ---- Streams ----
+//
+// Handles come from one counter for streams and events, so a stream handle
+// passed as an event (or the reverse) is NOT_FOUND rather than another object.
+
+namespace {
+
+// Hopper's range: cudaDeviceGetStreamPriorityRange gives least 0, greatest -5.
+constexpr StreamPriorityRange kPriorityRange{0, -5};
+
+absl::Status StreamNotFound(BackendStream stream) {
+  return absl::NotFoundError(absl::StrCat("host backend: no stream ", stream.value(),
+                                          " (never created or already destroyed)"));
+}
+
+absl::Status EventNotFound(BackendEvent event) {
+  return absl::NotFoundError(absl::StrCat("host backend: no event ", event.value(),
+                                          " (never created or already destroyed)"));
+}
+
+}  // namespace
+
+absl::Status HostBackend::Synchronize(DeviceIndex device) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  std::vector<std::shared_ptr<HostStream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [handle, stream] : streams_) {
+      if (stream->device() == device) streams.push_back(stream);
+    }
+    for (const auto& stream : retired_) {
+      if (stream->device() == device) streams.push_back(stream);
+    }
+  }
+  for (const auto& stream : streams) stream->Synchronize();
+  return absl::OkStatus();
+}
+
+StreamPriorityRange HostBackend::GetStreamPriorityRange(DeviceIndex device) const {
+  assert(device.value() >= 0 && device.value() < device_count());
+  (void)device;
+  return kPriorityRange;
+}
+
+std::vector<std::shared_ptr<HostStream>> HostBackend::TakeFinishedLocked() {
+  std::vector<std::shared_ptr<HostStream>> finished;
+  auto keep = retired_.begin();
+  for (auto it = retired_.begin(); it != retired_.end(); ++it) {
+    if ((*it)->Finished()) {
+      finished.push_back(std::move(*it));
+    } else {
+      *keep++ = std::move(*it);
+    }
+  }
+  retired_.erase(keep, retired_.end());
+  return finished;
+}
+
+absl::StatusOr<BackendStream> HostBackend::CreateStream(DeviceIndex device, int priority) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (priority > kPriorityRange.least || priority < kPriorityRange.greatest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host device ", device.value(), ": stream priority ", priority, " is outside [",
+        kPriorityRange.greatest, ", ", kPriorityRange.least,
+        "] (lower is higher priority; clamp to the range)"));
+  }
+  std::vector<std::shared_ptr<HostStream>> finished;
+  uint64_t handle = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    finished = TakeFinishedLocked();
+    handle = next_handle_++;
+  }
+  // Starting a thread is slow-ish; no lock needed until the handle is published.
+  auto stream = std::make_shared<HostStream>(device, priority,
+                                             absl::StrCat("gpumux-d", device.value(), "s", handle));
+  absl::MutexLock lock(&mu_);
+  streams_.emplace(handle, std::move(stream));
+  return BackendStream(handle);
+}
+
+absl::Status HostBackend::DestroyStream(BackendStream stream) {
+  std::vector<std::shared_ptr<HostStream>> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream.value());
+    if (it == streams_.end()) return StreamNotFound(stream);
+    // Returns at once, like cudaStreamDestroy: the worker runs what is queued
+    // and exits; a later creation, destruction or the destructor joins it.
+    it->second->Stop();
+    retired_.push_back(std::move(it->second));
+    streams_.erase(it);
+    finished = TakeFinishedLocked();
+  }
+  return absl::OkStatus();  // `finished` joins here, outside the lock
+}
+
+absl::StatusOr<std::shared_ptr<HostStream>> HostBackend::FindStream(BackendStream stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream.value());
+  if (it == streams_.end()) return StreamNotFound(stream);
+  return it->second;
+}
+
+absl::StatusOr<bool> HostBackend::QueryStream(BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  return s->Query();
+}
+
+absl::Status HostBackend::SynchronizeStream(BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  s->Synchronize();
+  return absl::OkStatus();
+}
+
+absl::Status HostBackend::Submit(HostStream& stream, BackendStream handle, HostStream::Work work) {
+  // Only fails when DestroyStream raced with this call: to the caller the
+  // stream is gone.
+  if (!stream.Enqueue(std::move(work)).ok()) return StreamNotFound(handle);
+  return absl::OkStatus();
+}
+
+// ---- Events ----
+
+BackendEvent HostBackend::AddEvent(std::shared_ptr<HostEvent> event) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t handle = next_handle_++;
+  events_.emplace(handle, std::move(event));
+  return BackendEvent(handle);
+}
+
+absl::StatusOr<std::shared_ptr<HostEvent>> HostBackend::FindEvent(BackendEvent event) {
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value());
+  if (it == events_.end()) return EventNotFound(event);
+  return it->second;
+}
+
+absl::StatusOr<BackendEvent> HostBackend::CreateEvent(DeviceIndex device, EventFlags flags) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (!flags.interprocess) return AddEvent(std::make_shared<HostEvent>(device, flags));
+  if (flags.enable_timing) {
+    return absl::InvalidArgumentError(
+        "an interprocess event cannot measure time: create it with enable_timing=False "
+        "(CUDA requires cudaEventDisableTiming with cudaEventInterprocess)");
+  }
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Create(options_.shm_prefix));
+  return AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+}
+
+absl::Status HostBackend::DestroyEvent(BackendEvent event) {
+  std::shared_ptr<HostEvent> doomed;  // released outside the lock (may unlink)
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value());
+  if (it == events_.end()) return EventNotFound(event);
+  doomed = std::move(it->second);
+  events_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status HostBackend::RecordEvent(BackendEvent event, BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  if (e->device() != s->device()) {
+    // torch.cuda.Event.record's wording.
+    return absl::InvalidArgumentError(absl::StrCat("Event device ", e->device().value(),
+                                                   " does not match recording stream's device ",
+                                                   s->device().value(), "."));
+  }
+  // The generation is taken under the stream's lock, so records of one event
+  // on one stream complete in generation order.
+  absl::Status queued = s->EnqueueFrom([&e]() -> HostStream::Work {
+    return [e, generation = e->Record()] { e->Complete(generation); };
+  });
+  if (!queued.ok()) return StreamNotFound(stream);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> HostBackend::QueryEvent(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
+  return e->IsComplete(e->recorded());
+}
+
+absl::Status HostBackend::SynchronizeEvent(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
+  e->Wait(e->recorded(), /*cancel=*/nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status HostBackend::StreamWaitEvent(BackendStream stream, BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
+  const uint64_t generation = e->recorded();  // the capture as of this call
+  if (generation == 0) return absl::OkStatus();
+  return Submit(*s, stream, [e, generation, cancel = &shutting_down_] {
+    if (!e->Wait(generation, cancel)) {
+      spdlog::warn("host backend: shutting down; gave up waiting for interprocess event {}",
+                   e->ipc()->name());
+    }
+  });
+}
+
+absl::StatusOr<float> HostBackend::ElapsedTimeMs(BackendEvent start, BackendEvent end) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> s, FindEvent(start));
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(end));
+  // torch.cuda.Event.elapsed_time's wording.
+  if (!s->flags().enable_timing || !e->flags().enable_timing) {
+    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+  }
+  const uint64_t start_generation = s->recorded();
+  const uint64_t end_generation = e->recorded();
+  if (start_generation == 0 || end_generation == 0) {
+    return absl::FailedPreconditionError("Both events must be recorded before calculating elapsed time.");
+  }
+  if (!s->IsComplete(start_generation) || !e->IsComplete(end_generation)) {
+    return absl::FailedPreconditionError(
+        "Both events must have completed before calculating elapsed time (cudaErrorNotReady); "
+        "synchronize the end event first.");
+  }
+  return static_cast<float>(static_cast<double>(e->completed_at_ns() - s->completed_at_ns()) / 1e6);
+}
+
+absl::StatusOr<std::string> HostBackend::GetIpcEventHandle(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
+  if (e->ipc() == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "event ", event.value(), " is not interprocess: create it with interprocess=True to share it"));
+  }
+  return e->ipc()->handle();
+}
+
+absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
+  static_assert(kIpcEventHandleBytes == kHostIpcEventHandleBytes);
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Open(handle));
+  EventFlags flags;
+  flags.interprocess = true;
+  return AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+}
+
+}  // namespace gpumux

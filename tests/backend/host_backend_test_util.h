@@ -1,0 +1,58 @@
+#pragma once
+
+// Helpers for the host backend's own tests: a backend with test options, and
+// a Gate that holds a stream's later work back until the test opens it, so
+// tests can observe pending work deterministically instead of racing a slow
+// operation.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/host_ipc_event.h"
+#include "common/status_macros.h"
+#include "server/backend/host/host_backend.h"
+
+namespace gpumux::testing {
+
+inline constexpr uint64_t kTestMiB = uint64_t{1} << 20;
+
+inline HostBackend::Options HostTestOptions(uint64_t device_memory = 256 * kTestMiB) {
+  HostBackend::Options options;
+  options.device_count = 2;
+  options.device_memory = device_memory;
+  options.shm_prefix = "/gpumuxtest";
+  return options;
+}
+
+// A StreamWaitEvent on an interprocess event of the backend that the test has
+// recorded itself through HostIpcEvent (as a client process would) and
+// completes in Open(). The destructor opens it, so no stream stays blocked.
+class Gate {
+ public:
+  static absl::StatusOr<std::unique_ptr<Gate>> Create(DeviceBackend& backend, DeviceIndex device) {
+    EventFlags flags;
+    flags.interprocess = true;
+    GPUMUX_ASSIGN_OR_RETURN(BackendEvent event, backend.CreateEvent(device, flags));
+    GPUMUX_ASSIGN_OR_RETURN(std::string handle, backend.GetIpcEventHandle(event));
+    GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Open(handle));
+    const uint64_t generation = ipc->Record();
+    return std::unique_ptr<Gate>(new Gate(backend, event, std::move(ipc), generation));
+  }
+  ~Gate() { Open(); }
+
+  // Work queued on `stream` after this call waits for Open().
+  absl::Status HoldBack(BackendStream stream) { return backend_.StreamWaitEvent(stream, event_); }
+  void Open() { ipc_->Complete(generation_, 0); }
+
+ private:
+  Gate(DeviceBackend& backend, BackendEvent event, std::unique_ptr<HostIpcEvent> ipc, uint64_t generation)
+      : backend_(backend), event_(event), ipc_(std::move(ipc)), generation_(generation) {}
+
+  DeviceBackend& backend_;
+  BackendEvent event_;
+  std::unique_ptr<HostIpcEvent> ipc_;
+  uint64_t generation_;
+};
+
+}  // namespace gpumux::testing

@@ -1,0 +1,269 @@
+// HostIpcEvent (common/host_ipc_event.h) on its own, and the host backend's
+// interprocess events used from real child processes (event_peer) that see
+// nothing but the handle.
+
+#include "common/host_ipc_event.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/backend/host/host_backend.h"
+#include "tests/backend/event_peer.h"
+#include "tests/backend/host_backend_test_util.h"
+#include "tests/backend/segment_peer.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr DeviceIndex kDev0(0);
+constexpr auto kReply = milliseconds(5000);  // generous: the machine may be loaded
+
+std::string NameOf(const std::string& handle) {
+  return std::string(handle.substr(8).c_str());
+}
+
+TEST(HostIpcEventTest, HandleIsTagThenZeroPaddedName) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  const std::string handle = (*event)->handle();
+  ASSERT_EQ(handle.size(), kHostIpcEventHandleBytes);
+  EXPECT_EQ(handle.substr(0, 8), std::string(kHostIpcEventHandleTag));
+  EXPECT_EQ(NameOf(handle), (*event)->name());
+  EXPECT_THAT((*event)->name(), MatchesRegex(absl::StrCat("/gpumuxtest-", getpid(), "-ev-[0-9a-f]{16}")));
+  EXPECT_EQ(handle.find_first_not_of('\0', 8 + (*event)->name().size()), std::string::npos);
+
+  int fd = shm_open((*event)->name().c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0);
+  struct stat st;
+  ASSERT_EQ(fstat(fd, &st), 0);
+  close(fd);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_size, 64);
+}
+
+TEST(HostIpcEventTest, GenerationsQueryAndCompletionOrder) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(created);
+  HostIpcEvent& event = **created;
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open(event.handle());
+  ASSERT_OK(opened);
+  EXPECT_TRUE(event.Query()) << "never recorded";
+  EXPECT_EQ(event.recorded(), 0u);
+  EXPECT_EQ(event.Record(), 1u);
+  EXPECT_FALSE((*opened)->Query());
+  EXPECT_EQ((*opened)->Record(), 2u) << "both sides draw from one sequence";
+  event.Complete(1, 111);
+  EXPECT_TRUE(event.IsComplete(1));
+  EXPECT_FALSE((*opened)->IsComplete(2));
+  EXPECT_FALSE(event.Query());
+  (*opened)->Complete(2, 222);
+  EXPECT_TRUE(event.Query());
+  EXPECT_EQ(event.completed_at_ns(), 222);
+  // A later record completing first also completes the earlier one.
+  EXPECT_EQ(event.Record(), 3u);
+  EXPECT_EQ(event.Record(), 4u);
+  event.Complete(4, 444);
+  event.Complete(3, 333);  // late: changes nothing
+  EXPECT_TRUE(event.IsComplete(3));
+  EXPECT_EQ(event.completed_at_ns(), 444);
+}
+
+TEST(HostIpcEventTest, WaitForTimesOutThenWakesOnCompletion) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  const uint64_t generation = (*event)->Record();
+  const auto start = Clock::now();
+  EXPECT_FALSE((*event)->WaitFor(generation, milliseconds(30)));
+  EXPECT_GE(Clock::now() - start, milliseconds(30));
+  std::thread completer([&] {
+    std::this_thread::sleep_for(milliseconds(30));
+    (*event)->Complete(generation, 1);
+  });
+  (*event)->Wait(generation);
+  EXPECT_TRUE((*event)->Query());
+  completer.join();
+  EXPECT_TRUE((*event)->WaitFor(generation, milliseconds(0)));
+}
+
+TEST(HostIpcEventTest, CreateAndOpenRejectBadInput) {
+  const auto kInvalid = StatusIs(absl::StatusCode::kInvalidArgument);
+  for (const char* prefix : {"", "/", "gpumux", "/a/b"}) {
+    EXPECT_THAT(HostIpcEvent::Create(prefix), kInvalid) << "'" << prefix << "'";
+  }
+  EXPECT_THAT(HostIpcEvent::Create("/" + std::string(40, 'x')), kInvalid);
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  const std::string handle = (*event)->handle();
+  EXPECT_THAT(HostIpcEvent::Open(handle.substr(0, 63)), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                                 HasSubstr("63 bytes")));
+  EXPECT_THAT(HostIpcEvent::Open(std::string(64, '\0')), kInvalid);
+  std::string unterminated = handle;
+  std::fill(unterminated.begin() + 8 + static_cast<long>((*event)->name().size()), unterminated.end(), 'a');
+  EXPECT_THAT(HostIpcEvent::Open(unterminated), kInvalid);
+  std::string relative = handle;
+  relative[8] = 'x';
+  EXPECT_THAT(HostIpcEvent::Open(relative), kInvalid);
+  // A 64-byte object without the magic is not an event.
+  const std::string impostor = absl::StrCat("/gpumuxtest-", getpid(), "-ev-impostor");
+  int fd = shm_open(impostor.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 64), 0);
+  close(fd);
+  std::string impostor_handle = handle.substr(0, 8) + impostor;
+  impostor_handle.resize(64, '\0');
+  EXPECT_THAT(HostIpcEvent::Open(impostor_handle),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layout version")));
+  shm_unlink(impostor.c_str());
+  EXPECT_THAT(HostIpcEvent::Open(impostor_handle), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(HostIpcEventTest, CreatorUnlinksOpenerDoesNot) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(created);
+  const std::string handle = (*created)->handle();
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open(handle);
+  ASSERT_OK(opened);
+  opened->reset();
+  EXPECT_OK(HostIpcEvent::Open(handle));
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> survivor = HostIpcEvent::Open(handle);
+  ASSERT_OK(survivor);
+  created->reset();
+  EXPECT_THAT(HostIpcEvent::Open(handle), StatusIs(absl::StatusCode::kNotFound));
+  // An open copy keeps working on its mapping.
+  const uint64_t generation = (*survivor)->Record();
+  (*survivor)->Complete(generation, 1);
+  EXPECT_TRUE((*survivor)->Query());
+}
+
+// ---- Across processes, through the host backend ----
+
+class HostIpcEventProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(HostTestOptions());
+    ASSERT_OK(backend);
+    backend_ = *std::move(backend);
+    absl::StatusOr<BackendStream> stream = backend_->CreateStream(kDev0, 0);
+    ASSERT_OK(stream);
+    stream_ = *stream;
+    absl::StatusOr<std::unique_ptr<Gate>> gate = Gate::Create(*backend_, kDev0);
+    ASSERT_OK(gate);
+    gate_ = *std::move(gate);
+  }
+
+  std::unique_ptr<HostBackend> backend_;
+  BackendStream stream_;
+  std::unique_ptr<Gate> gate_;
+};
+
+TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
+  const uint64_t size = 64 * 1024;
+  const uint32_t seed = 5;
+  absl::StatusOr<BackendSegment> segment = backend_->AllocateSegment(kDev0, size);
+  ASSERT_OK(segment);
+  EventFlags ipc;
+  ipc.interprocess = true;
+  absl::StatusOr<BackendEvent> event = backend_->CreateEvent(kDev0, ipc);
+  ASSERT_OK(event);
+  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
+  ASSERT_OK(handle);
+
+  EventPeer peer({"open", absl::BytesToHexString(*handle)});
+  ASSERT_TRUE(peer.started());
+  ASSERT_EQ(peer.ReadLine(kReply), "opened");
+  // The daemon side: data for the client, then the event, all held back.
+  auto data = std::make_shared<std::vector<uint8_t>>(size);
+  for (uint64_t i = 0; i < size; ++i) (*data)[i] = PeerPatternByte(i, seed);
+  ASSERT_OK(gate_->HoldBack(stream_));
+  ASSERT_OK(backend_->CopyHostToDevice(stream_, segment->address, data->data(), size, data));
+  ASSERT_OK(backend_->RecordEvent(*event, stream_));
+  ASSERT_TRUE(peer.Send("query"));
+  EXPECT_EQ(peer.ReadLine(kReply), "query 0");
+  ASSERT_TRUE(peer.Send("wait"));
+  EXPECT_EQ(peer.ReadLine(milliseconds(150)), std::nullopt) << "the child did not wait";
+  gate_->Open();
+  EXPECT_EQ(peer.ReadLine(kReply), "waited 1");
+  // What the child reads once its wait returned is what the stream wrote.
+  ASSERT_TRUE(peer.Send(absl::StrCat("check ", absl::BytesToHexString(segment->handle.data), " ", size, " ", seed)));
+  EXPECT_EQ(peer.ReadLine(kReply), "check ok");
+  EXPECT_EQ(peer.Finish(), 0);
+}
+
+TEST_F(HostIpcEventProcessTest, BackendWaitsForAnEventAChildCreated) {
+  EventPeer peer({"create", "/gpumuxtest"});
+  ASSERT_TRUE(peer.started());
+  std::optional<std::string> line = peer.ReadLine(kReply);
+  ASSERT_TRUE(line.has_value());
+  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
+  const std::string handle = absl::HexStringToBytes(line->substr(7));
+  EXPECT_THAT(NameOf(handle), MatchesRegex("/gpumuxtest-[0-9]+-ev-[0-9a-f]{16}"));
+  EXPECT_THAT(NameOf(handle), ::testing::Not(HasSubstr(absl::StrCat("-", getpid(), "-"))));
+  ASSERT_TRUE(peer.Send("record"));
+  ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
+
+  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
+  ASSERT_OK(opened);
+  absl::StatusOr<bool> event_done = backend_->QueryEvent(*opened);
+  ASSERT_OK(event_done);
+  EXPECT_FALSE(*event_done);
+  absl::StatusOr<BackendSegment> segment = backend_->AllocateSegment(kDev0, 4096);
+  ASSERT_OK(segment);
+  ASSERT_OK(backend_->StreamWaitEvent(stream_, *opened));
+  ASSERT_OK(backend_->Memset(stream_, segment->address, 0x77, 4096));
+  std::atomic<bool> synchronized{false};
+  std::thread waiter([&] {
+    EXPECT_OK(backend_->SynchronizeEvent(*opened));
+    synchronized = true;
+  });
+  std::this_thread::sleep_for(milliseconds(50));
+  absl::StatusOr<bool> stream_idle = backend_->QueryStream(stream_);
+  ASSERT_OK(stream_idle);
+  EXPECT_FALSE(*stream_idle);
+  EXPECT_FALSE(synchronized);
+  ASSERT_TRUE(peer.Send("complete 1"));
+  ASSERT_EQ(peer.ReadLine(kReply), "completed");
+  waiter.join();
+  ASSERT_OK(backend_->SynchronizeStream(stream_));
+  std::vector<uint8_t> bytes(4096);
+  ASSERT_OK(backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(), nullptr));
+  ASSERT_OK(backend_->SynchronizeStream(stream_));
+  EXPECT_EQ(bytes, std::vector<uint8_t>(4096, 0x77));
+
+  // Now the backend records the child's event, and the child waits for it.
+  ASSERT_OK(gate_->HoldBack(stream_));
+  ASSERT_OK(backend_->RecordEvent(*opened, stream_));
+  ASSERT_TRUE(peer.Send("query"));
+  EXPECT_EQ(peer.ReadLine(kReply), "query 0");
+  ASSERT_TRUE(peer.Send("wait"));
+  EXPECT_EQ(peer.ReadLine(milliseconds(100)), std::nullopt);
+  gate_->Open();
+  EXPECT_EQ(peer.ReadLine(kReply), "waited 2");
+
+  // The child exits and unlinks its event; the opened copy still works.
+  EXPECT_EQ(peer.Finish(), 0);
+  EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, handle), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_OK(backend_->RecordEvent(*opened, stream_));
+  EXPECT_OK(backend_->SynchronizeEvent(*opened));
+}
+
+}  // namespace
+}  // namespace gpumux::testing
