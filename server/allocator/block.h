@@ -6,6 +6,7 @@
 // touched only under its mutex.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/ids.h"
@@ -22,7 +23,7 @@ struct Segment {
   SegmentId id;
   uint64_t address = 0;
   uint64_t size = 0;
-  SegmentHandle handle;
+  std::shared_ptr<const SegmentHandle> handle;  // shared with every AllocationResult
   StreamId stream;
   ClientState* owner = nullptr;  // charged for the segment; its pool holds the free blocks
   Block* head = nullptr;         // the block at `address`

@@ -47,7 +47,8 @@ struct AllocationResult {
   SegmentId segment_id;
   uint64_t segment_address = 0;
   uint64_t segment_size = 0;
-  SegmentHandle segment_handle;
+  // Shared with the segment: no copy of the handle per allocation.
+  std::shared_ptr<const SegmentHandle> segment_handle;
 };
 
 // kActivePendingFree: freed, but waiting for events (other streams' work);

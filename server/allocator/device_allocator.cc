@@ -139,7 +139,7 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
   segment->id = SegmentId(next_segment_id_->fetch_add(1, std::memory_order_relaxed));
   segment->address = got->address;
   segment->size = r.alloc_size;
-  segment->handle = std::move(got->handle);
+  segment->handle = std::make_shared<const SegmentHandle>(std::move(got->handle));
   segment->stream = r.stream;
   segment->owner = client;
   segment->is_small = r.is_small;

@@ -40,7 +40,7 @@ struct AllocationView {
   SegmentId segment_id;
   uint64_t segment_size = 0;
   uint64_t offset = 0;  // address - segment address
-  SegmentHandle segment_handle;
+  std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
 };
 
 // One of fraction, bytes or unlimited, like SetMemoryLimitRequest.

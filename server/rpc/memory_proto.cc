@@ -33,8 +33,8 @@ void ToProto(const AllocationView& view, v1::Allocation* out) {
   out->set_requested_size(view.requested_size);
   out->set_size(view.size);
   out->set_segment_id(view.segment_id.value());
-  out->mutable_segment_handle()->set_kind(ToProto(view.segment_handle.kind));
-  out->mutable_segment_handle()->set_data(view.segment_handle.data);
+  out->mutable_segment_handle()->set_kind(ToProto(view.segment_handle->kind));
+  out->mutable_segment_handle()->set_data(view.segment_handle->data);
   out->set_segment_size(view.segment_size);
   out->set_offset(view.offset);
   out->set_address(view.address);

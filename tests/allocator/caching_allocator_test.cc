@@ -53,7 +53,8 @@ TEST_F(AllocatorTest, SegmentIdsAreMonotonic) {
   EXPECT_EQ(c.segment_id, a.segment_id);
   EXPECT_EQ(c.segment_address, a.segment_address);
   EXPECT_EQ(c.address, a.address + kMiB);
-  EXPECT_FALSE(a.segment_handle.data.empty());
+  ASSERT_NE(a.segment_handle, nullptr);
+  EXPECT_FALSE(a.segment_handle->data.empty());
 }
 
 TEST_F(AllocatorTest, SmallPoolSplitsWhenAtLeast512BytesRemain) {
