@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/device_range.h"
 #include "common/random_hex.h"
 #include "common/status_macros.h"
 
@@ -35,13 +36,7 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
 MemoryManager::~MemoryManager() = default;
 
 absl::Status MemoryManager::CheckDevice(DeviceIndex device) const {
-  int count = allocator_.device_count();
-  if (device.value() < 0 || device.value() >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", device.value(), " is out of range: this daemon has ",
-                                                   count, count == 1 ? " device (0)" : " devices (0..",
-                                                   count == 1 ? "" : absl::StrCat(count - 1, ")")));
-  }
-  return absl::OkStatus();
+  return CheckDeviceInRange(device, allocator_.device_count());
 }
 
 void MemoryManager::AddSession(SessionId session) {

@@ -2,19 +2,13 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
+#include "common/device_range.h"
 #include "server/rpc/grpc_status.h"
 
 namespace gpumux {
 
 absl::Status DeviceService::CheckDevice(int32_t device) const {
-  int count = backend_->device_count();
-  if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", device, " is out of range: this daemon has ", count,
-                                                   count == 1 ? " device (0)" : " devices (0..",
-                                                   count == 1 ? "" : absl::StrCat(count - 1, ")")));
-  }
-  return absl::OkStatus();
+  return CheckDeviceInRange(DeviceIndex(device), backend_->device_count());
 }
 
 void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out) const {
