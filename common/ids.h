@@ -33,6 +33,7 @@ using AllocationId = StrongId<struct AllocationIdTag, uint64_t>;
 using SegmentId = StrongId<struct SegmentIdTag, uint64_t>;
 // 0 is the owning session's default stream on the device.
 using StreamId = StrongId<struct StreamIdTag, uint64_t>;
+using EventId = StrongId<struct EventIdTag, uint64_t>;
 
 }  // namespace gpumux
 

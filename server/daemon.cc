@@ -18,13 +18,23 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/allocator/allocator_config.h"
 #include "server/backend/host/host_backend.h"
+#include "server/core/device_work.h"
 #include "server/core/memory_manager.h"
+#include "server/core/nvtx_ranges.h"
+#include "server/core/rng_generators.h"
 #include "server/core/session_lifecycle.h"
 #include "server/core/session_registry.h"
+#include "server/core/staging_buffers.h"
+#include "server/core/stream_manager.h"
+#include "server/rpc/blocking_executor.h"
+#include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
 #include "server/rpc/memory_service.h"
+#include "server/rpc/nvtx_service.h"
 #include "server/rpc/observe_service.h"
+#include "server/rpc/random_service.h"
 #include "server/rpc/session_service.h"
+#include "server/rpc/stream_service.h"
 #include "server/rpc/tcp_deny_service.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
@@ -33,7 +43,12 @@ namespace gpumux {
 namespace {
 
 constexpr const char* kServiceNames[] = {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
-                                         "gpumux.v1.Observe"};
+                                         "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
+                                         "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx"};
+
+// Inline copies carry up to DeviceWork::kMaxInlineBytes; the rest of a
+// message is small.
+constexpr int kMaxMessageBytes = static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options) {
   if (options.backend != "auto" && options.backend != "host" && options.backend != "cuda") {
@@ -92,11 +107,23 @@ struct Daemon::State {
   Options options;
   std::unique_ptr<DeviceBackend> backend;
   SessionRegistry sessions;
+  std::unique_ptr<StreamManager> streams;
   std::unique_ptr<MemoryManager> memory;
+  std::unique_ptr<StagingBuffers> staging;
+  std::unique_ptr<RngGenerators> rng;
+  NvtxRanges nvtx;
+  std::unique_ptr<DeviceWork> work;
   std::unique_ptr<SessionLifecycle> lifecycle;
+  // After the managers its tasks use, so it joins them first.
+  BlockingExecutor executor;
   // Services: one set per server (a service registers with one server only).
   std::unique_ptr<SessionService> session_service;
   std::unique_ptr<MemoryService> memory_service;
+  std::unique_ptr<StreamService> stream_service;
+  std::unique_ptr<EventService> event_service;
+  std::unique_ptr<CopyService> copy_service;
+  std::unique_ptr<RandomService> random_service;
+  std::unique_ptr<NvtxService> nvtx_service;
   std::unique_ptr<DeviceService> device_service;
   std::unique_ptr<ObserveService> observe_service;
   std::unique_ptr<DeviceService> tcp_device_service;
@@ -121,12 +148,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
 
   State& s = *state;
-  s.memory = std::make_unique<MemoryManager>(s.backend.get(), allocator_options, &s.sessions);
-  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get());
-  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, std::string(s.backend->name()));
+  DeviceBackend* backend = s.backend.get();
+  s.streams = std::make_unique<StreamManager>(backend);
+  s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get());
+  s.staging = std::make_unique<StagingBuffers>(backend, absl::StrCat("/gpumux-", getpid()));
+  s.rng = std::make_unique<RngGenerators>(backend->device_count());
+  s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(), s.rng.get());
+  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(), s.staging.get(),
+                                                   s.rng.get(), &s.nvtx);
+  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, std::string(backend->name()));
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
-  s.device_service = std::make_unique<DeviceService>(s.backend.get());
-  s.observe_service = std::make_unique<ObserveService>(s.memory.get(), &s.sessions);
+  s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
+  s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
+  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), s.memory.get(), &s.sessions, &s.executor);
+  s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), backend->device_count(), &s.sessions,
+                                                     &s.executor);
+  s.nvtx_service = std::make_unique<NvtxService>(&s.nvtx, &s.sessions);
+  s.device_service = std::make_unique<DeviceService>(backend);
+  s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -137,6 +176,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.memory_service.get());
   unix_builder.RegisterService(s.device_service.get());
   unix_builder.RegisterService(s.observe_service.get());
+  unix_builder.RegisterService(s.stream_service.get());
+  unix_builder.RegisterService(s.event_service.get());
+  unix_builder.RegisterService(s.copy_service.get());
+  unix_builder.RegisterService(s.random_service.get());
+  unix_builder.RegisterService(s.nvtx_service.get());
+  unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s.unix_server = unix_builder.BuildAndStart();
   if (s.unix_server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", options.socket_path));
@@ -147,7 +193,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
 
   if (!options.listen_address.empty()) {
     s.tcp_device_service = std::make_unique<DeviceService>(s.backend.get());
-    s.tcp_observe_service = std::make_unique<ObserveService>(s.memory.get(), &s.sessions);
+    s.tcp_observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
     grpc::ServerBuilder tcp_builder;
     tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s.tcp_port);
     tcp_builder.RegisterService(s.tcp_device_service.get());

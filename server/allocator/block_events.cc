@@ -76,19 +76,7 @@ void BlockEvents::Poll(OnReady on_ready) {
       ++it;
     }
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < foreign_.size(); ++i) {
-    const Pending p = foreign_[i];
-    absl::StatusOr<bool> done = backend_->QueryEvent(p.event);
-    if (!done.ok()) {
-      LogError("querying a freed block's event", p.event, done.status());
-    } else if (!*done) {
-      foreign_[kept++] = p;
-      continue;
-    }
-    Complete(p, done.ok(), on_ready);
-  }
-  foreign_.resize(kept);
+  QueryForeign([](const Block*) { return true; }, on_ready);
 }
 
 void BlockEvents::Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready) {
@@ -109,16 +97,48 @@ void BlockEvents::Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnRe
       ++it;
     }
   }
+  // Caller-supplied events are only queried, after the waits above (which
+  // gave them time): one whose recorder never completes it must not wedge
+  // the device behind the caller's lock.
+  QueryForeign(wanted, on_ready);
+}
+
+void BlockEvents::QueryForeign(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready) {
   size_t kept = 0;
   for (size_t i = 0; i < foreign_.size(); ++i) {
     const Pending p = foreign_[i];
-    if (wanted(p.block)) {
-      SyncAndComplete(p, on_ready);
-    } else {
+    if (!wanted(p.block)) {
       foreign_[kept++] = p;
+      continue;
     }
+    absl::StatusOr<bool> done = backend_->QueryEvent(p.event);
+    if (!done.ok()) {
+      LogError("querying a freed block's event", p.event, done.status());
+    } else if (!*done) {
+      foreign_[kept++] = p;
+      continue;
+    }
+    Complete(p, done.ok(), on_ready);
   }
   foreign_.resize(kept);
+}
+
+size_t BlockEvents::AbandonForeign(absl::FunctionRef<bool(const Block*)> wanted,
+                                   OnReady on_ready) {
+  size_t kept = 0;
+  size_t abandoned = 0;
+  for (size_t i = 0; i < foreign_.size(); ++i) {
+    const Pending p = foreign_[i];
+    if (!wanted(p.block)) {
+      foreign_[kept++] = p;
+      continue;
+    }
+    // Not even queried: whatever it says, the work it stood for is gone.
+    ++abandoned;
+    Complete(p, /*healthy=*/true, on_ready);
+  }
+  foreign_.resize(kept);
+  return abandoned;
 }
 
 void BlockEvents::SyncAndComplete(const Pending& p, OnReady on_ready) {

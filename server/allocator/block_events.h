@@ -12,6 +12,16 @@
 // process_events: a block whose count reached 0 must be back in its pool
 // before a neighbour's free_block looks at it).
 //
+// Caller-supplied events stand for work of the process that freed the
+// block, which may never complete them (a buggy client, or one killed
+// before its stream ran): they are never waited for, only queried, even
+// where pooled events are waited for (Synchronize), since a wait would hold
+// the device's lock forever. When that client goes away (RemoveClient),
+// they are abandoned (AbandonForeign) without even a query: its work died
+// with it. The allocator selects them by the block's charged client, which
+// in the daemon is always the session that freed it. Pooled events are
+// recorded on daemon streams, whose work is finite, and are waited for.
+//
 // Backend errors from event calls never fail or crash the daemon: each is
 // logged once and the event counts as completed. A broken device is reported
 // by the calls that use it (allocations, copies, kernels); holding its blocks
@@ -65,8 +75,20 @@ class BlockEvents {
   void Poll(OnReady on_ready);
 
   // synchronize_and_free_events over the outstanding events of blocks for
-  // which `wanted` holds: waits for each, then completes it.
+  // which `wanted` holds: waits for each pooled event (SynchronizeEvent) and
+  // retires it; then queries each caller-supplied one, retiring those that
+  // completed and keeping the rest pending, never waiting for them. A block
+  // with a caller event still pending stays pending (active, in no pool), so
+  // nothing that releases cached memory after this counts it.
   void Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready);
+
+  // Destroys the caller-supplied events of blocks for which `wanted` holds
+  // without querying or waiting, and counts each as completed; pooled events
+  // stay. For events that stand for the work of a client process that is
+  // gone: such an event may never complete (nothing is left to complete an
+  // interprocess event the process recorded on its own stream), and the work
+  // it stood for died with the process. Returns how many it dropped.
+  size_t AbandonForeign(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready);
 
  private:
   struct Pending {
@@ -78,7 +100,11 @@ class BlockEvents {
   // Retires `p`: its event goes back to the pool (or is destroyed when it is
   // caller-supplied or failed), and its block is readied on its last event.
   void Complete(const Pending& p, bool healthy, OnReady on_ready);
-  // Waits for `p`'s event (SynchronizeEvent), then retires it.
+  // Queries the caller-supplied events of blocks for which `wanted` holds,
+  // each on its own (they come from unrelated streams), and retires those
+  // that completed.
+  void QueryForeign(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready);
+  // Waits for the pooled event of `p` (SynchronizeEvent), then retires it.
   void SyncAndComplete(const Pending& p, OnReady on_ready);
   void Destroy(BackendEvent event);
   void LogError(const char* what, BackendEvent event, const absl::Status& status);

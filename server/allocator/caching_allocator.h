@@ -8,14 +8,17 @@
 // blocks are reused only for the client and stream that allocated them.
 // As in PyTorch, a freed block that other streams used (RecordStream) is not
 // reused until the work queued on them by the time of the free has completed
-// ("active_pending_free"); Free can also be told to wait on caller events.
+// ("active_pending_free"); Free can also be told to wait on caller events,
+// which RemoveClient drops unwaited for the removed client's blocks.
 //
 // Thread-safe: each device has its own mutex; calls on different devices run
-// in parallel. Backend calls (segments and the events of pending frees,
-// including waits on them in EmptyCache, the OOM retry and RemoveClient)
+// in parallel. Backend calls (segments and the events of pending frees)
 // happen under the device's mutex, as PyTorch calls cudaMalloc and
-// cudaEventSynchronize under its lock. The segment-released callback runs
-// after the mutex is dropped.
+// cudaEventSynchronize under its lock. The only waits there (EmptyCache,
+// the OOM retry, RemoveClient) are for the allocator's own pooled events,
+// recorded on daemon streams; caller `wait_for` events are only ever
+// queried, so a client that never completes one cannot wedge the device.
+// The segment-released callback runs after the mutex is dropped.
 
 #include <atomic>
 #include <cstdint>
@@ -101,8 +104,9 @@ class CachingAllocator {
   // PyTorch's malloc: first frees the pending blocks whose events completed
   // (process_events: one query per stream with events outstanding, nothing
   // when there are none), then best fit among the client's cached blocks of
-  // `stream`, else a new segment, else free cached memory (waiting for
-  // pending frees first) and retry. With `dedicated` the block gets a
+  // `stream`, else a new segment, else free cached memory and retry (first
+  // ending the pending frees it can, as EmptyCache does: a block still
+  // waiting on a caller event is not released). With `dedicated` the block gets a
   // segment of its own (rounded to 2 MiB, never split or cached: freeing it
   // returns the segment to the backend).
   // Errors: INVALID_ARGUMENT for a device out of range, size 0, or a size
@@ -123,8 +127,14 @@ class CachingAllocator {
   // completed; then free_block runs (and active, active_bytes and
   // requested_bytes drop). `wait_for` events must already be recorded (e.g.
   // an interprocess event a client recorded on its own stream); ownership
-  // passes to the allocator, which destroys each once it completed. Event
-  // errors from the backend are logged and count as completion.
+  // passes to the allocator, which destroys each once it completed. They
+  // are never waited for, only queried (each Allocate, EmptyCache, the OOM
+  // retry), so the block stays pending for as long as one has not
+  // completed. They count as work of the block's charged client:
+  // RemoveClient of that client destroys them without even a query. (The
+  // daemon frees a block only for the session charged with it: the charge
+  // moves to an importer when the owner leaves.) Event errors from the
+  // backend are logged and count as completion.
   // Precondition: `address` is a live block from Allocate on `device`
   // (callers validate their ids; this crashes on a broken invariant).
   void Free(DeviceIndex device, uint64_t address, absl::Span<const BackendEvent> wait_for = {});
@@ -146,18 +156,30 @@ class CachingAllocator {
   // cache when freed. Precondition as for Free.
   void Recharge(DeviceIndex device, uint64_t address, ClientId new_client);
 
-  // torch.cuda.empty_cache: waits for the pending frees (of blocks in
-  // `client`'s segments, or all) and frees them, then returns every cached,
-  // unsplit free segment of `client` (or of every client) on `device` (or
-  // every device) to the backend. Counts num_sync_all_streams on the device
-  // (and on `client` when given).
+  // torch.cuda.empty_cache: ends the pending frees (of blocks in `client`'s
+  // segments, or all) that it can, then returns every cached, unsplit free
+  // segment of `client` (or of every client) on `device` (or every device)
+  // to the backend. Ending a pending free waits for its pooled events
+  // (RecordStream's work on daemon streams) and queries its `wait_for`
+  // events: a block with one not yet completed stays pending (active, its
+  // segment not released) and is left for a later Allocate or EmptyCache.
+  // Counts num_sync_all_streams on the device (and on `client` when given).
   EmptyCacheResult EmptyCache(std::optional<DeviceIndex> device, std::optional<ClientId> client);
 
-  // Forgets a client: waits for the pending frees of its blocks and segments
-  // and frees them, releases its cached segments on every device and drops
-  // its stats and limit. Precondition: the client holds no live blocks. A
-  // segment of the client that still holds a block recharged to another client
-  // is released as soon as it is free; the client's books go with it.
+  // Forgets a client: ends the pending frees of its blocks and segments,
+  // releases its cached segments on every device and drops its stats and
+  // limit. The `wait_for` events of blocks charged to it are destroyed
+  // without waiting and count as completed: they stand for work of its own
+  // process, which has ended (or given up the memory) when its session
+  // does, and an event a killed process recorded may never complete
+  // (waiting on it would wedge the device). The pooled events of those
+  // pending frees (RecordStream's work on daemon streams) are waited for;
+  // other clients' `wait_for` events on blocks recharged away from it in its
+  // segments are only queried, as in EmptyCache. Precondition: the client
+  // holds no live blocks. A segment of the client that still holds a block
+  // recharged to another client, live or pending, is released as soon as it
+  // is free (a pending one: at the Allocate or EmptyCache on the device
+  // that finds its events completed); the client's books go with it.
   void RemoveClient(ClientId client);
 
   // Byte cap on the segments reserved for `client` on `device`; 0 = no limit.

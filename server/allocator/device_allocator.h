@@ -11,7 +11,10 @@
 //
 // Freed blocks that other streams used (RecordStream) or that the caller asks
 // to wait on stay pending, active but out of every pool, until their events
-// complete (BlockEvents); every Allocate first retires completed ones.
+// complete (BlockEvents); every Allocate first retires completed ones,
+// EmptyCache and the OOM retry wait for the pooled ones (never for caller
+// events, which they only query), and RemoveClient drops the caller events
+// of the removed client's blocks.
 //
 // Thread-safe: one mutex guards everything, and the backend is called under
 // it (as PyTorch calls cudaMalloc under its lock). Methods that return
@@ -107,10 +110,10 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReleaseAvailableCachedBlocksLocked(const Request& r, ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // release_cached_blocks over `only` (every client when null): first waits
-  // for the pending frees of blocks in its segments (all of them when null)
-  // and frees them; counts a num_sync_all_streams on the device and on
-  // `requester` when given.
+  // release_cached_blocks over `only` (every client when null): first ends
+  // the pending frees of blocks in its segments (all of them when null) that
+  // it can (SynchronizeAndFreeEventsLocked); counts a num_sync_all_streams
+  // on the device and on `requester` when given.
   EmptyCacheResult ReleaseCachedBlocksLocked(ClientState* only, ClientState* requester,
                                              ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -124,10 +127,17 @@ class DeviceAllocator {
 
   // process_events: frees the pending blocks whose events all completed.
   void ProcessEventsLocked(ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // synchronize_and_free_events over the pending blocks `wanted` selects.
+  // synchronize_and_free_events over the pending blocks `wanted` selects,
+  // waiting for pooled events only: caller events are queried, and blocks
+  // with one still pending stay pending (BlockEvents::Synchronize).
   void SynchronizeAndFreeEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,
                                       ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the caller-supplied events of the pending blocks `wanted` selects
+  // without waiting (BlockEvents::AbandonForeign) and frees the blocks left
+  // with none; returns how many it dropped.
+  size_t AbandonCallerEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,
+                                   ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // free_block: coalesce, cache (or release a dedicated segment), update stats.
   void FreeBlockLocked(Block* block, ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

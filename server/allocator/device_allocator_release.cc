@@ -145,9 +145,25 @@ void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) 
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
   ClientState* state = it->second.get();
-  // Its pending frees end first: they return to its cache (when it owns the
-  // segment) and stop referring to its state. Removed before, it may go with
-  // them.
+  // The caller events of the blocks it freed (in the daemon, the session a
+  // block is charged to is the one that frees it) stand for its own
+  // process's work, which ended with the session: a dead process never
+  // completes them, so waiting could hang the device forever.
+  const size_t abandoned = AbandonCallerEventsLocked(
+      [state](const Block* b) { return b->charged == state; }, released);
+  if (abandoned > 0) {
+    spdlog::debug("allocator: client {} removed from GPU {}: {} caller events dropped unwaited",
+                  client.value(), device_.value(), abandoned);
+  }
+  // Removed before, it may have gone with a block just freed.
+  it = clients_.find(client);
+  if (it == clients_.end()) return;
+  state = it->second.get();
+  // Its other pending frees end next, waiting for the daemon streams' work
+  // (other clients' events on blocks of its segments are only queried: one
+  // still pending keeps its block, and the segment, until it completes).
+  // They return to its cache (when it owns the segment) and stop referring
+  // to its state. Removed before, it may go with them.
   SynchronizeAndFreeEventsLocked(
       [state](const Block* b) { return b->owner == state || b->charged == state; }, released);
   it = clients_.find(client);

@@ -2,7 +2,8 @@
 
 // Reuse across streams: recordStream, and the pending frees that wait on
 // other streams' work (PyTorch's process_events and
-// synchronize_and_free_events; insert_events is in Free).
+// synchronize_and_free_events; insert_events is in Free), or stop waiting on
+// a removed client's events.
 
 namespace gpumux {
 
@@ -31,6 +32,14 @@ void DeviceAllocator::SynchronizeAndFreeEventsLocked(absl::FunctionRef<bool(cons
                                                      ReleasedSegments* released) {
   if (events_.empty()) return;
   events_.Synchronize(wanted, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    FreeBlockLocked(block, released);
+  });
+}
+
+size_t DeviceAllocator::AbandonCallerEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,
+                                                  ReleasedSegments* released) {
+  if (events_.empty()) return 0;
+  return events_.AbandonForeign(wanted, [&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     FreeBlockLocked(block, released);
   });
 }

@@ -27,9 +27,11 @@ absl::Status SessionGone(SessionId session) {
 
 }  // namespace
 
-MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions)
+MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
+                             StreamManager* streams)
     : backend_(backend),
       sessions_(sessions),
+      streams_(streams),
       allocator_(backend, options,
                  [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }) {}
 
@@ -47,14 +49,11 @@ void MemoryManager::AddSession(SessionId session) {
 absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, DeviceIndex device, StreamId stream,
                                                        uint64_t size, bool shareable,
                                                        absl::Span<const AllocationId> frees) {
-  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
-  if (stream.value() != 0) {
-    return absl::NotFoundError(absl::StrCat("stream ", stream.value(),
-                                            " not found: this session has only its default stream 0"));
-  }
+  // The allocator pools by the session's own stream ids: only check it.
+  GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
   if (!frees.empty()) {
     absl::MutexLock lock(&mu_);
-    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees));
+    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees, {}));
   }
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
@@ -79,6 +78,7 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
                                  result.address - result.segment_address,
                                  std::move(result.segment_handle)};
     block->shareable = shareable;
+    block->allocated_by = session;
     block->charged = session;
     view = AddReferenceLocked(session, block.release(), /*imported=*/false);
   }
@@ -98,12 +98,21 @@ AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block
   return view;
 }
 
-absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids) {
+absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids,
+                                 absl::Span<const std::string> wait_event_handles) {
+  for (const std::string& handle : wait_event_handles) {
+    if (handle.size() != kIpcEventHandleBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("wait event handle of ", handle.size(),
+                                                     " bytes: an interprocess event handle has ",
+                                                     kIpcEventHandleBytes));
+    }
+  }
   absl::MutexLock lock(&mu_);
-  return FreeLocked(session, ids);
+  return FreeLocked(session, ids, wait_event_handles);
 }
 
-absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const AllocationId> ids) {
+absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
+                                       absl::Span<const std::string> wait_event_handles) {
   auto books = books_.find(session);
   if (books == books_.end()) return SessionGone(session);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -115,11 +124,103 @@ absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const Alloc
       }
     }
   }
-  for (AllocationId id : ids) DropReferenceLocked(id, nullptr);
+  WaitEvents waits;
+  if (!wait_event_handles.empty()) {
+    GPUMUX_ASSIGN_OR_RETURN(waits, OpenWaitEventsLocked(ids, wait_event_handles));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    DropReferenceLocked(ids[i], nullptr, waits.empty() ? absl::Span<const BackendEvent>() : waits[i]);
+  }
   return absl::OkStatus();
 }
 
-void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary) {
+absl::StatusOr<MemoryManager::WaitEvents> MemoryManager::OpenWaitEventsLocked(
+    absl::Span<const AllocationId> ids, absl::Span<const std::string> handles) {
+  // The allocator owns the events of each freed block, so every block gets
+  // its own opening of each handle. A block others still reference is not
+  // freed here: its last holder's free decides.
+  WaitEvents waits(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Block& block = *refs_.at(ids[i]).block;
+    if (block.refs.size() > 1) continue;
+    for (const std::string& handle : handles) {
+      absl::StatusOr<BackendEvent> event = backend_->OpenIpcEventHandle(block.view.device, handle);
+      if (!event.ok()) {
+        for (const auto& opened : waits) {
+          for (BackendEvent e : opened) backend_->DestroyEvent(e).IgnoreError();
+        }
+        return absl::Status(event.status().code(),
+                            absl::StrCat("wait event handle: ", event.status().message(), "; nothing was freed"));
+      }
+      waits[i].push_back(*event);
+    }
+  }
+  return waits;
+}
+
+absl::StatusOr<const MemoryManager::Reference*> MemoryManager::FindLocked(SessionId session,
+                                                                          AllocationId id) const {
+  auto it = refs_.find(id);
+  if (it == refs_.end() || it->second.session != session) return NotFound(id);
+  return &it->second;
+}
+
+absl::StatusOr<AllocationView> MemoryManager::Lookup(SessionId session, AllocationId id) const {
+  absl::MutexLock lock(&mu_);
+  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));
+  AllocationView view = ref->block->view;
+  view.id = id;
+  return view;
+}
+
+void MemoryManager::RecordStreamLocked(const Block& block, SessionId session, const ResolvedStream& stream) {
+  // The allocator knows the block's allocation stream by its allocating
+  // session's id for it. Created stream ids are unique daemon-wide, but every
+  // session's default stream is 0: another session's default stream gets an
+  // id no stream has (top bit set), so it is never mistaken for the
+  // allocation stream.
+  StreamId as_known = stream.id;
+  if (session != block.allocated_by && stream.id.value() == 0) {
+    as_known = StreamId((uint64_t{1} << 63) | session.value());
+  }
+  allocator_.RecordStream(block.view.device, block.view.address, as_known, stream.backend);
+}
+
+absl::Status MemoryManager::RecordStream(SessionId session, AllocationId id, StreamId stream) {
+  GPUMUX_ASSIGN_OR_RETURN(AllocationView view, Lookup(session, id));
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, streams_->Resolve(session, view.device, stream));
+  absl::MutexLock lock(&mu_);
+  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));  // freed meanwhile?
+  RecordStreamLocked(*ref->block, session, resolved);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryManager::EnqueueOnAllocations(
+    SessionId session, absl::Span<const RangeUse> ranges, const ResolvedStream& stream,
+    absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue) {
+  absl::InlinedVector<DeviceSpan, 2> spans;
+  absl::InlinedVector<const Block*, 2> blocks;
+  absl::MutexLock lock(&mu_);
+  for (const RangeUse& range : ranges) {
+    GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, range.id));
+    const AllocationView& view = ref->block->view;
+    if (range.offset > view.requested_size || range.size > view.requested_size - range.offset) {
+      return absl::OutOfRangeError(absl::StrCat("bytes [", range.offset, ", ", range.offset, " + ", range.size,
+                                                ") are outside allocation ", range.id.value(), " of ",
+                                                view.requested_size, " bytes"));
+    }
+    spans.push_back(DeviceSpan{view.device, view.address + range.offset});
+    blocks.push_back(ref->block);
+  }
+  GPUMUX_RETURN_IF_ERROR(enqueue(spans));
+  for (const Block* block : blocks) {
+    if (block->view.device == stream.device) RecordStreamLocked(*block, session, stream);
+  }
+  return absl::OkStatus();
+}
+
+void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
+                                        absl::Span<const BackendEvent> wait_for) {
   auto it = refs_.find(id);
   Reference ref = it->second;
   refs_.erase(it);
@@ -143,7 +244,7 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
       unused_tokens_.erase(token);
       used_tokens_.erase(token);
     }
-    allocator_.Free(block->view.device, block->view.address);
+    allocator_.Free(block->view.device, block->view.address, wait_for);
     delete block;
     return;
   }
@@ -167,9 +268,8 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
 
 absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId id) {
   absl::MutexLock lock(&mu_);
-  auto it = refs_.find(id);
-  if (it == refs_.end() || it->second.session != session) return NotFound(id);
-  Block* block = it->second.block;
+  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));
+  Block* block = ref->block;
   if (!block->shareable) {
     return absl::FailedPreconditionError(absl::StrCat(
         "allocation ", id.value(),

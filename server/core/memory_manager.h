@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -27,6 +28,7 @@
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/device_backend.h"
 #include "server/core/session_registry.h"
+#include "server/core/stream_manager.h"
 
 namespace gpumux {
 
@@ -60,6 +62,19 @@ struct SessionDeviceUsage {
   uint64_t limit_bytes = 0;
 };
 
+// A byte range of an allocation that queued work reads or writes.
+struct RangeUse {
+  AllocationId id;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+// Where a RangeUse lies on the device.
+struct DeviceSpan {
+  DeviceIndex device;
+  uint64_t address = 0;  // of the range's first byte
+};
+
 // What ReleaseSession reclaimed, for its one log line.
 struct ReleaseSummary {
   uint64_t allocations = 0;        // own allocations freed
@@ -73,8 +88,9 @@ struct ReleaseSummary {
 
 class MemoryManager {
  public:
-  // `backend` and `sessions` must outlive the manager.
-  MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions);
+  // `backend`, `sessions` and `streams` must outlive the manager.
+  MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
+                StreamManager* streams);
   ~MemoryManager();
 
   // Starts the books for an open session.
@@ -86,15 +102,40 @@ class MemoryManager {
   // INVALID_ARGUMENT naming the valid range when `device` is out of range.
   absl::Status CheckDevice(DeviceIndex device) const;
 
-  // Frees `frees` (as Free) and then allocates. Errors as Free, plus:
-  // INVALID_ARGUMENT for a bad device or size; NOT_FOUND for a stream the
-  // session does not have; RESOURCE_EXHAUSTED when the memory is not there.
+  // Frees `frees` (as Free) and then allocates for `stream` (as
+  // StreamManager::Resolve names it). Errors as Free and Resolve, plus:
+  // INVALID_ARGUMENT for a bad size; RESOURCE_EXHAUSTED when the memory is
+  // not there.
   absl::StatusOr<AllocationView> Allocate(SessionId session, DeviceIndex device, StreamId stream,
                                           uint64_t size, bool shareable,
                                           absl::Span<const AllocationId> frees = {});
   // Checks every id, then frees them all: NOT_FOUND for an id that is not a
   // live allocation of this session, INVALID_ARGUMENT for an id named twice.
-  absl::Status Free(SessionId session, absl::Span<const AllocationId> ids);
+  // The blocks freed are not reused before each of `wait_event_handles`
+  // (interprocess events the client recorded after its last use) completed;
+  // a handle the backend cannot open fails the call (INVALID_ARGUMENT, or
+  // NOT_FOUND for an event that is gone) before anything is freed.
+  absl::Status Free(SessionId session, absl::Span<const AllocationId> ids,
+                    absl::Span<const std::string> wait_event_handles = {});
+
+  // tensor.record_stream(stream) for the session's allocation `id` and its
+  // stream `stream` on the allocation's device. NOT_FOUND for an unknown
+  // allocation or stream.
+  absl::Status RecordStream(SessionId session, AllocationId id, StreamId stream);
+
+  // The session's live allocation `id`; NOT_FOUND otherwise.
+  absl::StatusOr<AllocationView> Lookup(SessionId session, AllocationId id) const;
+
+  // Runs `enqueue` with the device addresses of `ranges` while none of their
+  // allocations can be freed, then records `stream` on each allocation on
+  // the stream's device (record_stream), so a Free right after waits for the
+  // queued work. NOT_FOUND for an id that is not a live allocation of the
+  // session; OUT_OF_RANGE when a range does not fit the allocation's
+  // requested size; otherwise what `enqueue` returns (nothing is recorded
+  // when it fails). `enqueue` must only queue work: it runs under the lock.
+  absl::Status EnqueueOnAllocations(SessionId session, absl::Span<const RangeUse> ranges,
+                                    const ResolvedStream& stream,
+                                    absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
 
   // A single-use token another session imports the allocation with.
   // FAILED_PRECONDITION unless it was allocated shareable.
@@ -127,6 +168,7 @@ class MemoryManager {
   // One allocator block, referenced by one or more allocation ids.
   struct Block {
     AllocationView view;          // as first handed out (id: the owner's)
+    SessionId allocated_by;       // whose stream ids the allocator knows it by
     bool shareable = false;
     SessionId charged;            // whose stats carry it
     absl::InlinedVector<AllocationId, 1> refs;
@@ -142,9 +184,21 @@ class MemoryManager {
     std::vector<uint64_t> imported_bytes;  // per device
   };
 
-  absl::Status FreeLocked(SessionId session, absl::Span<const AllocationId> ids)
+  // Events opened per freed block, in the order of `ids`.
+  using WaitEvents = std::vector<absl::InlinedVector<BackendEvent, 1>>;
+  absl::Status FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
+                          absl::Span<const std::string> wait_event_handles) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens every handle once for each id whose block the free returns.
+  absl::StatusOr<WaitEvents> OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
+                                                  absl::Span<const std::string> handles)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropReferenceLocked(AllocationId id, ReleaseSummary* summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
+                           absl::Span<const BackendEvent> wait_for = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<const Reference*> FindLocked(SessionId session, AllocationId id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // record_stream of `block` for `stream` of `session`.
+  void RecordStreamLocked(const Block& block, SessionId session, const ResolvedStream& stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocationView AddReferenceLocked(SessionId session, Block* block, bool imported)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Subscribe(SessionId session, DeviceIndex device, SegmentId segment);
@@ -152,6 +206,7 @@ class MemoryManager {
 
   DeviceBackend* backend_;
   SessionRegistry* sessions_;
+  StreamManager* streams_;
   CachingAllocator allocator_;
 
   mutable absl::Mutex mu_;

@@ -13,6 +13,8 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info, std::shar
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
   memory_->AddSession(opened->info.id);
+  streams_->AddSession(opened->info.id);
+  staging_->AddSession(opened->info.id);
   spdlog::info("session {} opened: client '{}' pid {} tenant '{}'", opened->info.id.value(),
                opened->info.client_name, opened->info.pid, opened->info.tenant);
   return opened;
@@ -22,13 +24,19 @@ void SessionLifecycle::Close(SessionId id, absl::string_view reason) {
   std::optional<SessionInfo> info = sessions_->Close(id);
   if (!info.has_value()) return;
   absl::Time start = absl::Now();
+  // Memory first: its pending frees wait on work queued on the session's
+  // streams, which still completes after they are destroyed.
   ReleaseSummary r = memory_->ReleaseSession(id);
+  StreamCounts s = streams_->ReleaseSession(id);
+  staging_->RemoveSession(id);
+  rng_->RemoveSession(id);
+  nvtx_->RemoveSession(id);
   spdlog::info(
       "session {} ended ({}): client '{}' pid {} tenant '{}'; reclaimed {} allocations ({}), {} segments ({}), "
-      "dropped {} imports, handed {} shared allocations to importers, in {:.3f} ms",
+      "{} streams, {} events, dropped {} imports, handed {} shared allocations to importers, in {:.3f} ms",
       id.value(), std::string(reason), info->client_name, info->pid, info->tenant, r.allocations,
-      FormatTorchSize(r.allocated_bytes), r.segments, FormatTorchSize(r.reserved_bytes), r.imports_dropped,
-      r.handed_over, absl::ToDoubleMilliseconds(absl::Now() - start));
+      FormatTorchSize(r.allocated_bytes), r.segments, FormatTorchSize(r.reserved_bytes), s.streams, s.events,
+      r.imports_dropped, r.handed_over, absl::ToDoubleMilliseconds(absl::Now() - start));
 }
 
 }  // namespace gpumux

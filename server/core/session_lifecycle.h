@@ -1,6 +1,7 @@
 #pragma once
 
-// Opening and ending a session across the registry and the memory books, and
+// Opening and ending a session across the registry, the memory books, the
+// streams and events, staging buffers, RNG generators and NVTX ranges, and
 // the one log line that says what an ended session left behind.
 
 #include <memory>
@@ -9,14 +10,20 @@
 #include "absl/strings/string_view.h"
 #include "server/core/memory_manager.h"
 #include "server/core/notice_sink.h"
+#include "server/core/nvtx_ranges.h"
+#include "server/core/rng_generators.h"
 #include "server/core/session_registry.h"
+#include "server/core/staging_buffers.h"
+#include "server/core/stream_manager.h"
 
 namespace gpumux {
 
 class SessionLifecycle {
  public:
-  // Both must outlive this object.
-  SessionLifecycle(SessionRegistry* sessions, MemoryManager* memory) : sessions_(sessions), memory_(memory) {}
+  // All must outlive this object.
+  SessionLifecycle(SessionRegistry* sessions, MemoryManager* memory, StreamManager* streams,
+                   StagingBuffers* staging, RngGenerators* rng, NvtxRanges* nvtx)
+      : sessions_(sessions), memory_(memory), streams_(streams), staging_(staging), rng_(rng), nvtx_(nvtx) {}
 
   // Registers the session and starts its books. Errors as SessionRegistry::Open.
   absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
@@ -29,6 +36,10 @@ class SessionLifecycle {
  private:
   SessionRegistry* sessions_;
   MemoryManager* memory_;
+  StreamManager* streams_;
+  StagingBuffers* staging_;
+  RngGenerators* rng_;
+  NvtxRanges* nvtx_;
 };
 
 }  // namespace gpumux

@@ -7,20 +7,10 @@
 #include "common/status_macros.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/memory_proto.h"
-#include "server/rpc/session_auth.h"
+#include "server/rpc/serve_session_call.h"
 
 namespace gpumux {
 namespace {
-
-// Authenticates the call, runs `body(session)` and finishes with its status.
-template <typename Body>
-grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
-                                Body body) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
-  reactor->Finish(ToGrpcStatus(session.ok() ? body(*session) : session.status()));
-  return reactor;
-}
 
 std::vector<AllocationId> ToIds(const google::protobuf::RepeatedField<uint64_t>& ids) {
   std::vector<AllocationId> out;
@@ -38,7 +28,7 @@ std::optional<DeviceIndex> OptionalDevice(bool has, int32_t device) {
 grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* context,
                                                   const v1::AllocateRequest* request,
                                                   v1::AllocateResponse* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     std::vector<AllocationId> frees = ToIds(request->free_allocation_ids());
     GPUMUX_ASSIGN_OR_RETURN(AllocationView view,
                             memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
@@ -50,14 +40,24 @@ grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
                                               v1::FreeResponse* /*response*/) {
-  return Serve(context, *sessions_,
-               [&](SessionId session) { return memory_->Free(session, ToIds(request->allocation_ids())); });
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
+    std::vector<std::string> handles(request->wait_event_handles().begin(), request->wait_event_handles().end());
+    return memory_->Free(session, ToIds(request->allocation_ids()), handles);
+  });
+}
+
+grpc::ServerUnaryReactor* MemoryService::RecordStream(grpc::CallbackServerContext* context,
+                                                      const v1::RecordStreamRequest* request,
+                                                      v1::RecordStreamResponse* /*response*/) {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
+    return memory_->RecordStream(session, AllocationId(request->allocation_id()), StreamId(request->stream()));
+  });
 }
 
 grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext* context,
                                                     const v1::EmptyCacheRequest* request,
                                                     v1::EmptyCacheResponse* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(EmptyCacheResult result,
                             memory_->EmptyCache(session, OptionalDevice(!request->all_devices(), request->device()),
                                                 request->all_sessions()));
@@ -69,7 +69,7 @@ grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* MemoryService::GetStats(grpc::CallbackServerContext* context,
                                                   const v1::GetStatsRequest* request, v1::MemoryStats* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
     ToProto(stats, response);
     return absl::OkStatus();
@@ -79,7 +79,7 @@ grpc::ServerUnaryReactor* MemoryService::GetStats(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* MemoryService::ResetPeakStats(grpc::CallbackServerContext* context,
                                                         const v1::ResetStatsRequest* request,
                                                         v1::ResetStatsResponse* /*response*/) {
-  return Serve(context, *sessions_, [&](SessionId session) {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
     return memory_->ResetPeakStats(session, DeviceIndex(request->device()));
   });
 }
@@ -87,7 +87,7 @@ grpc::ServerUnaryReactor* MemoryService::ResetPeakStats(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* MemoryService::ResetAccumulatedStats(grpc::CallbackServerContext* context,
                                                                const v1::ResetStatsRequest* request,
                                                                v1::ResetStatsResponse* /*response*/) {
-  return Serve(context, *sessions_, [&](SessionId session) {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
     return memory_->ResetAccumulatedStats(session, DeviceIndex(request->device()));
   });
 }
@@ -95,7 +95,7 @@ grpc::ServerUnaryReactor* MemoryService::ResetAccumulatedStats(grpc::CallbackSer
 grpc::ServerUnaryReactor* MemoryService::GetSummary(grpc::CallbackServerContext* context,
                                                     const v1::GetSummaryRequest* request,
                                                     v1::MemorySummary* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
     response->set_text(FormatMemorySummary(stats, request->device(), request->abbreviated()));
     return absl::OkStatus();
@@ -105,7 +105,7 @@ grpc::ServerUnaryReactor* MemoryService::GetSummary(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* MemoryService::GetSnapshot(grpc::CallbackServerContext* context,
                                                      const v1::GetSnapshotRequest* request,
                                                      v1::MemorySnapshot* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentSnapshot> segments,
                             memory_->Snapshot(OptionalDevice(!request->all_devices(), request->device()), session));
     ToProto(segments, response);
@@ -116,7 +116,7 @@ grpc::ServerUnaryReactor* MemoryService::GetSnapshot(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* MemoryService::SetMemoryLimit(grpc::CallbackServerContext* context,
                                                         const v1::SetMemoryLimitRequest* request,
                                                         v1::SetMemoryLimitResponse* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     MemoryLimit limit;
     switch (request->limit_case()) {
       case v1::SetMemoryLimitRequest::kFraction:
@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* MemoryService::SetMemoryLimit(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* MemoryService::Share(grpc::CallbackServerContext* context,
                                                const v1::ShareRequest* request, v1::ShareResponse* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(std::string token, memory_->Share(session, AllocationId(request->allocation_id())));
     response->set_token(std::move(token));
     return absl::OkStatus();
@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* MemoryService::Share(grpc::CallbackServerContext* cont
 
 grpc::ServerUnaryReactor* MemoryService::Import(grpc::CallbackServerContext* context,
                                                 const v1::ImportRequest* request, v1::ImportResponse* response) {
-  return Serve(context, *sessions_, [&](SessionId session) -> absl::Status {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory_->Import(session, request->token()));
     ToProto(view, response->mutable_allocation());
     return absl::OkStatus();

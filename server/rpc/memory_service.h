@@ -18,6 +18,9 @@ class MemoryService final : public v1::Memory::CallbackService {
                                      v1::AllocateResponse* response) override;
   grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
                                  v1::FreeResponse* response) override;
+  grpc::ServerUnaryReactor* RecordStream(grpc::CallbackServerContext* context,
+                                         const v1::RecordStreamRequest* request,
+                                         v1::RecordStreamResponse* response) override;
   grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context, const v1::EmptyCacheRequest* request,
                                        v1::EmptyCacheResponse* response) override;
   grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,

@@ -34,6 +34,9 @@ grpc::ServerUnaryReactor* ObserveService::ListSessions(grpc::CallbackServerConte
     out->set_tenant(info.tenant);
     out->mutable_labels()->insert(info.labels.begin(), info.labels.end());
     out->set_opened_unix_micros(absl::ToUnixMicros(info.opened));
+    StreamCounts counts = streams_->Counts(info.id);
+    out->set_streams(static_cast<uint32_t>(counts.streams));
+    out->set_events(static_cast<uint32_t>(counts.events));
     for (const SessionDeviceUsage& usage : memory_->Usage(info.id)) {
       v1::SessionDeviceUsage* u = out->add_devices();
       u->set_device(usage.device.value());

@@ -6,14 +6,15 @@
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_registry.h"
+#include "server/core/stream_manager.h"
 
 namespace gpumux {
 
 class ObserveService final : public v1::Observe::CallbackService {
  public:
   // Both must outlive the service.
-  ObserveService(const MemoryManager* memory, const SessionRegistry* sessions)
-      : memory_(memory), sessions_(sessions) {}
+  ObserveService(const MemoryManager* memory, const StreamManager* streams, const SessionRegistry* sessions)
+      : memory_(memory), streams_(streams), sessions_(sessions) {}
 
   grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
                                          const v1::ListSessionsRequest* request,
@@ -30,6 +31,7 @@ class ObserveService final : public v1::Observe::CallbackService {
 
  private:
   const MemoryManager* memory_;
+  const StreamManager* streams_;
   const SessionRegistry* sessions_;
 };
 

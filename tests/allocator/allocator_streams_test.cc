@@ -3,9 +3,13 @@
 // work queued on the recorded streams completes (active_pending_free), Free
 // can wait on caller events, process_events runs per stream without
 // head-of-line blocking, synchronize_and_free_events runs in EmptyCache, the
-// OOM retry and RemoveClient, the event pool reuses its events, and backend
-// event errors neither crash nor leak. Pending work is held back by Gates
-// (tests/backend/host_backend_test_util.h), so nothing races a timer.
+// OOM retry and RemoveClient (waiting for pooled events only: caller events
+// are queried, and RemoveClient drops those of the removed client's blocks
+// unqueried), the event pool reuses its events, and backend event errors
+// neither crash nor leak. Pending work is held back by Gates
+// (tests/backend/host_backend_test_util.h), so nothing races a timer; calls
+// that must not wait for a caller event run under ReturnsWithin, which fails
+// them (rather than hang) when they do.
 
 #include <atomic>
 #include <chrono>
@@ -16,8 +20,10 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/host_ipc_event.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/forwarding_backend.h"
 #include "server/backend/host/host_backend.h"
@@ -31,6 +37,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::Not;
+using ::testing::UnorderedElementsAre;
 
 // Counts the allocator's event calls and can make them fail.
 class EventCountingBackend final : public ForwardingBackend {
@@ -89,6 +96,7 @@ class AllocatorStreamsTest : public ::testing::Test {
   void TearDown() override {
     allocator_.reset();
     gates_.clear();  // opens them, so the backend's streams drain
+    client_events_.clear();
     events_.reset();
     host_.reset();
   }
@@ -126,6 +134,30 @@ class AllocatorStreamsTest : public ::testing::Test {
     gates_.push_back(std::move(*gate));
     return gates_.back().get();
   }
+  // An interprocess event that a client process created and recorded on its
+  // own stream (through HostIpcEvent, as the client library does), opened by
+  // the daemon from its handle. Nothing completes it unless the test does:
+  // it stands for a client killed before that work ran.
+  struct ClientEvent {
+    std::unique_ptr<HostIpcEvent> ipc;  // the client's side
+    uint64_t generation = 0;
+    BackendEvent opened;  // the daemon's, for Free's wait_for
+    void Complete() const { ipc->Complete(generation, 0); }
+  };
+  const ClientEvent* RecordInClient() {
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> ipc = HostIpcEvent::Create("/gpumux-alloctest");
+    EXPECT_OK(ipc);
+    if (!ipc.ok()) return nullptr;
+    auto event = std::make_unique<ClientEvent>();
+    event->ipc = std::move(*ipc);
+    event->generation = event->ipc->Record();
+    absl::StatusOr<BackendEvent> opened = host_->OpenIpcEventHandle(kDev, event->ipc->handle());
+    EXPECT_OK(opened);
+    if (!opened.ok()) return nullptr;
+    event->opened = *opened;
+    client_events_.push_back(std::move(event));
+    return client_events_.back().get();
+  }
   // Work on `stream` that touches the block (the reason to record the stream).
   void Touch(BackendStream stream, const AllocationResult& r) {
     EXPECT_OK(host_->Memset(stream, r.address, 0xab, std::min<uint64_t>(r.size, 4096)));
@@ -160,6 +192,7 @@ class AllocatorStreamsTest : public ::testing::Test {
   std::unique_ptr<EventCountingBackend> events_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::vector<std::unique_ptr<Gate>> gates_;
+  std::vector<std::unique_ptr<ClientEvent>> client_events_;
   std::vector<SegmentId> released_;
 };
 
@@ -381,6 +414,90 @@ TEST_F(AllocatorStreamsTest, OutOfMemoryRetryWaitsForPendingFrees) {
   ExpectBooksConsistent();
 }
 
+TEST_F(AllocatorStreamsTest, EmptyCacheWaitsForDaemonStreamsButOnlyQueriesCallerEvents) {
+  // One block both recorded on a daemon stream with gated work and freed
+  // with a client's event that does not complete (a client that hangs, or
+  // was killed): EmptyCache waits for the daemon stream, queries the
+  // client's event and leaves the block pending, its segment unreleased.
+  const BackendStream side = NewStream();
+  Gate* gate = HoldBack(side);
+  const ClientEvent* hung = RecordInClient();
+  ASSERT_NE(hung, nullptr);
+  const AllocationResult r = Alloc(3 * kMiB);
+  Touch(side, r);
+  allocator_->RecordStream(kDev, r.address, kS1, side);
+  const BackendEvent wait_for[] = {hung->opened};
+  allocator_->Free(kDev, r.address, wait_for);
+  const AllocationResult cached = Alloc(kKiB);
+  allocator_->Free(kDev, cached.address);
+
+  EmptyCacheResult emptied;
+  bool waited = false;
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1),
+      [&] {
+        DelayedOpener opener(gate);
+        emptied = allocator_->EmptyCache(kDev, std::nullopt);
+        waited = opener.opened();
+      },
+      [&] { hung->Complete(); }))
+      << "EmptyCache waited for a client's event";
+  EXPECT_TRUE(waited) << "EmptyCache returned before the recorded daemon work completed";
+  EXPECT_EQ(events_->syncs_.load(), 1);  // the pooled event only
+  EXPECT_EQ(emptied.released_segments, 1u);
+  EXPECT_THAT(released_, ElementsAre(cached.segment_id));
+  EXPECT_EQ(StateAt(r.address), BlockState::kActivePendingFree);
+  EXPECT_THAT(events_->destroyed(), Not(Contains(hung->opened)));
+  EXPECT_EQ(Stats().reserved_bytes[kAggregate].current, static_cast<int64_t>(20 * kMiB));
+  EXPECT_EQ(Stats().active[kAggregate].current, 1);
+  ExpectBooksConsistent();
+
+  // Once it completed, the next EmptyCache retires it by a query.
+  hung->Complete();
+  emptied = allocator_->EmptyCache(kDev, kA);
+  EXPECT_EQ(emptied.released_segments, 1u);
+  EXPECT_THAT(released_, ElementsAre(cached.segment_id, r.segment_id));
+  EXPECT_EQ(events_->syncs_.load(), 1);
+  EXPECT_THAT(events_->destroyed(), ElementsAre(hung->opened));
+  EXPECT_EQ(Stats().reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(Stats().active[kAggregate].current, 0);
+  ExpectBooksConsistent();
+}
+
+TEST_F(AllocatorStreamsTest, OutOfMemoryRetryDoesNotWaitForCallerEvents) {
+  Init(64 * kMiB);
+  const ClientEvent* hung = RecordInClient();
+  ASSERT_NE(hung, nullptr);
+  const AllocationResult big = Alloc(60 * kMiB);
+  const AllocationResult small = Alloc(kKiB);  // a 2 MiB segment: 62 MiB reserved
+  const BackendEvent wait_for[] = {hung->opened};
+  allocator_->Free(kDev, small.address, wait_for);
+
+  absl::StatusOr<AllocationResult> dedicated;
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1),
+      [&] { dedicated = allocator_->Allocate(kDev, kA, kS0, 3 * kMiB, /*dedicated=*/true); },
+      [&] { hung->Complete(); }))
+      << "the OOM retry waited for a client's event";
+  // The pending block is not releasable, so 4 MiB do not fit.
+  ASSERT_THAT(dedicated, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(events_->syncs_.load(), 0);
+  EXPECT_THAT(released_, Not(Contains(small.segment_id)));
+  EXPECT_EQ(StateAt(small.address), BlockState::kActivePendingFree);
+  EXPECT_EQ(Stats().num_alloc_retries, 1);
+  EXPECT_EQ(Stats().num_ooms, 1);
+  ExpectBooksConsistent();
+
+  hung->Complete();  // now the block is freed first, and the retry releases its segment
+  const AllocationResult fits = Alloc(3 * kMiB, kA, kS0, /*dedicated=*/true);
+  EXPECT_EQ(fits.size, 4 * kMiB);
+  EXPECT_THAT(released_, Contains(small.segment_id));
+  EXPECT_THAT(events_->destroyed(), ElementsAre(hung->opened));
+  allocator_->Free(kDev, fits.address);
+  allocator_->Free(kDev, big.address);
+  ExpectBooksConsistent();
+}
+
 TEST_F(AllocatorStreamsTest, RemoveClientWaitsOnlyForItsOwnPendingFrees) {
   const BackendStream b_stream = NewStream();
   const BackendStream a_stream = NewStream();
@@ -404,6 +521,140 @@ TEST_F(AllocatorStreamsTest, RemoveClientWaitsOnlyForItsOwnPendingFrees) {
   EXPECT_EQ(b.num_device_alloc, 0);
   EXPECT_EQ(StateAt(of_a.address), BlockState::kActivePendingFree);
   EXPECT_EQ(Stats().active[kAggregate].current, 1);
+  ExpectBooksConsistent();
+}
+
+TEST_F(AllocatorStreamsTest, RemoveClientDropsItsCallerEventsWithoutWaiting) {
+  // Two kinds of never-completing event: one a killed client recorded on
+  // its own stream, and one recorded on a stream stuck behind such an event.
+  const ClientEvent* killed = RecordInClient();
+  ASSERT_NE(killed, nullptr);
+  const BackendStream stuck_stream = NewStream();
+  Gate* stuck_gate = HoldBack(stuck_stream);
+  BackendEvent stuck[2];  // Free takes ownership: one per block
+  for (BackendEvent& event : stuck) {
+    absl::StatusOr<BackendEvent> created = host_->CreateEvent(kDev, EventFlags{});
+    ASSERT_OK(created);
+    ASSERT_OK(host_->RecordEvent(*created, stuck_stream));
+    event = *created;
+  }
+
+  const AllocationResult r1 = Alloc(3 * kMiB);
+  const AllocationResult r2 = Alloc(kKiB);
+  const BackendEvent both[] = {killed->opened, stuck[0]};
+  allocator_->Free(kDev, r1.address, both);
+  const BackendEvent one[] = {stuck[1]};
+  allocator_->Free(kDev, r2.address, one);
+  ASSERT_EQ(StateAt(r1.address), BlockState::kActivePendingFree);
+  ASSERT_EQ(StateAt(r2.address), BlockState::kActivePendingFree);
+  ASSERT_EQ(Stats().reserved_bytes[kAggregate].current, static_cast<int64_t>(22 * kMiB));
+
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1), [&] { allocator_->RemoveClient(kA); },
+      [&] {
+        killed->Complete();
+        stuck_gate->Open();
+      }))
+      << "RemoveClient waited for a removed client's own events";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+
+  EXPECT_EQ(events_->syncs_.load(), 0);
+  EXPECT_THAT(released_, UnorderedElementsAre(r1.segment_id, r2.segment_id));
+  EXPECT_THAT(events_->destroyed(), UnorderedElementsAre(killed->opened, stuck[0], stuck[1]));
+  EXPECT_THAT(host_->QueryEvent(killed->opened), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(StatsOf(kA).reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(StatsOf(kA).num_device_alloc, 0);  // forgotten: zeros
+  const DeviceStats s = Stats();
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(s.active[kAggregate].current, 0);
+  EXPECT_EQ(s.num_device_alloc, s.num_device_free);
+  EXPECT_TRUE(Segments().empty());
+  ExpectBooksConsistent();
+}
+
+TEST_F(AllocatorStreamsTest, RemoveClientStillWaitsForRecordedDaemonStreams) {
+  // One block both recorded on a daemon stream with slow (gated) work and
+  // freed with a killed client's event: only the daemon stream is waited for.
+  const BackendStream side = NewStream();
+  Gate* gate = HoldBack(side);
+  const ClientEvent* killed = RecordInClient();
+  ASSERT_NE(killed, nullptr);
+  const AllocationResult r = Alloc(3 * kMiB);
+  Touch(side, r);
+  allocator_->RecordStream(kDev, r.address, kS1, side);
+  const BackendEvent wait_for[] = {killed->opened};
+  allocator_->Free(kDev, r.address, wait_for);
+  const AllocationResult other = Alloc(kKiB, kB);  // a live client's, untouched
+
+  bool waited = false;
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1),
+      [&] {
+        DelayedOpener opener(gate);
+        allocator_->RemoveClient(kA);
+        waited = opener.opened();
+      },
+      [&] { killed->Complete(); }));
+  EXPECT_TRUE(waited) << "RemoveClient returned before the recorded daemon work completed";
+  EXPECT_EQ(events_->syncs_.load(), 1);  // the pooled event only
+  EXPECT_THAT(released_, ElementsAre(r.segment_id));
+  EXPECT_THAT(events_->destroyed(), ElementsAre(killed->opened));
+  EXPECT_EQ(Stats().reserved_bytes[kAggregate].current, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(StateAt(other.address), BlockState::kActiveAllocated);
+  ExpectBooksConsistent();
+  allocator_->Free(kDev, other.address);
+}
+
+TEST_F(AllocatorStreamsTest, RemovingAnOwnerNeitherWaitsForNorDropsALiveChargedClientsEvents) {
+  // A's segment, block recharged to B (A's shared allocation, B imported it);
+  // B frees it with an event of its own that has not completed. A's removal
+  // does not wait for it (B may never complete it) nor drop it (B lives: the
+  // selection is by charged client, not by owner): the block, A's segment
+  // and A's books stay until it completes.
+  const ClientEvent* b_event = RecordInClient();
+  ASSERT_NE(b_event, nullptr);
+  const AllocationResult r = Alloc(3 * kMiB, kA);
+  allocator_->Recharge(kDev, r.address, kB);
+  const BackendEvent wait_for[] = {b_event->opened};
+  allocator_->Free(kDev, r.address, wait_for);
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1), [&] { allocator_->RemoveClient(kA); }, [&] { b_event->Complete(); }))
+      << "A's removal waited for live client B's event";
+  EXPECT_EQ(events_->syncs_.load(), 0);
+  EXPECT_TRUE(released_.empty());
+  EXPECT_THAT(events_->destroyed(), Not(Contains(b_event->opened)));
+  EXPECT_EQ(StateAt(r.address), BlockState::kActivePendingFree);
+  EXPECT_EQ(StatsOf(kA).reserved_bytes[kAggregate].current, static_cast<int64_t>(20 * kMiB));
+  ExpectBooksConsistent();
+
+  b_event->Complete();
+  Free(Alloc(kKiB, kB));  // process_events: the block's segment goes, and A's books with it
+  EXPECT_THAT(released_, Contains(r.segment_id));
+  EXPECT_THAT(events_->destroyed(), ElementsAre(b_event->opened));
+  EXPECT_EQ(StatsOf(kA).num_device_alloc, 0);  // forgotten: zeros
+  EXPECT_EQ(StatsOf(kB).active[kAggregate].current, 0);
+  ExpectBooksConsistent();
+}
+
+TEST_F(AllocatorStreamsTest, AKilledImportersCallerEventsDoNotHoldARemovedOwnersSegment) {
+  // A's segment, block recharged to B; A leaves (its books linger for the
+  // segment); B frees the block with an event and is killed before it ran.
+  const ClientEvent* killed = RecordInClient();
+  ASSERT_NE(killed, nullptr);
+  const AllocationResult r = Alloc(3 * kMiB, kA);
+  allocator_->Recharge(kDev, r.address, kB);
+  allocator_->RemoveClient(kA);
+  const BackendEvent wait_for[] = {killed->opened};
+  allocator_->Free(kDev, r.address, wait_for);
+  EXPECT_TRUE(released_.empty());
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1), [&] { allocator_->RemoveClient(kB); }, [&] { killed->Complete(); }));
+  EXPECT_EQ(events_->syncs_.load(), 0);
+  EXPECT_THAT(released_, ElementsAre(r.segment_id));
+  EXPECT_EQ(StatsOf(kA).num_device_alloc, 0);  // A's books went with the segment
+  EXPECT_EQ(StatsOf(kB).active[kAggregate].current, 0);
+  EXPECT_EQ(Stats().reserved_bytes[kAggregate].current, 0);
   ExpectBooksConsistent();
 }
 
@@ -589,7 +840,14 @@ TEST_F(AllocatorStreamsTest, RandomWorkloadWithRecordStreamKeepsStatsConsistent)
   }
   EXPECT_GT(pending_seen, 0) << "the workload should leave frees pending";
   for (const AllocationResult& r : live) allocator_->Free(kDev, r.address);
-  empty_cache(std::nullopt);
+  // EmptyCache only queries caller events: let every stream finish first so
+  // that the ones recorded there read complete.
+  for (int i = 0; i < 3; ++i) {
+    gates[i]->Open();
+    ASSERT_OK(host_->SynchronizeStream(streams[i]));
+  }
+  events_->fail_sync_ = false;
+  allocator_->EmptyCache(kDev, std::nullopt);
   ExpectBooksConsistent();
   const DeviceStats s = Stats();
   EXPECT_EQ(s.num_alloc_retries, 0);

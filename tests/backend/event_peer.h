@@ -72,6 +72,7 @@ class EventPeer {
   EventPeer& operator=(const EventPeer&) = delete;
 
   bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
 
   bool Send(const std::string& line) {
     const std::string text = line + "\n";
@@ -98,6 +99,14 @@ class EventPeer {
       if (n <= 0) return std::nullopt;  // the peer exited
       buffer_.append(chunk, static_cast<size_t>(n));
     }
+  }
+
+  // SIGKILLs it mid-work, as a client gets killed, and reaps it: until then
+  // it would be a zombie, which still counts as a live process.
+  void Kill() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    exit_code_ = 128 + SIGKILL;
   }
 
   // Closes its stdin and returns its exit code (-1 when it did not exit).

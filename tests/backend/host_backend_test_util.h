@@ -1,14 +1,18 @@
 #pragma once
 
-// Helpers for the host backend's own tests: a backend with test options, and
-// a Gate that holds a stream's later work back until the test opens it, so
+// Helpers for the host backend's own tests: a backend with test options, a
+// Gate that holds a stream's later work back until the test opens it, so
 // tests can observe pending work deterministically instead of racing a slow
-// operation.
+// operation, and ReturnsWithin, which bounds a call that must not hang.
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/host_ipc_event.h"
 #include "common/status_macros.h"
 #include "server/backend/host/host_backend.h"
@@ -54,5 +58,21 @@ class Gate {
   std::unique_ptr<HostIpcEvent> ipc_;
   uint64_t generation_;
 };
+
+// Runs `call` on its own thread; true when it returns within `limit`. When it
+// does not, `unblock` runs so that a hung call ends (and the test fails)
+// instead of hanging the test binary.
+inline bool ReturnsWithin(absl::Duration limit, const std::function<void()>& call,
+                          const std::function<void()>& unblock) {
+  absl::Notification returned;
+  std::thread thread([&] {
+    call();
+    returned.Notify();
+  });
+  const bool in_time = returned.WaitForNotificationWithTimeout(limit);
+  if (!in_time) unblock();
+  thread.join();
+  return in_time;
+}
 
 }  // namespace gpumux::testing

@@ -1,6 +1,7 @@
 // HostIpcEvent (common/host_ipc_event.h) on its own, and the host backend's
 // interprocess events used from real child processes (event_peer) that see
-// nothing but the handle.
+// nothing but the handle, including children killed between recording an
+// event and completing it (abandoned records).
 
 #include "common/host_ipc_event.h"
 
@@ -18,6 +19,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/host/host_backend.h"
@@ -102,6 +104,25 @@ TEST(HostIpcEventTest, WaitForTimesOutThenWakesOnCompletion) {
   EXPECT_TRUE((*event)->Query());
   completer.join();
   EXPECT_TRUE((*event)->WaitFor(generation, milliseconds(0)));
+}
+
+TEST(HostIpcEventTest, ARecordStampsItsRecorderWhichStaysPendingWhileAlive) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(created);
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open((*created)->handle());
+  ASSERT_OK(opened);
+  EXPECT_EQ((*created)->recorder_pid(), 0) << "never recorded";
+  EXPECT_EQ((*created)->Check(0), HostIpcRecordState::kCompleted);
+  const uint64_t generation = (*opened)->Record();
+  EXPECT_EQ((*created)->recorder_pid(), getpid());
+  // The recorder (this process) lives: nothing is judged abandoned.
+  EXPECT_EQ((*created)->Check(generation), HostIpcRecordState::kPending);
+  EXPECT_EQ((*created)->Await(generation, milliseconds(30)), HostIpcRecordState::kPending);
+  EXPECT_FALSE((*opened)->Query());
+  (*opened)->Complete(generation, 7);
+  EXPECT_EQ((*created)->Check(generation), HostIpcRecordState::kCompleted);
+  EXPECT_EQ((*created)->Wait(generation), HostIpcRecordState::kCompleted);
+  EXPECT_EQ((*created)->completed_at_ns(), 7);
 }
 
 TEST(HostIpcEventTest, CreateAndOpenRejectBadInput) {
@@ -263,6 +284,202 @@ TEST_F(HostIpcEventProcessTest, BackendWaitsForAnEventAChildCreated) {
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, handle), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK(backend_->RecordEvent(*opened, stream_));
   EXPECT_OK(backend_->SynchronizeEvent(*opened));
+}
+
+// ---- Records abandoned by a killed recorder ----
+
+class AbandonedRecordTest : public HostIpcEventProcessTest {
+ protected:
+  // A child that opens `handle` and records once, as a client does before
+  // queueing the work that would complete the record.
+  std::unique_ptr<EventPeer> RecordingPeer(const std::string& handle, uint64_t generation) {
+    auto peer = std::make_unique<EventPeer>(
+        std::vector<std::string>{"open", absl::BytesToHexString(handle)});
+    EXPECT_TRUE(peer->started());
+    EXPECT_EQ(peer->ReadLine(kReply), "opened");
+    EXPECT_TRUE(peer->Send("record"));
+    EXPECT_EQ(peer->ReadLine(kReply), absl::StrCat("recorded ", generation));
+    return peer;
+  }
+};
+
+TEST_F(AbandonedRecordTest, AWaiterReturnsPromptlyOnceTheRecorderIsKilled) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  ASSERT_FALSE(HasFailure());
+  const pid_t recorder = peer->pid();
+  EXPECT_EQ((*event)->recorder_pid(), recorder);
+  EXPECT_EQ((*event)->Check(1), HostIpcRecordState::kPending);
+
+  std::atomic<bool> returned{false};
+  HostIpcRecordState state = HostIpcRecordState::kPending;
+  HostIpcAbandonedRecord abandoned;
+  Clock::time_point returned_at;
+  std::thread waiter([&] {
+    // Bounded, so a waiter that never notices fails the test instead of hanging it.
+    state = (*event)->Await(1, std::chrono::seconds(10), &abandoned);
+    returned_at = Clock::now();
+    returned = true;
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(returned) << "the waiter returned while the recorder lived";
+  peer->Kill();
+  const Clock::time_point killed_at = Clock::now();
+  waiter.join();
+  EXPECT_EQ(state, HostIpcRecordState::kAbandoned);
+  EXPECT_LT(returned_at - killed_at, milliseconds(1000));
+  EXPECT_EQ(abandoned.generation, 1u);
+  EXPECT_EQ(abandoned.recorder, recorder);
+  // Completed for good: reported once, and the same for every other process.
+  EXPECT_EQ((*event)->Check(1), HostIpcRecordState::kCompleted);
+  EXPECT_TRUE((*event)->Query());
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> other = HostIpcEvent::Open((*event)->handle());
+  ASSERT_OK(other);
+  EXPECT_TRUE((*other)->IsComplete(1));
+  EXPECT_GT((*event)->completed_at_ns(), 0);
+  // A new record by a live process is pending again.
+  const uint64_t next = (*other)->Record();
+  EXPECT_FALSE((*event)->Query());
+  (*other)->Complete(next, 1);
+  EXPECT_TRUE((*event)->Query());
+}
+
+TEST_F(AbandonedRecordTest, AQueryAfterTheKillReadsTheRecordComplete) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE((*event)->Query());
+  peer->Kill();
+  HostIpcAbandonedRecord abandoned;
+  EXPECT_EQ((*event)->Check(1, &abandoned), HostIpcRecordState::kAbandoned);
+  EXPECT_EQ(abandoned.recorder, peer->pid());
+  EXPECT_EQ((*event)->Check(1), HostIpcRecordState::kCompleted);
+  EXPECT_TRUE((*event)->IsComplete(1));
+  EXPECT_TRUE((*event)->WaitFor(1, milliseconds(0)));
+}
+
+TEST_F(AbandonedRecordTest, OnlyTheLatestRecordIsJudged) {
+  // The child records, then this (live) process records again: the child's
+  // death does not complete anything, since the latest record's recorder
+  // lives and completing it completes the earlier one too.
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  ASSERT_OK(event);
+  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ((*event)->Record(), 2u);
+  peer->Kill();
+  EXPECT_EQ((*event)->Await(1, milliseconds(100)), HostIpcRecordState::kPending);
+  EXPECT_EQ((*event)->Check(2), HostIpcRecordState::kPending);
+  (*event)->Complete(2, 1);
+  EXPECT_EQ((*event)->Check(1), HostIpcRecordState::kCompleted);
+}
+
+TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
+  // A client's own event, recorded on its own stream; a daemon stream waits
+  // for it, with more work and an event (as the allocator records) behind.
+  EventPeer peer({"create", "/gpumuxtest"});
+  ASSERT_TRUE(peer.started());
+  std::optional<std::string> line = peer.ReadLine(kReply);
+  ASSERT_TRUE(line.has_value());
+  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
+  const std::string handle = absl::HexStringToBytes(line->substr(7));
+  ASSERT_TRUE(peer.Send("record"));
+  ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
+  // Completes the record should a failing test stay blocked.
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Open(handle);
+  ASSERT_OK(rescue);
+
+  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
+  ASSERT_OK(opened);
+  absl::StatusOr<BackendSegment> segment = backend_->AllocateSegment(kDev0, 4096);
+  ASSERT_OK(segment);
+  absl::StatusOr<BackendEvent> behind = backend_->CreateEvent(kDev0, EventFlags{});
+  ASSERT_OK(behind);
+  ASSERT_OK(backend_->StreamWaitEvent(stream_, *opened));
+  ASSERT_OK(backend_->Memset(stream_, segment->address, 0x5a, 4096));
+  ASSERT_OK(backend_->RecordEvent(*behind, stream_));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_THAT(backend_->QueryStream(stream_), IsOkAndHolds(false));
+  EXPECT_THAT(backend_->QueryEvent(*behind), IsOkAndHolds(false));
+
+  peer.Kill();
+  const auto unblock = [&] { (*rescue)->Complete(1, 1); };
+  const absl::Time killed_at = absl::Now();
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1), [&] { EXPECT_OK(backend_->SynchronizeStream(stream_)); }, unblock))
+      << "the stream stayed blocked on a killed recorder's event";
+  EXPECT_LT(absl::Now() - killed_at, absl::Seconds(1));
+  EXPECT_THAT(backend_->QueryEvent(*behind), IsOkAndHolds(true));
+  EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1), [&] { EXPECT_OK(backend_->SynchronizeEvent(*opened)); }, unblock));
+  std::vector<uint8_t> bytes(4096);
+  ASSERT_OK(backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(),
+                                       nullptr));
+  ASSERT_OK(backend_->SynchronizeStream(stream_));
+  EXPECT_EQ(bytes, std::vector<uint8_t>(4096, 0x5a));
+  shm_unlink(NameOf(handle).c_str());  // its killed creator could not
+}
+
+TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
+  EventFlags flags;
+  flags.interprocess = true;
+  absl::StatusOr<BackendEvent> event = backend_->CreateEvent(kDev0, flags);
+  ASSERT_OK(event);
+  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
+  ASSERT_OK(handle);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*handle, 1);
+  ASSERT_FALSE(HasFailure());
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Open(*handle);
+  ASSERT_OK(rescue);
+  EXPECT_THAT(backend_->QueryEvent(*event), IsOkAndHolds(false));
+  bool synchronized = false;
+  EXPECT_TRUE(ReturnsWithin(
+      absl::Seconds(1),
+      [&] {
+        std::thread killer([&] {
+          std::this_thread::sleep_for(milliseconds(50));
+          peer->Kill();
+        });
+        EXPECT_OK(backend_->SynchronizeEvent(*event));
+        synchronized = true;
+        killer.join();
+      },
+      [&] { (*rescue)->Complete(1, 1); }))
+      << "SynchronizeEvent stayed blocked on a killed recorder's event";
+  EXPECT_TRUE(synchronized);
+  EXPECT_THAT(backend_->QueryEvent(*event), IsOkAndHolds(true));
+}
+
+TEST_F(AbandonedRecordTest, TheDaemonsOwnRecordOnAKilledClientsEventStillWaitsForItsStream) {
+  // The client made the event and recorded it, then was killed: its record
+  // reads complete. The daemon then records the event on its own stream
+  // (held back by the gate): that record is the daemon's, which lives, so it
+  // stays pending until the stream runs it, creator dead or not.
+  EventPeer peer({"create", "/gpumuxtest"});
+  ASSERT_TRUE(peer.started());
+  std::optional<std::string> line = peer.ReadLine(kReply);
+  ASSERT_TRUE(line.has_value());
+  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
+  const std::string handle = absl::HexStringToBytes(line->substr(7));
+  ASSERT_TRUE(peer.Send("record"));
+  ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
+  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
+  ASSERT_OK(opened);
+  peer.Kill();
+  EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));
+
+  ASSERT_OK(gate_->HoldBack(stream_));
+  ASSERT_OK(backend_->RecordEvent(*opened, stream_));
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(false))
+      << "the daemon's own record was taken for the dead client's";
+  gate_->Open();
+  EXPECT_OK(backend_->SynchronizeEvent(*opened));
+  EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));
+  shm_unlink(NameOf(handle).c_str());  // its killed creator could not
 }
 
 }  // namespace

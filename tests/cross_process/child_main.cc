@@ -9,15 +9,25 @@
 //   gpumux_test_child hold ADDRESS SIZE
 //     allocates SIZE bytes, writes its first and last pages, prints "ready"
 //     and the allocation's segment handle, then sleeps until killed.
+//   gpumux_test_child event-wait HANDLE_HEX
+//     opens the interprocess event (as a client process would, without the
+//     daemon), waits for its latest record, prints "completed", exits 0.
+//   gpumux_test_child event-make
+//     creates an interprocess event as a client's own stream would, records
+//     it and prints its handle in hex; completes it on the first stdin line
+//     (printing "completed"), exits on the second.
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "client/client.h"
+#include "common/host_ipc_event.h"
 #include "tests/support/test_pattern.h"
 
 namespace {
@@ -88,12 +98,39 @@ int Hold(char** argv) {
   for (;;) pause();
 }
 
+int EventWait(char** argv) {
+  auto event = gpumux::HostIpcEvent::Open(absl::HexStringToBytes(argv[2]));
+  if (!event.ok()) return Fail("open event", event.status());
+  (*event)->Wait((*event)->recorded());
+  std::printf("completed\n");
+  return 0;
+}
+
+int EventMake() {
+  auto event = gpumux::HostIpcEvent::Create("/gpumux");
+  if (!event.ok()) return Fail("create event", event.status());
+  uint64_t generation = (*event)->Record();
+  std::printf("%s\n", absl::BytesToHexString((*event)->handle()).c_str());
+  std::fflush(stdout);
+  char line[64];
+  if (std::fgets(line, sizeof(line), stdin) == nullptr) return 1;
+  (*event)->Complete(generation, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  std::printf("completed\n");
+  std::fflush(stdout);
+  if (std::fgets(line, sizeof(line), stdin) == nullptr) return 1;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc >= 6 && std::strcmp(argv[1], "producer") == 0) return Producer(argv);
   if (argc >= 7 && std::strcmp(argv[1], "consumer") == 0) return Consumer(argv);
   if (argc >= 4 && std::strcmp(argv[1], "hold") == 0) return Hold(argv);
+  if (argc >= 3 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
+  if (argc >= 2 && std::strcmp(argv[1], "event-make") == 0) return EventMake();
   std::fprintf(stderr, "usage: see the header of tests/cross_process/child_main.cc\n");
   return 2;
 }

@@ -14,71 +14,12 @@
 #include "client/client.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/cross_process/child_process.h"
 #include "tests/support/raw_session.h"
 #include "tests/support/test_pattern.h"
 
 namespace gpumux::testing {
 namespace {
-
-const std::string kChild = std::string(GPUMUX_BINARY_DIR) + "/tests/cross_process/gpumux_test_child";
-
-// A child process with pipes to its stdin and stdout.
-class Child {
- public:
-  explicit Child(std::vector<std::string> args) {
-    int in[2], out[2];
-    if (pipe(in) != 0 || pipe(out) != 0) ADD_FAILURE() << "pipe";
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      close(in[1]);
-      close(out[0]);
-      std::vector<char*> argv;
-      args.insert(args.begin(), kChild);
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    to_child_ = fdopen(in[1], "w");
-    from_child_ = fdopen(out[0], "r");
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      Wait();
-    }
-    if (to_child_ != nullptr) fclose(to_child_);
-    if (from_child_ != nullptr) fclose(from_child_);
-  }
-  std::string ReadLine() {
-    char line[512];
-    if (std::fgets(line, sizeof(line), from_child_) == nullptr) return "";
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  void WriteLine(const std::string& line) {
-    std::fprintf(to_child_, "%s\n", line.c_str());
-    std::fflush(to_child_);
-  }
-  // The exit code, or 128 + signal.
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  FILE* to_child_ = nullptr;
-  FILE* from_child_ = nullptr;
-};
 
 int64_t DeviceStat(const std::shared_ptr<grpc::Channel>& channel, int device, const std::string& key) {
   auto observe = v1::Observe::NewStub(channel);

@@ -6,7 +6,9 @@ allocates shareable memory, fills it with seeded random bytes and prints a
 share token, then - speaking only the wire API generated from proto/ - opens
 a session, imports the token, maps the segment by its shared-memory name and
 checks every byte; it also allocates memory of its own, writes through its
-mapping, and reads PyTorch's stats keys. Exit status 0 means it all held.
+mapping, and reads PyTorch's stats keys; and it creates a stream, copies
+bytes in through the staging buffer, generates random numbers on the stream
+and reads them back. Exit status 0 means it all held.
 
 usage: proto_client_test.py SOURCE_DIR GPUMUXD CPP_WRITER
 """
@@ -25,7 +27,7 @@ GEN_DIR = tempfile.mkdtemp(prefix="gpumux-py-")
 from grpc_tools import protoc  # noqa: E402
 
 PROTO_ROOT = os.path.join(SOURCE_DIR, "proto")
-for name in ("common", "session", "device", "memory", "observe"):
+for name in ("common", "session", "device", "memory", "observe", "stream", "copy", "random", "nvtx"):
     rc = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN_DIR}", f"--grpc_python_out={GEN_DIR}",
                       os.path.join(PROTO_ROOT, "gpumux", "v1", f"{name}.proto")])
     assert rc == 0, f"protoc failed for {name}.proto"
@@ -34,6 +36,8 @@ sys.path.insert(0, GEN_DIR)
 import grpc  # noqa: E402
 from gpumux.v1 import common_pb2, memory_pb2, memory_pb2_grpc, observe_pb2, observe_pb2_grpc  # noqa: E402
 from gpumux.v1 import session_pb2, session_pb2_grpc  # noqa: E402
+from gpumux.v1 import copy_pb2, copy_pb2_grpc, random_pb2, random_pb2_grpc  # noqa: E402
+from gpumux.v1 import stream_pb2, stream_pb2_grpc  # noqa: E402
 
 
 def pattern(seed, size):
@@ -145,6 +149,76 @@ class ProtoClientTest(unittest.TestCase):
         self.assertEqual(err.exception.code(), grpc.StatusCode.NOT_FOUND)
         segment.close()
         again.close()
+        session.close()
+
+    def test_stream_staging_copy_and_random_numbers(self):
+        import struct
+        session = Session(self.channel, "python-streams")
+        md = session.metadata
+        memory = memory_pb2_grpc.MemoryStub(self.channel)
+        streams = stream_pb2_grpc.StreamStub(self.channel)
+        copy = copy_pb2_grpc.CopyStub(self.channel)
+        random = random_pb2_grpc.RandomStub(self.channel)
+
+        created = streams.Create(stream_pb2.CreateStreamRequest(device=1, priority=-1), metadata=md)
+        self.assertEqual(created.priority, -1)
+        on_stream = copy_pb2.CopyOptions(stream=created.stream)
+        ref = stream_pb2.StreamRef(device=1, stream=created.stream)
+
+        # Bytes in through the staging buffer, on the new stream.
+        size = 1_000_003
+        alloc = memory.Allocate(memory_pb2.AllocateRequest(device=1, size=size, stream=created.stream),
+                                metadata=md).allocation
+        staging = copy.GetStagingBuffer(copy_pb2.GetStagingBufferRequest(min_size=size), metadata=md)
+        self.assertEqual(staging.size, 2 * 1024 * 1024)
+        buffer = map_segment(staging.handle, staging.size)
+        payload = pattern(11, size)
+        buffer[:size] = payload
+        copy.HostToDevice(copy_pb2.HostToDeviceRequest(
+            dst=copy_pb2.DeviceRange(allocation_id=alloc.allocation_id),
+            staging=copy_pb2.StagingRange(offset=0, size=size), options=on_stream), metadata=md)
+        streams.Synchronize(stream_pb2.StreamRequest(stream=ref), metadata=md)
+        self.assertTrue(streams.Query(stream_pb2.StreamRequest(stream=ref), metadata=md).done)
+        back = copy.DeviceToHost(copy_pb2.DeviceToHostRequest(
+            src=copy_pb2.DeviceRange(allocation_id=alloc.allocation_id), inline_size=size, options=on_stream),
+            metadata=md)
+        self.assertEqual(back.data, payload)
+
+        # Random numbers: the same seed gives the same values; uniform in [low, high).
+        count = 100_000
+        numbers = memory.Allocate(memory_pb2.AllocateRequest(device=1, size=4 * count, stream=created.stream),
+                                  metadata=md).allocation
+        generate = random_pb2.GenerateRequest(
+            dst=copy_pb2.DeviceRange(allocation_id=numbers.allocation_id), dtype=random_pb2.DTYPE_FLOAT32,
+            elements=count, uniform=random_pb2.Uniform(low=-2.0, high=3.0), options=on_stream)
+        drawn = []
+        for _ in range(2):
+            random.ManualSeed(random_pb2.ManualSeedRequest(device=1, seed=1234), metadata=md)
+            reply = random.Generate(generate, metadata=md)
+            self.assertEqual((reply.seed, reply.offset), (1234, 0))
+            # Read back through the staging buffer this time.
+            copy.DeviceToHost(copy_pb2.DeviceToHostRequest(
+                src=copy_pb2.DeviceRange(allocation_id=numbers.allocation_id),
+                staging=copy_pb2.StagingRange(offset=0, size=4 * count),
+                options=copy_pb2.CopyOptions(stream=created.stream, wait=True)), metadata=md)
+            drawn.append(bytes(buffer[:4 * count]))
+        self.assertEqual(drawn[0], drawn[1])
+        values = struct.unpack(f"<{count}f", drawn[0])
+        self.assertTrue(all(-2.0 <= v < 3.0 for v in values))
+        self.assertAlmostEqual(sum(values) / count, 0.5, delta=0.05)
+        state = random.GetState(random_pb2.GetRngStateRequest(device=1), metadata=md).states[0]
+        seed, offset = struct.unpack("<QQ", state)
+        self.assertEqual(seed, 1234)
+        self.assertGreater(offset, 0)
+        self.assertEqual(offset % 4, 0)
+
+        with self.assertRaises(grpc.RpcError) as err:
+            copy.DeviceToHost(copy_pb2.DeviceToHostRequest(
+                src=copy_pb2.DeviceRange(allocation_id=alloc.allocation_id, offset=size), inline_size=1),
+                metadata=md)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.OUT_OF_RANGE)
+        buffer.close()
+        streams.Destroy(stream_pb2.DestroyStreamRequest(stream=ref), metadata=md)
         session.close()
 
 

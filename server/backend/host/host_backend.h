@@ -13,9 +13,12 @@
 // segment into this process on first use (SegmentMapping) and dropping the
 // mapping when the segment is released and no queued work needs it. Events
 // are HostEvents; interprocess ones live in shared memory (HostIpcEvent) so
-// other processes record and wait on them without the daemon. Every wait
-// sleeps (condition variable or futex), so EventFlags::blocking changes
-// nothing here. DestroyStream returns at once, as cudaStreamDestroy does; the
+// other processes record and wait on them without the daemon. A record made
+// by a process that then died before completing it counts as complete (and
+// is logged once), so a stream waiting on it (StreamWaitEvent) drains and
+// SynchronizeEvent returns: the work it stood for died with the process.
+// Every wait sleeps (condition variable or futex), so EventFlags::blocking
+// changes nothing here. DestroyStream returns at once, as cudaStreamDestroy does; the
 // stream's thread runs what was queued and is joined later.
 //
 // Thread-safe: the segment table is locked per device, the stream and event
@@ -56,8 +59,8 @@ class HostBackend final : public DeviceBackend {
   // a warning (no error) when the devices together exceed /dev/shm's free
   // space: clients touching memory beyond it would get SIGBUS.
   static absl::StatusOr<std::unique_ptr<HostBackend>> Create(const Options& options);
-  // Runs all queued work to completion (waits on interprocess events that
-  // other processes never complete are abandoned), then unlinks every
+  // Runs all queued work to completion (queued waits on interprocess events
+  // that live processes never complete are given up), then unlinks every
   // segment and interprocess event still held.
   ~HostBackend() override;
 

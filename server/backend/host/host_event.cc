@@ -3,6 +3,8 @@
 #include <chrono>
 #include <utility>
 
+#include "spdlog/spdlog.h"
+
 namespace gpumux {
 namespace {
 
@@ -45,7 +47,12 @@ uint64_t HostEvent::recorded() const {
 }
 
 bool HostEvent::IsComplete(uint64_t generation) const {
-  if (ipc_ != nullptr) return ipc_->IsComplete(generation);
+  if (ipc_ != nullptr) {
+    HostIpcAbandonedRecord abandoned;
+    const HostIpcRecordState state = ipc_->Check(generation, &abandoned);
+    if (state == HostIpcRecordState::kAbandoned) LogAbandoned(abandoned);
+    return state != HostIpcRecordState::kPending;
+  }
   absl::MutexLock lock(&mu_);
   return completed_ >= generation;
 }
@@ -58,15 +65,26 @@ int64_t HostEvent::completed_at_ns() const {
 
 bool HostEvent::Wait(uint64_t generation, const std::atomic<bool>* cancel) const {
   if (ipc_ != nullptr) {
-    while (!ipc_->WaitFor(generation, kHostIpcEventWaitSlice)) {
+    while (true) {
+      HostIpcAbandonedRecord abandoned;
+      const HostIpcRecordState state = ipc_->Await(generation, kHostIpcEventWaitSlice, &abandoned);
+      if (state == HostIpcRecordState::kAbandoned) LogAbandoned(abandoned);
+      if (state != HostIpcRecordState::kPending) return true;
       // relaxed: the flag only asks the wait to stop; it guards no data.
       if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
     }
-    return true;
   }
   absl::MutexLock lock(&mu_);
   while (completed_ < generation) completed_cv_.Wait(&mu_);
   return true;
+}
+
+void HostEvent::LogAbandoned(const HostIpcAbandonedRecord& abandoned) const {
+  // Logged here, once per record: only the call that completed the record
+  // on the dead process's behalf sees kAbandoned.
+  spdlog::warn("host backend: interprocess event {}: record {} counted as complete: the process "
+               "that made it (pid {}) exited before completing it",
+               ipc_->name(), abandoned.generation, abandoned.recorder);
 }
 
 }  // namespace gpumux

@@ -7,9 +7,12 @@
 // completing also releases an earlier one still pending on another stream).
 // Plain events keep that state in this process under a mutex; interprocess
 // events keep it in a HostIpcEvent, where other processes record and wait
-// too. Thread-safe; shared (shared_ptr) by the backend's handle table and
-// every queued item that records or waits on it, so destroying the handle
-// never disturbs queued work.
+// too. An interprocess record whose recorder process died before completing
+// it counts as complete (HostIpcEvent's abandoned records); the HostEvent
+// that finds out logs a warning naming the event and the process. Thread-
+// safe; shared (shared_ptr) by the backend's handle table and every queued
+// item that records or waits on it, so destroying the handle never disturbs
+// queued work.
 
 #include <atomic>
 #include <cstdint>
@@ -42,18 +45,25 @@ class HostEvent {
 
   // The latest generation recorded (by any process); 0 when never recorded.
   uint64_t recorded() const;
+  // True when `generation` completed, or (interprocess) was abandoned by a
+  // recorder that died.
   bool IsComplete(uint64_t generation) const;
   // steady_clock nanoseconds of the latest completion.
   int64_t completed_at_ns() const;
 
   // Blocks until `generation` completed. An interprocess event may depend on
-  // another process that never completes it: then the wait gives up (false)
-  // once `*cancel` becomes true, checked every kHostIpcEventWaitSlice. A
-  // plain event's record is always already queued on a live stream, so its
-  // wait ends by itself.
+  // another process: when that process dies before completing its record,
+  // the record is abandoned and the wait ends (true) within about
+  // kHostIpcEventWaitSlice of the process being reaped; when it lives but
+  // never completes it, the wait gives up (false) once `*cancel` becomes
+  // true, checked every kHostIpcEventWaitSlice. A plain event's record is
+  // always already queued on a live stream, so its wait ends by itself.
   bool Wait(uint64_t generation, const std::atomic<bool>* cancel) const;
 
  private:
+  // Logs that this call found an interprocess record abandoned.
+  void LogAbandoned(const HostIpcAbandonedRecord& abandoned) const;
+
   const DeviceIndex device_;
   const EventFlags flags_;
   const std::unique_ptr<HostIpcEvent> ipc_;

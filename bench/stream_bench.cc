@@ -1,0 +1,289 @@
+// Streams, events and host-to-device copies through a real gpumuxd, over the
+// raw wire API (what any client of the protos pays), side by side in one run:
+//   - host->device throughput of S bytes as inline bytes (Copy.HostToDevice
+//     with data) and through the staging buffer (the client's memcpy into the
+//     mapped buffer + Copy.HostToDevice from staging), both waiting for the
+//     copy, each as a ratio to a plain memcpy of S bytes;
+//   - Event.Record + Event.Query and Stream.Synchronize round trips as ratios
+//     to the no-op RPC (Session.Ping).
+// Rounds interleave the kinds so machine noise hits them alike.
+//
+// usage: gpumux_stream_bench [--gpumuxd PATH] [--size BYTES] [--rounds R]
+//                            [--iterations N]
+// Starts gpumuxd (host backend) on a temporary socket and stops it after.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpumux/v1/copy.grpc.pb.h"
+#include "gpumux/v1/memory.grpc.pb.h"
+#include "gpumux/v1/session.grpc.pb.h"
+#include "gpumux/v1/stream.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace {
+
+namespace v1 = gpumux::v1;
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string gpumuxd;
+  uint64_t size = uint64_t{16} << 20;
+  int rounds = 5;
+  int iterations = 1000;  // per round, for the latency kinds
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <typename Body>
+double TimeUs(Body body) {
+  auto start = Clock::now();
+  body();
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+pid_t daemon_pid = -1;  // the gpumuxd this run started
+
+[[noreturn]] void Die(const char* what, const grpc::Status& status) {
+  std::fprintf(stderr, "gpumux_stream_bench: %s: %s\n", what, status.error_message().c_str());
+  if (daemon_pid > 0) kill(daemon_pid, SIGTERM);
+  std::exit(1);
+}
+
+void Check(const char* what, const grpc::Status& status) {
+  if (!status.ok()) Die(what, status);
+}
+
+// A session over the raw stubs: the Open stream stays open while it lives.
+class Session {
+ public:
+  explicit Session(const std::shared_ptr<grpc::Channel>& channel)
+      : session_(v1::Session::NewStub(channel)),
+        memory_(v1::Memory::NewStub(channel)),
+        copy_(v1::Copy::NewStub(channel)),
+        stream_(v1::Stream::NewStub(channel)),
+        event_(v1::Event::NewStub(channel)) {
+    open_ = session_->Open(&open_context_);
+    v1::SessionClientMessage open;
+    open.mutable_open()->set_client_name("gpumux_stream_bench");
+    open.mutable_open()->set_pid(getpid());
+    v1::SessionServerMessage reply;
+    if (!open_->Write(open) || !open_->Read(&reply) || !reply.has_opened()) Die("open session", open_->Finish());
+    credentials_ = std::to_string(reply.opened().session_id()) + ":" + reply.opened().secret();
+  }
+  ~Session() {
+    open_->WritesDone();
+    v1::SessionServerMessage notice;
+    while (open_->Read(&notice)) {
+    }
+    (void)open_->Finish();
+  }
+
+  std::unique_ptr<grpc::ClientContext> Context() const {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->AddMetadata("gpumux-session", credentials_);
+    return context;
+  }
+
+  v1::Session::Stub& session() { return *session_; }
+  v1::Memory::Stub& memory() { return *memory_; }
+  v1::Copy::Stub& copy() { return *copy_; }
+  v1::Stream::Stub& stream() { return *stream_; }
+  v1::Event::Stub& event() { return *event_; }
+
+ private:
+  std::unique_ptr<v1::Session::Stub> session_;
+  std::unique_ptr<v1::Memory::Stub> memory_;
+  std::unique_ptr<v1::Copy::Stub> copy_;
+  std::unique_ptr<v1::Stream::Stub> stream_;
+  std::unique_ptr<v1::Event::Stub> event_;
+  grpc::ClientContext open_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>> open_;
+  std::string credentials_;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* flags) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      std::string prefix = std::string(name) + "=";
+      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
+      if (arg == name && i + 1 < argc) return argv[++i];
+      return nullptr;
+    };
+    const char* v = nullptr;
+    if ((v = value("--gpumuxd")) != nullptr) {
+      flags->gpumuxd = v;
+    } else if ((v = value("--size")) != nullptr) {
+      flags->size = std::strtoull(v, nullptr, 10);
+    } else if ((v = value("--rounds")) != nullptr) {
+      flags->rounds = std::atoi(v);
+    } else if ((v = value("--iterations")) != nullptr) {
+      flags->iterations = std::atoi(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return false;
+    }
+  }
+  return flags->size > 0 && flags->size <= (uint64_t{64} << 20) && flags->rounds > 0 && flags->iterations > 0;
+}
+
+std::string DefaultDaemonPath() {
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
+}
+
+void Run(const Flags& flags, const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(128 << 20);
+  args.SetMaxSendMessageSize(128 << 20);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  Session s(channel);
+  const uint64_t size = flags.size;
+
+  v1::AllocateRequest alloc;
+  alloc.set_size(size);
+  v1::AllocateResponse allocated;
+  Check("allocate", s.memory().Allocate(s.Context().get(), alloc, &allocated));
+  const uint64_t allocation = allocated.allocation().allocation_id();
+
+  v1::GetStagingBufferRequest staging_request;
+  staging_request.set_min_size(size);
+  v1::StagingBuffer staging;
+  Check("staging buffer", s.copy().GetStagingBuffer(s.Context().get(), staging_request, &staging));
+  int fd = shm_open(staging.handle().data().c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    Die("shm_open staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::strerror(errno)));
+  }
+  void* mapped = mmap(nullptr, staging.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mapped == MAP_FAILED) {
+    Die("mmap staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::strerror(errno)));
+  }
+  auto* staging_bytes = static_cast<char*>(mapped);
+
+  // Source bytes: random, never zeros; memcpy's destination pre-faulted.
+  std::string source(size, '\0');
+  std::mt19937_64 rng(42);
+  for (char& c : source) c = static_cast<char>(rng() | 1);
+  std::vector<char> memcpy_target(size, 1);
+
+  v1::HostToDeviceRequest inline_copy;
+  inline_copy.mutable_dst()->set_allocation_id(allocation);
+  inline_copy.set_data(source);
+  inline_copy.mutable_options()->set_wait(true);
+  v1::HostToDeviceRequest staged_copy;
+  staged_copy.mutable_dst()->set_allocation_id(allocation);
+  staged_copy.mutable_staging()->set_size(size);
+  staged_copy.mutable_options()->set_wait(true);
+
+  v1::CreateEventRequest create_event;
+  v1::CreateEventResponse event;
+  Check("create event", s.event().Create(s.Context().get(), create_event, &event));
+  v1::RecordEventRequest record;
+  record.set_event(event.event());
+  v1::EventRequest query;
+  query.set_event(event.event());
+  v1::StreamRequest sync;  // default stream of device 0
+
+  std::vector<double> memcpy_us, inline_us, staged_us, noop_us, record_query_us, sync_us;
+  v1::CopyResponse copied;
+  // Warm-up: page faults in the daemon's mappings, connection, streams.
+  for (int i = 0; i < 3; ++i) {
+    Check("inline copy", s.copy().HostToDevice(s.Context().get(), inline_copy, &copied));
+    std::memcpy(staging_bytes, source.data(), size);
+    Check("staged copy", s.copy().HostToDevice(s.Context().get(), staged_copy, &copied));
+  }
+  for (int round = 0; round < flags.rounds; ++round) {
+    for (int i = 0; i < 5; ++i) {
+      memcpy_us.push_back(TimeUs([&] { std::memcpy(memcpy_target.data(), source.data(), size); }));
+      inline_us.push_back(
+          TimeUs([&] { Check("inline copy", s.copy().HostToDevice(s.Context().get(), inline_copy, &copied)); }));
+      staged_us.push_back(TimeUs([&] {
+        std::memcpy(staging_bytes, source.data(), size);
+        Check("staged copy", s.copy().HostToDevice(s.Context().get(), staged_copy, &copied));
+      }));
+    }
+    for (int i = 0; i < flags.iterations; ++i) {
+      v1::PingRequest ping;
+      v1::PingResponse pong;
+      noop_us.push_back(TimeUs([&] { Check("ping", s.session().Ping(s.Context().get(), ping, &pong)); }));
+    }
+    for (int i = 0; i < flags.iterations; ++i) {
+      v1::RecordEventResponse recorded;
+      v1::QueryEventResponse done;
+      record_query_us.push_back(TimeUs([&] {
+        Check("record event", s.event().Record(s.Context().get(), record, &recorded));
+        Check("query event", s.event().Query(s.Context().get(), query, &done));
+      }));
+    }
+    for (int i = 0; i < flags.iterations; ++i) {
+      v1::SynchronizeStreamResponse synced;
+      sync_us.push_back(TimeUs([&] { Check("synchronize", s.stream().Synchronize(s.Context().get(), sync, &synced)); }));
+    }
+  }
+  munmap(mapped, staging.size());
+
+  // Throughput in GB/s (1e9 bytes per second) from each kind's median time.
+  auto gbps = [&](const std::vector<double>& us) { return static_cast<double>(size) / (Median(us) * 1e3); };
+  const double memcpy_gbps = gbps(memcpy_us), inline_gbps = gbps(inline_us), staged_gbps = gbps(staged_us);
+  const double noop = Median(noop_us), record_query = Median(record_query_us), synced = Median(sync_us);
+  std::printf("copy_size=%llu\n", static_cast<unsigned long long>(size));
+  std::printf("memcpy_gbps=%.2f\n", memcpy_gbps);
+  std::printf("h2d_inline_gbps=%.2f\n", inline_gbps);
+  std::printf("h2d_staging_gbps=%.2f\n", staged_gbps);
+  std::printf("h2d_inline_over_memcpy=%.3f\n", inline_gbps / memcpy_gbps);
+  std::printf("h2d_staging_over_memcpy=%.3f\n", staged_gbps / memcpy_gbps);
+  std::printf("noop_p50_us=%.2f\n", noop);
+  std::printf("event_record_query_p50_us=%.2f\n", record_query);
+  std::printf("stream_sync_p50_us=%.2f\n", synced);
+  std::printf("event_record_query_over_noop_p50=%.3f\n", record_query / noop);
+  std::printf("stream_sync_over_noop_p50=%.3f\n", synced / noop);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  if (!ParseFlags(argc, argv, &flags)) {
+    std::fprintf(stderr, "usage: %s [--gpumuxd PATH] [--size BYTES<=64MiB] [--rounds R] [--iterations N]\n", argv[0]);
+    return 2;
+  }
+  char pattern[] = "/tmp/gpumux-bench-XXXXXX";
+  std::string dir = mkdtemp(pattern);
+  std::string socket = dir + "/gpumux.sock";
+  std::string binary = flags.gpumuxd.empty() ? DefaultDaemonPath() : flags.gpumuxd;
+  pid_t daemon = daemon_pid = fork();
+  if (daemon == 0) {
+    execl(binary.c_str(), binary.c_str(), ("--socket=" + socket).c_str(), "--backend=host", "--log-level=warn",
+          nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  Run(flags, "unix://" + socket);
+  kill(daemon, SIGTERM);
+  waitpid(daemon, nullptr, 0);
+  std::filesystem::remove_all(dir);
+  return 0;
+}

@@ -1,0 +1,126 @@
+#include "server/core/device_work.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+namespace {
+
+absl::Status CheckInlineSize(uint64_t size) {
+  if (size > DeviceWork::kMaxInlineBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("an inline copy carries at most ", DeviceWork::kMaxInlineBytes,
+                                                   " bytes, not ", size, "; use the staging buffer"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::Span<const RangeUse> ranges,
+                                         const WorkOptions& options, Enqueue enqueue) {
+  GPUMUX_ASSIGN_OR_RETURN(AllocationView first, memory_->Lookup(session, ranges[0].id));
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream stream, streams_->Resolve(session, first.device, options.stream));
+  bool other_device = false;
+  GPUMUX_RETURN_IF_ERROR(memory_->EnqueueOnAllocations(
+      session, ranges, stream, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
+        for (const DeviceSpan& span : spans) other_device |= span.device != stream.device;
+        return enqueue(stream, spans);
+      }));
+  WorkDone done;
+  if (options.completion_event) {
+    GPUMUX_ASSIGN_OR_RETURN(done.event, streams_->RecordCompletionEvent(session, stream));
+  }
+  if (options.wait || other_device) GPUMUX_RETURN_IF_ERROR(backend_->SynchronizeStream(stream.backend));
+  return done;
+}
+
+absl::StatusOr<WorkDone> DeviceWork::DeviceToDevice(SessionId session, const RangeUse& dst, AllocationId src,
+                                                    uint64_t src_offset, const WorkOptions& options) {
+  const RangeUse ranges[] = {dst, RangeUse{src, src_offset, dst.size}};
+  return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    return backend_->CopyDeviceToDevice(stream.backend, spans[0].device, spans[0].address, spans[1].device,
+                                        spans[1].address, dst.size);
+  });
+}
+
+absl::StatusOr<WorkDone> DeviceWork::HostToDevice(SessionId session, AllocationId dst, uint64_t offset,
+                                                  absl::string_view data, const WorkOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckInlineSize(data.size()));
+  const RangeUse ranges[] = {RangeUse{dst, offset, data.size()}};
+  return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    // Queued work outlives the request unless the call waits: then the
+    // request's bytes serve as they are, with no copy.
+    const void* source = data.data();
+    std::shared_ptr<const void> keep_alive;
+    if (!options.wait) {
+      auto copy = std::make_shared<const std::string>(data);
+      source = copy->data();
+      keep_alive = std::move(copy);
+    }
+    return backend_->CopyHostToDevice(stream.backend, spans[0].address, source, data.size(), std::move(keep_alive));
+  });
+}
+
+absl::StatusOr<WorkDone> DeviceWork::HostToDeviceFromStaging(SessionId session, const RangeUse& dst,
+                                                             uint64_t staging_offset, const WorkOptions& options) {
+  GPUMUX_ASSIGN_OR_RETURN(StagingBytes bytes, staging_->Bytes(session, staging_offset, dst.size));
+  const RangeUse ranges[] = {dst};
+  return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    return backend_->CopyHostToDevice(stream.backend, spans[0].address, bytes.data, dst.size, bytes.keep_alive);
+  });
+}
+
+absl::StatusOr<WorkDone> DeviceWork::DeviceToHost(SessionId session, const RangeUse& src, const WorkOptions& options,
+                                                  std::string* out) {
+  GPUMUX_RETURN_IF_ERROR(CheckInlineSize(src.size));
+  out->resize(src.size);
+  WorkOptions waiting = options;
+  waiting.wait = true;  // `out` is only good until the call returns
+  const RangeUse ranges[] = {src};
+  return Run(session, ranges, waiting, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    return backend_->CopyDeviceToHost(stream.backend, out->data(), spans[0].address, src.size, nullptr);
+  });
+}
+
+absl::StatusOr<WorkDone> DeviceWork::DeviceToHostIntoStaging(SessionId session, const RangeUse& src,
+                                                             uint64_t staging_offset, const WorkOptions& options) {
+  GPUMUX_ASSIGN_OR_RETURN(StagingBytes bytes, staging_->Bytes(session, staging_offset, src.size));
+  const RangeUse ranges[] = {src};
+  return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    return backend_->CopyDeviceToHost(stream.backend, bytes.data, spans[0].address, src.size, bytes.keep_alive);
+  });
+}
+
+absl::StatusOr<WorkDone> DeviceWork::Memset(SessionId session, const RangeUse& dst, uint32_t value,
+                                            const WorkOptions& options) {
+  if (value > 255) {
+    return absl::InvalidArgumentError(absl::StrCat("memset value ", value, " is not a byte (0..255)"));
+  }
+  const RangeUse ranges[] = {dst};
+  return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    return backend_->Memset(stream.backend, spans[0].address, static_cast<uint8_t>(value), dst.size);
+  });
+}
+
+absl::StatusOr<GenerateDone> DeviceWork::Generate(SessionId session, AllocationId dst, uint64_t offset,
+                                                  const RngRequest& request, const WorkOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(ValidateRngRequest(request));
+  // elements <= 2^60 and at most 8 bytes each: no overflow.
+  const RangeUse ranges[] = {RangeUse{dst, offset, request.elements * RngElementSize(request.dtype)}};
+  GenerateDone done;
+  GPUMUX_ASSIGN_OR_RETURN(
+      done.work, Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+        // The offset advances only once the ranges passed their checks, under
+        // the allocation lock right before queuing, so a session's calls
+        // draw disjoint parts of the stream in the order they are queued.
+        RngState state = rng_->Advance(session, stream.device, RngOffsetIncrement(request));
+        done.drawn_from = state;
+        return backend_->FillRandom(stream.backend, spans[0].address, request, state.seed, state.offset);
+      }));
+  return done;
+}
+
+}  // namespace gpumux

@@ -1,0 +1,330 @@
+#include "server/core/stream_manager.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/device_range.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+absl::Status SessionGone(SessionId session) {
+  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
+}
+
+absl::Status StreamNotFound(StreamId stream) {
+  return absl::NotFoundError(absl::StrCat("stream ", stream.value(), " not found: it is not a stream of this session"));
+}
+
+absl::Status EventNotFound(EventId event) {
+  return absl::NotFoundError(absl::StrCat("event ", event.value(), " not found: it is not an event of this session"));
+}
+
+// Destroy errors only mean the backend already forgot the handle.
+void LogIfError(const absl::Status& status, const char* what) {
+  if (!status.ok()) spdlog::warn("{}: {}", what, status.ToString());
+}
+
+}  // namespace
+
+StreamManager::~StreamManager() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [session, books] : books_) DestroyAll(books);
+  books_.clear();
+}
+
+absl::Status StreamManager::CheckDevice(DeviceIndex device) const {
+  return CheckDeviceInRange(device, backend_->device_count());
+}
+
+void StreamManager::AddSession(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  books_[session].default_streams.assign(static_cast<size_t>(backend_->device_count()), BackendStream());
+}
+
+StreamCounts StreamManager::ReleaseSession(SessionId session) {
+  Books books;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = books_.find(session);
+    if (it == books_.end()) return {};
+    books = std::move(it->second);
+    books_.erase(it);
+  }
+  DestroyAll(books);
+  return StreamCounts{books.streams.size(), books.events.size()};
+}
+
+void StreamManager::DestroyAll(const Books& books) {
+  for (const auto& [id, event] : books.events) LogIfError(backend_->DestroyEvent(event.backend), "destroy event");
+  for (const auto& [id, stream] : books.streams) {
+    LogIfError(backend_->DestroyStream(stream.backend), "destroy stream");
+  }
+  for (BackendStream stream : books.default_streams) {
+    if (stream.value() != 0) LogIfError(backend_->DestroyStream(stream), "destroy default stream");
+  }
+}
+
+StreamCounts StreamManager::Counts(SessionId session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = books_.find(session);
+  if (it == books_.end()) return {};
+  return StreamCounts{it->second.streams.size(), it->second.events.size()};
+}
+
+absl::StatusOr<StreamManager::Books*> StreamManager::BooksLocked(SessionId session) {
+  auto it = books_.find(session);
+  if (it == books_.end()) return SessionGone(session);
+  return &it->second;
+}
+
+absl::StatusOr<StreamPriorityRange> StreamManager::PriorityRange(DeviceIndex device) const {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  return backend_->GetStreamPriorityRange(device);
+}
+
+absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(SessionId session, DeviceIndex device,
+                                                                         int priority) {
+  GPUMUX_ASSIGN_OR_RETURN(StreamPriorityRange range, PriorityRange(device));
+  // torch/cuda/streams.py clamps into [greatest, least] (greatest <= least).
+  int clamped = std::clamp(priority, range.greatest, range.least);
+  {
+    absl::MutexLock lock(&mu_);
+    GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
+    if (books->streams.size() >= kMaxStreamsPerSession) {
+      return absl::ResourceExhaustedError(absl::StrCat("session ", session.value(), " already has ",
+                                                       kMaxStreamsPerSession,
+                                                       " streams, the most a session may hold; destroy some first"));
+    }
+  }
+  // Creating a backend stream may start a thread: not under the lock.
+  GPUMUX_ASSIGN_OR_RETURN(BackendStream backend, backend_->CreateStream(device, clamped));
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Books*> books = BooksLocked(session);
+  if (!books.ok()) {
+    LogIfError(backend_->DestroyStream(backend), "destroy stream");
+    return books.status();
+  }
+  StreamId id(next_stream_id_++);
+  (*books)->streams.emplace(id, StreamEntry{device, backend});
+  return CreatedStream{id, clamped};
+}
+
+absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device, StreamId stream) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (stream.value() == 0) {
+    return absl::InvalidArgumentError("the default stream (0) cannot be destroyed; it ends with the session");
+  }
+  BackendStream backend;
+  {
+    absl::MutexLock lock(&mu_);
+    GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
+    GPUMUX_ASSIGN_OR_RETURN(backend, FindStreamLocked(*books, device, stream));
+    books->streams.erase(stream);
+  }
+  return backend_->DestroyStream(backend);
+}
+
+absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceIndex device, StreamId stream) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  const size_t slot = static_cast<size_t>(device.value());
+  {
+    absl::MutexLock lock(&mu_);
+    GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
+    if (stream.value() != 0) {
+      GPUMUX_ASSIGN_OR_RETURN(BackendStream backend, FindStreamLocked(*books, device, stream));
+      return ResolvedStream{stream, device, backend};
+    }
+    if (books->default_streams[slot].value() != 0) {
+      return ResolvedStream{stream, device, books->default_streams[slot]};
+    }
+  }
+  // First use of this device's default stream: created outside the lock.
+  GPUMUX_ASSIGN_OR_RETURN(BackendStream created, backend_->CreateStream(device, 0));
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Books*> books = BooksLocked(session);
+  if (!books.ok()) {
+    LogIfError(backend_->DestroyStream(created), "destroy default stream");
+    return books.status();
+  }
+  BackendStream& slot_stream = (*books)->default_streams[slot];
+  if (slot_stream.value() == 0) {
+    slot_stream = created;
+  } else {  // another call of this session created it meanwhile
+    LogIfError(backend_->DestroyStream(created), "destroy default stream");
+  }
+  return ResolvedStream{stream, device, slot_stream};
+}
+
+absl::StatusOr<BackendStream> StreamManager::FindStreamLocked(const Books& books, DeviceIndex device,
+                                                             StreamId stream) {
+  auto it = books.streams.find(stream);
+  if (it == books.streams.end()) return StreamNotFound(stream);
+  if (it->second.device != device) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ", stream.value(), " is on device ",
+                                                   it->second.device.value(), ", not device ", device.value()));
+  }
+  return it->second.backend;
+}
+
+absl::Status StreamManager::CheckStream(SessionId session, DeviceIndex device, StreamId stream) const {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  absl::MutexLock lock(&mu_);
+  auto books = books_.find(session);
+  if (books == books_.end()) return SessionGone(session);
+  if (stream.value() == 0) return absl::OkStatus();
+  return FindStreamLocked(books->second, device, stream).status();
+}
+
+absl::StatusOr<bool> StreamManager::QueryStream(SessionId session, DeviceIndex device, StreamId stream) {
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
+  return backend_->QueryStream(resolved.backend);
+}
+
+absl::Status StreamManager::SynchronizeStream(SessionId session, DeviceIndex device, StreamId stream) {
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
+  return backend_->SynchronizeStream(resolved.backend);
+}
+
+absl::Status StreamManager::WaitEvent(SessionId session, DeviceIndex device, StreamId stream, EventId event) {
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  return backend_->StreamWaitEvent(resolved.backend, entry.backend);
+}
+
+absl::Status StreamManager::WaitStream(SessionId session, DeviceIndex device, StreamId stream,
+                                       DeviceIndex other_device, StreamId other) {
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream waiter, Resolve(session, device, stream));
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream waited, Resolve(session, other_device, other));
+  if (waiter.backend == waited.backend) return absl::OkStatus();  // in order already
+  // torch's wait_stream: record an event on `other`, wait on it. The event
+  // can go at once: the wait captured what it recorded.
+  GPUMUX_ASSIGN_OR_RETURN(BackendEvent event, backend_->CreateEvent(other_device, EventFlags{}));
+  absl::Status status = backend_->RecordEvent(event, waited.backend);
+  if (status.ok()) status = backend_->StreamWaitEvent(waiter.backend, event);
+  LogIfError(backend_->DestroyEvent(event), "destroy wait_stream event");
+  return status;
+}
+
+absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex device, EventFlags flags,
+                                                  BackendEvent backend) {
+  absl::MutexLock lock(&mu_);
+  absl::Status refused;
+  absl::StatusOr<Books*> books = BooksLocked(session);
+  if (!books.ok()) {
+    refused = books.status();
+  } else if ((*books)->events.size() >= kMaxEventsPerSession) {
+    refused = absl::ResourceExhaustedError(absl::StrCat("session ", session.value(), " already has ",
+                                                        kMaxEventsPerSession,
+                                                        " events, the most a session may hold; destroy some first"));
+  }
+  if (!refused.ok()) {
+    LogIfError(backend_->DestroyEvent(backend), "destroy event");
+    return refused;
+  }
+  EventId id(next_event_id_++);
+  (*books)->events.emplace(id, EventEntry{device, flags, backend});
+  return EventView{id, device, flags};
+}
+
+absl::StatusOr<EventView> StreamManager::CreateEvent(SessionId session, DeviceIndex device, EventFlags flags) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (flags.interprocess && flags.enable_timing) {
+    return absl::InvalidArgumentError(
+        "an interprocess event cannot time: create it with enable_timing=false (CUDA requires "
+        "cudaEventDisableTiming with cudaEventInterprocess)");
+  }
+  GPUMUX_ASSIGN_OR_RETURN(BackendEvent backend, backend_->CreateEvent(device, flags));
+  return AddEvent(session, device, flags, backend);
+}
+
+absl::StatusOr<StreamManager::EventEntry> StreamManager::FindEvent(SessionId session, EventId event) const {
+  absl::MutexLock lock(&mu_);
+  auto books = books_.find(session);
+  if (books == books_.end()) return SessionGone(session);
+  auto it = books->second.events.find(event);
+  if (it == books->second.events.end()) return EventNotFound(event);
+  return it->second;
+}
+
+absl::Status StreamManager::DestroyEvent(SessionId session, EventId event) {
+  BackendEvent backend;
+  {
+    absl::MutexLock lock(&mu_);
+    GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
+    auto it = books->events.find(event);
+    if (it == books->events.end()) return EventNotFound(event);
+    backend = it->second.backend;
+    books->events.erase(it);
+  }
+  return backend_->DestroyEvent(backend);
+}
+
+absl::Status StreamManager::RecordEvent(SessionId session, EventId event, DeviceIndex device, StreamId stream) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
+  if (entry.device != device) {
+    return absl::InvalidArgumentError(absl::StrCat("Event device ", entry.device.value(),
+                                                   " does not match recording stream's device ", device.value(), "."));
+  }
+  return backend_->RecordEvent(entry.backend, resolved.backend);
+}
+
+absl::StatusOr<bool> StreamManager::QueryEvent(SessionId session, EventId event) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  return backend_->QueryEvent(entry.backend);
+}
+
+absl::Status StreamManager::SynchronizeEvent(SessionId session, EventId event) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  return backend_->SynchronizeEvent(entry.backend);
+}
+
+absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId start, EventId end) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry first, FindEvent(session, start));
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry last, FindEvent(session, end));
+  if (!first.flags.enable_timing || !last.flags.enable_timing) {
+    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+  }
+  return backend_->ElapsedTimeMs(first.backend, last.backend);
+}
+
+absl::StatusOr<std::string> StreamManager::IpcHandle(SessionId session, EventId event) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  if (!entry.flags.interprocess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "event ", event.value(), " was not created with interprocess=true, so it has no IPC handle"));
+  }
+  return backend_->GetIpcEventHandle(entry.backend);
+}
+
+absl::StatusOr<EventView> StreamManager::OpenIpcHandle(SessionId session, DeviceIndex device,
+                                                       absl::string_view handle) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (handle.size() != kIpcEventHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ",
+                                                   kIpcEventHandleBytes, ", but got ", handle.size()));
+  }
+  GPUMUX_ASSIGN_OR_RETURN(BackendEvent backend, backend_->OpenIpcEventHandle(device, handle));
+  return AddEvent(session, device, EventFlags{.interprocess = true}, backend);
+}
+
+absl::StatusOr<CompletionEvent> StreamManager::RecordCompletionEvent(SessionId session,
+                                                                     const ResolvedStream& stream) {
+  const EventFlags flags{.interprocess = true};
+  GPUMUX_ASSIGN_OR_RETURN(BackendEvent backend, backend_->CreateEvent(stream.device, flags));
+  absl::StatusOr<std::string> handle;
+  absl::Status recorded = backend_->RecordEvent(backend, stream.backend);
+  if (recorded.ok()) handle = backend_->GetIpcEventHandle(backend);
+  if (!recorded.ok() || !handle.ok()) {
+    LogIfError(backend_->DestroyEvent(backend), "destroy completion event");
+    return recorded.ok() ? handle.status() : recorded;
+  }
+  GPUMUX_ASSIGN_OR_RETURN(EventView event, AddEvent(session, stream.device, flags, backend));
+  return CompletionEvent{event.id, *std::move(handle)};
+}
+
+}  // namespace gpumux

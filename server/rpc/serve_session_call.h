@@ -1,0 +1,46 @@
+#pragma once
+
+// The shape of every unary RPC that acts for a session: authenticate the
+// call, run the body for that session, finish with its status.
+
+#include "absl/status/statusor.h"
+#include "common/ids.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/core/session_registry.h"
+#include "server/rpc/blocking_executor.h"
+#include "server/rpc/grpc_status.h"
+#include "server/rpc/session_auth.h"
+
+namespace gpumux {
+
+// Runs `body(session)` (returning absl::Status) on the calling thread and
+// finishes the call with its status; UNAUTHENTICATED without running it when
+// the credentials are missing or wrong.
+template <typename Body>
+grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
+                                           Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  reactor->Finish(ToGrpcStatus(session.ok() ? body(*session) : session.status()));
+  return reactor;
+}
+
+// As ServeSessionCall, but `body` runs on `executor`, for bodies that may
+// block. `body` must capture by value: the handler's frame is gone when it
+// runs (the request and response it points to live until Finish).
+template <typename Body>
+grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* context,
+                                                   const SessionRegistry& sessions, BlockingExecutor& executor,
+                                                   Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  if (!session.ok()) {
+    reactor->Finish(ToGrpcStatus(session.status()));
+    return reactor;
+  }
+  executor.Run([reactor, id = *session, body = std::move(body)]() mutable { reactor->Finish(ToGrpcStatus(body(id))); });
+  return reactor;
+}
+
+}  // namespace gpumux
