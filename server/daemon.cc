@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), backend->device_count(), &s.sessions,
                                                      &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(&s.nvtx, &s.sessions);
-  s.device_service = std::make_unique<DeviceService>(backend);
+  s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -192,7 +192,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   }
 
   if (!options.listen_address.empty()) {
-    s.tcp_device_service = std::make_unique<DeviceService>(s.backend.get());
+    s.tcp_device_service = std::make_unique<DeviceService>(backend, &s.executor);
     s.tcp_observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
     grpc::ServerBuilder tcp_builder;
     tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s.tcp_port);

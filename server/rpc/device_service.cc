@@ -54,10 +54,15 @@ grpc::ServerUnaryReactor* DeviceService::GetDeviceProperties(grpc::CallbackServe
 grpc::ServerUnaryReactor* DeviceService::Synchronize(grpc::CallbackServerContext* context,
                                                      const v1::SynchronizeRequest* request,
                                                      v1::SynchronizeResponse* /*response*/) {
-  absl::Status status = CheckDevice(request->device());
-  if (status.ok()) status = backend_->Synchronize(DeviceIndex(request->device()));
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  absl::Status status = CheckDevice(request->device());
+  if (!status.ok()) {
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
+    reactor->Finish(ToGrpcStatus(backend->Synchronize(device)));
+  });
   return reactor;
 }
 

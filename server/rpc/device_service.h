@@ -2,16 +2,18 @@
 
 // gpumux.v1.Device: device count, properties and synchronize, straight from
 // the backend. Needs no session (it is part of the TCP observe surface).
+// Synchronize waits on the blocking executor, never on a gRPC thread.
 
 #include "gpumux/v1/device.grpc.pb.h"
 #include "server/backend/device_backend.h"
+#include "server/rpc/blocking_executor.h"
 
 namespace gpumux {
 
 class DeviceService final : public v1::Device::CallbackService {
  public:
-  // `backend` must outlive the service.
-  explicit DeviceService(DeviceBackend* backend) : backend_(backend) {}
+  // Both must outlive the service.
+  DeviceService(DeviceBackend* backend, BlockingExecutor* executor) : backend_(backend), executor_(executor) {}
 
   grpc::ServerUnaryReactor* GetDeviceCount(grpc::CallbackServerContext* context,
                                            const v1::GetDeviceCountRequest* request,
@@ -29,6 +31,7 @@ class DeviceService final : public v1::Device::CallbackService {
   void FillProperties(DeviceIndex device, v1::DeviceProperties* out) const;
 
   DeviceBackend* backend_;
+  BlockingExecutor* executor_;
 };
 
 }  // namespace gpumux
