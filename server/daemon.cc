@@ -234,6 +234,9 @@ void Daemon::Shutdown(int deadline_ms) {
   // Ends every session stream now (their clients see UNAVAILABLE); the rest of
   // the in-flight calls get until the deadline.
   s.sessions.TerminateAll("gpumuxd is shutting down");
+  // Calls blocked on other processes' events (a hung client's) end now, so
+  // the servers' shutdown is not held up by them.
+  s.backend->AbandonInterprocessWaits();
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms);
   if (s.tcp_server != nullptr) s.tcp_server->Shutdown(deadline);
   s.unix_server->Shutdown(deadline);

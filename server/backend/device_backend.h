@@ -128,7 +128,8 @@ class DeviceBackend {
   virtual absl::Status RecordEvent(BackendEvent event, BackendStream stream) = 0;
   // True when the captured work completed, or the event was never recorded.
   virtual absl::StatusOr<bool> QueryEvent(BackendEvent event) = 0;
-  // Blocks until the captured work completed; returns at once if never recorded.
+  // Blocks until the captured work completed; returns at once if never
+  // recorded. UNAVAILABLE when AbandonInterprocessWaits gave up the wait.
   virtual absl::Status SynchronizeEvent(BackendEvent event) = 0;
   // Later work on `stream` waits for the event's work as captured at this
   // call (cudaStreamWaitEvent); a never-recorded event adds no wait. Stream
@@ -168,6 +169,12 @@ class DeviceBackend {
   // not a multiple of 4. The caller advances its generator offset.
   virtual absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
                                   uint64_t seed, uint64_t offset) = 0;
+
+  // For shutdown: from now on no wait depends on another process. Waits on
+  // interprocess events that other processes have not completed (queued
+  // StreamWaitEvent work, SynchronizeEvent, and so SynchronizeStream behind
+  // them) give up instead of blocking; everything else still runs.
+  virtual void AbandonInterprocessWaits() = 0;
 
   // Pins host memory for fast transfers (cudaHostRegister). INVALID_ARGUMENT
   // for null data or zero bytes; ALREADY_EXISTS when `data` is already

@@ -85,6 +85,7 @@ class ForwardingBackend : public DeviceBackend {
     return target_->FillRandom(stream, dst, request, seed, offset);
   }
 
+  void AbandonInterprocessWaits() override { target_->AbandonInterprocessWaits(); }
   absl::Status PinHostMemory(void* data, uint64_t bytes) override { return target_->PinHostMemory(data, bytes); }
   absl::Status UnpinHostMemory(void* data) override { return target_->UnpinHostMemory(data); }
 

@@ -23,16 +23,31 @@ absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::Span<const Ran
                                          const WorkOptions& options, Enqueue enqueue) {
   GPUMUX_ASSIGN_OR_RETURN(AllocationView first, memory_->Lookup(session, ranges[0].id));
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream stream, streams_->Resolve(session, first.device, options.stream));
+  // The completion event is made before the work is queued, so that a
+  // session at its event limit is refused before anything ran; it is
+  // recorded once the work is queued.
+  std::optional<EventView> event;
+  if (options.completion_event) {
+    GPUMUX_ASSIGN_OR_RETURN(event, streams_->CreateEvent(session, stream.device, EventFlags{.interprocess = true}));
+  }
   bool other_device = false;
-  GPUMUX_RETURN_IF_ERROR(memory_->EnqueueOnAllocations(
+  absl::Status queued = memory_->EnqueueOnAllocations(
       session, ranges, stream, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
         for (const DeviceSpan& span : spans) other_device |= span.device != stream.device;
         return enqueue(stream, spans);
-      }));
+      });
   WorkDone done;
-  if (options.completion_event) {
-    GPUMUX_ASSIGN_OR_RETURN(done.event, streams_->RecordCompletionEvent(session, stream));
+  if (event.has_value()) {
+    absl::StatusOr<std::string> handle;
+    if (queued.ok()) queued = streams_->RecordEvent(session, event->id, stream.device, stream.id);
+    if (queued.ok()) handle = streams_->IpcHandle(session, event->id);
+    if (!queued.ok() || !handle.ok()) {
+      streams_->DestroyEvent(session, event->id).IgnoreError();  // gone with the session, or ours to drop
+      return queued.ok() ? handle.status() : queued;
+    }
+    done.event = CompletionEvent{event->id, *std::move(handle)};
   }
+  GPUMUX_RETURN_IF_ERROR(queued);
   if (options.wait || other_device) GPUMUX_RETURN_IF_ERROR(backend_->SynchronizeStream(stream.backend));
   return done;
 }
@@ -41,6 +56,12 @@ absl::StatusOr<WorkDone> DeviceWork::DeviceToDevice(SessionId session, const Ran
                                                     uint64_t src_offset, const WorkOptions& options) {
   const RangeUse ranges[] = {dst, RangeUse{src, src_offset, dst.size}};
   return Run(session, ranges, options, [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
+    if (spans[1].device != stream.device) {
+      // As PyTorch's cross-device copy_ (a barrier with the source device's
+      // current stream), the copy first waits for the work the session
+      // queued on the source device, which may still be writing the source.
+      GPUMUX_RETURN_IF_ERROR(streams_->WaitStream(session, stream.device, stream.id, spans[1].device, StreamId(0)));
+    }
     return backend_->CopyDeviceToDevice(stream.backend, spans[0].device, spans[0].address, spans[1].device,
                                         spans[1].address, dst.size);
   });

@@ -57,8 +57,10 @@ class DeviceWork {
   // another device than the work's. Zero bytes queue nothing but still
   // honour `options`.
 
-  // Runs on the destination's device; across devices it also waits for the
-  // copy (the source's device has no event of that stream to delay its reuse).
+  // Runs on the destination's device; across devices it first waits for the
+  // session's default stream on the source's device (PyTorch's cross-device
+  // barrier) and also waits for the copy (the source's device has no event
+  // of that stream to delay its reuse).
   absl::StatusOr<WorkDone> DeviceToDevice(SessionId session, const RangeUse& dst, AllocationId src,
                                           uint64_t src_offset, const WorkOptions& options);
   // INVALID_ARGUMENT above kMaxInlineBytes.

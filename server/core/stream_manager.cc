@@ -312,19 +312,4 @@ absl::StatusOr<EventView> StreamManager::OpenIpcHandle(SessionId session, Device
   return AddEvent(session, device, EventFlags{.interprocess = true}, backend);
 }
 
-absl::StatusOr<CompletionEvent> StreamManager::RecordCompletionEvent(SessionId session,
-                                                                     const ResolvedStream& stream) {
-  const EventFlags flags{.interprocess = true};
-  GPUMUX_ASSIGN_OR_RETURN(BackendEvent backend, backend_->CreateEvent(stream.device, flags));
-  absl::StatusOr<std::string> handle;
-  absl::Status recorded = backend_->RecordEvent(backend, stream.backend);
-  if (recorded.ok()) handle = backend_->GetIpcEventHandle(backend);
-  if (!recorded.ok() || !handle.ok()) {
-    LogIfError(backend_->DestroyEvent(backend), "destroy completion event");
-    return recorded.ok() ? handle.status() : recorded;
-  }
-  GPUMUX_ASSIGN_OR_RETURN(EventView event, AddEvent(session, stream.device, flags, backend));
-  return CompletionEvent{event.id, *std::move(handle)};
-}
-
 }  // namespace gpumux

@@ -37,7 +37,8 @@ struct EventView {
   EventFlags flags;
 };
 
-// An interprocess event recorded after some work, for the client to wait on.
+// An interprocess event recorded after some work, for the client to wait on
+// (DeviceWork's completion events).
 struct CompletionEvent {
   EventId id;
   std::string ipc_handle;
@@ -119,10 +120,6 @@ class StreamManager {
   // handle that is not kIpcEventHandleBytes long (PyTorch's message) or names
   // no event; NOT_FOUND when its event is gone; RESOURCE_EXHAUSTED past the limit.
   absl::StatusOr<EventView> OpenIpcHandle(SessionId session, DeviceIndex device, absl::string_view handle);
-
-  // After work was queued on `stream`: records a new interprocess event of
-  // the session there and returns it (the client destroys it when done).
-  absl::StatusOr<CompletionEvent> RecordCompletionEvent(SessionId session, const ResolvedStream& stream);
 
  private:
   struct StreamEntry {

@@ -2,17 +2,23 @@
 
 // BlockingExecutor: threads for the handlers that may block (synchronize,
 // copies asked to wait), so they never hold gRPC's callback threads, which
-// every other call and every session stream's end needs. A task runs on an
-// idle worker, or on a new one while fewer than `max_threads` exist, else it
-// queues. Workers stay for later tasks (the pool grows to the peak number of
-// concurrent blocking calls). Thread-safe.
+// every other call and every session stream's end needs. Tasks carry a key
+// (the session): at most `max_running_per_key` tasks of one key run at once
+// and its further tasks wait for them, so one session's blocked calls (say,
+// synchronizes on an event its peer never completes) cannot hold every
+// thread and stall other sessions. A task that may start runs on an idle
+// worker, or on a new one. Workers stay for later tasks (the pool grows to
+// the peak number of concurrently running tasks). Thread-safe.
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 
@@ -20,22 +26,34 @@ namespace gpumux {
 
 class BlockingExecutor {
  public:
-  explicit BlockingExecutor(size_t max_threads = 256) : max_threads_(max_threads) {}
-  // Runs every queued task, then joins the workers.
+  explicit BlockingExecutor(size_t max_running_per_key = 64) : max_running_per_key_(max_running_per_key) {}
+  // Runs every task, queued or waiting for its key, then joins the workers.
   ~BlockingExecutor();
   BlockingExecutor(const BlockingExecutor&) = delete;
   BlockingExecutor& operator=(const BlockingExecutor&) = delete;
 
-  void Run(absl::AnyInvocable<void() &&> task);
+  // Key: the session the task serves (its id).
+  void Run(uint64_t key, absl::AnyInvocable<void() &&> task);
+  // A task of no session (Device.Synchronize): all such tasks share one key.
+  void Run(absl::AnyInvocable<void() &&> task) { Run(kNoSession, std::move(task)); }
 
   size_t threads_for_test() const;
 
  private:
+  using Task = absl::AnyInvocable<void() &&>;
+  // Session ids count up from 1, so none is this.
+  static constexpr uint64_t kNoSession = ~uint64_t{0};
+  struct Key {
+    size_t admitted = 0;       // in queue_ or running
+    std::deque<Task> waiting;  // beyond the limit, in arrival order
+  };
+
   void Work();
 
-  const size_t max_threads_;
+  const size_t max_running_per_key_;
   mutable absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<uint64_t, Task>> queue_ ABSL_GUARDED_BY(mu_);  // admitted, not started
+  absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);       // keys with admitted tasks
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -39,7 +39,9 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(session.status()));
     return reactor;
   }
-  executor.Run([reactor, id = *session, body = std::move(body)]() mutable { reactor->Finish(ToGrpcStatus(body(id))); });
+  // Keyed by session, so one session's blocked calls never hold back another's.
+  executor.Run(session->value(),
+               [reactor, id = *session, body = std::move(body)]() mutable { reactor->Finish(ToGrpcStatus(body(id))); });
   return reactor;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "grpc/grpc.h"
 #include "gtest/gtest.h"
 
 namespace gpumux::testing {
@@ -28,8 +29,31 @@ TempDir::~TempDir() {
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
+namespace {
+
+// Keeps gRPC initialized for the rest of the test process. Otherwise, when a
+// test's in-process Daemon is the last gRPC user, its grpc::Server destructor
+// runs grpc_shutdown, which in gRPC 1.51 may sit up to 10 s joining an
+// executor thread parked in epoll_wait: a test then takes 10 s longer.
+void KeepGrpcInitialized() {
+  static const bool initialized = [] {
+    grpc_init();
+    return true;
+  }();
+  (void)initialized;
+}
+
+}  // namespace
+
 RawSession::RawSession(std::shared_ptr<grpc::Channel> channel, const std::string& name, const std::string& tenant)
-    : session_stub_(v1::Session::NewStub(channel)), memory_(v1::Memory::NewStub(channel)) {
+    : session_stub_(v1::Session::NewStub(channel)),
+      memory_(v1::Memory::NewStub(channel)),
+      stream_stub_(v1::Stream::NewStub(channel)),
+      event_(v1::Event::NewStub(channel)),
+      copy_(v1::Copy::NewStub(channel)),
+      random_(v1::Random::NewStub(channel)),
+      nvtx_(v1::Nvtx::NewStub(channel)) {
+  KeepGrpcInitialized();
   stream_ = session_stub_->Open(&stream_context_);
   v1::SessionClientMessage open;
   open.mutable_open()->set_client_name(name);
@@ -73,6 +97,13 @@ grpc::Status RawSession::Free(const std::vector<uint64_t>& ids) {
   for (uint64_t id : ids) request.add_allocation_ids(id);
   v1::FreeResponse response;
   return memory_->Free(Context().get(), request, &response);
+}
+
+grpc::Status RawSession::Ping(int timeout_ms) {
+  std::unique_ptr<grpc::ClientContext> context = Context();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  v1::PingResponse response;
+  return session_stub_->Ping(context.get(), v1::PingRequest(), &response);
 }
 
 bool RawSession::ReadNotice(v1::SessionServerMessage* message) { return stream_->Read(message); }

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
+#include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
+#include "gpumux/v1/stream.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gpumux::testing {
@@ -39,10 +43,17 @@ class RawSession {
   // A context carrying this session's metadata.
   std::unique_ptr<grpc::ClientContext> Context() const;
   v1::Memory::Stub& memory() { return *memory_; }
+  v1::Stream::Stub& stream() { return *stream_stub_; }
+  v1::Event::Stub& event() { return *event_; }
+  v1::Copy::Stub& copy() { return *copy_; }
+  v1::Random::Stub& random() { return *random_; }
+  v1::Nvtx::Stub& nvtx() { return *nvtx_; }
 
   grpc::Status Allocate(int device, uint64_t size, v1::Allocation* out, bool shareable = false,
                         uint64_t stream = 0);
   grpc::Status Free(const std::vector<uint64_t>& ids);
+  // Session.Ping with this session's metadata, within `timeout_ms`.
+  grpc::Status Ping(int timeout_ms = 5000);
   // Reads the next notice from the session stream; false at its end.
   bool ReadNotice(v1::SessionServerMessage* message);
   // Half-closes and waits for the daemon to finish the stream.
@@ -51,6 +62,11 @@ class RawSession {
  private:
   std::unique_ptr<v1::Session::Stub> session_stub_;
   std::unique_ptr<v1::Memory::Stub> memory_;
+  std::unique_ptr<v1::Stream::Stub> stream_stub_;
+  std::unique_ptr<v1::Event::Stub> event_;
+  std::unique_ptr<v1::Copy::Stub> copy_;
+  std::unique_ptr<v1::Random::Stub> random_;
+  std::unique_ptr<v1::Nvtx::Stub> nvtx_;
   grpc::ClientContext stream_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>> stream_;
   uint64_t id_ = 0;

@@ -101,6 +101,7 @@ class HostBackend final : public DeviceBackend {
 
   // Host memory needs no pinning: these only keep the books CUDA keeps, so
   // that misuse fails here as it would there.
+  void AbandonInterprocessWaits() override { shutting_down_.store(true, std::memory_order_relaxed); }
   absl::Status PinHostMemory(void* data, uint64_t bytes) override;
   absl::Status UnpinHostMemory(void* data) override;
 

@@ -202,7 +202,9 @@ absl::StatusOr<bool> HostBackend::QueryEvent(BackendEvent event) {
 
 absl::Status HostBackend::SynchronizeEvent(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
-  e->Wait(e->recorded(), /*cancel=*/nullptr);
+  if (!e->Wait(e->recorded(), &shutting_down_)) {
+    return absl::UnavailableError("gpumuxd is shutting down: gave up waiting for an interprocess event");
+  }
   return absl::OkStatus();
 }
 

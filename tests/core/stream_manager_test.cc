@@ -1,0 +1,195 @@
+// StreamManager over a HostBackend, without transport: per-session books,
+// daemon-wide ids, default streams, limits, and what ReleaseSession returns.
+
+#include "server/core/stream_manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/backend/host/host_backend.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux {
+namespace {
+
+using ::gpumux::testing::IsOk;
+using ::gpumux::testing::StatusIs;
+
+class StreamManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HostBackend::Options options;
+    options.device_count = 2;
+    options.device_memory = uint64_t{16} << 20;
+    options.shm_prefix = "/gpumuxsmtest";
+    absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(options);
+    ASSERT_THAT(backend, IsOk());
+    backend_ = *std::move(backend);
+    streams_ = std::make_unique<StreamManager>(backend_.get());
+    streams_->AddSession(kFirst);
+    streams_->AddSession(kSecond);
+  }
+  void TearDown() override {
+    streams_.reset();
+    backend_.reset();
+  }
+
+  static constexpr SessionId kFirst{1};
+  static constexpr SessionId kSecond{2};
+  static constexpr DeviceIndex kDevice0{0};
+  static constexpr DeviceIndex kDevice1{1};
+
+  std::unique_ptr<HostBackend> backend_;
+  std::unique_ptr<StreamManager> streams_;
+};
+
+TEST_F(StreamManagerTest, ReleaseSessionReturnsWhatItHeldWithoutDefaultStreams) {
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(i % 2), 0), IsOk());
+  ASSERT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}), IsOk());
+  ASSERT_THAT(streams_->CreateEvent(kFirst, kDevice1, EventFlags{.interprocess = true}), IsOk());
+  ASSERT_THAT(streams_->Resolve(kFirst, kDevice0, StreamId(0)), IsOk());  // a default stream
+  ASSERT_THAT(streams_->CreateStream(kSecond, kDevice0, 0), IsOk());
+
+  StreamCounts held = streams_->Counts(kFirst);
+  EXPECT_EQ(held.streams, 3u);
+  EXPECT_EQ(held.events, 2u);
+  StreamCounts released = streams_->ReleaseSession(kFirst);
+  EXPECT_EQ(released.streams, 3u);
+  EXPECT_EQ(released.events, 2u);
+  EXPECT_EQ(streams_->Counts(kFirst).streams, 0u);
+  EXPECT_EQ(streams_->ReleaseSession(kFirst).streams, 0u) << "a second release finds nothing";
+  EXPECT_EQ(streams_->Counts(kSecond).streams, 1u);
+
+  EXPECT_THAT(streams_->Resolve(kFirst, kDevice0, StreamId(0)), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}), StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+TEST_F(StreamManagerTest, IdsAreUniqueAcrossSessionsAndPrivateToEach) {
+  std::vector<uint64_t> stream_ids, event_ids;
+  for (SessionId session : {kFirst, kSecond, kFirst, kSecond}) {
+    absl::StatusOr<StreamManager::CreatedStream> stream = streams_->CreateStream(session, kDevice1, 0);
+    ASSERT_THAT(stream, IsOk());
+    stream_ids.push_back(stream->id.value());
+    absl::StatusOr<EventView> event = streams_->CreateEvent(session, kDevice1, EventFlags{});
+    ASSERT_THAT(event, IsOk());
+    event_ids.push_back(event->id.value());
+  }
+  for (std::vector<uint64_t>* ids : {&stream_ids, &event_ids}) {
+    std::sort(ids->begin(), ids->end());
+    EXPECT_EQ(std::adjacent_find(ids->begin(), ids->end()), ids->end());
+    EXPECT_EQ(std::count(ids->begin(), ids->end(), 0u), 0);
+  }
+  // The first ids went to kFirst: kSecond cannot name them.
+  absl::StatusOr<StreamManager::CreatedStream> mine = streams_->CreateStream(kFirst, kDevice0, 0);
+  absl::StatusOr<EventView> my_event = streams_->CreateEvent(kFirst, kDevice0, EventFlags{});
+  ASSERT_THAT(mine, IsOk());
+  ASSERT_THAT(my_event, IsOk());
+  EXPECT_THAT(streams_->Resolve(kSecond, kDevice0, mine->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->DestroyStream(kSecond, kDevice0, mine->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->QueryEvent(kSecond, my_event->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->DestroyEvent(kSecond, my_event->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->Resolve(kFirst, kDevice0, mine->id), IsOk());
+}
+
+TEST_F(StreamManagerTest, DefaultStreamsArePerSessionAndDeviceAndCreatedOnce) {
+  absl::StatusOr<ResolvedStream> a0 = streams_->Resolve(kFirst, kDevice0, StreamId(0));
+  absl::StatusOr<ResolvedStream> a0_again = streams_->Resolve(kFirst, kDevice0, StreamId(0));
+  absl::StatusOr<ResolvedStream> a1 = streams_->Resolve(kFirst, kDevice1, StreamId(0));
+  absl::StatusOr<ResolvedStream> b0 = streams_->Resolve(kSecond, kDevice0, StreamId(0));
+  ASSERT_THAT(a0, IsOk());
+  ASSERT_THAT(a0_again, IsOk());
+  ASSERT_THAT(a1, IsOk());
+  ASSERT_THAT(b0, IsOk());
+  EXPECT_EQ(a0->backend, a0_again->backend);
+  EXPECT_NE(a0->backend, a1->backend);
+  EXPECT_NE(a0->backend, b0->backend);
+  EXPECT_EQ(a1->device, kDevice1);
+  EXPECT_THAT(streams_->Resolve(kFirst, DeviceIndex(2), StreamId(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(StreamManagerTest, ConcurrentFirstUsesOfADefaultStreamAgreeOnOne) {
+  constexpr int kThreads = 16;
+  std::vector<BackendStream> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<ResolvedStream> resolved = streams_->Resolve(kSecond, kDevice1, StreamId(0));
+      if (resolved.ok()) seen[static_cast<size_t>(i)] = resolved->backend;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (BackendStream stream : seen) {
+    EXPECT_NE(stream.value(), 0u);
+    EXPECT_EQ(stream, seen[0]);
+  }
+  EXPECT_THAT(backend_->QueryStream(seen[0]), IsOk());
+}
+
+TEST_F(StreamManagerTest, PrioritiesAreClampedIntoTheDevicesRange) {
+  absl::StatusOr<StreamManager::CreatedStream> low = streams_->CreateStream(kFirst, kDevice0, 7);
+  absl::StatusOr<StreamManager::CreatedStream> high = streams_->CreateStream(kFirst, kDevice0, -99);
+  ASSERT_THAT(low, IsOk());
+  ASSERT_THAT(high, IsOk());
+  EXPECT_EQ(low->priority, 0);
+  EXPECT_EQ(high->priority, -5);
+  EXPECT_THAT(streams_->CreateStream(kFirst, DeviceIndex(-1), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(StreamManagerTest, EventsStopAtTheSessionLimit) {
+  std::vector<EventId> events;
+  for (size_t i = 0; i < StreamManager::kMaxEventsPerSession; ++i) {
+    absl::StatusOr<EventView> event = streams_->CreateEvent(kFirst, kDevice0, EventFlags{});
+    ASSERT_THAT(event, IsOk()) << i;
+    events.push_back(event->id);
+  }
+  EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  // Every way of adding an event counts against the limit.
+  absl::StatusOr<EventView> shared = streams_->CreateEvent(kSecond, kDevice0, EventFlags{.interprocess = true});
+  ASSERT_THAT(shared, IsOk());
+  absl::StatusOr<std::string> handle = streams_->IpcHandle(kSecond, shared->id);
+  ASSERT_THAT(handle, IsOk());
+  EXPECT_THAT(streams_->OpenIpcHandle(kFirst, kDevice0, *handle), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(streams_->CreateEvent(kSecond, kDevice0, EventFlags{}), IsOk()) << "the limit is per session";
+
+  ASSERT_THAT(streams_->DestroyEvent(kFirst, events.back()), IsOk());
+  EXPECT_THAT(streams_->OpenIpcHandle(kFirst, kDevice0, *handle), IsOk());
+  EXPECT_EQ(streams_->ReleaseSession(kFirst).events, StreamManager::kMaxEventsPerSession);
+}
+
+TEST_F(StreamManagerTest, StreamsStopAtTheSessionLimit) {
+  // Each host stream is a thread: 1024 of them take well under a second.
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < StreamManager::kMaxStreamsPerSession; ++i) {
+    ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(static_cast<int>(i % 2)), 0), IsOk()) << i;
+  }
+  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(streams_->CreateStream(kSecond, kDevice0, 0), IsOk()) << "the limit is per session";
+  // Default streams do not count.
+  EXPECT_THAT(streams_->Resolve(kFirst, kDevice1, StreamId(0)), IsOk());
+  EXPECT_EQ(streams_->ReleaseSession(kFirst).streams, StreamManager::kMaxStreamsPerSession);
+  RecordProperty("create_1024_streams_ms",
+                 static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count()));
+}
+
+TEST_F(StreamManagerTest, DestroyRefusesTheDefaultStreamAndAnotherDevice) {
+  absl::StatusOr<StreamManager::CreatedStream> stream = streams_->CreateStream(kFirst, kDevice1, 0);
+  ASSERT_THAT(stream, IsOk());
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, StreamId(0)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, stream->id), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), IsOk());
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(streams_->Counts(kFirst).streams, 0u);
+}
+
+}  // namespace
+}  // namespace gpumux

@@ -1,0 +1,71 @@
+// BlockingExecutor: tasks keyed by session, at most a few running per key,
+// so one key's blocked tasks never hold back another key's.
+
+#include "server/rpc/blocking_executor.h"
+
+#include <atomic>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+
+namespace gpumux {
+namespace {
+
+constexpr auto kPatience = absl::Seconds(10);
+
+TEST(BlockingExecutorTest, BlockedTasksOfOneKeyDoNotHoldBackAnother) {
+  BlockingExecutor executor(/*max_running_per_key=*/2);
+  absl::Notification release;
+  std::atomic<int> started{0};
+  for (int i = 0; i < 10; ++i) {
+    executor.Run(1, [&] {
+      started.fetch_add(1);
+      release.WaitForNotification();
+    });
+  }
+  absl::Notification other_ran;
+  executor.Run(2, [&] { other_ran.Notify(); });
+  EXPECT_TRUE(other_ran.WaitForNotificationWithTimeout(kPatience));
+  EXPECT_EQ(started.load(), 2) << "key 1 ran more than its limit at once";
+  EXPECT_LE(executor.threads_for_test(), 3u);
+  release.Notify();
+}
+
+TEST(BlockingExecutorTest, WaitingTasksRunInOrderAsTheirKeysTasksEnd) {
+  std::vector<int> order;
+  absl::Mutex mu;
+  {
+    BlockingExecutor executor(/*max_running_per_key=*/1);
+    absl::Notification release;
+    executor.Run(7, [&] { release.WaitForNotification(); });
+    for (int i = 0; i < 5; ++i) {
+      executor.Run(7, [&, i] {
+        absl::MutexLock lock(&mu);
+        order.push_back(i);
+      });
+    }
+    release.Notify();
+  }  // the destructor runs every task, waiting ones included
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+}
+
+TEST(BlockingExecutorTest, ConcurrentTasksOfDifferentKeysRunTogether) {
+  constexpr int kKeys = 50;
+  BlockingExecutor executor(/*max_running_per_key=*/1);
+  std::atomic<int> running{0};
+  absl::Notification all_running;
+  absl::Notification release;
+  for (int key = 0; key < kKeys; ++key) {
+    executor.Run(static_cast<uint64_t>(key), [&] {
+      if (running.fetch_add(1) + 1 == kKeys) all_running.Notify();
+      release.WaitForNotification();
+    });
+  }
+  EXPECT_TRUE(all_running.WaitForNotificationWithTimeout(kPatience));
+  release.Notify();
+}
+
+}  // namespace
+}  // namespace gpumux
