@@ -10,7 +10,10 @@ namespace gpumux {
 
 std::shared_ptr<grpc::Channel> CreateDaemonChannel(absl::string_view address) {
   grpc::ChannelArguments arguments;
+  // Unlimited both ways: inline copies carry up to 64 MiB of bytes plus the
+  // message around them, and snapshots of busy devices outgrow 4 MiB.
   arguments.SetMaxReceiveMessageSize(-1);
+  arguments.SetMaxSendMessageSize(-1);
   return grpc::CreateCustomChannel(ToGrpcTarget(address), grpc::InsecureChannelCredentials(),
                                    arguments);
 }

@@ -12,9 +12,10 @@
 namespace gpumux {
 
 // An insecure channel to `address` ("unix:///path", "/path" or "host:port",
-// see ToGrpcTarget) without gRPC's 4 MiB limit on received messages, which
-// snapshots of busy devices outgrow. Connects lazily: an unreachable daemon
-// shows as UNAVAILABLE on the first call.
+// see ToGrpcTarget) without gRPC's limits on message sizes (4 MiB received by
+// default), which 64 MiB inline copies and snapshots of busy devices outgrow.
+// Connects lazily: an unreachable daemon shows as UNAVAILABLE on the first
+// call.
 std::shared_ptr<grpc::Channel> CreateDaemonChannel(absl::string_view address);
 
 // Starts connecting `channel` and waits until the attempt settles: OK once it

@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
   std::unique_ptr<Client> client(
-      new Client(std::string(address), CreateDaemonChannel(address), options.free_batch_delay));
+      new Client(std::string(address), CreateDaemonChannel(address), options));
   GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*client->channel_, options.open_timeout, address));
 
   v1::OpenSessionRequest request;
@@ -52,17 +52,28 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   return client;
 }
 
-Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel,
-               absl::Duration free_batch_delay)
+Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, const Options& options)
     : address_(std::move(address)),
       channel_(std::move(channel)),
       session_stub_(v1::Session::NewStub(channel_)),
       device_stub_(v1::Device::NewStub(channel_)),
       memory_stub_(v1::Memory::NewStub(channel_)),
+      stream_stub_(v1::Stream::NewStub(channel_)),
+      event_stub_(v1::Event::NewStub(channel_)),
+      copy_stub_(v1::Copy::NewStub(channel_)),
+      random_stub_(v1::Random::NewStub(channel_)),
+      nvtx_stub_(v1::Nvtx::NewStub(channel_)),
+      staging_buffer_size_(options.staging_buffer_size),
+      max_inline_copy_(options.max_inline_copy),
       frees_([this](const std::vector<AllocationId>& ids) { return SendFrees(ids); },
-             free_batch_delay) {}
+             options.free_batch_delay) {}
 
 Client::~Client() {
+  {
+    // Its completion events are destroyed while the session still lives.
+    absl::MutexLock lock(&staging_mu_);
+    staging_.reset();
+  }
   if (session_ != nullptr) {
     absl::Status flushed = frees_.Stop();
     // With the session gone the daemon has released everything anyway.
@@ -80,6 +91,11 @@ absl::Status Client::CallWithSession(absl::FunctionRef<grpc::Status(grpc::Client
   grpc::ClientContext context;
   context.AddMetadata(kSessionMetadataKey, credentials_);
   return FromGrpcStatus(call(&context), address_);
+}
+
+absl::Status Client::CheckSession() {
+  if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
+  return session_->ended() ? SessionEndedError() : absl::OkStatus();
 }
 
 absl::Status Client::SessionEndedError() {
@@ -140,10 +156,12 @@ absl::Status Client::Synchronize(DeviceIndex device) {
 
 absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
                                               const AllocateOptions& options) {
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, device, "the allocation"));
   v1::AllocateRequest request;
   request.set_device(device.value());
   request.set_size(size);
-  request.set_stream(options.stream.value());
+  request.set_stream(stream.id().value());
   request.set_shareable(options.shareable);
   const std::vector<AllocationId> frees = frees_.Take();
   for (AllocationId id : frees) request.add_free_allocation_ids(id.value());
@@ -210,6 +228,50 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
   const AllocationId id = buffer.Detach();
   FlushFreesBeforeCall();
   return SendFrees({id});
+}
+
+absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles) {
+  if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
+  if (buffer.client_ != this) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
+  }
+  v1::FreeRequest request;
+  request.add_allocation_ids(buffer.id().value());
+  for (const std::string& handle : wait_event_handles) {
+    if (handle.size() != kEventIpcHandleBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ",
+                       kEventIpcHandleBytes, ", but got ", handle.size()));
+    }
+    request.add_wait_event_handles(handle);
+  }
+  FlushFreesBeforeCall();
+  v1::FreeResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Free(context, request, &response);
+  }));
+  buffer.Detach();
+  return absl::OkStatus();
+}
+
+absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stream) {
+  if (!buffer.valid()) {
+    return absl::InvalidArgumentError("cannot record a stream on an empty DeviceBuffer");
+  }
+  // Checked here: stream 0 on the wire is the default stream of the
+  // allocation's device, whichever device the caller meant.
+  GPUMUX_RETURN_IF_ERROR(
+      ResolveStream(stream, buffer.device(), absl::StrCat("allocation ", ToString(buffer.id())))
+          .status());
+  FlushFreesBeforeCall();
+  v1::RecordStreamRequest request;
+  request.set_allocation_id(buffer.id().value());
+  request.set_stream(stream.id().value());
+  v1::RecordStreamResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->RecordStream(context, request, &response);
+  });
 }
 
 absl::Status Client::FlushFrees() { return frees_.Flush(); }

@@ -8,7 +8,8 @@
 //
 // Every fallible call returns the daemon's status code and message; when the
 // daemon cannot be reached or went away, UNAVAILABLE "cannot reach gpumuxd at
-// <address>: <detail>". Thread-safe: any thread may call any method.
+// <address>: <detail>". Thread-safe: any thread may call any method; the
+// current device and streams are per thread (see CurrentDevice).
 
 #include <cstdint>
 #include <map>
@@ -17,26 +18,46 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "client/client_options.h"
+#include "client/copy_options.h"
+#include "client/current_streams.h"
 #include "client/device_buffer.h"
 #include "client/device_properties.h"
+#include "client/event.h"
 #include "client/free_batcher.h"
 #include "client/memory_snapshot.h"
+#include "client/random_options.h"
 #include "client/segment_mapper.h"
 #include "client/session_stream.h"
+#include "client/staging_buffer.h"
+#include "client/stream.h"
 #include "common/default_address.h"
 #include "common/ids.h"
+#include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
+#include "gpumux/v1/nvtx.grpc.pb.h"
+#include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
+#include "gpumux/v1/stream.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
 namespace gpumux {
+
+class Client;
+namespace nvtx {
+absl::Status Mark(Client& client, absl::string_view message);
+absl::StatusOr<int> RangePush(Client& client, absl::string_view message);
+absl::StatusOr<int> RangePop(Client& client);
+}  // namespace nvtx
 
 class Client {
  public:
@@ -66,6 +87,10 @@ class Client {
   const std::string& backend() const { return session_->opened().backend(); }
   const std::string& daemon_version() const { return session_->opened().daemon_version(); }
 
+  // True once the session has ended: the daemon went away or ended it. Every
+  // call then fails with UNAVAILABLE without reaching the daemon.
+  bool session_ended() const { return session_ == nullptr || session_->ended(); }
+
   // Session.Ping: one round trip that checks the session's credentials.
   absl::Status Ping();
 
@@ -79,6 +104,49 @@ class Client {
   // torch.cuda.synchronize(device): waits for all work queued on the device.
   absl::Status Synchronize(DeviceIndex device);
 
+  // --- Current device and streams (client_streams.cc) ----------------------
+  // Per thread and per Client, as PyTorch keeps them per thread: a thread
+  // starts on device 0 with each device's default stream current.
+  // torch.cuda.current_device()
+  DeviceIndex CurrentDevice() const { return current_.device(); }
+  // torch.cuda.set_device(device). INVALID_ARGUMENT for a device out of range
+  // (the device count is asked once and remembered).
+  absl::Status SetDevice(DeviceIndex device);
+  // torch.cuda.default_stream(device): stream 0, this session's own; no RPC.
+  Stream DefaultStream(DeviceIndex device) { return Stream(*this, device, StreamId(0)); }
+  // torch.cuda.current_stream(device); absent: the current device's.
+  Stream CurrentStream(std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.set_stream(stream): makes `stream` current on its device, and
+  // its device current, as PyTorch does. INVALID_ARGUMENT for a stream of
+  // another Client. See also StreamGuard and DeviceGuard (client/guards.h).
+  absl::Status SetStream(const Stream& stream);
+  // torch.cuda.Stream.priority_range() of `device`. INVALID_ARGUMENT for a
+  // device out of range.
+  absl::StatusOr<StreamPriorities> GetStreamPriorityRange(DeviceIndex device);
+  // torch.cuda.Stream(device, priority): a new stream of this session. A
+  // priority outside the device's range is clamped into it; the Stream
+  // reports the one it got. INVALID_ARGUMENT for a device out of range;
+  // RESOURCE_EXHAUSTED past the daemon's per-session stream limit.
+  absl::StatusOr<Stream> CreateStream(DeviceIndex device, int priority = 0);
+  // Destroys a stream this Client created; work already queued still
+  // completes. INVALID_ARGUMENT for a default stream (from the daemon) or a
+  // stream of another Client; NOT_FOUND for one already destroyed.
+  absl::Status DestroyStream(const Stream& stream);
+
+  // --- Events (client_streams.cc; see client/event.h) ----------------------
+  // An event created on `device` now rather than on first record.
+  // INVALID_ARGUMENT for interprocess with enable_timing or a device out of
+  // range; RESOURCE_EXHAUSTED past the per-session event limit.
+  absl::StatusOr<Event> CreateEvent(DeviceIndex device,
+                                    const EventOptions& options = EventOptions());
+  // torch.cuda.Event.from_ipc_handle(device, handle): another session's (or
+  // this one's) interprocess event as an Event of this Client, which can be
+  // recorded and waited on. INVALID_ARGUMENT "cudaIpcEventHandle_t expects
+  // byte-like object of size 64, but got <n>" (checked here, as PyTorch
+  // does), or from the daemon for a handle naming no event; NOT_FOUND when
+  // the event it names no longer exists.
+  absl::StatusOr<Event> OpenEventIpcHandle(DeviceIndex device, absl::string_view handle);
+
   // --- Allocation --------------------------------------------------------
   // torch.empty(size, dtype=uint8, device=...) without the tensor: allocates
   // `size` bytes and maps their segment. Carries the queued frees, which the
@@ -86,6 +154,7 @@ class Client {
   // the device's memory or a bad device; NOT_FOUND for an unknown stream;
   // RESOURCE_EXHAUSTED with PyTorch's out-of-memory text; a mapping failure's
   // code (the allocation is then freed again).
+  // INVALID_ARGUMENT (here) for options.stream of another Client or device.
   absl::StatusOr<DeviceBuffer> Allocate(uint64_t size, DeviceIndex device = DeviceIndex(0),
                                         const AllocateOptions& options = AllocateOptions());
   // `del x`: frees `buffer` asynchronously (batched, as its destructor does).
@@ -94,6 +163,19 @@ class Client {
   // empty buffer or one of another Client (which is then released to its own
   // client); the buffer is consumed either way.
   absl::Status Free(DeviceBuffer&& buffer);
+  // Frees `buffer` now; its block is not reused before every interprocess
+  // event named by `wait_event_handles` (Event::IpcHandle, recorded after the
+  // last use of the memory) completed. INVALID_ARGUMENT for an empty buffer,
+  // one of another Client, a handle that is not 64 bytes (all checked here)
+  // or one that names no event (the daemon's; nothing is freed). On failure
+  // `buffer` is left as it was, still owning its allocation.
+  absl::Status Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles);
+  // tensor.record_stream(stream): `buffer` is used by work on `stream`, so
+  // after it is freed its block is not reused before the work queued there
+  // by then completed. INVALID_ARGUMENT (here) for an empty buffer, a stream
+  // of another Client or on another device than the buffer; NOT_FOUND for a
+  // foreign allocation or an unknown stream.
+  absl::Status RecordStream(const DeviceBuffer& buffer, const Stream& stream);
   // Sends the queued frees now (other memory calls do this first anyway).
   absl::Status FlushFrees();
 
@@ -142,14 +224,99 @@ class Client {
   // The same cap in bytes; 0 removes it.
   absl::Status SetMemoryLimit(uint64_t bytes, DeviceIndex device = DeviceIndex(0));
 
+  // --- Copies and memset (client_copy.cc; options in client/copy_options.h)
+  // cudaMemcpyAsync and cudaMemsetAsync on the daemon's streams. Offsets and
+  // sizes are in bytes and must fit the buffers' requested sizes:
+  // OUT_OF_RANGE otherwise (from the daemon; checked here first when a copy
+  // takes several calls, so that nothing is copied). Buffers of another
+  // session are NOT_FOUND (the daemon's). A stream given in the options must
+  // be this Client's and on the device the work runs on: INVALID_ARGUMENT.
+  // Each returns the completion Event when options.completion_event asked
+  // for one, an empty Event otherwise.
+  //
+  // Host copies go inline (bytes in the messages, at most 64 MiB per call)
+  // or through the session's staging buffer, which is obtained and mapped on
+  // first use (ClientOptions::staging_buffer_size); options.path chooses,
+  // kAuto by size (ClientOptions::max_inline_copy). Staged copies of one
+  // Client take turns on the buffer (one lock), and a staged host-to-device
+  // copy returns once its last chunk is queued: the next staged copy first
+  // waits for the daemon to have read whatever it overwrites, so `src` and
+  // the staging buffer may both be reused at once after the call.
+  //
+  // Host to device: `size` bytes from `src` to `dst` at `dst_offset`,
+  // returning once queued (options.wait: completed). `src` may be reused at
+  // once.
+  absl::StatusOr<Event> CopyHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                         const void* src, uint64_t size,
+                                         const CopyOptions& options = CopyOptions());
+  // Device to host: `size` bytes of `src` at `src_offset` into `dst`;
+  // returns once they are there (options.wait is implied). The work runs on
+  // the source's device.
+  absl::StatusOr<Event> CopyDeviceToHost(void* dst, const DeviceBuffer& src, uint64_t src_offset,
+                                         uint64_t size, const CopyOptions& options = CopyOptions());
+  // Within and across devices; overlapping ranges are allowed. The work runs
+  // on a stream of the destination's device. Across devices it first waits
+  // for the work queued so far on the calling thread's current stream of the
+  // source's device (one more RPC), as PyTorch's copy_ does; work on other
+  // streams of that device needs Stream::WaitStream or WaitEvent first.
+  absl::StatusOr<Event> CopyDeviceToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                           const DeviceBuffer& src, uint64_t src_offset,
+                                           uint64_t size,
+                                           const CopyOptions& options = CopyOptions());
+  // Sets `size` bytes of `dst` at `offset` to `value`.
+  absl::StatusOr<Event> Memset(const DeviceBuffer& dst, uint64_t offset, uint8_t value,
+                               uint64_t size, const CopyOptions& options = CopyOptions());
+
+  // --- Random numbers (client_random.cc): torch.cuda.random ----------------
+  // Per session and device a Philox4x32-10 generator with state {seed,
+  // offset}. `device` absent: the calling thread's current device. A device
+  // out of range is INVALID_ARGUMENT (the daemon's).
+  // torch.cuda.manual_seed(seed): offset back to 0.
+  absl::Status ManualSeed(uint64_t seed, std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.manual_seed_all(seed)
+  absl::Status ManualSeedAll(uint64_t seed);
+  // torch.cuda.seed(): a non-deterministic 53-bit seed, set and returned.
+  absl::StatusOr<uint64_t> Seed(std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.seed_all(): the same fresh seed on every device.
+  absl::StatusOr<uint64_t> SeedAll();
+  // torch.cuda.initial_seed(): the last seed set.
+  absl::StatusOr<uint64_t> InitialSeed(std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.get_rng_state(device): 16 bytes, seed then offset (u64 LE).
+  absl::StatusOr<std::string> GetRngState(std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.set_rng_state(state, device): 16 bytes, or 8 (seed only).
+  // INVALID_ARGUMENT "RNG state is wrong size" or "offset must be a multiple
+  // of 4" (the daemon's).
+  absl::Status SetRngState(absl::string_view state,
+                           std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.get_rng_state_all() / set_rng_state_all(states): one state
+  // per device, in order; INVALID_ARGUMENT unless exactly one per device.
+  absl::StatusOr<std::vector<std::string>> GetRngStateAll();
+  absl::Status SetRngStateAll(absl::Span<const std::string> states);
+  // Fills `elements` contiguous values of `dtype` at `offset` bytes into
+  // `dst` from the generator of dst's device, advancing its offset by a
+  // multiple of 4 as PyTorch does; the bits are common/philox.h's.
+  // options.path is ignored. INVALID_ARGUMENT for bad parameters,
+  // OUT_OF_RANGE when the values do not fit `dst` (the daemon's).
+  absl::StatusOr<GenerateResult> Generate(const DeviceBuffer& dst, uint64_t offset, Dtype dtype,
+                                          uint64_t elements, const Distribution& distribution,
+                                          const CopyOptions& options = CopyOptions());
+
   // How many segments this client has mapped now.
   size_t MappedSegmentCountForTest() const { return mapper_.size(); }
+  // The size of the staging buffer mapped now; 0 before the first staged copy.
+  uint64_t StagingBufferSizeForTest() ABSL_LOCKS_EXCLUDED(staging_mu_);
 
  private:
   friend class DeviceBuffer;
+  friend class DeviceGuard;
+  friend class Event;
+  friend class Stream;
+  friend class StreamGuard;
+  friend absl::Status nvtx::Mark(Client& client, absl::string_view message);
+  friend absl::StatusOr<int> nvtx::RangePush(Client& client, absl::string_view message);
+  friend absl::StatusOr<int> nvtx::RangePop(Client& client);
 
-  Client(std::string address, std::shared_ptr<grpc::Channel> channel,
-         absl::Duration free_batch_delay);
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel, const Options& options);
 
   // Runs one unary session RPC: `call(context)` with the session metadata,
   // translated by FromGrpcStatus. UNAVAILABLE without a call once the session
@@ -167,12 +334,51 @@ class Client {
   absl::StatusOr<DeviceBuffer> Adopt(const v1::Allocation& allocation);
   void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
   void OnNotice(const v1::SessionServerMessage& notice);
+  // OK while the session lives, else SessionEndedError().
+  absl::Status CheckSession();
+
+  // options.stream, or the current stream of `device`; INVALID_ARGUMENT for a
+  // stream of another Client or device. `what` names the work for messages.
+  absl::StatusOr<Stream> ResolveStream(const std::optional<Stream>& stream, DeviceIndex device,
+                                       absl::string_view what);
+  // The completion event a reply named (an empty Event for id 0).
+  Event AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle);
+  // The staging buffer, obtained and mapped on first use.
+  absl::StatusOr<StagingBuffer*> StagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  absl::StatusOr<Event> InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                           const char* src, uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                           const char* src, uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> InlineDeviceToHost(char* dst, const DeviceBuffer& src, uint64_t src_offset,
+                                           uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> StagedDeviceToHost(char* dst, const DeviceBuffer& src, uint64_t src_offset,
+                                           uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  bool UseStaging(TransferPath path, uint64_t size) const;
+  // The device count, asked once.
+  absl::StatusOr<int> CachedDeviceCount();
 
   const std::string address_;
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::Session::Stub> session_stub_;
   const std::unique_ptr<v1::Device::Stub> device_stub_;
   const std::unique_ptr<v1::Memory::Stub> memory_stub_;
+  const std::unique_ptr<v1::Stream::Stub> stream_stub_;
+  const std::unique_ptr<v1::Event::Stub> event_stub_;
+  const std::unique_ptr<v1::Copy::Stub> copy_stub_;
+  const std::unique_ptr<v1::Random::Stub> random_stub_;
+  const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
+  const uint64_t staging_buffer_size_;
+  const uint64_t max_inline_copy_;
+  CurrentStreams current_;
+  absl::Mutex device_count_mu_;
+  std::optional<int> device_count_ ABSL_GUARDED_BY(device_count_mu_);
+  // Held for a whole staged copy: staged copies take turns on the buffer.
+  absl::Mutex staging_mu_;
+  std::unique_ptr<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
   // Declared before session_ so that it outlives the notices' reader thread.
   SegmentMapper mapper_;
   std::unique_ptr<SessionStream> session_;

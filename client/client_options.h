@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "client/stream.h"
 #include "common/ids.h"
 
 namespace gpumux {
@@ -27,14 +28,26 @@ struct ClientOptions {
   // thread sends it, unless a request of the client carries it first.
   // absl::InfiniteDuration(): frees leave only with the client's requests.
   absl::Duration free_batch_delay = absl::Milliseconds(1);
+  // Bytes of the session's staging buffer, asked for on the first staged
+  // copy (the daemon rounds up to 2 MiB). Staged copies move at most this
+  // much per round trip.
+  uint64_t staging_buffer_size = uint64_t{16} << 20;
+  // Host copies with TransferPath::kAuto go inline up to this many bytes and
+  // through the staging buffer above. On the host backend bytes in gRPC
+  // messages move at a few hundred MB/s and staged ones at GB/s, while a
+  // staged copy that returns before it ran costs one more round trip (its
+  // completion event's destruction): around 64 KiB the two break even.
+  uint64_t max_inline_copy = uint64_t{64} << 10;
 };
 
 struct AllocateOptions {
   // Gives the allocation a segment of its own, so that Share exposes nothing
   // else (needed for Share).
   bool shareable = false;
-  // 0: the session's default stream on the device.
-  StreamId stream;
+  // The stream the block is allocated for (PyTorch's caching allocator
+  // reuses blocks per stream); it must be on the allocation's device.
+  // Absent: the calling thread's current stream of that device.
+  std::optional<Stream> stream;
 };
 
 struct EmptyCacheOptions {

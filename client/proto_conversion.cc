@@ -48,4 +48,39 @@ std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto) {
   return std::map<std::string, int64_t>(proto.values().begin(), proto.values().end());
 }
 
+v1::StreamRef ToProto(const Stream& stream) {
+  v1::StreamRef proto;
+  proto.set_device(stream.device().value());
+  proto.set_stream(stream.id().value());
+  return proto;
+}
+
+v1::CopyOptions ToProto(const Stream& stream, const CopyOptions& options) {
+  v1::CopyOptions proto;
+  proto.set_stream(stream.id().value());
+  proto.set_wait(options.wait);
+  proto.set_completion_event(options.completion_event);
+  return proto;
+}
+
+v1::Dtype ToProto(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case Dtype::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case Dtype::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case Dtype::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
+    case Dtype::kInt32:
+      return v1::DTYPE_INT32;
+    case Dtype::kInt64:
+      return v1::DTYPE_INT64;
+    case Dtype::kUInt8:
+      return v1::DTYPE_UINT8;
+  }
+  return v1::DTYPE_UNSPECIFIED;  // the daemon refuses it: INVALID_ARGUMENT
+}
+
 }  // namespace gpumux

@@ -6,10 +6,16 @@
 #include <map>
 #include <string>
 
+#include "client/copy_options.h"
 #include "client/device_properties.h"
 #include "client/memory_snapshot.h"
+#include "client/random_options.h"
+#include "client/stream.h"
 #include "gpumux/v1/common.pb.h"
+#include "gpumux/v1/copy.pb.h"
 #include "gpumux/v1/device.pb.h"
+#include "gpumux/v1/random.pb.h"
+#include "gpumux/v1/stream.pb.h"
 
 namespace gpumux {
 
@@ -18,5 +24,10 @@ BlockInfo FromProto(const v1::SnapshotBlock& proto);
 SegmentInfo FromProto(const v1::SnapshotSegment& proto);
 // torch.cuda.memory_stats()'s dict: the keys as sent, sorted.
 std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto);
+
+v1::StreamRef ToProto(const Stream& stream);
+// CopyOptions for work queued on `stream` (already resolved from `options`).
+v1::CopyOptions ToProto(const Stream& stream, const CopyOptions& options);
+v1::Dtype ToProto(Dtype dtype);
 
 }  // namespace gpumux

@@ -12,7 +12,7 @@ ClientReplayTarget::ClientReplayTarget(Client& client, DeviceIndex device)
 
 absl::StatusOr<uint64_t> ClientReplayTarget::Allocate(uint64_t size, uint64_t stream) {
   AllocateOptions options;
-  options.stream = StreamId(stream);
+  options.stream = Stream(client_, device_, StreamId(stream));
   GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client_.Allocate(size, device_, options));
   const uint64_t handle = buffer.id().value();
   live_.insert_or_assign(handle, std::move(buffer));

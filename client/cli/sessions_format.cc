@@ -58,6 +58,10 @@ std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions) {
     json.EndObject();
     json.Key("opened_unix_micros");
     json.Int(session.opened_unix_micros());
+    json.Key("streams");
+    json.Uint(session.streams());
+    json.Key("events");
+    json.Uint(session.events());
     json.Key("devices");
     json.BeginArray();
     for (const v1::SessionDeviceUsage& usage : session.devices()) WriteUsage(usage, json);
@@ -69,16 +73,20 @@ std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions) {
 }
 
 std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions) {
-  TextTable table({"ID", "PID", "NAME", "TENANT", "LABELS", "DEVICE", "ALLOCATED", "RESERVED",
-                   "ALLOCATIONS", "LIMIT"});
-  for (size_t column : {0, 1, 5, 6, 7, 8, 9}) table.AlignRight(column);
+  TextTable table({"ID", "PID", "NAME", "TENANT", "LABELS", "STREAMS", "EVENTS", "DEVICE",
+                   "ALLOCATED", "RESERVED", "ALLOCATIONS", "LIMIT"});
+  for (size_t column : {0, 1, 5, 6, 7, 8, 9, 10, 11}) table.AlignRight(column);
   for (const v1::SessionInfo& session : sessions.sessions()) {
     std::vector<std::string> head = {
-        absl::StrCat(session.session_id()), absl::StrCat(session.pid()), session.client_name(),
+        absl::StrCat(session.session_id()),
+        absl::StrCat(session.pid()),
+        session.client_name(),
         session.tenant().empty() ? "-" : session.tenant(),
         session.labels().empty()
             ? "-"
-            : absl::StrJoin(SortedLabels(session), ",", absl::PairFormatter("="))};
+            : absl::StrJoin(SortedLabels(session), ",", absl::PairFormatter("=")),
+        absl::StrCat(session.streams()),
+        absl::StrCat(session.events())};
     if (session.devices().empty()) {
       head.insert(head.end(), {"-", "-", "-", "-", "-"});
       table.AddRow(std::move(head));

@@ -6,6 +6,7 @@
 #include <system_error>
 #include <utility>
 
+#include "grpc/grpc.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
@@ -13,6 +14,15 @@
 namespace gpumux::testing {
 
 InProcessDaemon::InProcessDaemon(Options options) {
+  // gRPC shuts its library down whenever its last object goes, i.e. after
+  // every test here; under load that shutdown sometimes waits ~10 s for an
+  // executor thread parked in a poll. One reference held for the life of the
+  // process keeps it initialized between tests (and the process exits
+  // without the wait).
+  [[maybe_unused]] static const bool grpc_initialized = [] {
+    grpc_init();
+    return true;
+  }();
   char dir_template[] = "/tmp/gpumux-client-test-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
     ADD_FAILURE() << "mkdtemp failed";

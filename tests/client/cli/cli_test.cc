@@ -158,6 +158,13 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
   ASSERT_OK(buffer);
+  // One stream and two events alive: the sessions listing counts them.
+  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+  ASSERT_OK(stream);
+  absl::StatusOr<Event> first = client->CreateEvent(DeviceIndex(0));
+  absl::StatusOr<Event> second = client->CreateEvent(DeviceIndex(1));
+  ASSERT_OK(first);
+  ASSERT_OK(second);
 
   CliRun run = RunHere({"snapshot", "--json"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
@@ -173,10 +180,16 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("trainer"));
   EXPECT_THAT(run.out, HasSubstr("pod=p-1"));
+  EXPECT_THAT(run.out, HasSubstr("STREAMS  EVENTS"));
   run = RunHere({"sessions", "--json"});
   EXPECT_THAT(run.out, HasSubstr("\"client_name\": \"trainer\""));
+  EXPECT_THAT(run.out, HasSubstr("\"streams\": 1,\n  \"events\": 2,"));
+  *first = Event();  // destroyed on the daemon
+  run = RunHere({"sessions", "--json"});
+  EXPECT_THAT(run.out, HasSubstr("\"streams\": 1,\n  \"events\": 1,"));
 
   // A client's end is its session's.
+  *second = Event();
   client->Release(std::move(buffer).value());
   client.reset();
   const absl::Time deadline = absl::Now() + absl::Seconds(1);

@@ -182,6 +182,8 @@ v1::ListSessionsResponse ExampleSessions() {
   (*trainer->mutable_labels())["pod"] = "p-1";
   (*trainer->mutable_labels())["namespace"] = "ml";
   trainer->set_opened_unix_micros(1700000000000000);
+  trainer->set_streams(3);
+  trainer->set_events(12);
   v1::SessionDeviceUsage* d0 = trainer->add_devices();
   d0->set_device(0);
   d0->set_allocated_bytes(1024);
@@ -201,14 +203,14 @@ v1::ListSessionsResponse ExampleSessions() {
 TEST(SessionsFormatTest, TableHasARowPerSessionAndDevice) {
   // PyTorch's format_size prints exactly 1 GiB as "1024.00 MiB".
   EXPECT_EQ(FormatSessionsTable(ExampleSessions()),
-            "ID   PID  NAME     TENANT  LABELS                DEVICE   ALLOCATED   RESERVED  "
-            "ALLOCATIONS        LIMIT\n"
-            " 7  4242  trainer  team-a  namespace=ml,pod=p-1       0  1024 bytes   2.00 MiB  "
-            "          1            -\n"
-            "                                                      1     0 bytes  20.00 MiB  "
-            "          0  1024.00 MiB\n"
-            " 8     1  idle     -       -                          -           -          -  "
-            "          -            -\n");
+            "ID   PID  NAME     TENANT  LABELS                STREAMS  EVENTS  DEVICE   ALLOCATED"
+            "   RESERVED  ALLOCATIONS        LIMIT\n"
+            " 7  4242  trainer  team-a  namespace=ml,pod=p-1        3      12       0  1024 bytes"
+            "   2.00 MiB            1            -\n"
+            "                                                                       1     0 bytes"
+            "  20.00 MiB            0  1024.00 MiB\n"
+            " 8     1  idle     -       -                           0       0       -           -"
+            "          -            -            -\n");
 }
 
 TEST(SessionsFormatTest, JsonListsSessionsWithSortedLabels) {
@@ -218,6 +220,9 @@ TEST(SessionsFormatTest, JsonListsSessionsWithSortedLabels) {
   EXPECT_THAT(json,
               HasSubstr("\"session_id\": 7,\n  \"client_name\": \"trainer\",\n  \"pid\": 4242"));
   EXPECT_THAT(json, HasSubstr("\"memory_limit_bytes\": 1073741824\n"));
+  EXPECT_THAT(json, HasSubstr("\"opened_unix_micros\": 1700000000000000,\n  \"streams\": 3,\n"
+                              "  \"events\": 12,\n  \"devices\": ["));
+  EXPECT_THAT(json, HasSubstr("\"streams\": 0,\n  \"events\": 0,\n  \"devices\": []\n"));
   EXPECT_THAT(json, HasSubstr("\"labels\": {},"));
   EXPECT_THAT(json, HasSubstr("\"devices\": []\n"));
 }

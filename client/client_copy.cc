@@ -1,0 +1,302 @@
+// Client's copies and memset (the Copy service). Host bytes travel inline or
+// through the staging buffer; see client.h for how staged copies share it.
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/proto_conversion.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+namespace {
+
+absl::Status CheckBuffer(const DeviceBuffer& buffer, absl::string_view role) {
+  if (buffer.valid()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the ", role, " is an empty DeviceBuffer"));
+}
+
+absl::Status CheckHostPointer(const void* data, uint64_t size) {
+  if (data != nullptr || size == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("host pointer is null for ", size, " bytes"));
+}
+
+// The daemon checks every call; a copy split into several calls is checked
+// here first so that a bad one copies nothing.
+absl::Status CheckRange(const DeviceBuffer& buffer, uint64_t offset, uint64_t size,
+                        absl::string_view role) {
+  if (offset <= buffer.size() && size <= buffer.size() - offset) return absl::OkStatus();
+  return absl::OutOfRangeError(
+      absl::StrCat("copy of ", size, " bytes at offset ", offset, " does not fit the ", role,
+                   " allocation ", ToString(buffer.id()), " of ", buffer.size(), " bytes"));
+}
+
+void SetRange(v1::DeviceRange* range, const DeviceBuffer& buffer, uint64_t offset) {
+  range->set_allocation_id(buffer.id().value());
+  range->set_offset(offset);
+}
+
+// Options of one call of a copy split into several: only the last waits or
+// reports completion.
+CopyOptions ChunkOptions(const CopyOptions& options, bool last) {
+  CopyOptions chunk = options;
+  if (!last) {
+    chunk.wait = false;
+    chunk.completion_event = false;
+  }
+  return chunk;
+}
+
+}  // namespace
+
+bool Client::UseStaging(TransferPath path, uint64_t size) const {
+  if (size == 0) return false;  // nothing to stage
+  switch (path) {
+    case TransferPath::kInline:
+      return false;
+    case TransferPath::kStaging:
+      return true;
+    case TransferPath::kAuto:
+      break;
+  }
+  return size > max_inline_copy_;
+}
+
+absl::StatusOr<StagingBuffer*> Client::StagingLocked() {
+  if (staging_ != nullptr) return staging_.get();
+  v1::GetStagingBufferRequest request;
+  request.set_min_size(staging_buffer_size_);
+  v1::StagingBuffer response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return copy_stub_->GetStagingBuffer(context, request, &response);
+  }));
+  GPUMUX_ASSIGN_OR_RETURN(staging_, StagingBuffer::Map(response));
+  return staging_.get();
+}
+
+uint64_t Client::StagingBufferSizeForTest() {
+  absl::MutexLock lock(&staging_mu_);
+  return staging_ == nullptr ? 0 : staging_->size();
+}
+
+absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                               const void* src, uint64_t size,
+                                               const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
+  GPUMUX_RETURN_IF_ERROR(CheckHostPointer(src, size));
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, dst.device(), "the copy"));
+  const char* bytes = static_cast<const char*>(src);
+  return UseStaging(options.path, size)
+             ? StagedHostToDevice(dst, dst_offset, bytes, size, stream, options)
+             : InlineHostToDevice(dst, dst_offset, bytes, size, stream, options);
+}
+
+absl::StatusOr<Event> Client::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                                 const char* src, uint64_t size,
+                                                 const Stream& stream, const CopyOptions& options) {
+  if (size > kMaxInlineCopyBytes)
+    GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
+  uint64_t done = 0;
+  Event completion;
+  do {
+    const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
+    const bool last = done + n == size;
+    v1::HostToDeviceRequest request;
+    SetRange(request.mutable_dst(), dst, dst_offset + done);
+    request.set_data(src + done, n);
+    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+    v1::CopyResponse response;
+    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+      return copy_stub_->HostToDevice(context, request, &response);
+    }));
+    if (last) {
+      completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                        std::move(*response.mutable_event_ipc_handle()));
+    }
+    done += n;
+  } while (done < size);
+  return completion;
+}
+
+absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                                 const char* src, uint64_t size,
+                                                 const Stream& stream, const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
+  absl::MutexLock lock(&staging_mu_);
+  GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
+  auto check = [this] { return CheckSession(); };
+  uint64_t done = 0;
+  int slot = 0;
+  Event completion;
+  do {
+    const uint64_t n = std::min(size - done, staging->half_size());
+    const bool last = done + n == size;
+    // The half is written again only once the copy that last read it ran.
+    GPUMUX_RETURN_IF_ERROR(staging->Wait(slot, check));
+    std::memcpy(staging->data() + staging->half_offset(slot), src + done, n);
+    v1::HostToDeviceRequest request;
+    SetRange(request.mutable_dst(), dst, dst_offset + done);
+    request.mutable_staging()->set_offset(staging->half_offset(slot));
+    request.mutable_staging()->set_size(n);
+    // Every call reports its completion, which guards the half, unless it
+    // is the last and waits anyway.
+    const bool waited = last && options.wait;
+    v1::CopyOptions* wire = request.mutable_options();
+    *wire = ToProto(stream, ChunkOptions(options, last));
+    wire->set_completion_event(!waited || (last && options.completion_event));
+    v1::CopyResponse response;
+    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+      return copy_stub_->HostToDevice(context, request, &response);
+    }));
+    if (wire->completion_event() && response.event() == 0) {
+      return absl::InternalError("gpumuxd returned no completion event for a staged copy");
+    }
+    Event event =
+        AdoptCompletionEvent(stream.device(), response.event(), response.event_ipc_handle());
+    if (waited) {
+      completion = std::move(event);
+    } else {
+      staging->Track(slot, std::move(event), response.event_ipc_handle());
+      if (last && options.completion_event) {
+        if (staging->WaitsLocally(slot)) {
+          completion = staging->TakeEvent(slot);
+        } else {
+          // The buffer needs the event to wait on; the caller gets another.
+          EventOptions interprocess;
+          interprocess.interprocess = true;
+          completion = Event(*this, interprocess);
+          GPUMUX_RETURN_IF_ERROR(completion.Record(stream));
+        }
+      }
+    }
+    done += n;
+    slot ^= 1;
+  } while (done < size);
+  return completion;
+}
+
+absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& src,
+                                               uint64_t src_offset, uint64_t size,
+                                               const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
+  GPUMUX_RETURN_IF_ERROR(CheckHostPointer(dst, size));
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, src.device(), "the copy"));
+  char* bytes = static_cast<char*>(dst);
+  return UseStaging(options.path, size)
+             ? StagedDeviceToHost(bytes, src, src_offset, size, stream, options)
+             : InlineDeviceToHost(bytes, src, src_offset, size, stream, options);
+}
+
+absl::StatusOr<Event> Client::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
+                                                 uint64_t src_offset, uint64_t size,
+                                                 const Stream& stream, const CopyOptions& options) {
+  if (size > kMaxInlineCopyBytes)
+    GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
+  uint64_t done = 0;
+  Event completion;
+  do {
+    const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
+    const bool last = done + n == size;
+    v1::DeviceToHostRequest request;
+    SetRange(request.mutable_src(), src, src_offset + done);
+    request.set_inline_size(n);
+    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+    v1::DeviceToHostResponse response;
+    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+      return copy_stub_->DeviceToHost(context, request, &response);
+    }));
+    if (response.data().size() != n) {
+      return absl::InternalError(absl::StrCat("gpumuxd returned ", response.data().size(),
+                                              " bytes for an inline copy of ", n));
+    }
+    std::memcpy(dst + done, response.data().data(), n);
+    if (last) {
+      completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                        std::move(*response.mutable_event_ipc_handle()));
+    }
+    done += n;
+  } while (done < size);
+  return completion;
+}
+
+absl::StatusOr<Event> Client::StagedDeviceToHost(char* dst, const DeviceBuffer& src,
+                                                 uint64_t src_offset, uint64_t size,
+                                                 const Stream& stream, const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
+  absl::MutexLock lock(&staging_mu_);
+  GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
+  // The daemon writes the whole buffer: nothing queued may still read it.
+  GPUMUX_RETURN_IF_ERROR(staging->WaitAll([this] { return CheckSession(); }));
+  uint64_t done = 0;
+  Event completion;
+  do {
+    const uint64_t n = std::min(size - done, staging->size());
+    const bool last = done + n == size;
+    v1::DeviceToHostRequest request;
+    SetRange(request.mutable_src(), src, src_offset + done);
+    request.mutable_staging()->set_offset(0);
+    request.mutable_staging()->set_size(n);
+    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+    request.mutable_options()->set_wait(true);  // the bytes are read right after
+    v1::DeviceToHostResponse response;
+    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+      return copy_stub_->DeviceToHost(context, request, &response);
+    }));
+    std::memcpy(dst + done, staging->data(), n);
+    if (last) {
+      completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                        std::move(*response.mutable_event_ipc_handle()));
+    }
+    done += n;
+  } while (done < size);
+  return completion;
+}
+
+absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                                 const DeviceBuffer& src, uint64_t src_offset,
+                                                 uint64_t size, const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
+  GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, dst.device(), "the copy"));
+  if (src.device() != dst.device()) {
+    // The daemon orders the copy only after its own stream's work; the
+    // source was most likely written on the source device's current stream.
+    GPUMUX_RETURN_IF_ERROR(stream.WaitStream(CurrentStream(src.device())));
+  }
+  v1::DeviceToDeviceRequest request;
+  SetRange(request.mutable_dst(), dst, dst_offset);
+  SetRange(request.mutable_src(), src, src_offset);
+  request.set_size(size);
+  *request.mutable_options() = ToProto(stream, options);
+  v1::CopyResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return copy_stub_->DeviceToDevice(context, request, &response);
+  }));
+  return AdoptCompletionEvent(stream.device(), response.event(),
+                              std::move(*response.mutable_event_ipc_handle()));
+}
+
+absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, uint8_t value,
+                                     uint64_t size, const CopyOptions& options) {
+  GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, dst.device(), "the memset"));
+  v1::MemsetRequest request;
+  SetRange(request.mutable_dst(), dst, offset);
+  request.set_size(size);
+  request.set_value(value);
+  *request.mutable_options() = ToProto(stream, options);
+  v1::CopyResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return copy_stub_->Memset(context, request, &response);
+  }));
+  return AdoptCompletionEvent(stream.device(), response.event(),
+                              std::move(*response.mutable_event_ipc_handle()));
+}
+
+}  // namespace gpumux

@@ -1,0 +1,148 @@
+// Client's torch.cuda.random calls (the Random service).
+
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "client/client.h"
+#include "client/proto_conversion.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+
+absl::Status Client::ManualSeed(uint64_t seed, std::optional<DeviceIndex> device) {
+  v1::ManualSeedRequest request;
+  request.set_device(device.value_or(CurrentDevice()).value());
+  request.set_seed(seed);
+  v1::ManualSeedResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->ManualSeed(context, request, &response);
+  });
+}
+
+absl::Status Client::ManualSeedAll(uint64_t seed) {
+  v1::ManualSeedRequest request;
+  request.set_all_devices(true);
+  request.set_seed(seed);
+  v1::ManualSeedResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->ManualSeed(context, request, &response);
+  });
+}
+
+absl::StatusOr<uint64_t> Client::Seed(std::optional<DeviceIndex> device) {
+  v1::SeedRequest request;
+  request.set_device(device.value_or(CurrentDevice()).value());
+  v1::SeedResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->Seed(context, request, &response);
+  }));
+  return response.seed();
+}
+
+absl::StatusOr<uint64_t> Client::SeedAll() {
+  v1::SeedRequest request;
+  request.set_all_devices(true);
+  v1::SeedResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->Seed(context, request, &response);
+  }));
+  return response.seed();
+}
+
+absl::StatusOr<uint64_t> Client::InitialSeed(std::optional<DeviceIndex> device) {
+  v1::InitialSeedRequest request;
+  request.set_device(device.value_or(CurrentDevice()).value());
+  v1::SeedResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->InitialSeed(context, request, &response);
+  }));
+  return response.seed();
+}
+
+absl::StatusOr<std::string> Client::GetRngState(std::optional<DeviceIndex> device) {
+  v1::GetRngStateRequest request;
+  request.set_device(device.value_or(CurrentDevice()).value());
+  v1::GetRngStateResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->GetState(context, request, &response);
+  }));
+  if (response.states_size() != 1) {
+    return absl::InternalError("gpumuxd returned " + std::to_string(response.states_size()) +
+                               " RNG states for one device");
+  }
+  return std::move(*response.mutable_states(0));
+}
+
+absl::Status Client::SetRngState(absl::string_view state, std::optional<DeviceIndex> device) {
+  v1::SetRngStateRequest request;
+  request.set_device(device.value_or(CurrentDevice()).value());
+  request.add_states(std::string(state));
+  v1::SetRngStateResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->SetState(context, request, &response);
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> Client::GetRngStateAll() {
+  v1::GetRngStateRequest request;
+  request.set_all_devices(true);
+  v1::GetRngStateResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->GetState(context, request, &response);
+  }));
+  return std::vector<std::string>(response.states().begin(), response.states().end());
+}
+
+absl::Status Client::SetRngStateAll(absl::Span<const std::string> states) {
+  v1::SetRngStateRequest request;
+  request.set_all_devices(true);
+  for (const std::string& state : states) request.add_states(state);
+  v1::SetRngStateResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->SetState(context, request, &response);
+  });
+}
+
+absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_t offset,
+                                                Dtype dtype, uint64_t elements,
+                                                const Distribution& distribution,
+                                                const CopyOptions& options) {
+  if (!dst.valid()) {
+    return absl::InvalidArgumentError("the destination is an empty DeviceBuffer");
+  }
+  GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
+                          ResolveStream(options.stream, dst.device(), "the fill"));
+  v1::GenerateRequest request;
+  request.mutable_dst()->set_allocation_id(dst.id().value());
+  request.mutable_dst()->set_offset(offset);
+  request.set_dtype(ToProto(dtype));
+  request.set_elements(elements);
+  std::visit(
+      [&request](const auto& d) {
+        using D = std::decay_t<decltype(d)>;
+        if constexpr (std::is_same_v<D, Uniform>) {
+          request.mutable_uniform()->set_low(d.low);
+          request.mutable_uniform()->set_high(d.high);
+        } else if constexpr (std::is_same_v<D, Normal>) {
+          request.mutable_normal()->set_mean(d.mean);
+          request.mutable_normal()->set_std(d.std);
+        } else {
+          request.mutable_bits();
+        }
+      },
+      distribution);
+  *request.mutable_options() = ToProto(stream, options);
+  v1::GenerateResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return random_stub_->Generate(context, request, &response);
+  }));
+  GenerateResult result;
+  result.seed = response.seed();
+  result.offset = response.offset();
+  result.completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                           std::move(*response.mutable_event_ipc_handle()));
+  return result;
+}
+
+}  // namespace gpumux

@@ -1,0 +1,144 @@
+// Client's current device and streams, its stream and event factories
+// (torch.cuda.Stream, torch.cuda.Event); the handles' own calls are in
+// stream.cc and event.cc.
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/proto_conversion.h"
+#include "common/status_macros.h"
+
+namespace gpumux {
+
+absl::StatusOr<int> Client::CachedDeviceCount() {
+  {
+    absl::MutexLock lock(&device_count_mu_);
+    if (device_count_.has_value()) return *device_count_;
+  }
+  // A daemon's device count never changes; two threads asking at once
+  // store the same answer.
+  GPUMUX_ASSIGN_OR_RETURN(int count, DeviceCount());
+  absl::MutexLock lock(&device_count_mu_);
+  device_count_ = count;
+  return count;
+}
+
+absl::Status Client::SetDevice(DeviceIndex device) {
+  GPUMUX_ASSIGN_OR_RETURN(int count, CachedDeviceCount());
+  if (device.value() < 0 || device.value() >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device.value(),
+                                                   " is out of range: this daemon has ", count,
+                                                   " devices (0..", count - 1, ")"));
+  }
+  current_.set_device(device);
+  return absl::OkStatus();
+}
+
+Stream Client::CurrentStream(std::optional<DeviceIndex> device) {
+  const DeviceIndex on = device.value_or(current_.device());
+  const CurrentStreams::Entry entry = current_.stream(on);
+  return Stream(*this, on, entry.id, entry.priority);
+}
+
+absl::Status Client::SetStream(const Stream& stream) {
+  if (stream.client() != this) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()), " of device ",
+                                                   stream.device().value(),
+                                                   " belongs to another Client"));
+  }
+  current_.set_stream(stream.device(), {stream.id(), stream.priority()});
+  current_.set_device(stream.device());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Stream> Client::ResolveStream(const std::optional<Stream>& stream,
+                                             DeviceIndex device, absl::string_view what) {
+  if (!stream.has_value()) return CurrentStream(device);
+  if (stream->client() != this) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream->id()), " of device ",
+                                                   stream->device().value(),
+                                                   " belongs to another Client"));
+  }
+  // Also for default streams: id 0 on the wire means the default stream of
+  // the device the work runs on, whatever the caller meant.
+  if (stream->device() != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream ", ToString(stream->id()), " is on device ", stream->device().value(), ", but ",
+        what, " is on device ", device.value(), "; use a stream of device ", device.value()));
+  }
+  return *stream;
+}
+
+absl::StatusOr<StreamPriorities> Client::GetStreamPriorityRange(DeviceIndex device) {
+  v1::GetPriorityRangeRequest request;
+  request.set_device(device.value());
+  v1::GetPriorityRangeResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return stream_stub_->GetPriorityRange(context, request, &response);
+  }));
+  StreamPriorities priorities;
+  priorities.least = response.least();
+  priorities.greatest = response.greatest();
+  return priorities;
+}
+
+absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
+  v1::CreateStreamRequest request;
+  request.set_device(device.value());
+  request.set_priority(priority);
+  v1::CreateStreamResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return stream_stub_->Create(context, request, &response);
+  }));
+  return Stream(*this, DeviceIndex(response.device()), StreamId(response.stream()),
+                response.priority());
+}
+
+absl::Status Client::DestroyStream(const Stream& stream) {
+  if (stream.client() != this) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()), " of device ",
+                                                   stream.device().value(),
+                                                   " belongs to another Client"));
+  }
+  v1::DestroyStreamRequest request;
+  *request.mutable_stream() = ToProto(stream);
+  v1::DestroyStreamResponse response;
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return stream_stub_->Destroy(context, request, &response);
+  });
+}
+
+absl::StatusOr<Event> Client::CreateEvent(DeviceIndex device, const EventOptions& options) {
+  Event event(*this, options);
+  GPUMUX_RETURN_IF_ERROR(event.CreateOn(device));
+  return event;
+}
+
+absl::StatusOr<Event> Client::OpenEventIpcHandle(DeviceIndex device, absl::string_view handle) {
+  if (handle.size() != kEventIpcHandleBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ", kEventIpcHandleBytes,
+                     ", but got ", handle.size()));
+  }
+  v1::OpenIpcHandleRequest request;
+  request.set_device(device.value());
+  request.set_handle(std::string(handle));
+  v1::CreateEventResponse response;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return event_stub_->OpenIpcHandle(context, request, &response);
+  }));
+  EventOptions options;
+  options.interprocess = true;
+  return Event(this, options, DeviceIndex(response.device()), response.event(),
+               std::string(handle));
+}
+
+Event Client::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle) {
+  if (id == 0) return Event();
+  EventOptions options;
+  options.interprocess = true;
+  return Event(this, options, device, id, std::move(ipc_handle));
+}
+
+}  // namespace gpumux

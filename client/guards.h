@@ -1,0 +1,50 @@
+#pragma once
+
+// RAII guards of a Client's per-thread current device and stream:
+// StreamGuard is torch.cuda.stream(s), DeviceGuard is torch.cuda.device(d).
+// Each restores on destruction exactly what it changed. A guard belongs to the
+// thread that made it (the state it changes is that thread's) and must be
+// destroyed there, in reverse order of creation, before its Client.
+
+#include "client/current_streams.h"
+#include "client/stream.h"
+#include "common/ids.h"
+
+namespace gpumux {
+
+class StreamGuard {
+ public:
+  // Makes `stream` current on its device and its device current, as
+  // torch.cuda.stream(stream) does.
+  explicit StreamGuard(const Stream& stream);
+  // Restores the previous current stream of `stream`'s device, that of the
+  // previous device, and the previous device.
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  Client& client_;
+  const DeviceIndex previous_device_;
+  const DeviceIndex stream_device_;
+  const CurrentStreams::Entry previous_on_previous_device_;
+  const CurrentStreams::Entry previous_on_stream_device_;
+};
+
+class DeviceGuard {
+ public:
+  // Makes `device` current. Unlike Client::SetDevice it does not check the
+  // index: work on a device out of range fails with the daemon's
+  // INVALID_ARGUMENT.
+  DeviceGuard(Client& client, DeviceIndex device);
+  // Restores the previous current device.
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  Client& client_;
+  const DeviceIndex previous_device_;
+};
+
+}  // namespace gpumux

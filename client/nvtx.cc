@@ -1,0 +1,48 @@
+#include "client/nvtx.h"
+
+#include "client/client.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux::nvtx {
+
+absl::Status Mark(Client& client, absl::string_view message) {
+  v1::NvtxMessage request;
+  request.set_message(std::string(message));
+  v1::NvtxMarkResponse response;
+  return client.CallWithSession([&](grpc::ClientContext* context) {
+    return client.nvtx_stub_->Mark(context, request, &response);
+  });
+}
+
+absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
+  v1::NvtxMessage request;
+  request.set_message(std::string(message));
+  v1::NvtxDepth response;
+  GPUMUX_RETURN_IF_ERROR(client.CallWithSession([&](grpc::ClientContext* context) {
+    return client.nvtx_stub_->RangePush(context, request, &response);
+  }));
+  return response.depth();
+}
+
+absl::StatusOr<int> RangePop(Client& client) {
+  v1::NvtxRangePopRequest request;
+  v1::NvtxDepth response;
+  GPUMUX_RETURN_IF_ERROR(client.CallWithSession([&](grpc::ClientContext* context) {
+    return client.nvtx_stub_->RangePop(context, request, &response);
+  }));
+  return response.depth();
+}
+
+Range::Range(Client& client, absl::string_view message)
+    : client_(client), depth_(RangePush(client, message)) {}
+
+Range::~Range() {
+  if (!depth_.ok()) return;
+  if (absl::StatusOr<int> popped = RangePop(client_); !popped.ok()) {
+    spdlog::warn("gpumux: nvtx range_pop at the end of a range failed: {}",
+                 popped.status().ToString());
+  }
+}
+
+}  // namespace gpumux::nvtx

@@ -1,0 +1,85 @@
+#pragma once
+
+// Helpers of the client tests that run against InProcessDaemon: connecting,
+// seeded host bytes, and a Gate that holds a stream back for as long as the
+// test wants, so that "still pending" is a fact rather than a race.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "client/client.h"
+#include "common/host_ipc_event.h"
+#include "gtest/gtest.h"
+#include "tests/client/in_process_daemon.h"
+#include "tests/support/test_pattern.h"
+
+namespace gpumux::testing {
+
+inline std::unique_ptr<Client> ConnectOrDie(const InProcessDaemon& daemon,
+                                            const ClientOptions& options = ClientOptions()) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon.address(), options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(client).value() : nullptr;
+}
+
+// `size` bytes of test_pattern.h's pattern for `seed` (never zeros).
+inline std::string Pattern(uint64_t size, uint64_t seed) {
+  std::string bytes(size, '\0');
+  FillPattern(bytes.data(), size, seed);
+  return bytes;
+}
+
+// An interprocess event of the client that the test records itself through
+// the event's shared-memory handle, as another process may (the host
+// backend's interprocess events live in shared memory). A stream that Holds
+// on it waits until Open(). Opens on destruction, so nothing waits forever.
+class Gate {
+ public:
+  explicit Gate(Client& client, DeviceIndex device = DeviceIndex(0)) {
+    EventOptions interprocess;
+    interprocess.interprocess = true;
+    absl::StatusOr<Event> event = client.CreateEvent(device, interprocess);
+    if (!event.ok()) {
+      ADD_FAILURE() << "gate event: " << event.status();
+      return;
+    }
+    event_ = std::move(event).value();
+    absl::StatusOr<std::string> handle = event_.IpcHandle();
+    if (!handle.ok()) {
+      ADD_FAILURE() << "gate handle: " << handle.status();
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> local = HostIpcEvent::Open(*handle);
+    if (!local.ok()) {
+      ADD_FAILURE() << "gate mapping: " << local.status();
+      return;
+    }
+    local_ = std::move(local).value();
+    generation_ = local_->Record();
+  }
+  ~Gate() { Open(); }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  // Later work on `stream` waits until Open().
+  absl::Status Hold(const Stream& stream) const { return stream.WaitEvent(event_); }
+  void Open() {
+    if (local_ == nullptr || open_) return;
+    open_ = true;
+    local_->Complete(generation_, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now().time_since_epoch())
+                                      .count());
+  }
+  const Event& event() const { return event_; }
+
+ private:
+  Event event_;
+  std::unique_ptr<HostIpcEvent> local_;
+  uint64_t generation_ = 0;
+  bool open_ = false;
+};
+
+}  // namespace gpumux::testing
