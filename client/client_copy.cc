@@ -97,8 +97,9 @@ absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t
 absl::StatusOr<Event> Client::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
                                                  const char* src, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
-  if (size > kMaxInlineCopyBytes)
+  if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
+  }
   uint64_t done = 0;
   Event completion;
   do {
@@ -194,8 +195,9 @@ absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& sr
 absl::StatusOr<Event> Client::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
                                                  uint64_t src_offset, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
-  if (size > kMaxInlineCopyBytes)
+  if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
+  }
   uint64_t done = 0;
   Event completion;
   do {

@@ -289,6 +289,11 @@ absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId st
   if (!first.flags.enable_timing || !last.flags.enable_timing) {
     return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
   }
+  if (first.device != last.device) {  // CUDA cannot compare clocks of two devices
+    return absl::InvalidArgumentError(absl::StrCat("events ", start.value(), " and ", end.value(),
+                                                   " are on devices ", first.device.value(), " and ",
+                                                   last.device.value(), "; elapsed time needs both on one device"));
+  }
   return backend_->ElapsedTimeMs(first.backend, last.backend);
 }
 

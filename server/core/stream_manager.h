@@ -111,8 +111,8 @@ class StreamManager {
   absl::StatusOr<bool> QueryEvent(SessionId session, EventId event);
   absl::Status SynchronizeEvent(SessionId session, EventId event);
   // FAILED_PRECONDITION with PyTorch's message when either event lacks
-  // timing; the backend's FAILED_PRECONDITION when one was not recorded or
-  // has not completed.
+  // timing; INVALID_ARGUMENT for events on two devices; the backend's
+  // FAILED_PRECONDITION when one was not recorded or has not completed.
   absl::StatusOr<float> ElapsedTimeMs(SessionId session, EventId start, EventId end);
   // FAILED_PRECONDITION unless the event is interprocess.
   absl::StatusOr<std::string> IpcHandle(SessionId session, EventId event);

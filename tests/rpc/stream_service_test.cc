@@ -315,6 +315,12 @@ TEST_F(StreamServiceTest, ElapsedTimeNeedsTimingEventsThatCompleted) {
   ASSERT_THAT(ElapsedTime(session, start, end, &ms), GrpcIsOk());
   EXPECT_GE(ms, 40.0f);
   EXPECT_LE(ms, 1000.0f);
+
+  const uint64_t other_device = NewEvent(session, 1, {.enable_timing = true});
+  ASSERT_THAT(RecordEvent(session, other_device, 1, 0), GrpcIsOk());
+  ASSERT_THAT(SynchronizeEvent(session, other_device), GrpcIsOk());
+  EXPECT_THAT(ElapsedTime(session, start, other_device, nullptr),
+              GrpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("on one device")));
 }
 
 TEST_F(StreamServiceTest, IpcHandlesNeedInterprocessEventsAndSixtyFourBytes) {
