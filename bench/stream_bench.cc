@@ -4,6 +4,9 @@
 //     with data) and through the staging buffer (the client's memcpy into the
 //     mapped buffer + Copy.HostToDevice from staging), both waiting for the
 //     copy, each as a ratio to a plain memcpy of S bytes;
+//   - the same copy through libgpumux (Client::CopyHostToDevice, staging path,
+//     waited), whose double-buffered chunks overlap the client's memcpy with
+//     the daemon's;
 //   - Event.Record + Event.Query and Stream.Synchronize round trips as ratios
 //     to the no-op RPC (Session.Ping).
 // Rounds interleave the kinds so machine noise hits them alike.
@@ -31,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/client.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
@@ -205,13 +209,26 @@ void Run(const Flags& flags, const std::string& address) {
   query.set_event(event.event());
   v1::StreamRequest sync;  // default stream of device 0
 
-  std::vector<double> memcpy_us, inline_us, staged_us, noop_us, record_query_us, sync_us;
+  auto client = gpumux::Client::Connect(address, {.client_name = "gpumux_stream_bench_client"});
+  if (!client.ok()) Die("connect libgpumux", grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(client.status().message())));
+  auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
+  if (!buffer.ok()) Die("libgpumux allocate", grpc::Status(grpc::StatusCode::INTERNAL, std::string(buffer.status().message())));
+  const gpumux::CopyOptions library_copy{.wait = true, .path = gpumux::TransferPath::kStaging};
+  auto library_h2d = [&] {
+    auto copied_by_library = (*client)->CopyHostToDevice(*buffer, 0, source.data(), size, library_copy);
+    if (!copied_by_library.ok()) {
+      Die("libgpumux copy", grpc::Status(grpc::StatusCode::INTERNAL, std::string(copied_by_library.status().message())));
+    }
+  };
+
+  std::vector<double> memcpy_us, inline_us, staged_us, library_us, noop_us, record_query_us, sync_us;
   v1::CopyResponse copied;
   // Warm-up: page faults in the daemon's mappings, connection, streams.
   for (int i = 0; i < 3; ++i) {
     Check("inline copy", s.copy().HostToDevice(s.Context().get(), inline_copy, &copied));
     std::memcpy(staging_bytes, source.data(), size);
     Check("staged copy", s.copy().HostToDevice(s.Context().get(), staged_copy, &copied));
+    library_h2d();
   }
   for (int round = 0; round < flags.rounds; ++round) {
     for (int i = 0; i < 5; ++i) {
@@ -222,6 +239,7 @@ void Run(const Flags& flags, const std::string& address) {
         std::memcpy(staging_bytes, source.data(), size);
         Check("staged copy", s.copy().HostToDevice(s.Context().get(), staged_copy, &copied));
       }));
+      library_us.push_back(TimeUs(library_h2d));
     }
     for (int i = 0; i < flags.iterations; ++i) {
       v1::PingRequest ping;
@@ -246,6 +264,7 @@ void Run(const Flags& flags, const std::string& address) {
   // Throughput in GB/s (1e9 bytes per second) from each kind's median time.
   auto gbps = [&](const std::vector<double>& us) { return static_cast<double>(size) / (Median(us) * 1e3); };
   const double memcpy_gbps = gbps(memcpy_us), inline_gbps = gbps(inline_us), staged_gbps = gbps(staged_us);
+  const double library_gbps = gbps(library_us);
   const double noop = Median(noop_us), record_query = Median(record_query_us), synced = Median(sync_us);
   std::printf("copy_size=%llu\n", static_cast<unsigned long long>(size));
   std::printf("memcpy_gbps=%.2f\n", memcpy_gbps);
@@ -253,6 +272,8 @@ void Run(const Flags& flags, const std::string& address) {
   std::printf("h2d_staging_gbps=%.2f\n", staged_gbps);
   std::printf("h2d_inline_over_memcpy=%.3f\n", inline_gbps / memcpy_gbps);
   std::printf("h2d_staging_over_memcpy=%.3f\n", staged_gbps / memcpy_gbps);
+  std::printf("h2d_libgpumux_staging_gbps=%.2f\n", library_gbps);
+  std::printf("h2d_libgpumux_staging_over_memcpy=%.3f\n", library_gbps / memcpy_gbps);
   std::printf("noop_p50_us=%.2f\n", noop);
   std::printf("event_record_query_p50_us=%.2f\n", record_query);
   std::printf("stream_sync_p50_us=%.2f\n", synced);
