@@ -18,6 +18,19 @@ absl::Status CheckMessage(absl::string_view message) {
 
 }  // namespace
 
+void NvtxRanges::AddSession(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  books_.try_emplace(session);
+}
+
+absl::StatusOr<NvtxRanges::Books*> NvtxRanges::BooksLocked(SessionId session) {
+  auto it = books_.find(session);
+  if (it == books_.end()) {
+    return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
+  }
+  return &it->second;
+}
+
 void NvtxRanges::AddLocked(Books& books, NvtxRecord record) {
   if (books.records.size() == kMaxRecords) books.records.pop_front();
   books.records.push_back(std::move(record));
@@ -26,7 +39,9 @@ void NvtxRanges::AddLocked(Books& books, NvtxRecord record) {
 absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
   if (absl::Status s = CheckMessage(message); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  Books& books = books_[session];
+  absl::StatusOr<Books*> found = BooksLocked(session);
+  if (!found.ok()) return found.status();
+  Books& books = **found;
   AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message), static_cast<int>(books.stack.size()),
                     absl::Now()});
   return absl::OkStatus();
@@ -35,7 +50,9 @@ absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
 absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view message) {
   if (absl::Status s = CheckMessage(message); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  Books& books = books_[session];
+  absl::StatusOr<Books*> found = BooksLocked(session);
+  if (!found.ok()) return found.status();
+  Books& books = **found;
   if (books.stack.size() == kMaxDepth) {
     return absl::ResourceExhaustedError(
         absl::StrCat("NVTX ranges nest at most ", kMaxDepth, " deep; pop some before pushing more"));
@@ -48,7 +65,9 @@ absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view messag
 
 absl::StatusOr<int> NvtxRanges::Pop(SessionId session) {
   absl::MutexLock lock(&mu_);
-  Books& books = books_[session];
+  absl::StatusOr<Books*> found = BooksLocked(session);
+  if (!found.ok()) return found.status();
+  Books& books = **found;
   if (books.stack.empty()) {
     return absl::FailedPreconditionError("range_pop without a matching range_push: no NVTX range is open");
   }

@@ -4,7 +4,9 @@
 // range it started (0-based), range_pop the depth of the range it ended; a pop
 // with nothing open is FAILED_PRECONDITION, not a crash. Every mark, push and
 // pop is kept with its time stamp for the session's profile (bounded: the
-// oldest records go first). Thread-safe.
+// oldest records go first). Books exist from AddSession to RemoveSession;
+// calls for a session not added are UNAUTHENTICATED and keep nothing.
+// Thread-safe.
 
 #include <cstdint>
 #include <deque>
@@ -36,6 +38,7 @@ class NvtxRanges {
   static constexpr size_t kMaxRecords = 65536;
   static constexpr size_t kMaxDepth = 1024;
 
+  void AddSession(SessionId session);
   absl::Status Mark(SessionId session, absl::string_view message);
   absl::StatusOr<int> Push(SessionId session, absl::string_view message);
   absl::StatusOr<int> Pop(SessionId session);
@@ -51,6 +54,7 @@ class NvtxRanges {
     std::deque<NvtxRecord> records;
   };
   void AddLocked(Books& books, NvtxRecord record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Books*> BooksLocked(SessionId session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<SessionId, Books> books_ ABSL_GUARDED_BY(mu_);

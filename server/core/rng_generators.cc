@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <cstring>
+#include <utility>
 
 namespace gpumux {
 
@@ -13,23 +14,32 @@ uint64_t NonDeterministicSeed() {
   return value & 0x1FFFFFFFFFFFFFull;
 }
 
-RngState& RngGenerators::StateLocked(SessionId session, DeviceIndex device) {
-  std::vector<RngState>& states = states_[session];
-  if (states.empty()) {
-    states.resize(static_cast<size_t>(device_count_));
-    for (RngState& s : states) s.seed = NonDeterministicSeed();
+void RngGenerators::AddSession(SessionId session) {
+  std::vector<RngState> states(static_cast<size_t>(device_count_));
+  for (RngState& s : states) s.seed = NonDeterministicSeed();
+  absl::MutexLock lock(&mu_);
+  states_.emplace(session, std::move(states));
+}
+
+RngState& RngGenerators::StateLocked(SessionId session, DeviceIndex device, RngState* scratch) {
+  auto it = states_.find(session);
+  if (it == states_.end()) {
+    *scratch = RngState{NonDeterministicSeed(), 0};
+    return *scratch;
   }
-  return states[static_cast<size_t>(device.value())];
+  return it->second[static_cast<size_t>(device.value())];
 }
 
 void RngGenerators::ManualSeed(SessionId session, DeviceIndex device, uint64_t seed) {
   absl::MutexLock lock(&mu_);
-  StateLocked(session, device) = RngState{seed, 0};
+  RngState scratch;
+  StateLocked(session, device, &scratch) = RngState{seed, 0};
 }
 
 void RngGenerators::ManualSeedAll(SessionId session, uint64_t seed) {
   absl::MutexLock lock(&mu_);
-  for (int d = 0; d < device_count_; ++d) StateLocked(session, DeviceIndex(d)) = RngState{seed, 0};
+  RngState scratch;
+  for (int d = 0; d < device_count_; ++d) StateLocked(session, DeviceIndex(d), &scratch) = RngState{seed, 0};
 }
 
 uint64_t RngGenerators::Seed(SessionId session, DeviceIndex device) {
@@ -46,14 +56,16 @@ uint64_t RngGenerators::SeedAll(SessionId session) {
 
 uint64_t RngGenerators::InitialSeed(SessionId session, DeviceIndex device) {
   absl::MutexLock lock(&mu_);
-  return StateLocked(session, device).seed;
+  RngState scratch;
+  return StateLocked(session, device, &scratch).seed;
 }
 
 std::string RngGenerators::GetState(SessionId session, DeviceIndex device) {
   RngState state;
   {
     absl::MutexLock lock(&mu_);
-    state = StateLocked(session, device);
+    RngState scratch;
+    state = StateLocked(session, device, &scratch);
   }
   std::string bytes(16, '\0');
   for (int i = 0; i < 8; ++i) {
@@ -73,13 +85,15 @@ absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl
   RngState state{read(0), bytes.size() == 16 ? read(8) : 0};
   if (state.offset % 4 != 0) return absl::InvalidArgumentError("offset must be a multiple of 4");
   absl::MutexLock lock(&mu_);
-  StateLocked(session, device) = state;
+  RngState scratch;
+  StateLocked(session, device, &scratch) = state;
   return absl::OkStatus();
 }
 
 RngState RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
   absl::MutexLock lock(&mu_);
-  RngState& state = StateLocked(session, device);
+  RngState scratch;
+  RngState& state = StateLocked(session, device, &scratch);
   RngState before = state;
   state.offset += increment;
   return before;

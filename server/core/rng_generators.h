@@ -6,7 +6,9 @@
 // 53-bit non-deterministic seed, the 16-byte state is seed (u64 LE) then
 // offset (u64 LE), offsets stay multiples of 4. A generator starts, like
 // PyTorch's default CUDA generators, with a non-deterministic seed.
-// Thread-safe.
+// Generators exist from AddSession to RemoveSession; a call for a session
+// not added (one that just ended) changes nothing and keeps nothing: it acts
+// on a fresh generator thrown away afterwards. Thread-safe.
 
 #include <cstdint>
 #include <string>
@@ -29,6 +31,9 @@ struct RngState {
 class RngGenerators {
  public:
   explicit RngGenerators(int device_count) : device_count_(device_count) {}
+
+  // Starts the session's generators, each with a non-deterministic seed.
+  void AddSession(SessionId session);
 
   // torch.cuda.manual_seed / manual_seed_all: offset back to 0.
   void ManualSeed(SessionId session, DeviceIndex device, uint64_t seed);
@@ -53,7 +58,9 @@ class RngGenerators {
   void RemoveSession(SessionId session);
 
  private:
-  RngState& StateLocked(SessionId session, DeviceIndex device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session's generator for `device`, or `*scratch` (freshly seeded)
+  // for a session not added.
+  RngState& StateLocked(SessionId session, DeviceIndex device, RngState* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_count_;
   absl::Mutex mu_;

@@ -15,6 +15,8 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info, std::shar
   memory_->AddSession(opened->info.id);
   streams_->AddSession(opened->info.id);
   staging_->AddSession(opened->info.id);
+  rng_->AddSession(opened->info.id);
+  nvtx_->AddSession(opened->info.id);
   spdlog::info("session {} opened: client '{}' pid {} tenant '{}'", opened->info.id.value(),
                opened->info.client_name, opened->info.pid, opened->info.tenant);
   return opened;

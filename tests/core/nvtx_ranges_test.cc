@@ -13,6 +13,7 @@ using ::gpumux::testing::StatusIs;
 TEST(NvtxRangesTest, DepthsFollowPyTorch) {
   NvtxRanges nvtx;
   SessionId s(1);
+  nvtx.AddSession(s);
   EXPECT_EQ(*nvtx.Push(s, "outer"), 0);  // depth of the range started
   EXPECT_EQ(*nvtx.Push(s, "inner"), 1);
   EXPECT_EQ(nvtx.OpenRanges(s), (std::vector<std::string>{"outer", "inner"}));
@@ -22,6 +23,7 @@ TEST(NvtxRangesTest, DepthsFollowPyTorch) {
 
 TEST(NvtxRangesTest, PopWithNothingOpenIsAnErrorNotACrash) {
   NvtxRanges nvtx;
+  nvtx.AddSession(SessionId(1));
   EXPECT_THAT(nvtx.Pop(SessionId(1)), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(*nvtx.Push(SessionId(1), "again"), 0);
 }
@@ -29,6 +31,8 @@ TEST(NvtxRangesTest, PopWithNothingOpenIsAnErrorNotACrash) {
 TEST(NvtxRangesTest, RecordsMarksAndRangesWithTimes) {
   NvtxRanges nvtx;
   SessionId s(3);
+  nvtx.AddSession(s);
+  nvtx.AddSession(SessionId(4));
   ASSERT_OK(nvtx.Mark(s, "start"));
   ASSERT_TRUE(nvtx.Push(s, "step").ok());
   ASSERT_TRUE(nvtx.Pop(s).ok());
@@ -44,12 +48,16 @@ TEST(NvtxRangesTest, RecordsMarksAndRangesWithTimes) {
 TEST(NvtxRangesTest, BoundsMessagesAndDepth) {
   NvtxRanges nvtx;
   SessionId s(1);
+  nvtx.AddSession(s);
   EXPECT_THAT(nvtx.Mark(s, std::string(NvtxRanges::kMaxMessageBytes + 1, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument));
   for (size_t i = 0; i < NvtxRanges::kMaxDepth; ++i) ASSERT_TRUE(nvtx.Push(s, "r").ok());
   EXPECT_THAT(nvtx.Push(s, "one too many"), StatusIs(absl::StatusCode::kResourceExhausted));
   nvtx.RemoveSession(s);
   EXPECT_TRUE(nvtx.OpenRanges(s).empty());
+  // A call racing with the session's end keeps nothing.
+  EXPECT_THAT(nvtx.Push(s, "late"), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_TRUE(nvtx.Records(s).empty());
 }
 
 }  // namespace

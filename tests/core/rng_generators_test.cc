@@ -16,6 +16,7 @@ const DeviceIndex kDevice1(1);
 
 TEST(RngGeneratorsTest, ManualSeedResetsOffsetAndStateRoundTrips) {
   RngGenerators rng(2);
+  rng.AddSession(kSession);
   rng.ManualSeed(kSession, kDevice0, 1234);
   EXPECT_EQ(rng.InitialSeed(kSession, kDevice0), 1234u);
   RngState used = rng.Advance(kSession, kDevice0, 8);
@@ -34,6 +35,7 @@ TEST(RngGeneratorsTest, ManualSeedResetsOffsetAndStateRoundTrips) {
 
 TEST(RngGeneratorsTest, EightByteStateSetsSeedAndZeroOffset) {
   RngGenerators rng(1);
+  rng.AddSession(kSession);
   rng.Advance(kSession, kDevice0, 12);
   ASSERT_OK(rng.SetState(kSession, kDevice0, std::string("\x05\0\0\0\0\0\0\0", 8)));
   RngState state = rng.Advance(kSession, kDevice0, 4);
@@ -43,6 +45,7 @@ TEST(RngGeneratorsTest, EightByteStateSetsSeedAndZeroOffset) {
 
 TEST(RngGeneratorsTest, RejectsBadStatesWithPyTorchsMessages) {
   RngGenerators rng(1);
+  rng.AddSession(kSession);
   EXPECT_THAT(rng.SetState(kSession, kDevice0, "short"),
               StatusIs(absl::StatusCode::kInvalidArgument, "RNG state is wrong size"));
   std::string odd(16, '\0');
@@ -53,6 +56,7 @@ TEST(RngGeneratorsTest, RejectsBadStatesWithPyTorchsMessages) {
 
 TEST(RngGeneratorsTest, SeedIs53BitsAndSeedAllSharesIt) {
   RngGenerators rng(2);
+  rng.AddSession(kSession);
   for (int i = 0; i < 100; ++i) EXPECT_LT(rng.Seed(kSession, kDevice0), uint64_t{1} << 53);
   uint64_t seed = rng.SeedAll(kSession);
   EXPECT_EQ(rng.InitialSeed(kSession, kDevice0), seed);
@@ -63,6 +67,8 @@ TEST(RngGeneratorsTest, SeedIs53BitsAndSeedAllSharesIt) {
 
 TEST(RngGeneratorsTest, SessionsAndDevicesAreIndependent) {
   RngGenerators rng(2);
+  rng.AddSession(kSession);
+  rng.AddSession(SessionId(2));
   rng.ManualSeed(kSession, kDevice0, 1);
   rng.ManualSeed(SessionId(2), kDevice0, 2);
   rng.Advance(kSession, kDevice0, 40);
@@ -70,6 +76,18 @@ TEST(RngGeneratorsTest, SessionsAndDevicesAreIndependent) {
   EXPECT_EQ(rng.InitialSeed(SessionId(2), kDevice0), 2u);
   rng.ManualSeed(kSession, kDevice1, 9);
   EXPECT_EQ(rng.InitialSeed(kSession, kDevice0), 1u);
+}
+
+TEST(RngGeneratorsTest, EndedSessionsKeepNothing) {
+  RngGenerators rng(1);
+  rng.AddSession(kSession);
+  rng.ManualSeed(kSession, kDevice0, 5);
+  rng.RemoveSession(kSession);
+  // A call racing with the session's end acts on a throwaway generator.
+  rng.ManualSeed(kSession, kDevice0, 77);
+  EXPECT_EQ(rng.Advance(kSession, kDevice0, 4).offset, 0u);
+  EXPECT_NE(rng.InitialSeed(kSession, kDevice0), 77u);
+  EXPECT_EQ(rng.GetState(kSession, kDevice0).size(), 16u);
 }
 
 }  // namespace
