@@ -9,6 +9,7 @@
 #include "common/device_range.h"
 #include "common/random_hex.h"
 #include "common/status_macros.h"
+#include "server/core/session_registry.h"
 
 namespace gpumux {
 namespace {
@@ -19,10 +20,6 @@ constexpr int kTokenRandomBytes = 16;
 absl::Status NotFound(AllocationId id) {
   return absl::NotFoundError(absl::StrCat("allocation ", id.value(),
                                           " not found: it is not a live allocation of this session"));
-}
-
-absl::Status SessionGone(SessionId session) {
-  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
 }
 
 }  // namespace
@@ -49,8 +46,10 @@ void MemoryManager::AddSession(SessionId session) {
 absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, DeviceIndex device, StreamId stream,
                                                        uint64_t size, bool shareable,
                                                        absl::Span<const AllocationId> frees) {
-  // The allocator pools by the session's own stream ids: only check it.
-  GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
+  // The allocator pools by the session's own stream ids: only check them.
+  // The default stream always exists, so the common case takes no lock.
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (stream.value() != 0) GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
   if (!frees.empty()) {
     absl::MutexLock lock(&mu_);
     GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees, {}));
@@ -65,7 +64,7 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
       // The session ended while we allocated: nobody will free this.
       allocator_.Free(device, result.address);
       allocator_.RemoveClient(session);
-      return SessionGone(session);
+      return SessionClosedError(session);
     }
     auto block = std::make_unique<Block>();
     block->view = AllocationView{AllocationId(0),
@@ -114,7 +113,7 @@ absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationI
 absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
                                        absl::Span<const std::string> wait_event_handles) {
   auto books = books_.find(session);
-  if (books == books_.end()) return SessionGone(session);
+  if (books == books_.end()) return SessionClosedError(session);
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!books->second.ids.contains(ids[i])) return NotFound(ids[i]);
     for (size_t j = 0; j < i; ++j) {
@@ -290,7 +289,7 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
-    if (!books_.contains(session)) return SessionGone(session);
+    if (!books_.contains(session)) return SessionClosedError(session);
     std::string key(token);
     auto it = unused_tokens_.find(key);
     if (it == unused_tokens_.end()) {

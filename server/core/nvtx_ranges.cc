@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/core/session_registry.h"
 
 namespace gpumux {
 namespace {
@@ -26,7 +27,7 @@ void NvtxRanges::AddSession(SessionId session) {
 absl::StatusOr<NvtxRanges::Books*> NvtxRanges::BooksLocked(SessionId session) {
   auto it = books_.find(session);
   if (it == books_.end()) {
-    return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
+    return SessionClosedError(session);
   }
   return &it->second;
 }

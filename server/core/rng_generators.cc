@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 namespace gpumux {
 
@@ -75,18 +78,48 @@ std::string RngGenerators::GetState(SessionId session, DeviceIndex device) {
   return bytes;
 }
 
-absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl::string_view bytes) {
+namespace {
+
+// get_rng_state's bytes back into a state, with PyTorch's messages.
+absl::StatusOr<RngState> ParseState(absl::string_view bytes) {
   if (bytes.size() != 16 && bytes.size() != 8) return absl::InvalidArgumentError("RNG state is wrong size");
   auto read = [&](size_t at) {
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{static_cast<unsigned char>(bytes[at + static_cast<size_t>(i)])} << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= uint64_t{static_cast<unsigned char>(bytes[at + static_cast<size_t>(i)])} << (8 * i);
     return v;
   };
   RngState state{read(0), bytes.size() == 16 ? read(8) : 0};
   if (state.offset % 4 != 0) return absl::InvalidArgumentError("offset must be a multiple of 4");
+  return state;
+}
+
+}  // namespace
+
+absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl::string_view bytes) {
+  absl::StatusOr<RngState> state = ParseState(bytes);
+  if (!state.ok()) return state.status();
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  StateLocked(session, device, &scratch) = state;
+  StateLocked(session, device, &scratch) = *state;
+  return absl::OkStatus();
+}
+
+absl::Status RngGenerators::SetStateAll(SessionId session, absl::Span<const std::string> states) {
+  if (states.size() != static_cast<size_t>(device_count_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("set_rng_state_all takes one state per device (", device_count_, "), not ", states.size()));
+  }
+  std::vector<RngState> parsed;
+  for (const std::string& bytes : states) {
+    absl::StatusOr<RngState> state = ParseState(bytes);
+    if (!state.ok()) return state.status();
+    parsed.push_back(*state);
+  }
+  absl::MutexLock lock(&mu_);
+  RngState scratch;
+  for (int d = 0; d < device_count_; ++d)
+    StateLocked(session, DeviceIndex(d), &scratch) = parsed[static_cast<size_t>(d)];
   return absl::OkStatus();
 }
 

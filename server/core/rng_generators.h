@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/ids.h"
 
 namespace gpumux {
@@ -50,6 +51,10 @@ class RngGenerators {
   // set_rng_state: 16 bytes, or 8 (seed only, offset 0). INVALID_ARGUMENT
   // "RNG state is wrong size" or "offset must be a multiple of 4".
   absl::Status SetState(SessionId session, DeviceIndex device, absl::string_view state);
+  // set_rng_state_all: one state per device, each checked as SetState does
+  // before any is set. INVALID_ARGUMENT also for a count other than the
+  // number of devices.
+  absl::Status SetStateAll(SessionId session, absl::Span<const std::string> states);
 
   // The state a Generate call uses, and advances the offset by `increment`
   // (a multiple of 4) in the same step, as philox_cuda_state does.

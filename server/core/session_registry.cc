@@ -8,6 +8,10 @@
 #include "common/random_hex.h"
 
 namespace gpumux {
+
+absl::Status SessionClosedError(SessionId session) {
+  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
+}
 namespace {
 
 constexpr size_t kMaxFieldBytes = 256;

@@ -38,6 +38,10 @@ struct OpenedSession {
   std::string secret;  // 32 hex digits
 };
 
+// UNAUTHENTICATED "session N is closed": what every core book answers for a
+// session that ended (or never opened) while a call for it was under way.
+absl::Status SessionClosedError(SessionId session);
+
 class SessionRegistry {
  public:
   // Registers a session. `sink` receives its notices until Close.

@@ -7,16 +7,10 @@
 #include "common/status_macros.h"
 #include "server/backend/host/segment_mapping.h"
 #include "server/backend/host/shm_object.h"
+#include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
-namespace {
-
-absl::Status SessionGone(SessionId session) {
-  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
-}
-
-}  // namespace
 
 // One buffer: the object, the daemon's mapping, the pin. Unpinned, unmapped
 // and unlinked when the last holder (the books or a queued copy) lets go.
@@ -68,7 +62,7 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   {
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(session);
-    if (it == buffers_.end()) return SessionGone(session);
+    if (it == buffers_.end()) return SessionClosedError(session);
     if (it->second != nullptr && it->second->size() >= min_size) return it->second->info();
     name = absl::StrCat(name_stem_, "-stage-", session.value(), "-", serial_++, "-", RandomHex(4));
   }
@@ -84,7 +78,7 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   auto buffer = std::make_shared<Buffer>(backend_, name, *std::move(mapping), pin.ok());
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(session);
-  if (it == buffers_.end()) return SessionGone(session);  // `buffer` goes unused
+  if (it == buffers_.end()) return SessionClosedError(session);  // `buffer` goes unused
   std::shared_ptr<Buffer>& slot = it->second;
   if (slot != nullptr && slot->size() >= min_size) return slot->info();  // a racing call won
   slot = std::move(buffer);

@@ -6,14 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
 #include "common/status_macros.h"
+#include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
 namespace {
-
-absl::Status SessionGone(SessionId session) {
-  return absl::UnauthenticatedError(absl::StrCat("session ", session.value(), " is closed"));
-}
 
 absl::Status StreamNotFound(StreamId stream) {
   return absl::NotFoundError(absl::StrCat("stream ", stream.value(), " not found: it is not a stream of this session"));
@@ -77,7 +74,7 @@ StreamCounts StreamManager::Counts(SessionId session) const {
 
 absl::StatusOr<StreamManager::Books*> StreamManager::BooksLocked(SessionId session) {
   auto it = books_.find(session);
-  if (it == books_.end()) return SessionGone(session);
+  if (it == books_.end()) return SessionClosedError(session);
   return &it->second;
 }
 
@@ -174,7 +171,7 @@ absl::Status StreamManager::CheckStream(SessionId session, DeviceIndex device, S
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   absl::MutexLock lock(&mu_);
   auto books = books_.find(session);
-  if (books == books_.end()) return SessionGone(session);
+  if (books == books_.end()) return SessionClosedError(session);
   if (stream.value() == 0) return absl::OkStatus();
   return FindStreamLocked(books->second, device, stream).status();
 }
@@ -244,7 +241,7 @@ absl::StatusOr<EventView> StreamManager::CreateEvent(SessionId session, DeviceIn
 absl::StatusOr<StreamManager::EventEntry> StreamManager::FindEvent(SessionId session, EventId event) const {
   absl::MutexLock lock(&mu_);
   auto books = books_.find(session);
-  if (books == books_.end()) return SessionGone(session);
+  if (books == books_.end()) return SessionClosedError(session);
   auto it = books->second.events.find(event);
   if (it == books->second.events.end()) return EventNotFound(event);
   return it->second;

@@ -18,12 +18,6 @@ WorkOptions FromProto(const v1::CopyOptions& options) {
   return WorkOptions{StreamId(options.stream()), options.wait(), options.completion_event()};
 }
 
-template <typename Body>
-grpc::ServerUnaryReactor* CopyService::Serve(grpc::CallbackServerContext* context, bool blocking, Body body) {
-  if (blocking) return ServeBlockingSessionCall(context, *sessions_, *executor_, std::move(body));
-  return ServeSessionCall(context, *sessions_, std::move(body));
-}
-
 grpc::ServerUnaryReactor* CopyService::GetStagingBuffer(grpc::CallbackServerContext* context,
                                                         const v1::GetStagingBufferRequest* request,
                                                         v1::StagingBuffer* response) {
@@ -50,74 +44,80 @@ grpc::ServerUnaryReactor* CopyService::DeviceToDevice(grpc::CallbackServerContex
       blocking = dst.ok() && src.ok() && dst->device != src->device;
     }
   }
-  return Serve(context, blocking, [work = work_, request, response](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(
-        WorkDone done,
-        work->DeviceToDevice(session, Range(request->dst(), request->size()),
-                             AllocationId(request->src().allocation_id()), request->src().offset(),
-                             FromProto(request->options())));
-    SetCompletionEvent(done, response);
-    return absl::OkStatus();
-  });
+  return ServeSessionCallBlockingIf(
+      blocking, context, *sessions_, *executor_, [work = work_, request, response](SessionId session) -> absl::Status {
+        GPUMUX_ASSIGN_OR_RETURN(
+            WorkDone done, work->DeviceToDevice(session, Range(request->dst(), request->size()),
+                                                AllocationId(request->src().allocation_id()), request->src().offset(),
+                                                FromProto(request->options())));
+        SetCompletionEvent(done, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* CopyService::HostToDevice(grpc::CallbackServerContext* context,
                                                     const v1::HostToDeviceRequest* request,
                                                     v1::CopyResponse* response) {
-  return Serve(context, request->options().wait(), [work = work_, request, response](SessionId session) -> absl::Status {
-    const WorkOptions options = FromProto(request->options());
-    AllocationId dst(request->dst().allocation_id());
-    absl::StatusOr<WorkDone> done;
-    switch (request->source_case()) {
-      case v1::HostToDeviceRequest::kData:
-        done = work->HostToDevice(session, dst, request->dst().offset(), request->data(), options);
-        break;
-      case v1::HostToDeviceRequest::kStaging:
-        done = work->HostToDeviceFromStaging(session, Range(request->dst(), request->staging().size()),
-                                             request->staging().offset(), options);
-        break;
-      case v1::HostToDeviceRequest::SOURCE_NOT_SET:
-        return absl::InvalidArgumentError("set the source: data or staging");
-    }
-    GPUMUX_RETURN_IF_ERROR(done.status());
-    SetCompletionEvent(*done, response);
-    return absl::OkStatus();
-  });
+  return ServeSessionCallBlockingIf(
+      request->options().wait(), context, *sessions_, *executor_,
+      [work = work_, request, response](SessionId session) -> absl::Status {
+        const WorkOptions options = FromProto(request->options());
+        AllocationId dst(request->dst().allocation_id());
+        absl::StatusOr<WorkDone> done;
+        switch (request->source_case()) {
+          case v1::HostToDeviceRequest::kData:
+            done = work->HostToDevice(session, dst, request->dst().offset(), request->data(), options);
+            break;
+          case v1::HostToDeviceRequest::kStaging:
+            done = work->HostToDeviceFromStaging(session, Range(request->dst(), request->staging().size()),
+                                                 request->staging().offset(), options);
+            break;
+          case v1::HostToDeviceRequest::SOURCE_NOT_SET:
+            return absl::InvalidArgumentError("set the source: data or staging");
+        }
+        GPUMUX_RETURN_IF_ERROR(done.status());
+        SetCompletionEvent(*done, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* CopyService::DeviceToHost(grpc::CallbackServerContext* context,
                                                     const v1::DeviceToHostRequest* request,
                                                     v1::DeviceToHostResponse* response) {
-  const bool blocking = request->options().wait() || request->destination_case() == v1::DeviceToHostRequest::kInlineSize;
-  return Serve(context, blocking, [work = work_, request, response](SessionId session) -> absl::Status {
-    const WorkOptions options = FromProto(request->options());
-    absl::StatusOr<WorkDone> done;
-    switch (request->destination_case()) {
-      case v1::DeviceToHostRequest::kInlineSize:
-        done = work->DeviceToHost(session, Range(request->src(), request->inline_size()), options,
-                                  response->mutable_data());
-        break;
-      case v1::DeviceToHostRequest::kStaging:
-        done = work->DeviceToHostIntoStaging(session, Range(request->src(), request->staging().size()),
-                                             request->staging().offset(), options);
-        break;
-      case v1::DeviceToHostRequest::DESTINATION_NOT_SET:
-        return absl::InvalidArgumentError("set the destination: inline_size or staging");
-    }
-    GPUMUX_RETURN_IF_ERROR(done.status());
-    SetCompletionEvent(*done, response);
-    return absl::OkStatus();
-  });
+  const bool blocking =
+      request->options().wait() || request->destination_case() == v1::DeviceToHostRequest::kInlineSize;
+  return ServeSessionCallBlockingIf(
+      blocking, context, *sessions_, *executor_, [work = work_, request, response](SessionId session) -> absl::Status {
+        const WorkOptions options = FromProto(request->options());
+        absl::StatusOr<WorkDone> done;
+        switch (request->destination_case()) {
+          case v1::DeviceToHostRequest::kInlineSize:
+            done = work->DeviceToHost(session, Range(request->src(), request->inline_size()), options,
+                                      response->mutable_data());
+            break;
+          case v1::DeviceToHostRequest::kStaging:
+            done = work->DeviceToHostIntoStaging(session, Range(request->src(), request->staging().size()),
+                                                 request->staging().offset(), options);
+            break;
+          case v1::DeviceToHostRequest::DESTINATION_NOT_SET:
+            return absl::InvalidArgumentError("set the destination: inline_size or staging");
+        }
+        GPUMUX_RETURN_IF_ERROR(done.status());
+        SetCompletionEvent(*done, response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* CopyService::Memset(grpc::CallbackServerContext* context, const v1::MemsetRequest* request,
                                               v1::CopyResponse* response) {
-  return Serve(context, request->options().wait(), [work = work_, request, response](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(WorkDone done, work->Memset(session, Range(request->dst(), request->size()),
-                                                        request->value(), FromProto(request->options())));
-    SetCompletionEvent(done, response);
-    return absl::OkStatus();
-  });
+  return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_,
+                                    [work = work_, request, response](SessionId session) -> absl::Status {
+                                      GPUMUX_ASSIGN_OR_RETURN(
+                                          WorkDone done, work->Memset(session, Range(request->dst(), request->size()),
+                                                                      request->value(), FromProto(request->options())));
+                                      SetCompletionEvent(done, response);
+                                      return absl::OkStatus();
+                                    });
 }
 
 }  // namespace gpumux

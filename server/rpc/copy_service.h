@@ -48,10 +48,6 @@ class CopyService final : public v1::Copy::CallbackService {
                                    v1::CopyResponse* response) override;
 
  private:
-  // Serves `body` on the executor when `blocking`, else inline.
-  template <typename Body>
-  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context, bool blocking, Body body);
-
   DeviceWork* work_;
   StagingBuffers* staging_;
   MemoryManager* memory_;

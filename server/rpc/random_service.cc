@@ -115,22 +115,7 @@ grpc::ServerUnaryReactor* RandomService::SetState(grpc::CallbackServerContext* c
       }
       return rng_->SetState(session, DeviceIndex(request->device()), request->states(0));
     }
-    if (count != device_count_) {
-      return absl::InvalidArgumentError(absl::StrCat("set_rng_state_all takes one state per device (", device_count_,
-                                                     "), not ", count));
-    }
-    // All or nothing: check every state before setting any.
-    for (const std::string& state : request->states()) {
-      if (state.size() != 16 && state.size() != 8) return absl::InvalidArgumentError("RNG state is wrong size");
-    }
-    for (int d = 0; d < count; ++d) {
-      const std::string& state = request->states(d);
-      if (state.size() == 16 && (static_cast<unsigned char>(state[8]) & 3) != 0) {
-        return absl::InvalidArgumentError("offset must be a multiple of 4");
-      }
-    }
-    for (int d = 0; d < count; ++d) GPUMUX_RETURN_IF_ERROR(rng_->SetState(session, DeviceIndex(d), request->states(d)));
-    return absl::OkStatus();
+    return rng_->SetStateAll(session, std::vector<std::string>(request->states().begin(), request->states().end()));
   });
 }
 
@@ -146,8 +131,7 @@ grpc::ServerUnaryReactor* RandomService::Generate(grpc::CallbackServerContext* c
     SetCompletionEvent(done.work, response);
     return absl::OkStatus();
   };
-  if (request->options().wait()) return ServeBlockingSessionCall(context, *sessions_, *executor_, std::move(body));
-  return ServeSessionCall(context, *sessions_, std::move(body));
+  return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_, std::move(body));
 }
 
 }  // namespace gpumux

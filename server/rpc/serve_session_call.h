@@ -45,4 +45,13 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
   return reactor;
 }
 
+// ServeBlockingSessionCall when `blocking`, else ServeSessionCall.
+template <typename Body>
+grpc::ServerUnaryReactor* ServeSessionCallBlockingIf(bool blocking, grpc::CallbackServerContext* context,
+                                                     const SessionRegistry& sessions, BlockingExecutor& executor,
+                                                     Body body) {
+  if (blocking) return ServeBlockingSessionCall(context, sessions, executor, std::move(body));
+  return ServeSessionCall(context, sessions, std::move(body));
+}
+
 }  // namespace gpumux

@@ -1,6 +1,7 @@
 #include "server/rpc/stream_service.h"
 
 #include <string>
+#include <utility>
 
 #include "common/status_macros.h"
 #include "server/rpc/serve_session_call.h"
@@ -10,6 +11,24 @@ namespace {
 
 DeviceIndex Device(const v1::StreamRef& ref) { return DeviceIndex(ref.device()); }
 StreamId Stream(const v1::StreamRef& ref) { return StreamId(ref.stream()); }
+
+// A synchronize: answered on the gRPC thread when `query(session)` says the
+// work is done (or fails), else `wait(session)` runs on the executor.
+template <typename Query, typename Wait>
+grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
+                                           BlockingExecutor& executor, Query query, Wait wait) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  absl::StatusOr<bool> done = session.ok() ? query(*session) : session.status();
+  if (!done.ok() || *done) {
+    reactor->Finish(ToGrpcStatus(done.status()));
+    return reactor;
+  }
+  executor.Run(session->value(), [reactor, id = *session, wait = std::move(wait)]() mutable {
+    reactor->Finish(ToGrpcStatus(wait(id)));
+  });
+  return reactor;
+}
 
 }  // namespace
 
@@ -60,18 +79,12 @@ grpc::ServerUnaryReactor* StreamService::Synchronize(grpc::CallbackServerContext
                                                      v1::SynchronizeStreamResponse* /*response*/) {
   const DeviceIndex device = Device(request->stream());
   const StreamId stream = Stream(request->stream());
-  absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
-  if (session.ok()) {
-    absl::StatusOr<bool> done = streams_->QueryStream(*session, device, stream);
-    if (!done.ok() || *done) {  // nothing to wait for, or an error to report
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(done.status()));
-      return reactor;
-    }
-  }
-  return ServeBlockingSessionCall(context, *sessions_, *executor_, [streams = streams_, device, stream](SessionId id) {
-    return streams->SynchronizeStream(id, device, stream);
-  });
+  return ServeSynchronize(
+      context, *sessions_, *executor_,
+      [&](SessionId session) { return streams_->QueryStream(session, device, stream); },
+      [streams = streams_, device, stream](SessionId session) {
+        return streams->SynchronizeStream(session, device, stream);
+      });
 }
 
 grpc::ServerUnaryReactor* StreamService::WaitEvent(grpc::CallbackServerContext* context,
@@ -132,18 +145,9 @@ grpc::ServerUnaryReactor* EventService::Synchronize(grpc::CallbackServerContext*
                                                     const v1::EventRequest* request,
                                                     v1::SynchronizeEventResponse* /*response*/) {
   const EventId event(request->event());
-  absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
-  if (session.ok()) {
-    absl::StatusOr<bool> done = streams_->QueryEvent(*session, event);
-    if (!done.ok() || *done) {  // nothing to wait for, or an error to report
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-      reactor->Finish(ToGrpcStatus(done.status()));
-      return reactor;
-    }
-  }
-  return ServeBlockingSessionCall(context, *sessions_, *executor_, [streams = streams_, event](SessionId id) {
-    return streams->SynchronizeEvent(id, event);
-  });
+  return ServeSynchronize(
+      context, *sessions_, *executor_, [&](SessionId session) { return streams_->QueryEvent(session, event); },
+      [streams = streams_, event](SessionId session) { return streams->SynchronizeEvent(session, event); });
 }
 
 grpc::ServerUnaryReactor* EventService::ElapsedTime(grpc::CallbackServerContext* context,
