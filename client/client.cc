@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/channel.h"
+#include "client/cuda_free_fence.h"
 #include "client/grpc_status.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
@@ -65,7 +66,7 @@ Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, cons
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),
       max_inline_copy_(options.max_inline_copy),
-      frees_([this](const std::vector<AllocationId>& ids) { return SendFrees(ids); },
+      frees_([this](const FreeBatch& frees) { return SendFrees(frees); },
              options.free_batch_delay) {}
 
 Client::~Client() {
@@ -163,14 +164,15 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
   request.set_size(size);
   request.set_stream(stream.id().value());
   request.set_shareable(options.shareable);
-  const std::vector<AllocationId> frees = frees_.Take();
-  for (AllocationId id : frees) request.add_free_allocation_ids(id.value());
+  const FreeBatch frees = frees_.Take();
+  for (AllocationId id : frees.ids) request.add_free_allocation_ids(id.value());
+  for (const std::string& handle : frees.wait_event_handles) request.add_free_wait_event_handles(handle);
   v1::AllocateResponse response;
   absl::Status status = CallWithSession([&](grpc::ClientContext* context) {
     return memory_stub_->Allocate(context, request, &response);
   });
   if (!status.ok()) {
-    if (!frees.empty()) {
+    if (!frees.ids.empty()) {
       // Whether the daemon applied the carried frees depends on where the
       // request failed. It frees all-or-nothing, so sending them again settles
       // it: NOT_FOUND means they were applied already.
@@ -225,9 +227,13 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
     return absl::InvalidArgumentError(
         absl::StrCat("allocation ", ToString(foreign), " belongs to another Client"));
   }
-  const AllocationId id = buffer.Detach();
+  const DeviceIndex device = buffer.device();
+  const SegmentId segment = buffer.segment_id();
+  FreeBatch free;
+  free.ids.push_back(buffer.Detach());
+  if (std::string fence = FreeFence(device, segment); !fence.empty()) free.wait_event_handles.push_back(fence);
   FlushFreesBeforeCall();
-  return SendFrees({id});
+  return SendFrees(free);
 }
 
 absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles) {
@@ -245,6 +251,9 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
                        kEventIpcHandleBytes, ", but got ", handle.size()));
     }
     request.add_wait_event_handles(handle);
+  }
+  if (std::string fence = FreeFence(buffer.device(), buffer.segment_id()); !fence.empty()) {
+    request.add_wait_event_handles(fence);
   }
   FlushFreesBeforeCall();
   v1::FreeResponse response;
@@ -276,9 +285,15 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
 
 absl::Status Client::FlushFrees() { return frees_.Flush(); }
 
-absl::Status Client::SendFrees(const std::vector<AllocationId>& ids) {
+std::string Client::FreeFence(DeviceIndex device, SegmentId segment) const {
+  const int cuda_device = mapper_.CudaDevice(device, segment);
+  return cuda_device < 0 ? std::string() : RecordFreeFence(cuda_device);
+}
+
+absl::Status Client::SendFrees(const FreeBatch& frees) {
   v1::FreeRequest request;
-  for (AllocationId id : ids) request.add_allocation_ids(id.value());
+  for (AllocationId id : frees.ids) request.add_allocation_ids(id.value());
+  for (const std::string& handle : frees.wait_event_handles) request.add_wait_event_handles(handle);
   v1::FreeResponse response;
   return CallWithSession([&](grpc::ClientContext* context) {
     return memory_stub_->Free(context, request, &response);

@@ -303,6 +303,8 @@ class Client {
 
   // How many segments this client has mapped now.
   size_t MappedSegmentCountForTest() const { return mapper_.size(); }
+  // How many segment mappings this client ever opened.
+  uint64_t OpenedMappingCountForTest() const { return mapper_.opened(); }
   // The size of the staging buffer mapped now; 0 before the first staged copy.
   uint64_t StagingBufferSizeForTest() ABSL_LOCKS_EXCLUDED(staging_mu_);
 
@@ -324,7 +326,7 @@ class Client {
   absl::Status CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call);
   // UNAVAILABLE for calls after the session stream ended, with its reason.
   absl::Status SessionEndedError();
-  absl::Status SendFrees(const std::vector<AllocationId>& ids);
+  absl::Status SendFrees(const FreeBatch& frees);
   // Before a memory RPC: sends queued frees so its result reflects them. Their
   // failure is logged and not the caller's (its own RPC reports a dead daemon).
   void FlushFreesBeforeCall();
@@ -333,6 +335,14 @@ class Client {
   // Maps an allocation the daemon handed out and wraps it.
   absl::StatusOr<DeviceBuffer> Adopt(const v1::Allocation& allocation);
   void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
+  // Queues the free of a buffer's allocation, fenced by the calling thread's
+  // CUDA work when the buffer is mapped on a CUDA device (cuda_interop.h).
+  void EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment) {
+    frees_.Enqueue(id, FreeFence(device, segment));
+  }
+  // The free fence for memory in `segment` (cuda_free_fence.h), or "" when
+  // it is not mapped on a CUDA device here.
+  std::string FreeFence(DeviceIndex device, SegmentId segment) const;
   void OnNotice(const v1::SessionServerMessage& notice);
   // OK while the session lives, else SessionEndedError().
   absl::Status CheckSession();

@@ -160,7 +160,7 @@ absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64
     if (waited) {
       completion = std::move(event);
     } else {
-      staging->Track(slot, std::move(event), response.event_ipc_handle());
+      staging->Track(slot, std::move(event), response.event_ipc_handle(), backend() == "cuda");
       if (last && options.completion_event) {
         if (staging->WaitsLocally(slot)) {
           completion = staging->TakeEvent(slot);

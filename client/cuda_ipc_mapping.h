@@ -2,8 +2,8 @@
 
 // Maps a CUDA-backend segment from its cudaIpcMemHandle_t. Which
 // implementation is built is a build-time choice (CMake picks the source
-// file): cuda_ipc_mapping_unavailable.cc in this build; a CUDA-enabled client
-// build adds one that calls cudaIpcOpenMemHandle.
+// file): cuda_ipc_mapping_cuda.cc where the CUDA toolkit is found,
+// cuda_ipc_mapping_unavailable.cc otherwise.
 
 #include <cstdint>
 #include <memory>
@@ -14,10 +14,22 @@
 
 namespace gpumux {
 
-// `handle` is the 64-byte cudaIpcMemHandle_t as the daemon sent it. Without
-// CUDA support: UNIMPLEMENTED "CUDA IPC mapping needs a CUDA-enabled client
-// build".
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle,
-                                                                  uint64_t size);
+// `handle` is the 64-byte cudaIpcMemHandle_t as the daemon sent it, `size`
+// the segment's bytes, `pci_bus_id` its device ("0000:19:00.0"; empty: the
+// calling thread's current device). The mapping is opened with
+// cudaIpcOpenMemHandle on that device (peer access enabled lazily, so
+// kernels on other devices may use it too) and closed with
+// cudaIpcCloseMemHandle when destroyed; base() is a device pointer.
+// Errors: INVALID_ARGUMENT for a handle that is not 64 bytes, NOT_FOUND for
+// a bus id no visible device has, the CUDA error otherwise. UNIMPLEMENTED
+// (the caller keeps the allocation, without a pointer) without CUDA support,
+// "CUDA IPC mapping needs a CUDA-enabled client build", and when this
+// process sees no CUDA device, "no CUDA device is visible to this process".
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle, uint64_t size,
+                                                                  absl::string_view pci_bus_id);
+
+// Whether this process sees a CUDA device (always false without CUDA
+// support).
+bool CudaDeviceVisible();
 
 }  // namespace gpumux

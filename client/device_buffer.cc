@@ -53,7 +53,8 @@ AllocationId DeviceBuffer::Detach() {
 
 void DeviceBuffer::Reset() {
   if (client_ == nullptr) return;
-  client_->EnqueueFree(Detach());
+  Client* client = client_;
+  client->EnqueueFree(Detach(), device_, segment_id_);
 }
 
 }  // namespace gpumux

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpumux {
 
@@ -21,6 +22,17 @@ struct DeviceProperties {
   int32_t minor = 0;
   // Streaming multiprocessors; the host backend reports its worker threads.
   int32_t multi_processor_count = 0;
+  // "0000:19:00.0"; empty on the host backend.
+  std::string pci_bus_id;
+  // torch.cuda.get_arch_list() / get_gencode_flags() of the daemon's build.
+  std::vector<std::string> arch_list;
+  std::string gencode_flags;
+  // cudaDriverGetVersion / cudaRuntimeGetVersion; 0 on the host backend.
+  int32_t driver_version = 0;
+  int32_t runtime_version = 0;
+  // False after a sticky CUDA error; `health` says why ("ok" otherwise).
+  bool healthy = true;
+  std::string health;
 };
 
 }  // namespace gpumux

@@ -11,28 +11,34 @@ FreeBatcher::FreeBatcher(SendFn send, absl::Duration delay)
 
 FreeBatcher::~FreeBatcher() { Stop().IgnoreError(); }
 
-void FreeBatcher::Enqueue(AllocationId id) {
+void FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(id);
+  queue_.ids.push_back(id);
+  if (wait_event_handle.empty()) return;
+  // A thread's fences are one event per CUDA stream: few distinct handles.
+  for (const std::string& handle : queue_.wait_event_handles) {
+    if (handle == wait_event_handle) return;
+  }
+  queue_.wait_event_handles.emplace_back(wait_event_handle);
 }
 
-std::vector<AllocationId> FreeBatcher::Take() {
+FreeBatch FreeBatcher::Take() {
   absl::MutexLock send_lock(&send_mu_);
   absl::MutexLock lock(&mu_);
-  std::vector<AllocationId> ids;
-  ids.swap(queue_);
-  return ids;
+  FreeBatch batch;
+  std::swap(batch, queue_);
+  return batch;
 }
 
 absl::Status FreeBatcher::Flush() {
   absl::MutexLock send_lock(&send_mu_);
-  std::vector<AllocationId> ids;
+  FreeBatch batch;
   {
     absl::MutexLock lock(&mu_);
-    ids.swap(queue_);
+    std::swap(batch, queue_);
   }
-  if (ids.empty()) return absl::OkStatus();
-  return send_(ids);
+  if (batch.ids.empty()) return absl::OkStatus();
+  return send_(batch);
 }
 
 absl::Status FreeBatcher::Stop() {
@@ -46,7 +52,7 @@ absl::Status FreeBatcher::Stop() {
 
 size_t FreeBatcher::pending() const {
   absl::MutexLock lock(&mu_);
-  return queue_.size();
+  return queue_.ids.size();
 }
 
 void FreeBatcher::Run() {

@@ -7,22 +7,33 @@
 // background thread within `delay` of being queued. Thread-safe.
 
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/ids.h"
 
 namespace gpumux {
 
+// Queued frees: the ids, and the interprocess events (CUDA free fences,
+// 64-byte handles, each once) every one of them waits on before the daemon
+// reuses its memory. A batch waits on the union of its frees' events, which
+// is only ever later than each free needs.
+struct FreeBatch {
+  std::vector<AllocationId> ids;
+  std::vector<std::string> wait_event_handles;
+};
+
 class FreeBatcher {
  public:
   // Sends one batch to the daemon (one Free RPC). Called without the
   // batcher's locks held and never concurrently with itself.
-  using SendFn = std::function<absl::Status(const std::vector<AllocationId>&)>;
+  using SendFn = std::function<absl::Status(const FreeBatch&)>;
 
   // Starts the background thread.
   explicit FreeBatcher(SendFn send, absl::Duration delay = absl::Milliseconds(1));
@@ -31,13 +42,14 @@ class FreeBatcher {
   FreeBatcher(const FreeBatcher&) = delete;
   FreeBatcher& operator=(const FreeBatcher&) = delete;
 
-  // Queues `id`; never blocks on the network.
-  void Enqueue(AllocationId id);
+  // Queues `id`, which waits on `wait_event_handle` unless that is empty;
+  // never blocks on the network.
+  void Enqueue(AllocationId id, absl::string_view wait_event_handle = {});
 
   // Hands everything queued to the caller, who carries it on a request of its
   // own. Waits for a background send in flight first, so the caller's request
   // reaches the daemon after those frees.
-  std::vector<AllocationId> Take();
+  FreeBatch Take();
 
   // Sends everything queued now with one call of `send` (after any send in
   // flight) and returns its status; OK without a call when nothing is queued.
@@ -53,7 +65,7 @@ class FreeBatcher {
  private:
   void Run();
   bool HasWorkOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
+    return stopping_ || !queue_.ids.empty();
   }
 
   const SendFn send_;
@@ -62,7 +74,7 @@ class FreeBatcher {
   // Acquired before mu_.
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  std::vector<AllocationId> queue_ ABSL_GUARDED_BY(mu_);
+  FreeBatch queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

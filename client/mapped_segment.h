@@ -18,6 +18,9 @@ class MappedSegment {
   virtual void* base() const = 0;
   // The mapped length in bytes.
   virtual uint64_t size() const = 0;
+  // The CUDA device ordinal (in this process) a CUDA IPC mapping is open on;
+  // -1 for host memory.
+  virtual int cuda_device() const { return -1; }
 };
 
 }  // namespace gpumux

@@ -12,6 +12,13 @@ DeviceProperties FromProto(const v1::DeviceProperties& proto) {
   properties.major = proto.major();
   properties.minor = proto.minor();
   properties.multi_processor_count = proto.multi_processor_count();
+  properties.pci_bus_id = proto.pci_bus_id();
+  properties.arch_list.assign(proto.arch_list().begin(), proto.arch_list().end());
+  properties.gencode_flags = proto.gencode_flags();
+  properties.driver_version = proto.driver_version();
+  properties.runtime_version = proto.runtime_version();
+  properties.healthy = proto.healthy();
+  properties.health = proto.health();
   return properties;
 }
 

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
       return std::unique_ptr<MappedSegment>(std::move(mapping).value());
     }
     case v1::HANDLE_KIND_CUDA_IPC:
-      return OpenCudaIpcMapping(handle.data(), size);
+      return OpenCudaIpcMapping(handle.data(), size, handle.pci_bus_id());
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("segment handle of unknown kind ", static_cast<int>(handle.kind())));
@@ -44,6 +44,7 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
   }
   void* base = (*mapping)->base();
   mappings_.emplace(key, std::move(mapping).value());
+  ++opened_;
   return base;
 }
 
@@ -65,6 +66,17 @@ void SegmentMapper::UnmapAll() {
     absl::MutexLock lock(&mu_);
     doomed.swap(mappings_);
   }
+}
+
+int SegmentMapper::CudaDevice(DeviceIndex device, SegmentId segment) const {
+  absl::MutexLock lock(&mu_);
+  auto it = mappings_.find(Key(device, segment));
+  return it == mappings_.end() ? -1 : it->second->cuda_device();
+}
+
+uint64_t SegmentMapper::opened() const {
+  absl::MutexLock lock(&mu_);
+  return opened_;
 }
 
 size_t SegmentMapper::size() const {

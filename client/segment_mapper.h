@@ -44,12 +44,20 @@ class SegmentMapper {
 
   // How many segments are mapped now.
   size_t size() const;
+  // How many mappings were ever opened (each a shm_open + mmap or a
+  // cudaIpcOpenMemHandle); Map calls beyond these hit the cache.
+  uint64_t opened() const;
+
+  // The CUDA device (this process's ordinal) the segment is mapped on; -1
+  // when it is not mapped or is host memory.
+  int CudaDevice(DeviceIndex device, SegmentId segment) const;
 
  private:
   using Key = std::pair<DeviceIndex, SegmentId>;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, std::unique_ptr<MappedSegment>> mappings_ ABSL_GUARDED_BY(mu_);
+  uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpumux

@@ -33,16 +33,10 @@ absl::StatusOr<std::unique_ptr<StagingBuffer>> StagingBuffer::Map(const v1::Stag
       new StagingBuffer(std::move(mapping).value(), proto.pinned()));
 }
 
-void StagingBuffer::Track(int slot, Event event, absl::string_view ipc_handle) {
+void StagingBuffer::Track(int slot, Event event, absl::string_view ipc_handle, bool cuda) {
   StagedWork work;
   work.event = std::move(event);
-  // Not a host handle (CUDA's): the daemon's Event.Synchronize waits instead.
-  if (auto local = HostIpcEvent::Open(ipc_handle); local.ok()) {
-    work.local = std::move(local).value();
-    // The daemon records the event before it answers, so the latest
-    // generation is this work's.
-    work.generation = work.local->recorded();
-  }
+  work.local = OpenLocalEvent(ipc_handle, cuda);
   pending_[slot] = std::move(work);
 }
 
@@ -58,7 +52,7 @@ absl::Status StagingBuffer::Wait(int slot, SessionCheck check) {
   absl::Status status;
   if (work->local != nullptr) {
     while (status.ok()) {
-      HostIpcRecordState state = work->local->Await(work->generation, kLocalWaitSlice);
+      HostIpcRecordState state = work->local->Await(kLocalWaitSlice);
       if (state == HostIpcRecordState::kCompleted) break;
       if (state == HostIpcRecordState::kAbandoned) {
         // The daemon died before its copy ran: the bytes are not there.

@@ -6,8 +6,8 @@
 // Staged host-to-device copies alternate between the two halves, so the
 // client fills one while the daemon copies from the other; before a half is
 // written again, the copy that last read it must have completed. Its
-// completion event is waited on through the mapped interprocess event
-// (common/host_ipc_event.h, no RPC) where the daemon's handle is a host one,
+// completion event is waited on in this process (LocalEvent: the mapped host
+// event, or the CUDA event opened here; no RPC) where the handle opens here,
 // and with Event.Synchronize otherwise.
 //
 // Not thread-safe: the Client serializes all staged copies under one lock.
@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "client/event.h"
 #include "client/shm_mapping.h"
-#include "common/host_ipc_event.h"
+#include "client/local_event.h"
 #include "gpumux/v1/copy.pb.h"
 
 namespace gpumux {
@@ -32,10 +32,8 @@ struct StagedWork {
   // Its completion event; empty when `local` suffices and the Event went to
   // the caller.
   Event event;
-  // The same event mapped here, and the generation that completes the work;
-  // null where the handle is not a host one.
-  std::unique_ptr<HostIpcEvent> local;
-  uint64_t generation = 0;
+  // The same event opened here; null where it does not open here.
+  std::unique_ptr<LocalEvent> local;
 };
 
 class StagingBuffer {
@@ -56,10 +54,10 @@ class StagingBuffer {
 
   // Tracks a completion event of work that reads half `slot`, replacing
   // (without waiting for) whatever was tracked there. `local` is opened from
-  // `ipc_handle` when that is a host handle.
-  void Track(int slot, Event event, absl::string_view ipc_handle);
-  // True when Track found a host handle for `slot`'s work, so its Event is
-  // not needed for waiting.
+  // `ipc_handle` (a CUDA one when `cuda`: the daemon's backend) if it can be.
+  void Track(int slot, Event event, absl::string_view ipc_handle, bool cuda);
+  // True when Track opened `slot`'s event here, so its Event is not needed
+  // for waiting.
   bool WaitsLocally(int slot) const;
   // Hands out the Event tracked for `slot`, keeping only the local wait;
   // precondition: WaitsLocally(slot).

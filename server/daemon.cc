@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -18,6 +20,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/allocator/allocator_config.h"
 #include "server/backend/host/host_backend.h"
+#ifdef GPUMUX_HAVE_CUDA
+#include "server/backend/cuda/cuda_backend.h"
+#include "server/backend/cuda/nvtx3_sink.h"
+#endif
 #include "server/core/device_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
@@ -55,10 +61,24 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
     return absl::InvalidArgumentError(
         absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
   }
+#ifdef GPUMUX_HAVE_CUDA
+  if (options.backend == "cuda" || (options.backend == "auto" && CudaBackend::VisibleDeviceCount() > 0)) {
+    CudaBackend::Options cuda;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(cuda);
+    if (backend.ok()) return std::unique_ptr<DeviceBackend>(*std::move(backend));
+    if (options.backend == "cuda") {
+      return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", backend.status().message()));
+    }
+    spdlog::warn("CUDA devices are visible but unusable ({}); using the host backend",
+                 std::string(backend.status().message()));
+  }
+#else
   if (options.backend == "cuda") {
     return absl::FailedPreconditionError(
-        "the CUDA backend is not part of this build of gpumuxd; use --backend=host or auto");
+        "the CUDA backend is not part of this build of gpumuxd (built without the CUDA toolkit); "
+        "use --backend=host or auto");
   }
+#endif
   HostBackend::Options host;
   host.device_count = options.host_devices;
   host.device_memory = options.host_device_memory;
@@ -111,7 +131,9 @@ struct Daemon::State {
   std::unique_ptr<MemoryManager> memory;
   std::unique_ptr<StagingBuffers> staging;
   std::unique_ptr<RngGenerators> rng;
-  NvtxRanges nvtx;
+  // NVTX3 for a profiler attached to the daemon, in CUDA builds.
+  std::unique_ptr<NvtxSink> nvtx_sink;
+  std::unique_ptr<NvtxRanges> nvtx;
   std::unique_ptr<DeviceWork> work;
   std::unique_ptr<SessionLifecycle> lifecycle;
   // After the managers its tasks use, so it joins them first.
@@ -134,7 +156,33 @@ struct Daemon::State {
   int tcp_port = 0;
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
+  // Watches device health (a sticky CUDA error) once a second.
+  std::thread health_watcher;
+
+  void WatchHealth();
 };
+
+void Daemon::State::WatchHealth() {
+  std::vector<bool> healthy(backend->device_count(), true);
+  absl::MutexLock lock(&mu);
+  while (!mu.AwaitWithTimeout(absl::Condition(&shut_down), absl::Seconds(1))) {
+    bool all_healthy = true;
+    bool changed = false;
+    for (int d = 0; d < backend->device_count(); ++d) {
+      const bool ok = backend->DeviceHealth(DeviceIndex(d)).ok();
+      changed |= ok != healthy[d];
+      healthy[d] = ok;
+      all_healthy &= ok;
+    }
+    if (!changed) continue;
+    // Operators' probes of gpumux.v1.Device see the lost device; the daemon
+    // keeps serving the others.
+    for (grpc::Server* server : {unix_server.get(), tcp_server.get()}) {
+      if (server != nullptr) server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Device", all_healthy);
+    }
+    spdlog::warn("device health changed: gpumux.v1.Device is now {}", all_healthy ? "SERVING" : "NOT_SERVING");
+  }
+}
 
 Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
@@ -153,9 +201,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get());
   s.staging = std::make_unique<StagingBuffers>(backend, absl::StrCat("/gpumux-", getpid()));
   s.rng = std::make_unique<RngGenerators>(backend->device_count());
+#ifdef GPUMUX_HAVE_CUDA
+  s.nvtx_sink = std::make_unique<Nvtx3Sink>();
+#endif
+  s.nvtx = std::make_unique<NvtxRanges>(s.nvtx_sink.get());
   s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(), s.rng.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(), s.staging.get(),
-                                                   s.rng.get(), &s.nvtx);
+                                                   s.rng.get(), s.nvtx.get());
   s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, std::string(backend->name()));
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
@@ -163,7 +215,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), s.memory.get(), &s.sessions, &s.executor);
   s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), backend->device_count(), &s.sessions,
                                                      &s.executor);
-  s.nvtx_service = std::make_unique<NvtxService>(&s.nvtx, &s.sessions);
+  s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
 
@@ -211,6 +263,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     for (const char* name : kServiceNames) server->GetHealthCheckService()->SetServingStatus(name, true);
   }
 
+  s.health_watcher = std::thread([&s] { s.WatchHealth(); });
+
   spdlog::info("gpumuxd serving on unix://{}{}; backend {} with {} devices", options.socket_path,
                options.listen_address.empty() ? "" : absl::StrCat(" and observe-only TCP port ", s.tcp_port),
                s.backend->name(), s.backend->device_count());
@@ -228,6 +282,7 @@ void Daemon::Shutdown(int deadline_ms) {
     state_->shut_down = true;
   }
   State& s = *state_;
+  if (s.health_watcher.joinable()) s.health_watcher.join();
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
   }

@@ -28,6 +28,22 @@ std::string FormatDevicesJson(const v1::ListDevicesResponse& devices) {
     json.Int(device.minor());
     json.Key("multi_processor_count");
     json.Int(device.multi_processor_count());
+    json.Key("pci_bus_id");
+    json.String(device.pci_bus_id());
+    json.Key("arch_list");
+    json.BeginArray();
+    for (const std::string& arch : device.arch_list()) json.String(arch);
+    json.EndArray();
+    json.Key("gencode_flags");
+    json.String(device.gencode_flags());
+    json.Key("driver_version");
+    json.Int(device.driver_version());
+    json.Key("runtime_version");
+    json.Int(device.runtime_version());
+    json.Key("healthy");
+    json.Bool(device.healthy());
+    json.Key("health");
+    json.String(device.health());
     json.EndObject();
   }
   json.EndArray();
@@ -35,13 +51,14 @@ std::string FormatDevicesJson(const v1::ListDevicesResponse& devices) {
 }
 
 std::string FormatDevicesTable(const v1::ListDevicesResponse& devices) {
-  TextTable table({"INDEX", "NAME", "BACKEND", "TOTAL", "FREE", "CAPABILITY", "SMS"});
+  TextTable table({"INDEX", "NAME", "BACKEND", "TOTAL", "FREE", "CAPABILITY", "SMS", "PCI", "HEALTH"});
   for (size_t column : {0, 3, 4, 5, 6}) table.AlignRight(column);
   for (const v1::DeviceProperties& device : devices.devices()) {
     table.AddRow({absl::StrCat(device.index()), device.name(), device.backend(),
                   FormatTorchSize(device.total_memory()), FormatTorchSize(device.free_memory()),
                   absl::StrCat(device.major(), ".", device.minor()),
-                  absl::StrCat(device.multi_processor_count())});
+                  absl::StrCat(device.multi_processor_count()),
+                  device.pci_bus_id().empty() ? "-" : device.pci_bus_id(), device.health()});
   }
   return table.Render();
 }

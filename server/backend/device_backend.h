@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,17 @@ struct DeviceInfo {
   int minor = 0;
   // SMs; the host backend reports its worker threads.
   int multi_processor_count = 0;
+  // "0000:19:00.0" (cudaDeviceGetPCIBusId); empty on the host backend.
+  std::string pci_bus_id;
+  // The CUDA architectures this binary carries, as torch.cuda.get_arch_list()
+  // ("sm_80", "compute_90"), and its nvcc flags, as get_gencode_flags().
+  // Empty on the host backend.
+  std::vector<std::string> arch_list;
+  std::string gencode_flags;
+  // cudaDriverGetVersion / cudaRuntimeGetVersion (13000 for 13.0); 0 on the
+  // host backend.
+  int driver_version = 0;
+  int runtime_version = 0;
 };
 
 // How another process maps a segment.
@@ -35,6 +47,8 @@ struct SegmentHandle {
   Kind kind = Kind::kHostShm;
   // kHostShm: the POSIX shared-memory object name; kCudaIpc: 64 handle bytes.
   std::string data;
+  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostShm.
+  std::string pci_bus_id;
 };
 
 // A contiguous range of device memory obtained from the backend.
@@ -83,6 +97,11 @@ class DeviceBackend {
   virtual const DeviceInfo& device_info(DeviceIndex device) const = 0;
   // Bytes the backend could still hand out on `device` (cudaMemGetInfo's free).
   virtual uint64_t FreeMemory(DeviceIndex device) const = 0;
+  // OK while the device works. After a sticky CUDA error (an illegal address,
+  // a kernel fault, an uncorrectable ECC error) the device's context is lost
+  // until the daemon restarts: this returns UNAVAILABLE saying why, and every
+  // later call on the device fails the same way instead of touching it.
+  virtual absl::Status DeviceHealth(DeviceIndex device) const = 0;
 
   // Obtains `size` bytes of zero-filled device memory that other processes can
   // map through the returned handle. INVALID_ARGUMENT for a device out of

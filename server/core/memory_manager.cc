@@ -45,14 +45,16 @@ void MemoryManager::AddSession(SessionId session) {
 
 absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, DeviceIndex device, StreamId stream,
                                                        uint64_t size, bool shareable,
-                                                       absl::Span<const AllocationId> frees) {
+                                                       absl::Span<const AllocationId> frees,
+                                                       absl::Span<const std::string> free_wait_event_handles) {
   // The allocator pools by the session's own stream ids: only check them.
   // The default stream always exists, so the common case takes no lock.
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (stream.value() != 0) GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
   if (!frees.empty()) {
+    GPUMUX_RETURN_IF_ERROR(CheckWaitEventHandles(free_wait_event_handles));
     absl::MutexLock lock(&mu_);
-    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees, {}));
+    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees, free_wait_event_handles));
   }
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
@@ -97,8 +99,7 @@ AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block
   return view;
 }
 
-absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids,
-                                 absl::Span<const std::string> wait_event_handles) {
+absl::Status MemoryManager::CheckWaitEventHandles(absl::Span<const std::string> wait_event_handles) {
   for (const std::string& handle : wait_event_handles) {
     if (handle.size() != kIpcEventHandleBytes) {
       return absl::InvalidArgumentError(absl::StrCat("wait event handle of ", handle.size(),
@@ -106,6 +107,12 @@ absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationI
                                                      kIpcEventHandleBytes));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids,
+                                 absl::Span<const std::string> wait_event_handles) {
+  GPUMUX_RETURN_IF_ERROR(CheckWaitEventHandles(wait_event_handles));
   absl::MutexLock lock(&mu_);
   return FreeLocked(session, ids, wait_event_handles);
 }

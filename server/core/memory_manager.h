@@ -102,13 +102,14 @@ class MemoryManager {
   // INVALID_ARGUMENT naming the valid range when `device` is out of range.
   absl::Status CheckDevice(DeviceIndex device) const;
 
-  // Frees `frees` (as Free) and then allocates for `stream` (as
-  // StreamManager::Resolve names it). Errors as Free and Resolve, plus:
-  // INVALID_ARGUMENT for a bad size; RESOURCE_EXHAUSTED when the memory is
-  // not there.
+  // Frees `frees` (as Free, waiting on `free_wait_event_handles`) and then
+  // allocates for `stream` (as StreamManager::Resolve names it). Errors as
+  // Free and Resolve, plus: INVALID_ARGUMENT for a bad size;
+  // RESOURCE_EXHAUSTED when the memory is not there.
   absl::StatusOr<AllocationView> Allocate(SessionId session, DeviceIndex device, StreamId stream,
                                           uint64_t size, bool shareable,
-                                          absl::Span<const AllocationId> frees = {});
+                                          absl::Span<const AllocationId> frees = {},
+                                          absl::Span<const std::string> free_wait_event_handles = {});
   // Checks every id, then frees them all: NOT_FOUND for an id that is not a
   // live allocation of this session, INVALID_ARGUMENT for an id named twice.
   // The blocks freed are not reused before each of `wait_event_handles`
@@ -186,6 +187,8 @@ class MemoryManager {
 
   // Events opened per freed block, in the order of `ids`.
   using WaitEvents = std::vector<absl::InlinedVector<BackendEvent, 1>>;
+  // INVALID_ARGUMENT unless every handle has kIpcEventHandleBytes bytes.
+  static absl::Status CheckWaitEventHandles(absl::Span<const std::string> wait_event_handles);
   absl::Status FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
                           absl::Span<const std::string> wait_event_handles) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Opens every handle once for each id whose block the free returns.

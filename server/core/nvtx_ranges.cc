@@ -45,6 +45,7 @@ absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
   Books& books = **found;
   AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message), static_cast<int>(books.stack.size()),
                     absl::Now()});
+  if (sink_ != nullptr) sink_->Mark(session, message);
   return absl::OkStatus();
 }
 
@@ -60,6 +61,7 @@ absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view messag
   }
   int depth = static_cast<int>(books.stack.size());
   books.stack.emplace_back(message);
+  if (sink_ != nullptr) books.sink_ranges.push_back(sink_->RangeStart(session, message));
   AddLocked(books, {NvtxRecord::Kind::kPush, std::string(message), depth, absl::Now()});
   return depth;
 }
@@ -75,6 +77,10 @@ absl::StatusOr<int> NvtxRanges::Pop(SessionId session) {
   int depth = static_cast<int>(books.stack.size()) - 1;
   std::string message = std::move(books.stack.back());
   books.stack.pop_back();
+  if (sink_ != nullptr) {
+    sink_->RangeEnd(books.sink_ranges.back());
+    books.sink_ranges.pop_back();
+  }
   AddLocked(books, {NvtxRecord::Kind::kPop, std::move(message), depth, absl::Now()});
   return depth;
 }
@@ -94,7 +100,14 @@ std::vector<NvtxRecord> NvtxRanges::Records(SessionId session) const {
 
 void NvtxRanges::RemoveSession(SessionId session) {
   absl::MutexLock lock(&mu_);
-  books_.erase(session);
+  auto it = books_.find(session);
+  if (it == books_.end()) return;
+  if (sink_ != nullptr) {
+    for (auto range = it->second.sink_ranges.rbegin(); range != it->second.sink_ranges.rend(); ++range) {
+      sink_->RangeEnd(*range);
+    }
+  }
+  books_.erase(it);
 }
 
 }  // namespace gpumux

@@ -21,6 +21,14 @@ void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out
   out->set_major(info.major);
   out->set_minor(info.minor);
   out->set_multi_processor_count(info.multi_processor_count);
+  out->set_pci_bus_id(info.pci_bus_id);
+  for (const std::string& arch : info.arch_list) out->add_arch_list(arch);
+  out->set_gencode_flags(info.gencode_flags);
+  out->set_driver_version(info.driver_version);
+  out->set_runtime_version(info.runtime_version);
+  const absl::Status health = backend_->DeviceHealth(device);
+  out->set_healthy(health.ok());
+  out->set_health(health.ok() ? "ok" : std::string(health.message()));
 }
 
 grpc::ServerUnaryReactor* DeviceService::GetDeviceCount(grpc::CallbackServerContext* context,

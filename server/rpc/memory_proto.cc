@@ -35,6 +35,7 @@ void ToProto(const AllocationView& view, v1::Allocation* out) {
   out->set_segment_id(view.segment_id.value());
   out->mutable_segment_handle()->set_kind(ToProto(view.segment_handle->kind));
   out->mutable_segment_handle()->set_data(view.segment_handle->data);
+  out->mutable_segment_handle()->set_pci_bus_id(view.segment_handle->pci_bus_id);
   out->set_segment_size(view.segment_size);
   out->set_offset(view.offset);
   out->set_address(view.address);

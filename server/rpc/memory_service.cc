@@ -30,9 +30,11 @@ grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* c
                                                   v1::AllocateResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     std::vector<AllocationId> frees = ToIds(request->free_allocation_ids());
+    std::vector<std::string> handles(request->free_wait_event_handles().begin(),
+                                     request->free_wait_event_handles().end());
     GPUMUX_ASSIGN_OR_RETURN(AllocationView view,
                             memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
-                                              request->size(), request->shareable(), frees));
+                                              request->size(), request->shareable(), frees, handles));
     ToProto(view, response->mutable_allocation());
     return absl::OkStatus();
   });

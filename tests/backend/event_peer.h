@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/test_binary.h"
+
 namespace gpumux::testing {
 
 inline constexpr int kEventPeerUsage = 2;
@@ -41,7 +43,7 @@ inline constexpr int kEventPeerCannotOpen = 3;
 class EventPeer {
  public:
   explicit EventPeer(std::vector<std::string> args) {
-    args.insert(args.begin(), GPUMUX_EVENT_PEER);
+    args.insert(args.begin(), TestBinary(GPUMUX_EVENT_PEER));
     int to_child[2];
     int from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;

@@ -5,7 +5,8 @@
 //   segment_peer gone <kind> <hex handle>
 //
 // segment_peer.h describes both and the exit codes. <kind> is "shm"
-// (SegmentHandle::Kind::kHostShm); a CUDA build would add "cuda".
+// (SegmentHandle::Kind::kHostShm) or, in CUDA builds, "cuda" (kCudaIpc: the
+// handle is opened with cudaIpcOpenMemHandle on the current device).
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -16,6 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#ifdef GPUMUX_PEER_CUDA
+#include <cuda_runtime_api.h>
+
+#include <vector>
+#endif
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -61,19 +68,71 @@ int Gone(const std::string& name) {
   return kPeerStillOpenable;
 }
 
+#ifdef GPUMUX_PEER_CUDA
+bool OpenCuda(const std::string& handle, void** base) {
+  cudaIpcMemHandle_t ipc;
+  if (handle.size() != sizeof(ipc)) return false;
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  const cudaError_t error = cudaIpcOpenMemHandle(base, ipc, cudaIpcMemLazyEnablePeerAccess);
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "segment_peer: cudaIpcOpenMemHandle: %s\n", cudaGetErrorName(error));
+    return false;
+  }
+  return true;
+}
+
+int FillCuda(const std::string& handle, uint64_t size, uint32_t seed) {
+  void* base = nullptr;
+  if (!OpenCuda(handle, &base)) return kPeerCannotOpen;
+  std::vector<uint8_t> bytes(size);
+  if (cudaMemcpy(bytes.data(), base, size, cudaMemcpyDeviceToHost) != cudaSuccess) return kPeerCannotOpen;
+  for (uint64_t i = 0; i < size; ++i) {
+    if (bytes[i] != 0) {
+      std::fprintf(stderr, "segment_peer: byte %llu is %u, not 0\n", static_cast<unsigned long long>(i), bytes[i]);
+      return kPeerNotZero;
+    }
+  }
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = gpumux::testing::PeerPatternByte(i, seed);
+  if (cudaMemcpy(base, bytes.data(), size, cudaMemcpyHostToDevice) != cudaSuccess) return kPeerCannotOpen;
+  return cudaIpcCloseMemHandle(base) == cudaSuccess ? kPeerOk : kPeerCannotOpen;
+}
+
+int GoneCuda(const std::string& handle) {
+  void* base = nullptr;
+  if (!OpenCuda(handle, &base)) return kPeerOk;
+  cudaIpcCloseMemHandle(base);
+  return kPeerStillOpenable;
+}
+#endif  // GPUMUX_PEER_CUDA
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 4 || std::strcmp(argv[2], "shm") != 0) {
-    std::fprintf(stderr, "usage: segment_peer fill|gone shm <hex handle> [<size> <seed>]\n");
+  const bool cuda = argc >= 3 && std::strcmp(argv[2], "cuda") == 0;
+#ifndef GPUMUX_PEER_CUDA
+  if (cuda) {
+    std::fprintf(stderr, "segment_peer: built without CUDA\n");
+    return kPeerUsage;
+  }
+#endif
+  if (argc < 4 || (std::strcmp(argv[2], "shm") != 0 && !cuda)) {
+    std::fprintf(stderr, "usage: segment_peer fill|gone shm|cuda <hex handle> [<size> <seed>]\n");
     return kPeerUsage;
   }
   const std::string name = absl::HexStringToBytes(argv[3]);
-  if (std::strcmp(argv[1], "gone") == 0 && argc == 4) return Gone(name);
+  if (std::strcmp(argv[1], "gone") == 0 && argc == 4) {
+#ifdef GPUMUX_PEER_CUDA
+    if (cuda) return GoneCuda(name);
+#endif
+    return Gone(name);
+  }
   uint64_t size = 0;
   uint32_t seed = 0;
   if (std::strcmp(argv[1], "fill") == 0 && argc == 6 && absl::SimpleAtoi(argv[4], &size) &&
       absl::SimpleAtoi(argv[5], &seed)) {
+#ifdef GPUMUX_PEER_CUDA
+    if (cuda) return FillCuda(name, size, seed);
+#endif
     return Fill(name, size, seed);
   }
   std::fprintf(stderr, "segment_peer: bad arguments\n");

@@ -15,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/backend/device_backend.h"
+#include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
 
@@ -37,7 +38,7 @@ inline std::string PeerKindArg(SegmentHandle::Kind kind) {
 #ifdef GPUMUX_SEGMENT_PEER
 // Runs segment_peer with `args`; its exit code, or -1 when it did not exit.
 inline int RunPeer(std::vector<std::string> args) {
-  args.insert(args.begin(), GPUMUX_SEGMENT_PEER);
+  args.insert(args.begin(), TestBinary(GPUMUX_SEGMENT_PEER));
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);

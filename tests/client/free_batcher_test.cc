@@ -1,6 +1,7 @@
 #include "client/free_batcher.h"
 
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -20,17 +21,22 @@ using ::testing::IsEmpty;
 class Recorder {
  public:
   FreeBatcher::SendFn Fn() {
-    return [this](const std::vector<AllocationId>& ids) {
+    return [this](const FreeBatch& batch) {
       absl::MutexLock lock(&mu_);
       std::vector<uint64_t> values;
-      for (AllocationId id : ids) values.push_back(id.value());
+      for (AllocationId id : batch.ids) values.push_back(id.value());
       batches_.push_back(values);
+      handles_.push_back(batch.wait_event_handles);
       return status_;
     };
   }
   std::vector<std::vector<uint64_t>> batches() const {
     absl::MutexLock lock(&mu_);
     return batches_;
+  }
+  std::vector<std::vector<std::string>> handles() const {
+    absl::MutexLock lock(&mu_);
+    return handles_;
   }
   void set_status(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -40,12 +46,13 @@ class Recorder {
  private:
   mutable absl::Mutex mu_;
   std::vector<std::vector<uint64_t>> batches_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::string>> handles_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-std::vector<uint64_t> Values(const std::vector<AllocationId>& ids) {
+std::vector<uint64_t> Values(const FreeBatch& batch) {
   std::vector<uint64_t> values;
-  for (AllocationId id : ids) values.push_back(id.value());
+  for (AllocationId id : batch.ids) values.push_back(id.value());
   return values;
 }
 
@@ -57,7 +64,7 @@ TEST(FreeBatcherTest, TakeHandsOverEverythingQueued) {
   EXPECT_EQ(batcher.pending(), 2u);
   EXPECT_THAT(Values(batcher.Take()), ElementsAre(1, 2));
   EXPECT_EQ(batcher.pending(), 0u);
-  EXPECT_THAT(batcher.Take(), IsEmpty());
+  EXPECT_THAT(Values(batcher.Take()), IsEmpty());
   EXPECT_OK(batcher.Stop());
   EXPECT_THAT(recorder.batches(), IsEmpty());
 }
@@ -70,6 +77,24 @@ TEST(FreeBatcherTest, FlushSendsOneBatchAndNothingWhenEmpty) {
   batcher.Enqueue(AllocationId(4));
   EXPECT_OK(batcher.Flush());
   EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(3, 4)));
+}
+
+TEST(FreeBatcherTest, WaitEventHandlesTravelWithTheirBatchOnceEach) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
+  const std::string fence_a(64, 'a');
+  const std::string fence_b(64, 'b');
+  batcher.Enqueue(AllocationId(1), fence_a);
+  batcher.Enqueue(AllocationId(2));
+  batcher.Enqueue(AllocationId(3), fence_b);
+  batcher.Enqueue(AllocationId(4), fence_a);
+  EXPECT_OK(batcher.Flush());
+  batcher.Enqueue(AllocationId(5));
+  FreeBatch taken = batcher.Take();
+  EXPECT_THAT(Values(taken), ElementsAre(5));
+  EXPECT_THAT(taken.wait_event_handles, IsEmpty());
+  EXPECT_THAT(recorder.batches(), ElementsAre(ElementsAre(1, 2, 3, 4)));
+  EXPECT_THAT(recorder.handles(), ElementsAre(ElementsAre(fence_a, fence_b)));
 }
 
 TEST(FreeBatcherTest, FlushReturnsTheSendersStatus) {
@@ -110,7 +135,7 @@ TEST(FreeBatcherTest, TakeWaitsForASendInFlight) {
   absl::Notification release;
   std::atomic<bool> send_done{false};
   FreeBatcher batcher(
-      [&](const std::vector<AllocationId>&) {
+      [&](const FreeBatch&) {
         sending.Notify();
         release.WaitForNotification();
         send_done = true;
@@ -122,7 +147,7 @@ TEST(FreeBatcherTest, TakeWaitsForASendInFlight) {
   sending.WaitForNotification();
   batcher.Enqueue(AllocationId(9));
   std::thread taker([&] {
-    std::vector<AllocationId> taken = batcher.Take();
+    FreeBatch taken = batcher.Take();
     // The caller's own request must reach the daemon after the frees in flight.
     EXPECT_TRUE(send_done);
     EXPECT_THAT(Values(taken), ElementsAre(9));

@@ -1,7 +1,10 @@
 #include "server/core/nvtx_ranges.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 
@@ -58,6 +61,38 @@ TEST(NvtxRangesTest, BoundsMessagesAndDepth) {
   // A call racing with the session's end keeps nothing.
   EXPECT_THAT(nvtx.Push(s, "late"), StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_TRUE(nvtx.Records(s).empty());
+}
+
+// What a profiler would see: every mark, and start/end ranges matched by id.
+class RecordingSink final : public NvtxSink {
+ public:
+  void Mark(SessionId session, absl::string_view message) override {
+    events.push_back(absl::StrCat("mark ", session.value(), " ", message));
+  }
+  uint64_t RangeStart(SessionId session, absl::string_view message) override {
+    events.push_back(absl::StrCat("start ", session.value(), " ", message, " #", next_id));
+    return next_id++;
+  }
+  void RangeEnd(uint64_t range) override { events.push_back(absl::StrCat("end #", range)); }
+
+  std::vector<std::string> events;
+  uint64_t next_id = 100;
+};
+
+TEST(NvtxRangesTest, ForwardsToTheSinkAndEndsOpenRangesWithTheSession) {
+  RecordingSink sink;
+  NvtxRanges nvtx(&sink);
+  const SessionId s(3);
+  nvtx.AddSession(s);
+  ASSERT_OK(nvtx.Mark(s, "hello"));
+  ASSERT_TRUE(nvtx.Push(s, "outer").ok());
+  ASSERT_TRUE(nvtx.Push(s, "inner").ok());
+  ASSERT_TRUE(nvtx.Pop(s).ok());
+  ASSERT_TRUE(nvtx.Push(s, "second").ok());
+  EXPECT_THAT(nvtx.Pop(SessionId(9)), StatusIs(absl::StatusCode::kUnauthenticated));
+  nvtx.RemoveSession(s);
+  EXPECT_THAT(sink.events, ::testing::ElementsAre("mark 3 hello", "start 3 outer #100", "start 3 inner #101",
+                                                  "end #101", "start 3 second #102", "end #102", "end #100"));
 }
 
 }  // namespace

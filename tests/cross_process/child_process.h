@@ -9,18 +9,22 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
 
-inline const std::string kChild = std::string(GPUMUX_BINARY_DIR) + "/tests/cross_process/gpumux_test_child";
+inline const std::string kChild = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/cross_process/gpumux_test_child");
 
 // A child process with pipes to its stdin and stdout.
 class Child {
  public:
-  explicit Child(std::vector<std::string> args) {
+  explicit Child(std::vector<std::string> args) : Child(kChild, std::move(args)) {}
+  // Runs `program` instead of gpumux_test_child.
+  Child(const std::string& program, std::vector<std::string> args) {
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0) ADD_FAILURE() << "pipe";
     pid_ = fork();
@@ -30,7 +34,7 @@ class Child {
       close(in[1]);
       close(out[0]);
       std::vector<char*> argv;
-      args.insert(args.begin(), kChild);
+      args.insert(args.begin(), program);
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       execv(argv[0], argv.data());

@@ -11,6 +11,7 @@
 
 #include "grpc/grpc.h"
 #include "gtest/gtest.h"
+#include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
 
@@ -119,7 +120,7 @@ grpc::Status RawSession::Close() {
 
 DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
   socket_ = dir_.path() + "/gpumux.sock";
-  std::vector<std::string> argv_storage = {std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd",
+  std::vector<std::string> argv_storage = {TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd"),
                                            "--socket=" + socket_, "--log-level=warn"};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   pid_ = fork();

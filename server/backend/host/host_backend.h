@@ -68,6 +68,8 @@ class HostBackend final : public DeviceBackend {
   int device_count() const override { return static_cast<int>(devices_.size()); }
   const DeviceInfo& device_info(DeviceIndex device) const override;
   uint64_t FreeMemory(DeviceIndex device) const override;
+  // Emulated devices have no sticky errors: OK for every device in range.
+  absl::Status DeviceHealth(DeviceIndex device) const override { return CheckDevice(device); }
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override;
   absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override;
   absl::Status Synchronize(DeviceIndex device) override;

@@ -114,12 +114,13 @@ TEST_F(CliDaemonTest, Devices) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(
       run.out,
-      StartsWith("INDEX  NAME                  BACKEND      TOTAL       FREE  CAPABILITY  SMS\n"
+      StartsWith("INDEX  NAME                  BACKEND      TOTAL       FREE  CAPABILITY  SMS  PCI  HEALTH\n"
                  "    0  gpumux host device 0  host     64.00 MiB  64.00 MiB         0.0 "));
   EXPECT_THAT(run.out, HasSubstr("\n    1  gpumux host device 1  host     64.00 MiB  64.00 MiB "));
   run = RunHere({"devices", "--json"});
   EXPECT_EQ(run.exit_code, 0);
   EXPECT_THAT(run.out, HasSubstr("\"name\": \"gpumux host device 0\""));
+  EXPECT_THAT(run.out, HasSubstr("\"healthy\": true,\n  \"health\": \"ok\""));
 }
 
 TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {

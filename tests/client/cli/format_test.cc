@@ -163,13 +163,25 @@ TEST(DevicesFormatTest, TableAndJson) {
   device->set_major(9);
   device->set_minor(0);
   device->set_multi_processor_count(132);
+  device->set_pci_bus_id("00000000:19:00.0");
+  device->add_arch_list("sm_90");
+  device->add_arch_list("compute_90");
+  device->set_gencode_flags("-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90");
+  device->set_driver_version(13000);
+  device->set_runtime_version(13000);
+  device->set_healthy(true);
+  device->set_health("ok");
   EXPECT_EQ(FormatDevicesTable(devices),
-            "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS\n"
-            "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132\n");
+            "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS  PCI               HEALTH\n"
+            "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132  00000000:19:00.0  ok\n");
   EXPECT_EQ(FormatDevicesJson(devices),
             "[\n {\n  \"index\": 0,\n  \"name\": \"NVIDIA H200\",\n  \"backend\": \"cuda\",\n"
             "  \"total_memory\": 161061273600,\n  \"free_memory\": 107374182400,\n"
-            "  \"major\": 9,\n  \"minor\": 0,\n  \"multi_processor_count\": 132\n }\n]\n");
+            "  \"major\": 9,\n  \"minor\": 0,\n  \"multi_processor_count\": 132,\n"
+            "  \"pci_bus_id\": \"00000000:19:00.0\",\n  \"arch_list\": [\n   \"sm_90\",\n   \"compute_90\"\n  ],\n"
+            "  \"gencode_flags\": \"-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90\",\n"
+            "  \"driver_version\": 13000,\n  \"runtime_version\": 13000,\n  \"healthy\": true,\n"
+            "  \"health\": \"ok\"\n }\n]\n");
 }
 
 v1::ListSessionsResponse ExampleSessions() {

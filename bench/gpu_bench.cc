@@ -1,0 +1,302 @@
+// The CUDA backend's figures, side by side in one run on a real GPU (the
+// issue's goals are ratios against CUDA in this same process):
+//   - Allocate+Free through the daemon vs cudaMalloc+cudaFree of the same
+//     size vs the no-op RPC;
+//   - trace replay through the daemon's CUDA backend vs the host backend in
+//     process, and PyTorch's own figures for the same traces;
+//   - host to device through the staging buffer vs a pinned cudaMemcpy;
+//   - device to device through the daemon vs cudaMemcpy;
+//   - what mapping a new segment costs (cudaIpcOpenMemHandle) and how often
+//     the client's mapping cache avoids it.
+//
+// usage: gpumux_gpu_bench [--address A] [--gpumuxd PATH] [--testdata DIR]
+// Without --address it starts gpumuxd --backend=cuda (next to this binary,
+// or in the build tree) on a temporary socket. Prints name=value lines; exit
+// 77 when no CUDA device is visible.
+
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/inprocess_target.h"
+#include "bench/trace_replay.h"
+#include "client/client.h"
+#include "client/replay_target.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+double Percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+double TimeUs(const std::function<void()>& body) {
+  const auto start = Clock::now();
+  body();
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+std::string Sibling(const char* name, const char* build_relative) {
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  if (std::filesystem::exists(self.parent_path() / name)) return (self.parent_path() / name).string();
+  return (self.parent_path().parent_path() / build_relative).string();
+}
+
+bool Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return true;
+  std::fprintf(stderr, "gpumux_gpu_bench: %s: %s\n", what, cudaGetErrorName(error));
+  return false;
+}
+
+bool Check(const absl::Status& status, const char* what) {
+  if (status.ok()) return true;
+  std::fprintf(stderr, "gpumux_gpu_bench: %s: %s\n", what, status.ToString().c_str());
+  return false;
+}
+
+// PyTorch 2.11's figures on the H200 for the recorded traces (testdata/README).
+struct TorchFigures {
+  const char* name;
+  const char* file;
+  int64_t peak_requested;
+  int64_t peak_reserved;
+};
+constexpr TorchFigures kTraces[] = {
+    {"resnet50", "trace_resnet50_train_b64.csv.gz", 5518937512, 6803161088},
+    {"gpt2", "trace_gpt2s_train_b8_s1024.csv.gz", 12856116936, 13061062656},
+};
+
+bool AllocateFree(gpumux::Client& client) {
+  const uint64_t size = 2 * kMiB;
+  std::vector<double> noop, pair, sync_pair, raw;
+  bool ok = true;
+  for (int i = 0; i < 200; ++i) {  // warm-up: segment mapping, allocator cache
+    ok &= client.Ping().ok();
+    ok &= client.Allocate(size).ok();
+  }
+  for (int round = 0; round < 5 && ok; ++round) {
+    for (int i = 0; i < 1000; ++i) noop.push_back(TimeUs([&] { ok &= client.Ping().ok(); }));
+    for (int i = 0; i < 1000; ++i) pair.push_back(TimeUs([&] { ok &= client.Allocate(size).ok(); }));
+    ok &= client.FlushFrees().ok();
+    for (int i = 0; i < 1000; ++i) {
+      sync_pair.push_back(TimeUs([&] {
+        auto b = client.Allocate(size);
+        ok &= b.ok() && client.Free(std::move(*b)).ok();
+      }));
+    }
+    for (int i = 0; i < 1000; ++i) {
+      raw.push_back(TimeUs([&] {
+        void* p = nullptr;
+        ok &= cudaMalloc(&p, size) == cudaSuccess && cudaFree(p) == cudaSuccess;
+      }));
+    }
+  }
+  if (!ok) return Check(absl::InternalError("a call failed"), "allocate/free");
+  const double noop50 = Percentile(noop, 0.5), pair50 = Percentile(pair, 0.5);
+  const double sync50 = Percentile(sync_pair, 0.5), raw50 = Percentile(raw, 0.5);
+  std::printf("noop_p50_us=%.2f\n", noop50);
+  std::printf("alloc_free_2mib_p50_us=%.2f\n", pair50);
+  std::printf("alloc_free_sync_2mib_p50_us=%.2f\n", sync50);
+  std::printf("cuda_malloc_free_2mib_p50_us=%.2f\n", raw50);
+  std::printf("alloc_free_over_noop_p50=%.3f\n", pair50 / noop50);
+  std::printf("alloc_free_sync_over_noop_p50=%.3f\n", sync50 / noop50);
+  std::printf("alloc_free_over_cuda_malloc_free_p50=%.3f\n", pair50 / raw50);
+  return true;
+}
+
+bool Replays(gpumux::Client& client, const std::string& testdata) {
+  for (const TorchFigures& trace : kTraces) {
+    absl::StatusOr<std::vector<gpumux::TraceEvent>> events = gpumux::LoadTrace(testdata + "/" + trace.file);
+    if (!Check(events.status(), trace.file)) return false;
+    absl::StatusOr<std::unique_ptr<gpumux::InProcessTarget>> host =
+        gpumux::InProcessTarget::Create(gpumux::AllocatorOptions());
+    if (!Check(host.status(), "host target")) return false;
+    absl::StatusOr<gpumux::ReplayResult> on_host = gpumux::Replay(*events, **host);
+    if (!Check(on_host.status(), "host replay")) return false;
+    const uint64_t opened_before = client.OpenedMappingCountForTest();
+    absl::StatusOr<gpumux::ReplayResult> on_cuda;
+    {
+      gpumux::ClientReplayTarget target(client, gpumux::DeviceIndex(0));
+      on_cuda = gpumux::Replay(*events, target);
+    }
+    if (!Check(on_cuda.status(), "cuda replay")) return false;
+    if (!Check(client.EmptyCache().status(), "empty_cache")) return false;
+    const uint64_t opened = client.OpenedMappingCountForTest() - opened_before;
+    const double allocations = static_cast<double>(on_cuda->operations) / 2;
+    const char* n = trace.name;
+    std::printf("replay_%s_peak_requested_cuda=%lld\n", n, static_cast<long long>(on_cuda->peak_requested));
+    std::printf("replay_%s_peak_reserved_cuda=%lld\n", n, static_cast<long long>(on_cuda->peak_reserved));
+    std::printf("replay_%s_peak_reserved_host=%lld\n", n, static_cast<long long>(on_host->peak_reserved));
+    std::printf("replay_%s_device_allocs_cuda=%lld\n", n, static_cast<long long>(on_cuda->device_allocs));
+    std::printf("replay_%s_peak_requested_cuda_over_torch=%.4f\n", n,
+                static_cast<double>(on_cuda->peak_requested) / static_cast<double>(trace.peak_requested));
+    std::printf("replay_%s_peak_reserved_cuda_over_torch=%.4f\n", n,
+                static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(trace.peak_reserved));
+    std::printf("replay_%s_peak_reserved_cuda_over_host=%.4f\n", n,
+                static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(on_host->peak_reserved));
+    std::printf("replay_%s_ops_per_second_cuda=%.0f\n", n, static_cast<double>(on_cuda->operations) / on_cuda->seconds);
+    std::printf("replay_%s_ipc_opens=%llu\n", n, static_cast<unsigned long long>(opened));
+    std::printf("replay_%s_ipc_cache_hit_rate=%.4f\n", n, 1.0 - static_cast<double>(opened) / allocations);
+  }
+  return true;
+}
+
+// GB/s of `bytes` moved by `copy`, best of `reps` after one warm-up.
+double Bandwidth(uint64_t bytes, int reps, const std::function<bool()>& copy) {
+  if (!copy()) return 0;
+  double best = 0;
+  for (int i = 0; i < reps; ++i) {
+    bool ok = true;
+    const double us = TimeUs([&] { ok = copy(); });
+    if (!ok) return 0;
+    best = std::max(best, static_cast<double>(bytes) / (us * 1e3));
+  }
+  return best;
+}
+
+bool Copies(gpumux::Client& client) {
+  const uint64_t bytes = 256 * kMiB;
+  void* pinned = nullptr;
+  void* device_a = nullptr;
+  void* device_b = nullptr;
+  if (!Check(cudaMallocHost(&pinned, bytes), "cudaMallocHost") || !Check(cudaMalloc(&device_a, bytes), "cudaMalloc") ||
+      !Check(cudaMalloc(&device_b, bytes), "cudaMalloc")) {
+    return false;
+  }
+  std::vector<char> pageable(bytes, 1);
+  std::memset(pinned, 1, bytes);
+  const double pinned_h2d = Bandwidth(bytes, 5, [&] {
+    return cudaMemcpy(device_a, pinned, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+  });
+  const double pageable_h2d = Bandwidth(bytes, 5, [&] {
+    return cudaMemcpy(device_a, pageable.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+  });
+  const double local_d2d = Bandwidth(bytes, 10, [&] {
+    return cudaMemcpy(device_b, device_a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+           cudaDeviceSynchronize() == cudaSuccess;
+  });
+  absl::StatusOr<gpumux::DeviceBuffer> a = client.Allocate(bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(bytes);
+  if (!Check(a.status(), "allocate") || !Check(b.status(), "allocate")) return false;
+  gpumux::CopyOptions staged;
+  staged.path = gpumux::TransferPath::kStaging;
+  staged.wait = true;
+  const double staging_h2d = Bandwidth(bytes, 5, [&] {
+    return client.CopyHostToDevice(*a, 0, pageable.data(), bytes, staged).ok();
+  });
+  const double staging_h2d_pinned_source = Bandwidth(bytes, 5, [&] {
+    return client.CopyHostToDevice(*a, 0, pinned, bytes, staged).ok();
+  });
+  gpumux::CopyOptions waited;
+  waited.wait = true;
+  const double daemon_d2d = Bandwidth(bytes, 10, [&] {
+    return client.CopyDeviceToDevice(*b, 0, *a, 0, bytes, waited).ok();
+  });
+  std::printf("copy_bytes=%llu\n", static_cast<unsigned long long>(bytes));
+  std::printf("pinned_cuda_memcpy_h2d_gbps=%.2f\n", pinned_h2d);
+  std::printf("pageable_cuda_memcpy_h2d_gbps=%.2f\n", pageable_h2d);
+  std::printf("staging_h2d_gbps=%.2f\n", staging_h2d);
+  std::printf("staging_h2d_from_pinned_gbps=%.2f\n", staging_h2d_pinned_source);
+  std::printf("staging_h2d_over_pinned_memcpy=%.3f\n", staging_h2d / pinned_h2d);
+  std::printf("cuda_memcpy_d2d_gbps=%.2f\n", local_d2d);
+  std::printf("daemon_d2d_gbps=%.2f\n", daemon_d2d);
+  std::printf("daemon_d2d_over_cuda_memcpy=%.3f\n", daemon_d2d / local_d2d);
+  cudaFreeHost(pinned);
+  cudaFree(device_a);
+  cudaFree(device_b);
+  return staging_h2d > 0 && daemon_d2d > 0;
+}
+
+// Allocations that each need a new segment (shareable: a segment of their
+// own) map it on arrival; cached ones do not.
+bool MappingCost(gpumux::Client& client) {
+  gpumux::AllocateOptions shareable;
+  shareable.shareable = true;
+  std::vector<double> fresh;
+  for (int i = 0; i < 200; ++i) {
+    fresh.push_back(TimeUs([&] { (void)client.Allocate(2 * kMiB, gpumux::DeviceIndex(0), shareable); }));
+  }
+  std::vector<double> cached;
+  for (int i = 0; i < 200; ++i) cached.push_back(TimeUs([&] { (void)client.Allocate(2 * kMiB); }));
+  const double fresh50 = Percentile(fresh, 0.5), cached50 = Percentile(cached, 0.5);
+  std::printf("alloc_new_segment_p50_us=%.2f\n", fresh50);
+  std::printf("alloc_cached_segment_p50_us=%.2f\n", cached50);
+  std::printf("ipc_open_cost_estimate_us=%.2f\n", fresh50 - cached50);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string address, gpumuxd = Sibling("gpumuxd", "server/gpumuxd"), testdata;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--address") == 0) address = argv[i + 1];
+    else if (std::strcmp(argv[i], "--gpumuxd") == 0) gpumuxd = argv[i + 1];
+    else if (std::strcmp(argv[i], "--testdata") == 0) testdata = argv[i + 1];
+  }
+  if (testdata.empty()) {
+    const char* env = std::getenv("GPUMUX_TESTDATA");
+    testdata = env != nullptr ? env : GPUMUX_SOURCE_DIR "/testdata";
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "gpumux_gpu_bench: no CUDA device is visible\n");
+    return 77;
+  }
+  pid_t daemon = -1;
+  std::string dir;
+  if (address.empty()) {
+    char pattern[] = "/tmp/gpumux-gpu-bench-XXXXXX";
+    dir = mkdtemp(pattern);
+    const std::string socket = dir + "/gpumux.sock";
+    daemon = fork();
+    if (daemon == 0) {
+      execl(gpumuxd.c_str(), gpumuxd.c_str(), ("--socket=" + socket).c_str(), "--backend=cuda", "--log-level=warn",
+            nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 2000 && !std::filesystem::exists(socket); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    address = "unix://" + socket;
+  }
+  int rc = 0;
+  {
+    gpumux::ClientOptions options;
+    options.client_name = "gpumux_gpu_bench";
+    options.staging_buffer_size = 64 * kMiB;
+    auto client = gpumux::Client::Connect(address, options);
+    if (!Check(client.status(), "connect")) {
+      rc = 1;
+    } else if (cudaSetDevice(0) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) {
+      rc = 1;
+    } else {
+      gpumux::Client& c = **client;
+      if (!AllocateFree(c)) rc = 1;
+      if (!Copies(c)) rc = 1;
+      if (!MappingCost(c)) rc = 1;
+      if (!Replays(c, testdata)) rc = 1;
+    }
+  }
+  if (daemon > 0) {
+    kill(daemon, SIGTERM);
+    waitpid(daemon, nullptr, 0);
+    std::filesystem::remove_all(dir);
+  }
+  return rc;
+}

@@ -1,0 +1,270 @@
+// libgpumux's CUDA path (CUDA builds): segments mapped with
+// cudaIpcOpenMemHandle, free fences, and the interop of cuda_interop.h.
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cuda_free_fence.h"
+#include "client/cuda_interop.h"
+#include "client/cuda_ipc_mapping.h"
+#include "client/local_event.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+absl::Status CudaError(cudaError_t error, absl::string_view what) {
+  cudaGetLastError();  // a failed call must not surface in the next one
+  std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
+  switch (error) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidResourceHandle:
+    case cudaErrorMapBufferObjectFailed:
+    case cudaErrorInvalidDevice:
+      return absl::InvalidArgumentError(std::move(message));
+    case cudaErrorMemoryAllocation:
+      return absl::ResourceExhaustedError(std::move(message));
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+      return absl::UnavailableError(std::move(message));
+    default:
+      return absl::InternalError(std::move(message));
+  }
+}
+
+// Makes `device` current on this thread for a scope, restoring the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) status_ = cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    int current = -1;
+    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
+
+// This process's CUDA ordinal of the device with `pci_bus_id`, cached.
+absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
+  if (pci_bus_id.empty()) {
+    int current = 0;
+    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return CudaError(e, "cudaGetDevice");
+    return current;
+  }
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* cache ABSL_GUARDED_BY(mu) = new absl::flat_hash_map<std::string, int>();
+  absl::MutexLock lock(&mu);
+  if (auto it = cache->find(pci_bus_id); it != cache->end()) return it->second;
+  int device = -1;
+  const std::string bus_id(pci_bus_id);
+  if (cudaError_t e = cudaDeviceGetByPCIBusId(&device, bus_id.c_str()); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (",
+                                            cudaGetErrorName(e), "); check CUDA_VISIBLE_DEVICES"));
+  }
+  cache->emplace(bus_id, device);
+  return device;
+}
+
+class CudaIpcMapping final : public MappedSegment {
+ public:
+  CudaIpcMapping(void* base, uint64_t size, int device) : base_(base), size_(size), device_(device) {}
+  ~CudaIpcMapping() override {
+    DeviceScope scope(device_);
+    if (cudaError_t e = cudaIpcCloseMemHandle(base_); e != cudaSuccess) {
+      spdlog::warn("gpumux: {}", CudaError(e, "cudaIpcCloseMemHandle").ToString());
+    }
+  }
+  void* base() const override { return base_; }
+  uint64_t size() const override { return size_; }
+  int cuda_device() const override { return device_; }
+
+ private:
+  void* const base_;
+  const uint64_t size_;
+  const int device_;
+};
+
+thread_local cudaStream_t t_current_stream = cudaStreamLegacy;
+
+}  // namespace
+
+bool CudaDeviceVisible() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle, uint64_t size,
+                                                                  absl::string_view pci_bus_id) {
+  if (!CudaDeviceVisible()) {
+    return absl::UnimplementedError(
+        "cannot map CUDA IPC memory: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES, driver?)");
+  }
+  if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC memory handle has ", sizeof(cudaIpcMemHandle_t),
+                                                   " bytes, not ", handle.size()));
+  }
+  absl::StatusOr<int> device = ResolveDevice(pci_bus_id);
+  if (!device.ok()) return device.status();
+  DeviceScope scope(*device);
+  if (scope.status() != cudaSuccess) return CudaError(scope.status(), "cudaSetDevice");
+  cudaIpcMemHandle_t ipc;
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  void* base = nullptr;
+  if (cudaError_t e = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+    return CudaError(e, "cudaIpcOpenMemHandle");
+  }
+  return std::unique_ptr<MappedSegment>(new CudaIpcMapping(base, size, *device));
+}
+
+std::string RecordFreeFence(int cuda_device) {
+  struct Fence {
+    cudaEvent_t event = nullptr;
+    std::string handle;
+  };
+  // One event per (device, stream id), for the life of the process.
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* fences ABSL_GUARDED_BY(mu) = new absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>();
+
+  DeviceScope scope(cuda_device);
+  const cudaStream_t stream = t_current_stream;
+  unsigned long long stream_id = 0;
+  cudaError_t error = scope.status();
+  if (error == cudaSuccess) error = cudaStreamGetId(stream, &stream_id);
+  Fence fence;
+  if (error == cudaSuccess) {
+    absl::MutexLock lock(&mu);
+    Fence& slot = (*fences)[{cuda_device, stream_id}];
+    if (slot.event == nullptr) {
+      cudaEvent_t event = nullptr;
+      cudaIpcEventHandle_t handle;
+      error = cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming);
+      if (error == cudaSuccess) error = cudaIpcGetEventHandle(&handle, event);
+      if (error == cudaSuccess) {
+        slot.event = event;
+        slot.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+      } else if (event != nullptr) {
+        cudaEventDestroy(event);
+      }
+    }
+    fence = slot;
+    if (error == cudaSuccess) error = cudaEventRecord(fence.event, stream);
+  }
+  if (error == cudaSuccess) return fence.handle;
+  // Without a fence the memory may be reused only once this device is idle.
+  spdlog::warn("gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead", cuda_device,
+               CudaError(error, "recording the free fence").ToString());
+  cudaDeviceSynchronize();
+  return "";
+}
+
+namespace {
+
+// Polls: a blocking cudaEventSynchronize could not notice a daemon that died.
+class CudaLocalEvent final : public LocalEvent {
+ public:
+  explicit CudaLocalEvent(CudaIpcEvent event) : event_(std::move(event)) {}
+  HostIpcRecordState Await(std::chrono::nanoseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int round = 0;; ++round) {
+      const cudaError_t e = cudaEventQuery(event_.get());
+      if (e == cudaSuccess) return HostIpcRecordState::kCompleted;
+      if (e != cudaErrorNotReady) {
+        cudaGetLastError();
+        return HostIpcRecordState::kAbandoned;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return HostIpcRecordState::kPending;
+      if (round < 32) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+ private:
+  CudaIpcEvent event_;
+};
+
+}  // namespace
+
+std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view handle) {
+  if (!CudaDeviceVisible()) return nullptr;
+  absl::StatusOr<CudaIpcEvent> event = CudaIpcEvent::Open(handle);
+  if (!event.ok()) return nullptr;
+  return std::make_unique<CudaLocalEvent>(*std::move(event));
+}
+
+void SetCurrentCudaStream(cudaStream_t stream) { t_current_stream = stream; }
+cudaStream_t CurrentCudaStream() { return t_current_stream; }
+
+absl::StatusOr<CudaIpcEvent> CudaIpcEvent::Open(absl::string_view handle) {
+  if (handle.size() != sizeof(cudaIpcEventHandle_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC event handle has ", sizeof(cudaIpcEventHandle_t),
+                                                   " bytes, not ", handle.size()));
+  }
+  cudaIpcEventHandle_t ipc;
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  cudaEvent_t event = nullptr;
+  if (cudaError_t e = cudaIpcOpenEventHandle(&event, ipc); e != cudaSuccess) {
+    absl::Status status = CudaError(e, "cudaIpcOpenEventHandle");
+    return absl::InvalidArgumentError(status.message());
+  }
+  return CudaIpcEvent(event);
+}
+
+CudaIpcEvent::CudaIpcEvent(CudaIpcEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+
+CudaIpcEvent& CudaIpcEvent::operator=(CudaIpcEvent&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    event_ = std::exchange(other.event_, nullptr);
+  }
+  return *this;
+}
+
+CudaIpcEvent::~CudaIpcEvent() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+absl::Status CudaIpcEvent::Wait(cudaStream_t stream) const {
+  if (cudaError_t e = cudaStreamWaitEvent(stream, event_, 0); e != cudaSuccess) {
+    return CudaError(e, "cudaStreamWaitEvent");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaIpcEvent::Synchronize() const {
+  if (cudaError_t e = cudaEventSynchronize(event_); e != cudaSuccess) return CudaError(e, "cudaEventSynchronize");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaIpcEvent::Query() const {
+  const cudaError_t e = cudaEventQuery(event_);
+  if (e == cudaErrorNotReady) return false;
+  if (e != cudaSuccess) return CudaError(e, "cudaEventQuery");
+  return true;
+}
+
+}  // namespace gpumux

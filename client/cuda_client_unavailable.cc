@@ -1,0 +1,23 @@
+// libgpumux without CUDA: CUDA IPC handles cannot be mapped (allocations on
+// a CUDA daemon are still usable through the daemon: copies, fills) and frees
+// need no fence.
+
+#include "client/cuda_free_fence.h"
+#include "client/cuda_ipc_mapping.h"
+#include "client/local_event.h"
+
+namespace gpumux {
+
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view /*handle*/,
+                                                                  uint64_t /*size*/,
+                                                                  absl::string_view /*pci_bus_id*/) {
+  return absl::UnimplementedError("CUDA IPC mapping needs a CUDA-enabled client build");
+}
+
+bool CudaDeviceVisible() { return false; }
+
+std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
+
+std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view /*handle*/) { return nullptr; }
+
+}  // namespace gpumux

@@ -1,0 +1,21 @@
+#pragma once
+
+// Free fences: how a freed DeviceBuffer on a CUDA device waits for the
+// caller's own kernels. Built from cuda_client.cc (CUDA builds) or
+// cuda_client_unavailable.cc.
+
+#include <string>
+
+namespace gpumux {
+
+// Records an interprocess event on the calling thread's current CUDA stream
+// (cuda_interop.h: CurrentCudaStream) for CUDA device `cuda_device`, and
+// returns its 64-byte handle for a free to wait on. One event per stream is
+// re-recorded each time: a later capture on the same stream completes only
+// after the earlier one, so waiting on the latest is always safe. When the
+// record fails (say, the current stream is on another device) it
+// synchronizes the device instead, logs, and returns "" (nothing left to
+// wait for). Without CUDA support: "".
+std::string RecordFreeFence(int cuda_device);
+
+}  // namespace gpumux

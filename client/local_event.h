@@ -1,0 +1,35 @@
+#pragma once
+
+// LocalEvent: one of the daemon's interprocess completion events opened in
+// this process, so the client waits for the daemon's work without an RPC. A
+// host backend handle maps the shared-memory event (common/host_ipc_event.h);
+// a CUDA one is opened with cudaIpcOpenEventHandle (CUDA builds only).
+
+#include <chrono>
+#include <memory>
+
+#include "absl/strings/string_view.h"
+#include "common/host_ipc_event.h"
+
+namespace gpumux {
+
+class LocalEvent {
+ public:
+  virtual ~LocalEvent() = default;
+  // Waits up to `timeout` for the work the event stood for when it was
+  // opened: kCompleted, kPending when the time ran out, or kAbandoned when
+  // the recorder is gone without completing it (a daemon that died).
+  virtual HostIpcRecordState Await(std::chrono::nanoseconds timeout) = 0;
+};
+
+// Opens `handle` (the daemon records the event before it answers, so what it
+// captured then is what is waited for). `cuda`: the daemon's backend is
+// CUDA. Null when this process cannot open it (a CUDA handle in a build
+// without CUDA, or one CUDA rejects); the caller then waits by RPC.
+std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda);
+
+// The CUDA half of OpenLocalEvent: cuda_client.cc, or null from
+// cuda_client_unavailable.cc.
+std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view handle);
+
+}  // namespace gpumux

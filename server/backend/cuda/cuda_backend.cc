@@ -1,0 +1,353 @@
+#include "server/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "server/backend/cuda/cuda_status.h"
+#include "server/backend/cuda/fill_random_kernel.h"
+#include "spdlog/spdlog.h"
+
+#ifndef GPUMUX_CUDA_ARCH_LIST
+#define GPUMUX_CUDA_ARCH_LIST ""
+#endif
+#ifndef GPUMUX_GENCODE_FLAGS
+#define GPUMUX_GENCODE_FLAGS ""
+#endif
+
+// Devices, segments, health and the reaper thread. Streams and events are in
+// cuda_backend_streams.cc, work on streams in cuda_backend_work.cc.
+
+namespace gpumux {
+namespace {
+
+constexpr uint64_t kSizeGranularity = 512;
+// How often the reaper looks at pending keep-alives.
+constexpr absl::Duration kKeepAlivePoll = absl::Microseconds(200);
+
+}  // namespace
+
+int CudaBackend::VisibleDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+CudaBackend::CudaBackend(const Options& options) : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& options) {
+  if (options.release_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("CUDA backend: release_grace must not be negative");
+  }
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error), " (",
+                     cudaGetErrorString(error), ")"));
+  }
+  if (count == 0) return absl::UnavailableError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
+  backend->devices_.reserve(count);
+  for (int d = 0; d < count; ++d) backend->devices_.push_back(std::make_unique<Device>());
+  GPUMUX_RETURN_IF_ERROR(backend->Init());
+  backend->reaper_ = std::thread([raw = backend.get()] { raw->RunReaper(); });
+  return backend;
+}
+
+absl::Status CudaBackend::Init() {
+  int driver = 0;
+  int runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  const std::vector<std::string> arch_list = absl::StrSplit(GPUMUX_CUDA_ARCH_LIST, ' ', absl::SkipEmpty());
+  for (int d = 0; d < device_count(); ++d) {
+    const DeviceIndex index(d);
+    Device& device = *devices_[d];
+    const auto fail = [d](cudaError_t e, absl::string_view what) {
+      return CudaStatus(e, absl::StrCat("CUDA device ", d, ": ", what));
+    };
+    if (cudaError_t e = cudaSetDevice(d); e != cudaSuccess) return fail(e, "cudaSetDevice");
+    // Creates the primary context now (0.2 s), not on the first request.
+    if (cudaError_t e = cudaFree(nullptr); e != cudaSuccess) return fail(e, "creating the context");
+    cudaDeviceProp prop;
+    if (cudaError_t e = cudaGetDeviceProperties(&prop, d); e != cudaSuccess) {
+      return fail(e, "cudaGetDeviceProperties");
+    }
+    char bus_id[32] = {};
+    if (cudaError_t e = cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), d); e != cudaSuccess) {
+      return fail(e, "cudaDeviceGetPCIBusId");
+    }
+    DeviceInfo& info = device.info;
+    info.index = index;
+    info.name = prop.name;
+    info.total_memory = prop.totalGlobalMem;
+    info.major = prop.major;
+    info.minor = prop.minor;
+    info.multi_processor_count = prop.multiProcessorCount;
+    info.pci_bus_id = bus_id;
+    info.arch_list = arch_list;
+    info.gencode_flags = GPUMUX_GENCODE_FLAGS;
+    info.driver_version = driver;
+    info.runtime_version = runtime;
+    if (cudaError_t e = cudaDeviceGetStreamPriorityRange(&device.priorities.least, &device.priorities.greatest);
+        e != cudaSuccess) {
+      return fail(e, "cudaDeviceGetStreamPriorityRange");
+    }
+    cudaStream_t internal = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&internal, cudaStreamNonBlocking); e != cudaSuccess) {
+      return fail(e, "cudaStreamCreateWithFlags");
+    }
+    device.internal_stream = internal;
+
+    // Warm-up: load the device code and the runtime's memset and IPC paths
+    // now, so that the first request is not slow and FreeMemory does not
+    // move under a client's feet when the module loads lazily.
+    void* scratch = nullptr;
+    if (cudaError_t e = cudaMalloc(&scratch, 2 << 20); e != cudaSuccess) return fail(e, "warm-up cudaMalloc");
+    cudaIpcMemHandle_t handle;
+    FillRandomLaunch launch;
+    launch.elements = 1024;
+    cudaError_t e = cudaMemsetAsync(scratch, 0, 2 << 20, internal);
+    if (e == cudaSuccess) e = LaunchFillRandom(internal, scratch, launch);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(internal);
+    if (e == cudaSuccess) e = cudaIpcGetMemHandle(&handle, scratch);
+    cudaFree(scratch);
+    if (e != cudaSuccess) return fail(e, "warm-up");
+    spdlog::info("CUDA device {}: {} (sm_{}{}), {} SMs, {} MiB, PCI {}, priorities [{}, {}]", d, info.name,
+                 info.major, info.minor, info.multi_processor_count, info.total_memory >> 20, info.pci_bus_id,
+                 device.priorities.greatest, device.priorities.least);
+  }
+  return absl::OkStatus();
+}
+
+CudaBackend::~CudaBackend() {
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    stopping_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+  for (int d = 0; d < device_count(); ++d) {
+    Device& device = *devices_[d];
+    if (cudaSetDevice(d) != cudaSuccess) continue;
+    if (!device.unhealthy.load()) cudaDeviceSynchronize();
+  }
+  std::vector<KeepAlive> keep_alives;
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    keep_alives.swap(keep_alives_);
+  }
+  for (KeepAlive& k : keep_alives) cudaEventDestroy(k.done);
+  keep_alives.clear();  // may unpin (a staging buffer): before the books go
+  absl::flat_hash_map<uint64_t, Event> events;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [handle, stream] : streams_) cudaStreamDestroy(stream.stream);
+    streams_.clear();
+    events.swap(events_);
+    for (auto& [data, bytes] : pinned_) cudaHostUnregister(data);
+    pinned_.clear();
+  }
+  events.clear();  // destroys the cudaEvents
+  for (int d = 0; d < device_count(); ++d) {
+    Device& device = *devices_[d];
+    cudaSetDevice(d);
+    FreeRetiring(device, absl::InfiniteFuture());
+    absl::MutexLock lock(&device.mu);
+    for (const auto& [address, segment] : device.segments) cudaFree(reinterpret_cast<void*>(address));
+    device.segments.clear();
+    cudaStreamDestroy(device.internal_stream);
+  }
+}
+
+const DeviceInfo& CudaBackend::device_info(DeviceIndex device) const { return devices_[device.value()]->info; }
+
+absl::Status CudaBackend::UseDevice(DeviceIndex device) const {
+  if (device.value() < 0 || device.value() >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
+                                                   device_count() - 1));
+  }
+  const Device& d = *devices_[device.value()];
+  if (d.unhealthy.load(std::memory_order_acquire)) return DeviceHealth(device);
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device.value()) {
+    return Check(device, cudaSetDevice(device.value()), "cudaSetDevice");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Check(DeviceIndex device, int error, absl::string_view what) const {
+  const auto e = static_cast<cudaError_t>(error);
+  if (e == cudaSuccess) return absl::OkStatus();
+  absl::Status status = CudaStatus(e, absl::StrCat("CUDA device ", device.value(), ": ", what));
+  if (!IsStickyCudaError(e)) {
+    cudaGetLastError();  // a non-sticky error must not surface in a later call
+    return status;
+  }
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  if (d.health.ok()) {
+    d.health = absl::UnavailableError(absl::StrCat(
+        "CUDA device ", device.value(), " is unhealthy: ", status.message(),
+        "; its context is lost until gpumuxd restarts"));
+    d.unhealthy.store(true, std::memory_order_release);
+    spdlog::error("{}", std::string(d.health.message()));
+  }
+  return d.health;
+}
+
+absl::Status CudaBackend::DeviceHealth(DeviceIndex device) const {
+  if (device.value() < 0 || device.value() >= device_count()) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
+                                                   device_count() - 1));
+  }
+  const Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  return d.health;
+}
+
+uint64_t CudaBackend::FreeMemory(DeviceIndex device) const {
+  if (!UseDevice(device).ok()) return 0;
+  size_t free = 0;
+  size_t total = 0;
+  if (!Check(device, cudaMemGetInfo(&free, &total), "cudaMemGetInfo").ok()) return 0;
+  const Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  return std::min<uint64_t>(free + d.retiring_bytes, d.info.total_memory);
+}
+
+absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  if (size == 0 || size % kSizeGranularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device.value(), ": segment size ", size,
+                                                   " bytes must be a positive multiple of ", kSizeGranularity));
+  }
+  Device& d = *devices_[device.value()];
+  void* data = nullptr;
+  cudaError_t error = cudaMalloc(&data, size);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    // Retiring segments give way to a tenant that needs the memory now.
+    FreeRetiring(d, absl::InfiniteFuture());
+    error = cudaMalloc(&data, size);
+  }
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free = 0;
+    size_t total = 0;
+    cudaMemGetInfo(&free, &total);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "CUDA device %d: cannot allocate %d bytes: %d of %d bytes free (cudaMalloc: out of memory)",
+        device.value(), size, free, total));
+  }
+  GPUMUX_RETURN_IF_ERROR(Check(device, error, absl::StrCat("cudaMalloc(", size, ")")));
+  // Zero before anyone sees it: the bytes may be another tenant's old data.
+  cudaIpcMemHandle_t handle;
+  error = cudaMemsetAsync(data, 0, size, d.internal_stream);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(d.internal_stream);
+  if (error == cudaSuccess) error = cudaIpcGetMemHandle(&handle, data);
+  if (error != cudaSuccess) {
+    absl::Status status = Check(device, error, "zeroing and exporting a new segment");
+    cudaFree(data);
+    return status;
+  }
+  const auto address = reinterpret_cast<uint64_t>(data);
+  {
+    absl::MutexLock lock(&d.mu);
+    d.segments.emplace(address, Segment{size});
+  }
+  BackendSegment segment;
+  segment.address = address;
+  segment.size = size;
+  segment.handle.kind = SegmentHandle::Kind::kCudaIpc;
+  segment.handle.data.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  segment.handle.pci_bus_id = d.info.pci_bus_id;
+  return segment;
+}
+
+absl::Status CudaBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
+  if (device.value() < 0 || device.value() >= device_count()) return UseDevice(device);
+  Device& d = *devices_[device.value()];
+  uint64_t size = 0;
+  {
+    absl::MutexLock lock(&d.mu);
+    auto it = d.segments.find(address);
+    if (it == d.segments.end()) {
+      return absl::NotFoundError(
+          absl::StrFormat("CUDA device %d: no segment at address 0x%x", device.value(), address));
+    }
+    size = it->second.size;
+    d.segments.erase(it);
+    if (options_.release_grace > absl::ZeroDuration()) {
+      d.retiring.push_back(Retiring{address, size, absl::Now() + options_.release_grace});
+      d.retiring_bytes += size;
+    }
+  }
+  if (options_.release_grace > absl::ZeroDuration()) {
+    absl::MutexLock lock(&reaper_mu_);
+    reaper_wake_ = true;
+    return absl::OkStatus();
+  }
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  return Check(device, cudaFree(reinterpret_cast<void*>(address)), "cudaFree");
+}
+
+void CudaBackend::FreeRetiring(Device& device, absl::Time now) {
+  std::vector<Retiring> due;
+  {
+    absl::MutexLock lock(&device.mu);
+    auto keep = std::partition(device.retiring.begin(), device.retiring.end(),
+                               [now](const Retiring& r) { return r.free_at > now; });
+    due.assign(keep, device.retiring.end());
+    device.retiring.erase(keep, device.retiring.end());
+    for (const Retiring& r : due) device.retiring_bytes -= r.size;
+  }
+  if (due.empty() || device.unhealthy.load()) return;
+  if (!UseDevice(device.info.index).ok()) return;
+  for (const Retiring& r : due) {
+    absl::Status status = Check(device.info.index, cudaFree(reinterpret_cast<void*>(r.address)), "cudaFree");
+    if (!status.ok()) spdlog::error("{}", std::string(status.message()));
+  }
+}
+
+void CudaBackend::RunReaper() {
+  for (;;) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const std::unique_ptr<Device>& device : devices_) {
+      FreeRetiring(*device, absl::Now());
+      absl::MutexLock lock(&device->mu);
+      for (const Retiring& r : device->retiring) next = std::min(next, r.free_at);
+    }
+    // Keep-alives whose copies ran are dropped outside the lock (dropping a
+    // staging buffer unpins it, a CUDA call).
+    std::vector<KeepAlive> done;
+    {
+      absl::MutexLock lock(&reaper_mu_);
+      auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(),
+                                    [](const KeepAlive& k) { return cudaEventQuery(k.done) == cudaErrorNotReady; });
+      std::move(pending, keep_alives_.end(), std::back_inserter(done));
+      keep_alives_.erase(pending, keep_alives_.end());
+      if (!keep_alives_.empty()) next = std::min(next, absl::Now() + kKeepAlivePoll);
+    }
+    for (KeepAlive& k : done) cudaEventDestroy(k.done);
+    done.clear();
+    absl::MutexLock lock(&reaper_mu_);
+    if (stopping_) return;
+    const auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reaper_mu_) { return reaper_wake_ || stopping_; };
+    reaper_mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+    reaper_wake_ = false;
+  }
+}
+
+}  // namespace gpumux

@@ -1,0 +1,219 @@
+#pragma once
+
+// CudaBackend: DeviceBackend on the CUDA runtime, one object per daemon for
+// every visible device.
+//
+// Segments are cudaMalloc allocations zeroed on the device before they are
+// returned and exported with cudaIpcGetMemHandle. ReleaseSegment takes a
+// segment out of service at once (it can no longer be named by work), but
+// cudaFree runs `release_grace` later on the backend's reaper thread: the
+// daemon announces a release on the session stream right after the call
+// returns, and CUDA requires importers to close their mapping
+// (cudaIpcCloseMemHandle) before the exporter frees it. Memory pressure does
+// not wait for the grace: an allocation that finds the device full frees
+// every retiring segment of the device first, and FreeMemory counts them as
+// free.
+//
+// Streams are cudaStreamNonBlocking streams with the device's priorities.
+// Events are cudaEvents; interprocess ones export cudaIpcGetEventHandle, and
+// opening a handle this process exported reuses its own event (CUDA cannot
+// open an event in the process that created it). Host-to-device copies from
+// pinned memory (PinHostMemory, i.e. cudaHostRegister) run at full speed;
+// copies whose ranges overlap go through a temporary device buffer
+// (cudaMemcpyAsync does not promise memmove semantics). keep_alive objects
+// are released by the reaper thread after their copy ran (a host callback
+// may not call CUDA, and releasing a staging buffer unpins it).
+//
+// Errors are translated in one place (cuda_status.h). A sticky error (an
+// illegal address, a kernel fault) marks its device unhealthy: DeviceHealth
+// reports it and every later call on the device fails with UNAVAILABLE
+// without touching the lost context; the daemon keeps serving the other
+// devices. Blocking waits (synchronize on streams, events and devices) poll
+// with a short sleep once AbandonInterprocessWaits was called, so shutdown is
+// never held up by another process's event; queued cudaStreamWaitEvents
+// cannot be cancelled and die with the context at exit.
+//
+// Thread-safe. Each call selects its device on the calling thread
+// (cudaSetDevice is thread-local and cheap).
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/backend/device_backend.h"
+
+// cudaStream_t and cudaEvent_t, without including CUDA's headers here.
+struct CUstream_st;
+struct CUevent_st;
+
+namespace gpumux {
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  struct Options {
+    // How long cudaFree waits after ReleaseSegment (see above); zero frees
+    // within the call.
+    absl::Duration release_grace = absl::Milliseconds(200);
+  };
+
+  // Visible CUDA devices; 0 when there is no driver or no device.
+  static int VisibleDeviceCount();
+
+  // Initializes every visible device (context, an internal stream, device
+  // code loaded). UNAVAILABLE when no device is visible or the driver is
+  // missing or too old.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Options& options);
+  // Waits for every device's work, then frees every segment and event still
+  // held.
+  ~CudaBackend() override;
+
+  absl::string_view name() const override { return "cuda"; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  const DeviceInfo& device_info(DeviceIndex device) const override;
+  // cudaMemGetInfo's free plus the bytes of retiring segments.
+  uint64_t FreeMemory(DeviceIndex device) const override;
+  absl::Status DeviceHealth(DeviceIndex device) const override;
+  absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override;
+  absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override;
+  absl::Status Synchronize(DeviceIndex device) override;
+
+  // cudaDeviceGetStreamPriorityRange (Hopper: least 0, greatest -5).
+  StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override;
+  absl::StatusOr<BackendStream> CreateStream(DeviceIndex device, int priority) override;
+  absl::Status DestroyStream(BackendStream stream) override;
+  absl::StatusOr<bool> QueryStream(BackendStream stream) override;
+  absl::Status SynchronizeStream(BackendStream stream) override;
+
+  absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) override;
+  absl::Status DestroyEvent(BackendEvent event) override;
+  absl::Status RecordEvent(BackendEvent event, BackendStream stream) override;
+  absl::StatusOr<bool> QueryEvent(BackendEvent event) override;
+  absl::Status SynchronizeEvent(BackendEvent event) override;
+  absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) override;
+  absl::StatusOr<float> ElapsedTimeMs(BackendEvent start, BackendEvent end) override;
+  absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) override;
+  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) override;
+
+  absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                  DeviceIndex src_device, uint64_t src, uint64_t bytes) override;
+  absl::Status CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src, uint64_t bytes,
+                                std::shared_ptr<const void> keep_alive) override;
+  absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
+                                std::shared_ptr<void> keep_alive) override;
+  absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override;
+  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
+                          uint64_t offset) override;
+
+  void AbandonInterprocessWaits() override { abandon_waits_.store(true, std::memory_order_relaxed); }
+  // cudaHostRegister / cudaHostUnregister, with the books that give
+  // ALREADY_EXISTS and NOT_FOUND.
+  absl::Status PinHostMemory(void* data, uint64_t bytes) override;
+  absl::Status UnpinHostMemory(void* data) override;
+
+ private:
+  struct Segment {
+    uint64_t size = 0;
+  };
+  struct Retiring {
+    uint64_t address = 0;
+    uint64_t size = 0;
+    absl::Time free_at;
+  };
+
+  struct Device {
+    DeviceInfo info;
+    StreamPriorityRange priorities;
+    // For zeroing new segments and warm-up; never handed out.
+    CUstream_st* internal_stream = nullptr;
+    mutable absl::Mutex mu;
+    // Live segments by address, ordered to find the one holding an address.
+    std::map<uint64_t, Segment> segments ABSL_GUARDED_BY(mu);
+    std::vector<Retiring> retiring ABSL_GUARDED_BY(mu);
+    uint64_t retiring_bytes ABSL_GUARDED_BY(mu) = 0;
+    // Not OK after a sticky error; never becomes OK again.
+    absl::Status health ABSL_GUARDED_BY(mu);
+    std::atomic<bool> unhealthy{false};
+  };
+
+  struct Stream {
+    DeviceIndex device;
+    CUstream_st* stream = nullptr;
+  };
+  // A cudaEvent_t shared by every handle naming it (an interprocess event
+  // this process exported and then opened by its handle).
+  struct EventObject;
+  struct Event {
+    DeviceIndex device;
+    EventFlags flags;
+    std::shared_ptr<EventObject> object;
+  };
+
+  explicit CudaBackend(const Options& options);
+  absl::Status Init();
+
+  // INVALID_ARGUMENT for a device out of range; the device's health status
+  // when it is unhealthy; otherwise makes it current on this thread.
+  absl::Status UseDevice(DeviceIndex device) const;
+  // `error` as a status (CudaStatus); a sticky one also marks `device`
+  // unhealthy.
+  absl::Status Check(DeviceIndex device, int error, absl::string_view what) const;
+  // INVALID_ARGUMENT unless [address, address + bytes) lies in one live
+  // segment of `device`.
+  absl::Status CheckRange(DeviceIndex device, uint64_t address, uint64_t bytes) const;
+  absl::StatusOr<Stream> FindStream(BackendStream stream) const;
+  absl::StatusOr<Event> FindEvent(BackendEvent event) const;
+  BackendEvent AddEvent(Event event);
+  // Polls `query` (cudaStreamQuery or cudaEventQuery, as an int) until it
+  // is no longer cudaErrorNotReady: spinning briefly, then sleeping up to
+  // 1 ms per poll. Once AbandonInterprocessWaits was called, a poll that
+  // finds the work pending gives up with UNAVAILABLE.
+  template <typename Query>
+  absl::Status Wait(DeviceIndex device, absl::string_view what, Query query);
+  // Releases `keep_alive` on the reaper thread once the work queued on
+  // `stream` so far ran (an event the reaper polls: a host callback would
+  // stall the stream between copies).
+  absl::Status ReleaseAfter(const Stream& stream, std::shared_ptr<const void> keep_alive);
+
+  // cudaFree of retiring segments of `device` due by `now` (all of them
+  // with absl::InfiniteFuture()).
+  void FreeRetiring(Device& device, absl::Time now);
+  void RunReaper();
+
+  const Options options_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::atomic<bool> abandon_waits_{false};
+
+  mutable absl::Mutex mu_;
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Event> events_ ABSL_GUARDED_BY(mu_);
+  // Interprocess events created or opened here, by handle bytes.
+  absl::flat_hash_map<std::string, std::weak_ptr<EventObject>> ipc_events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<void*, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
+
+  // The reaper: frees retiring segments when due and drops keep_alives whose
+  // copies ran.
+  struct KeepAlive {
+    DeviceIndex device;
+    CUevent_st* done = nullptr;
+    std::shared_ptr<const void> object;
+  };
+  absl::Mutex reaper_mu_;
+  std::vector<KeepAlive> keep_alives_ ABSL_GUARDED_BY(reaper_mu_);
+  bool reaper_wake_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace gpumux

@@ -1,0 +1,311 @@
+// CudaBackend's streams and events.
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/backend/cuda/cuda_backend.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+
+// One cudaEvent_t. Destroyed (cudaEventDestroy) with the last handle naming it.
+struct CudaBackend::EventObject {
+  EventObject(DeviceIndex device_in, cudaEvent_t event_in) : device(device_in), event(event_in) {}
+  ~EventObject() {
+    int current = -1;
+    cudaGetDevice(&current);
+    if (current != device.value()) cudaSetDevice(device.value());
+    cudaEventDestroy(event);
+  }
+  EventObject(const EventObject&) = delete;
+  EventObject& operator=(const EventObject&) = delete;
+
+  const DeviceIndex device;
+  const cudaEvent_t event;
+  // Set by RecordEvent here; events opened from another process's handle may
+  // have been recorded there, so they count as recorded.
+  std::atomic<bool> recorded{false};
+  // Interprocess events: the handle bytes.
+  std::string ipc_handle;
+};
+
+namespace {
+
+absl::Status StreamNotFound(BackendStream stream) {
+  return absl::NotFoundError(absl::StrCat("CUDA backend: no stream ", stream.value(),
+                                          " (never created or already destroyed)"));
+}
+
+absl::Status EventNotFound(BackendEvent event) {
+  return absl::NotFoundError(absl::StrCat("CUDA backend: no event ", event.value(),
+                                          " (never created or already destroyed)"));
+}
+
+}  // namespace
+
+template <typename Query>
+absl::Status CudaBackend::Wait(DeviceIndex device, absl::string_view what, Query query) {
+  // Spin briefly (an empty stream answers at once), then sleep in growing
+  // steps up to 1 ms: a blocking CUDA call could not be given up at shutdown.
+  for (int round = 0;; ++round) {
+    const cudaError_t error = static_cast<cudaError_t>(query());
+    if (error == cudaSuccess) return absl::OkStatus();
+    if (error != cudaErrorNotReady) return Check(device, error, what);
+    if (abandon_waits_.load(std::memory_order_relaxed)) {
+      return absl::UnavailableError(
+          absl::StrCat("gpumuxd is shutting down: gave up waiting (", what, ") on CUDA device ", device.value()));
+    }
+    if (round < 32) {
+      std::this_thread::yield();
+    } else {
+      const int step = std::min(round - 32, 5);
+      std::this_thread::sleep_for(std::chrono::microseconds(32 << step));  // 32 us .. 1 ms
+    }
+  }
+}
+
+absl::Status CudaBackend::Synchronize(DeviceIndex device) {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  // cudaDeviceSynchronize cannot be given up; an event recorded on every
+  // stream of the device can. Streams created meanwhile are not waited for,
+  // as with a device synchronize that started before them.
+  std::vector<cudaStream_t> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [handle, stream] : streams_) {
+      if (stream.device == device) streams.push_back(stream.stream);
+    }
+  }
+  streams.push_back(devices_[device.value()]->internal_stream);
+  for (cudaStream_t stream : streams) {
+    GPUMUX_RETURN_IF_ERROR(Wait(device, "synchronizing the device",
+                                [stream] { return static_cast<int>(cudaStreamQuery(stream)); }));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Streams ----
+
+StreamPriorityRange CudaBackend::GetStreamPriorityRange(DeviceIndex device) const {
+  return devices_[device.value()]->priorities;
+}
+
+absl::StatusOr<BackendStream> CudaBackend::CreateStream(DeviceIndex device, int priority) {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  const StreamPriorityRange range = devices_[device.value()]->priorities;
+  if (priority > range.least || priority < range.greatest) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device.value(), ": stream priority ", priority,
+                                                   " is outside [", range.greatest, ", ", range.least,
+                                                   "] (lower is higher priority; clamp to the range)"));
+  }
+  cudaStream_t stream = nullptr;
+  GPUMUX_RETURN_IF_ERROR(Check(device, cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority),
+                               "cudaStreamCreateWithPriority"));
+  absl::MutexLock lock(&mu_);
+  const uint64_t handle = next_handle_++;
+  streams_.emplace(handle, Stream{device, stream});
+  return BackendStream(handle);
+}
+
+absl::Status CudaBackend::DestroyStream(BackendStream stream) {
+  Stream doomed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = streams_.find(stream.value());
+    if (it == streams_.end()) return StreamNotFound(stream);
+    doomed = it->second;
+    streams_.erase(it);
+  }
+  GPUMUX_RETURN_IF_ERROR(UseDevice(doomed.device));
+  // Returns at once; the work already queued still completes.
+  return Check(doomed.device, cudaStreamDestroy(doomed.stream), "cudaStreamDestroy");
+}
+
+absl::StatusOr<CudaBackend::Stream> CudaBackend::FindStream(BackendStream stream) const {
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream.value());
+  if (it == streams_.end()) return StreamNotFound(stream);
+  return it->second;
+}
+
+absl::StatusOr<bool> CudaBackend::QueryStream(BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  const cudaError_t error = cudaStreamQuery(s.stream);
+  if (error == cudaErrorNotReady) return false;
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaStreamQuery"));
+  return true;
+}
+
+absl::Status CudaBackend::SynchronizeStream(BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  return Wait(s.device, "synchronizing a stream", [&s] { return static_cast<int>(cudaStreamQuery(s.stream)); });
+}
+
+// ---- Events ----
+
+BackendEvent CudaBackend::AddEvent(Event event) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t handle = next_handle_++;
+  if (!event.object->ipc_handle.empty()) ipc_events_.insert_or_assign(event.object->ipc_handle, event.object);
+  events_.emplace(handle, std::move(event));
+  return BackendEvent(handle);
+}
+
+absl::StatusOr<CudaBackend::Event> CudaBackend::FindEvent(BackendEvent event) const {
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value());
+  if (it == events_.end()) return EventNotFound(event);
+  return it->second;
+}
+
+absl::StatusOr<BackendEvent> CudaBackend::CreateEvent(DeviceIndex device, EventFlags flags) {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  if (flags.interprocess && flags.enable_timing) {
+    return absl::InvalidArgumentError(
+        "an interprocess event cannot measure time: create it with enable_timing=False "
+        "(CUDA requires cudaEventDisableTiming with cudaEventInterprocess)");
+  }
+  unsigned int cuda_flags = flags.enable_timing ? cudaEventDefault : cudaEventDisableTiming;
+  if (flags.blocking) cuda_flags |= cudaEventBlockingSync;
+  if (flags.interprocess) cuda_flags |= cudaEventInterprocess;
+  cudaEvent_t raw = nullptr;
+  GPUMUX_RETURN_IF_ERROR(Check(device, cudaEventCreateWithFlags(&raw, cuda_flags), "cudaEventCreateWithFlags"));
+  auto object = std::make_shared<EventObject>(device, raw);
+  if (flags.interprocess) {
+    cudaIpcEventHandle_t handle;
+    GPUMUX_RETURN_IF_ERROR(Check(device, cudaIpcGetEventHandle(&handle, raw), "cudaIpcGetEventHandle"));
+    object->ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  }
+  return AddEvent(Event{device, flags, std::move(object)});
+}
+
+absl::Status CudaBackend::DestroyEvent(BackendEvent event) {
+  Event doomed;  // destroyed outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = events_.find(event.value());
+  if (it == events_.end()) return EventNotFound(event);
+  doomed = std::move(it->second);
+  events_.erase(it);
+  if (!doomed.object->ipc_handle.empty() && doomed.object.use_count() == 1) {
+    ipc_events_.erase(doomed.object->ipc_handle);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RecordEvent(BackendEvent event, BackendStream stream) {
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  if (e.device != s.device) {
+    // torch.cuda.Event.record's wording.
+    return absl::InvalidArgumentError(absl::StrCat("Event device ", e.device.value(),
+                                                   " does not match recording stream's device ",
+                                                   s.device.value(), "."));
+  }
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, cudaEventRecord(e.object->event, s.stream), "cudaEventRecord"));
+  e.object->recorded.store(true, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> CudaBackend::QueryEvent(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
+  const cudaError_t error = cudaEventQuery(e.object->event);
+  if (error == cudaErrorNotReady) return false;
+  GPUMUX_RETURN_IF_ERROR(Check(e.device, error, "cudaEventQuery"));
+  return true;
+}
+
+absl::Status CudaBackend::SynchronizeEvent(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
+  return Wait(e.device, "synchronizing an event",
+              [&e] { return static_cast<int>(cudaEventQuery(e.object->event)); });
+}
+
+absl::Status CudaBackend::StreamWaitEvent(BackendStream stream, BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  return Check(s.device, cudaStreamWaitEvent(s.stream, e.object->event, 0), "cudaStreamWaitEvent");
+}
+
+absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEvent end) {
+  GPUMUX_ASSIGN_OR_RETURN(Event s, FindEvent(start));
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(end));
+  // torch.cuda.Event.elapsed_time's wording.
+  if (!s.flags.enable_timing || !e.flags.enable_timing) {
+    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+  }
+  if (!s.object->recorded.load() || !e.object->recorded.load()) {
+    return absl::FailedPreconditionError("Both events must be recorded before calculating elapsed time.");
+  }
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  float ms = 0;
+  const cudaError_t error = cudaEventElapsedTime(&ms, s.object->event, e.object->event);
+  if (error == cudaErrorNotReady) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        "Both events must have completed before calculating elapsed time (cudaErrorNotReady); "
+        "synchronize the end event first.");
+  }
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaEventElapsedTime"));
+  return ms;
+}
+
+absl::StatusOr<std::string> CudaBackend::GetIpcEventHandle(BackendEvent event) {
+  GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
+  if (!e.flags.interprocess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "event ", event.value(), " is not interprocess: create it with interprocess=True to share it"));
+  }
+  return e.object->ipc_handle;
+}
+
+absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  if (handle.size() != sizeof(cudaIpcEventHandle_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("an interprocess event handle has ", sizeof(cudaIpcEventHandle_t),
+                                                   " bytes, not ", handle.size()));
+  }
+  EventFlags flags;
+  flags.interprocess = true;
+  {
+    // CUDA cannot open a handle in the process that exported it, and opening
+    // one handle once is enough: share the event already here.
+    absl::MutexLock lock(&mu_);
+    auto it = ipc_events_.find(handle);
+    if (it != ipc_events_.end()) {
+      if (std::shared_ptr<EventObject> object = it->second.lock()) {
+        const uint64_t id = next_handle_++;
+        events_.emplace(id, Event{object->device, flags, std::move(object)});
+        return BackendEvent(id);
+      }
+    }
+  }
+  cudaIpcEventHandle_t ipc;
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  cudaEvent_t raw = nullptr;
+  const cudaError_t error = cudaIpcOpenEventHandle(&raw, ipc);
+  if (error != cudaSuccess) {
+    absl::Status status = Check(device, error, "cudaIpcOpenEventHandle");
+    if (absl::IsUnavailable(status)) return status;  // the device, not the handle
+    return absl::InvalidArgumentError(absl::StrCat("cannot open the interprocess event handle: ", status.message()));
+  }
+  auto object = std::make_shared<EventObject>(device, raw);
+  object->recorded.store(true);
+  object->ipc_handle = std::string(handle);
+  return AddEvent(Event{device, flags, std::move(object)});
+}
+
+}  // namespace gpumux

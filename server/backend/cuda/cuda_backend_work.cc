@@ -1,0 +1,177 @@
+// CudaBackend's work on streams: copies, memset, random fills, and pinning.
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "server/backend/cuda/cuda_backend.h"
+#include "server/backend/cuda/fill_random_kernel.h"
+
+namespace gpumux {
+
+absl::Status CudaBackend::CheckRange(DeviceIndex device, uint64_t address, uint64_t bytes) const {
+  const Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  auto it = d.segments.upper_bound(address);
+  if (it != d.segments.begin()) {
+    --it;
+    const uint64_t offset = address - it->first;
+    if (offset < it->second.size && bytes <= it->second.size - offset) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "CUDA device %d: %d bytes at 0x%x are not inside one live segment of the device", device.value(), bytes,
+      address));
+}
+
+absl::Status CudaBackend::ReleaseAfter(const Stream& stream, std::shared_ptr<const void> keep_alive) {
+  if (keep_alive == nullptr) return absl::OkStatus();
+  cudaEvent_t done = nullptr;
+  cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (error == cudaSuccess) {
+    error = cudaEventRecord(done, stream.stream);
+    if (error != cudaSuccess) cudaEventDestroy(done);
+  }
+  if (error != cudaSuccess) {
+    // The copy is queued: the buffer must outlive it even so.
+    absl::Status status = Check(stream.device, error, "recording a copy's completion");
+    cudaStreamSynchronize(stream.stream);
+    return status;
+  }
+  absl::MutexLock lock(&reaper_mu_);
+  keep_alives_.push_back(KeepAlive{stream.device, done, std::move(keep_alive)});
+  reaper_wake_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                             DeviceIndex src_device, uint64_t src, uint64_t bytes) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(dst_device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (bytes == 0) return absl::OkStatus();
+  GPUMUX_RETURN_IF_ERROR(CheckRange(dst_device, dst, bytes));
+  GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, bytes));
+  if (dst_device == src_device && dst == src) return absl::OkStatus();
+  auto* to = reinterpret_cast<void*>(dst);
+  auto* from = reinterpret_cast<const void*>(src);
+  if (dst_device != src_device) {
+    return Check(s.device, cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), bytes, s.stream),
+                 "cudaMemcpyPeerAsync");
+  }
+  const bool overlap = dst < src + bytes && src < dst + bytes;
+  if (!overlap) {
+    return Check(s.device, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s.stream), "cudaMemcpyAsync");
+  }
+  // memmove through a stream-ordered temporary on the copy's stream.
+  void* temporary = nullptr;
+  GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
+  GPUMUX_RETURN_IF_ERROR(Check(src_device, cudaMallocAsync(&temporary, bytes, s.stream), "cudaMallocAsync"));
+  cudaError_t error = cudaMemcpyAsync(temporary, from, bytes, cudaMemcpyDeviceToDevice, s.stream);
+  if (error == cudaSuccess) error = cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, s.stream);
+  const cudaError_t freed = cudaFreeAsync(temporary, s.stream);
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaMemcpyAsync (overlapping ranges)"));
+  return Check(s.device, freed, "cudaFreeAsync");
+}
+
+absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src, uint64_t bytes,
+                                           std::shared_ptr<const void> keep_alive) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr) return absl::InvalidArgumentError("host-to-device copy from a null host pointer");
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
+  GPUMUX_RETURN_IF_ERROR(Check(s.device,
+                               cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice,
+                                               s.stream),
+                               "cudaMemcpyAsync (host to device)"));
+  return ReleaseAfter(s, std::move(keep_alive));
+}
+
+absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
+                                           std::shared_ptr<void> keep_alive) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (bytes == 0) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("device-to-host copy into a null host pointer");
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, src, bytes));
+  GPUMUX_RETURN_IF_ERROR(Check(s.device,
+                               cudaMemcpyAsync(dst, reinterpret_cast<const void*>(src), bytes,
+                                               cudaMemcpyDeviceToHost, s.stream),
+                               "cudaMemcpyAsync (device to host)"));
+  return ReleaseAfter(s, std::move(keep_alive));
+}
+
+absl::Status CudaBackend::Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (bytes == 0) return absl::OkStatus();
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
+  return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.stream), "cudaMemsetAsync");
+}
+
+absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
+                                     uint64_t offset) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  GPUMUX_RETURN_IF_ERROR(ValidateRngRequest(request));
+  if (offset % 4 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("random fill: generator offset ", offset, " is not a multiple of 4"));
+  }
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, request.elements * RngElementSize(request.dtype)));
+  FillRandomLaunch launch;
+  launch.dtype = static_cast<int>(request.dtype);
+  launch.kind = static_cast<int>(request.kind);
+  launch.elements = request.elements;
+  launch.a = request.a;
+  launch.b = request.b;
+  launch.seed = seed;
+  launch.offset = offset;
+  return Check(s.device, LaunchFillRandom(s.stream, reinterpret_cast<void*>(dst), launch), "the random fill kernel");
+}
+
+absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {
+  if (data == nullptr || bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot pin ", bytes, " bytes at ",
+                                                   data == nullptr ? "null" : "a host pointer",
+                                                   ": pin a non-null range of at least one byte"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (pinned_.contains(data)) return absl::AlreadyExistsError("host memory at this address is already pinned");
+  }
+  // Portable: pinned for every device's context, not only the current one.
+  const cudaError_t error = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
+  if (error == cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();
+    return absl::AlreadyExistsError("host memory in this range is already pinned");
+  }
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(absl::StrCat("cudaHostRegister(", bytes, " bytes): ", cudaGetErrorName(error),
+                                                   " (", cudaGetErrorString(error), ")"));
+  }
+  absl::MutexLock lock(&mu_);
+  pinned_.emplace(data, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::UnpinHostMemory(void* data) {
+  if (data == nullptr) return absl::InvalidArgumentError("cannot unpin a null pointer");
+  {
+    absl::MutexLock lock(&mu_);
+    if (pinned_.erase(data) == 0) return absl::NotFoundError("host memory at this address is not pinned");
+  }
+  const cudaError_t error = cudaHostUnregister(data);
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(
+        absl::StrCat("cudaHostUnregister: ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpumux

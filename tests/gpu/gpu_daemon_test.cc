@@ -1,0 +1,297 @@
+// gpumuxd with the CUDA backend, driven by real client processes that run
+// their own kernels on its memory: sharing between processes, interprocess
+// events, free fences, every copy path, random fills, and reclaiming a
+// SIGKILLed client's memory. Skips where no CUDA device is visible.
+
+#include <cuda_runtime_api.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "client/cuda_interop.h"
+#include "common/rng_fill.h"
+#include "gmock/gmock.h"
+#include "gpumux/v1/observe.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/cross_process/child_process.h"
+#include "tests/gpu/test_kernels.h"
+#include "tests/status_matchers.h"
+#include "tests/support/raw_session.h"
+#include "tests/support/test_binary.h"
+
+namespace gpumux {
+namespace {
+
+using ::gpumux::testing::Child;
+using ::gpumux::testing::DaemonProcess;
+using ::gpumux::testing::TestBinary;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr DeviceIndex kDevice(0);
+
+bool GpuVisible() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::string ChildProgram() { return TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/gpu/gpu_client_child"); }
+
+// A device counter the test kernels add mismatches to.
+class Counter {
+ public:
+  Counter() {
+    cudaMalloc(reinterpret_cast<void**>(&count_), sizeof(*count_));
+    cudaMemset(count_, 0, sizeof(*count_));
+  }
+  ~Counter() { cudaFree(count_); }
+  unsigned long long* get() { return count_; }
+  unsigned long long Read() {
+    unsigned long long value = ~0ull;
+    cudaMemcpy(&value, count_, sizeof(value), cudaMemcpyDeviceToHost);
+    return value;
+  }
+
+ private:
+  unsigned long long* count_ = nullptr;
+};
+
+class GpuDaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!GpuVisible()) GTEST_SKIP() << "no CUDA device is visible";
+    daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{"--backend=cuda"});
+    ClientOptions options;
+    options.client_name = "gpu test";
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_->address(), options);
+    ASSERT_OK(client);
+    client_ = *std::move(client);
+    ASSERT_EQ(client_->backend(), "cuda");
+  }
+
+  // Open sessions, through the Observe service.
+  int SessionCount() {
+    auto observe = v1::Observe::NewStub(daemon_->channel());
+    grpc::ClientContext context;
+    v1::ListSessionsRequest request;
+    v1::ListSessionsResponse response;
+    if (!observe->ListSessions(&context, request, &response).ok()) return -1;
+    return response.sessions_size();
+  }
+
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(GpuDaemonTest, ReportsTheRealDevice) {
+  absl::StatusOr<DeviceProperties> properties = client_->GetDeviceProperties(kDevice);
+  ASSERT_OK(properties);
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  char bus_id[32] = {};
+  ASSERT_EQ(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0), cudaSuccess);
+  EXPECT_EQ(properties->backend, "cuda");
+  EXPECT_EQ(properties->name, prop.name);
+  EXPECT_EQ(properties->total_memory, prop.totalGlobalMem);
+  EXPECT_EQ(properties->pci_bus_id, bus_id);
+  EXPECT_TRUE(properties->healthy);
+  EXPECT_EQ(properties->health, "ok");
+  EXPECT_THAT(properties->arch_list, ::testing::Contains("sm_90"));
+}
+
+// A writes a pattern with its kernel and shares the memory; B imports it,
+// checks and complements it with its kernel; A checks B's result.
+TEST_F(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
+  const uint64_t words = 16 * kMiB;  // 64 MiB
+  const uint32_t seed = 0x5eed;
+  AllocateOptions shareable;
+  shareable.shareable = true;
+  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(words * 4, kDevice, shareable);
+  ASSERT_OK(buffer);
+  ASSERT_NE(buffer->data(), nullptr);
+  auto* data = static_cast<uint32_t*>(buffer->data());
+  ASSERT_EQ(testing::LaunchWritePattern(data, words, seed, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  absl::StatusOr<std::string> token = client_->Share(*buffer);
+  ASSERT_OK(token);
+
+  Child reader(ChildProgram(), {"share-reader", daemon_->address(), absl::BytesToHexString(*token),
+                                absl::StrCat(words), absl::StrCat(seed)});
+  EXPECT_EQ(reader.ReadLine(), "mismatches 0");
+  EXPECT_EQ(reader.Wait(), 0);
+
+  Counter mismatches;
+  ASSERT_EQ(testing::LaunchCountMismatches(data, words, seed, /*complemented=*/true, mismatches.get(), nullptr),
+            cudaSuccess);
+  EXPECT_EQ(mismatches.Read(), 0u);
+}
+
+// The daemon's copy finishes before this process's kernel reads the data,
+// because the kernel's stream waits on the copy's interprocess event.
+TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
+  const uint64_t words = 32 * kMiB;  // 128 MiB
+  const uint32_t seed = 77;
+  absl::StatusOr<DeviceBuffer> busy = client_->Allocate(4096 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(words * 4, kDevice);
+  ASSERT_OK(busy);
+  ASSERT_OK(buffer);
+  std::vector<uint32_t> pattern(words);
+  for (uint64_t i = 0; i < words; ++i) pattern[i] = testing::PatternWord(i, seed);
+  // Keep the daemon's stream busy first, so an unordered kernel would run early.
+  for (int i = 0; i < 4; ++i) ASSERT_OK(client_->Memset(*busy, 0, static_cast<uint8_t>(i), busy->size()).status());
+  CopyOptions options;
+  options.completion_event = true;
+  options.path = TransferPath::kInline;
+  absl::StatusOr<Event> copied = client_->CopyHostToDevice(*buffer, 0, pattern.data(), words * 4, options);
+  ASSERT_OK(copied);
+  absl::StatusOr<std::string> handle = copied->IpcHandle();
+  ASSERT_OK(handle);
+  absl::StatusOr<CudaIpcEvent> event = CudaIpcEvent::Open(*handle);
+  ASSERT_OK(event);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Counter mismatches;
+  ASSERT_OK(event->Wait(stream));
+  ASSERT_EQ(testing::LaunchCountMismatches(static_cast<uint32_t*>(buffer->data()), words, seed, false,
+                                           mismatches.get(), stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(mismatches.Read(), 0u);
+  cudaStreamDestroy(stream);
+}
+
+// A buffer freed while this process's kernel may still use it is not handed
+// out again until that kernel finished (the free fence).
+TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  CudaStreamGuard guard(stream);
+  absl::StatusOr<DeviceBuffer> first = client_->Allocate(8 * kMiB, kDevice);
+  ASSERT_OK(first);
+  const uint64_t first_address = first->address();
+  ASSERT_EQ(testing::LaunchSpin(500'000'000, stream), cudaSuccess);  // 0.5 s
+  ASSERT_EQ(testing::LaunchWritePattern(static_cast<uint32_t*>(first->data()), 2 * kMiB, 1, stream), cudaSuccess);
+  *first = DeviceBuffer();  // queued free, fenced on `stream`
+  ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+  absl::StatusOr<DeviceBuffer> second = client_->Allocate(8 * kMiB, kDevice);
+  ASSERT_OK(second);
+  EXPECT_NE(second->address(), first_address) << "reused while the kernel could still write it";
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  absl::StatusOr<DeviceBuffer> third = client_->Allocate(8 * kMiB, kDevice);
+  ASSERT_OK(third);
+  // The fence completed: the best-fitting block is the first one again.
+  EXPECT_EQ(third->address(), first_address);
+  cudaStreamDestroy(stream);
+}
+
+TEST_F(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
+  const uint64_t size = 24 * kMiB + 4093;
+  absl::StatusOr<DeviceBuffer> a = client_->Allocate(size, kDevice);
+  absl::StatusOr<DeviceBuffer> b = client_->Allocate(size, kDevice);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  std::mt19937_64 rng(99);
+  std::vector<uint8_t> sent(size);
+  for (uint8_t& byte : sent) byte = static_cast<uint8_t>(rng());
+  for (TransferPath up : {TransferPath::kInline, TransferPath::kStaging}) {
+    for (TransferPath down : {TransferPath::kInline, TransferPath::kStaging}) {
+      SCOPED_TRACE(::testing::Message() << "up " << static_cast<int>(up) << " down " << static_cast<int>(down));
+      CopyOptions to_device;
+      to_device.path = up;
+      ASSERT_OK(client_->Memset(*a, 0, 0, size).status());
+      ASSERT_OK(client_->CopyHostToDevice(*a, 0, sent.data(), size, to_device).status());
+      // Device to device through the daemon, then back to the host.
+      ASSERT_OK(client_->CopyDeviceToDevice(*b, 0, *a, 0, size).status());
+      CopyOptions to_host;
+      to_host.path = down;
+      std::vector<uint8_t> received(size);
+      ASSERT_OK(client_->CopyDeviceToHost(received.data(), *b, 0, size, to_host).status());
+      EXPECT_TRUE(received == sent);
+      // The mapping is the same memory: read it with this process's cudaMemcpy.
+      std::vector<uint8_t> direct(size);
+      ASSERT_EQ(cudaMemcpy(direct.data(), b->data(), size, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_TRUE(direct == sent);
+    }
+  }
+  // Memset of an odd range.
+  ASSERT_OK(client_->Memset(*b, 1001, 0xab, 77777).status());
+  std::vector<uint8_t> back(size);
+  ASSERT_OK(client_->CopyDeviceToHost(back.data(), *b, 0, size).status());
+  for (uint64_t i = 0; i < size; ++i) {
+    const uint8_t expected = i >= 1001 && i < 1001 + 77777 ? 0xab : sent[i];
+    if (back[i] != expected) {
+      ADD_FAILURE() << "byte " << i;
+      break;
+    }
+  }
+}
+
+// torch.cuda.manual_seed then a fill: the same bits the host generator writes.
+TEST_F(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
+  const uint64_t n = 3 * kMiB + 5;
+  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(n * 4, kDevice);
+  ASSERT_OK(buffer);
+  ASSERT_OK(client_->ManualSeed(2024, kDevice));
+  for (bool bits : {false, true}) {
+    absl::StatusOr<GenerateResult> generated =
+        bits ? client_->Generate(*buffer, 0, Dtype::kInt32, n, Bits{})
+             : client_->Generate(*buffer, 0, Dtype::kFloat32, n, Uniform{-3.0, 5.0});
+    ASSERT_OK(generated);
+    RngRequest request{bits ? RngDtype::kI32 : RngDtype::kF32, bits ? RngKind::kBits : RngKind::kUniform, n,
+                       -3.0, 5.0};
+    std::vector<uint8_t> expected(n * 4);
+    FillRandom(expected.data(), request, generated->seed, generated->offset);
+    std::vector<uint8_t> back(n * 4);
+    ASSERT_OK(client_->CopyDeviceToHost(back.data(), *buffer, 0, n * 4).status());
+    EXPECT_TRUE(back == expected) << (bits ? "bits" : "uniform");
+  }
+}
+
+// The figure: a client holding 4 GiB is SIGKILLed; within a second of
+// the daemon's cleanup, cudaMemGetInfo is back where it started.
+TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
+  const uint64_t bytes = uint64_t{4} << 30;
+  client_.reset();  // only the hog's session from here on
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);  // this process's context first
+  size_t baseline = 0;
+  size_t total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&baseline, &total), cudaSuccess);
+  Child hog(ChildProgram(), {"hog", daemon_->address(), absl::StrCat(bytes)});
+  ASSERT_EQ(hog.ReadLine(), "ready");
+  size_t during = 0;
+  ASSERT_EQ(cudaMemGetInfo(&during, &total), cudaSuccess);
+  EXPECT_LE(during + bytes, baseline);
+  ASSERT_EQ(SessionCount(), 1);
+
+  ASSERT_EQ(kill(hog.pid(), SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  hog.Wait();
+  while (SessionCount() != 0 && absl::Now() - killed < absl::Seconds(10)) absl::SleepFor(absl::Milliseconds(1));
+  const absl::Time cleaned = absl::Now();
+  ASSERT_EQ(SessionCount(), 0);
+  size_t free = 0;
+  // A little slack for what the driver keeps between processes.
+  const size_t slack = 64 * kMiB;
+  while (absl::Now() - cleaned < absl::Seconds(10)) {
+    ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    if (free + slack >= baseline) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const absl::Time back = absl::Now();
+  std::printf("sigkill_cleanup_ms=%.1f\nsigkill_memory_back_after_cleanup_ms=%.1f\n",
+              absl::ToDoubleMilliseconds(cleaned - killed), absl::ToDoubleMilliseconds(back - cleaned));
+  EXPECT_GE(free + slack, baseline);
+  EXPECT_LT(back - cleaned, absl::Seconds(1));
+}
+
+}  // namespace
+}  // namespace gpumux
