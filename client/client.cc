@@ -285,6 +285,16 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
 
 absl::Status Client::FlushFrees() { return frees_.Flush(); }
 
+void Client::EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment) {
+  const std::string fence = FreeFence(device, segment);
+  if (frees_.Enqueue(id, fence, device)) return;
+  // Fences of another device are queued: they leave first (rare: fenced
+  // frees on two GPUs within one batch's millisecond, from racing threads).
+  do {
+    FlushFreesBeforeCall();
+  } while (!frees_.Enqueue(id, fence, device));
+}
+
 std::string Client::FreeFence(DeviceIndex device, SegmentId segment) const {
   const int cuda_device = mapper_.CudaDevice(device, segment);
   return cuda_device < 0 ? std::string() : RecordFreeFence(cuda_device);

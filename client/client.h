@@ -337,9 +337,7 @@ class Client {
   void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
   // Queues the free of a buffer's allocation, fenced by the calling thread's
   // CUDA work when the buffer is mapped on a CUDA device (cuda_interop.h).
-  void EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment) {
-    frees_.Enqueue(id, FreeFence(device, segment));
-  }
+  void EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment);
   // The free fence for memory in `segment` (cuda_free_fence.h), or "" when
   // it is not mapped on a CUDA device here.
   std::string FreeFence(DeviceIndex device, SegmentId segment) const;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/parallel_copy.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -137,7 +138,7 @@ absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64
     const bool last = done + n == size;
     // The half is written again only once the copy that last read it ran.
     GPUMUX_RETURN_IF_ERROR(staging->Wait(slot, check));
-    std::memcpy(staging->data() + staging->half_offset(slot), src + done, n);
+    ParallelMemcpy(staging->data() + staging->half_offset(slot), src + done, n);
     v1::HostToDeviceRequest request;
     SetRange(request.mutable_dst(), dst, dst_offset + done);
     request.mutable_staging()->set_offset(staging->half_offset(slot));
@@ -248,7 +249,7 @@ absl::StatusOr<Event> Client::StagedDeviceToHost(char* dst, const DeviceBuffer& 
     GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
       return copy_stub_->DeviceToHost(context, request, &response);
     }));
-    std::memcpy(dst + done, staging->data(), n);
+    ParallelMemcpy(dst + done, staging->data(), n);
     if (last) {
       completion = AdoptCompletionEvent(stream.device(), response.event(),
                                         std::move(*response.mutable_event_ipc_handle()));

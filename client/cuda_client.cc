@@ -149,6 +149,15 @@ std::string RecordFreeFence(int cuda_device) {
 
   DeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (scope.status() == cudaSuccess && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+      capture != cudaStreamCaptureStatusNone) {
+    // A record during graph capture is not a record, and synchronizing would
+    // break the capture: as in PyTorch, memory a graph uses must outlive it.
+    spdlog::warn("gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no fence",
+                 cuda_device);
+    return "";
+  }
   unsigned long long stream_id = 0;
   cudaError_t error = scope.status();
   if (error == cudaSuccess) error = cudaStreamGetId(stream, &stream_id);
@@ -190,10 +199,8 @@ class CudaLocalEvent final : public LocalEvent {
     for (int round = 0;; ++round) {
       const cudaError_t e = cudaEventQuery(event_.get());
       if (e == cudaSuccess) return HostIpcRecordState::kCompleted;
-      if (e != cudaErrorNotReady) {
-        cudaGetLastError();
-        return HostIpcRecordState::kAbandoned;
-      }
+      cudaGetLastError();  // cudaErrorNotReady too would surface in the caller's next launch
+      if (e != cudaErrorNotReady) return HostIpcRecordState::kAbandoned;
       if (std::chrono::steady_clock::now() >= deadline) return HostIpcRecordState::kPending;
       if (round < 32) {
         std::this_thread::yield();
@@ -262,7 +269,10 @@ absl::Status CudaIpcEvent::Synchronize() const {
 
 absl::StatusOr<bool> CudaIpcEvent::Query() const {
   const cudaError_t e = cudaEventQuery(event_);
-  if (e == cudaErrorNotReady) return false;
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error; must not surface in the caller's next launch
+    return false;
+  }
   if (e != cudaSuccess) return CudaError(e, "cudaEventQuery");
   return true;
 }

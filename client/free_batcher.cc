@@ -11,15 +11,20 @@ FreeBatcher::FreeBatcher(SendFn send, absl::Duration delay)
 
 FreeBatcher::~FreeBatcher() { Stop().IgnoreError(); }
 
-void FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle) {
+bool FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle, DeviceIndex fence_device) {
   absl::MutexLock lock(&mu_);
+  if (!wait_event_handle.empty() && !queue_.wait_event_handles.empty() && fence_device != fence_device_) {
+    return false;
+  }
   queue_.ids.push_back(id);
-  if (wait_event_handle.empty()) return;
+  if (wait_event_handle.empty()) return true;
+  fence_device_ = fence_device;
   // A thread's fences are one event per CUDA stream: few distinct handles.
   for (const std::string& handle : queue_.wait_event_handles) {
-    if (handle == wait_event_handle) return;
+    if (handle == wait_event_handle) return true;
   }
   queue_.wait_event_handles.emplace_back(wait_event_handle);
+  return true;
 }
 
 FreeBatch FreeBatcher::Take() {

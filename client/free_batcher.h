@@ -43,8 +43,11 @@ class FreeBatcher {
   FreeBatcher& operator=(const FreeBatcher&) = delete;
 
   // Queues `id`, which waits on `wait_event_handle` unless that is empty;
-  // never blocks on the network.
-  void Enqueue(AllocationId id, absl::string_view wait_event_handle = {});
+  // never blocks on the network. The daemon opens a batch's events on the
+  // device of each of its blocks, so one batch only carries fences of one
+  // device (`fence_device`): a fence of another device than those queued is
+  // refused (false, nothing queued); Flush, then enqueue it again.
+  bool Enqueue(AllocationId id, absl::string_view wait_event_handle = {}, DeviceIndex fence_device = DeviceIndex());
 
   // Hands everything queued to the caller, who carries it on a request of its
   // own. Waits for a background send in flight first, so the caller's request
@@ -75,6 +78,8 @@ class FreeBatcher {
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   FreeBatch queue_ ABSL_GUARDED_BY(mu_);
+  // The device of the fences in queue_ (meaningful while it has any).
+  DeviceIndex fence_device_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

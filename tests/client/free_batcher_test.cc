@@ -84,11 +84,16 @@ TEST(FreeBatcherTest, WaitEventHandlesTravelWithTheirBatchOnceEach) {
   FreeBatcher batcher(recorder.Fn(), absl::InfiniteDuration());
   const std::string fence_a(64, 'a');
   const std::string fence_b(64, 'b');
-  batcher.Enqueue(AllocationId(1), fence_a);
-  batcher.Enqueue(AllocationId(2));
-  batcher.Enqueue(AllocationId(3), fence_b);
-  batcher.Enqueue(AllocationId(4), fence_a);
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(1), fence_a, DeviceIndex(0)));
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(2)));
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(3), fence_b, DeviceIndex(0)));
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(4), fence_a, DeviceIndex(0)));
+  // A fence of another device waits for the next batch.
+  EXPECT_FALSE(batcher.Enqueue(AllocationId(6), std::string(64, 'c'), DeviceIndex(1)));
+  EXPECT_EQ(batcher.pending(), 4u);
   EXPECT_OK(batcher.Flush());
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(6), std::string(64, 'c'), DeviceIndex(1)));
+  (void)batcher.Take();
   batcher.Enqueue(AllocationId(5));
   FreeBatch taken = batcher.Take();
   EXPECT_THAT(Values(taken), ElementsAre(5));

@@ -45,7 +45,11 @@ class CudaSegmentView final : public testing::SegmentView {
   }
   absl::Status Write(uint64_t offset, const void* data, uint64_t size) override {
     GPUMUX_RETURN_IF_ERROR(Check(offset, size));
-    return Cuda(cudaMemcpy(reinterpret_cast<void*>(segment_.address + offset), data, size, cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the bytes land, and
+    // the backend's streams are not ordered after the legacy stream.
+    GPUMUX_RETURN_IF_ERROR(
+        Cuda(cudaMemcpy(reinterpret_cast<void*>(segment_.address + offset), data, size, cudaMemcpyHostToDevice)));
+    return Cuda(cudaDeviceSynchronize());
   }
 
  private:
@@ -67,9 +71,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> MakeBackend(absl::Duration release_
 }
 
 struct CudaBackendFactory {
+  // UNAVAILABLE (the suite skips) only where no device is visible; any other
+  // failure to start fails the suite.
   static absl::StatusOr<std::unique_ptr<DeviceBackend>> Create() {
-    GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, MakeBackend());
-    return std::unique_ptr<DeviceBackend>(std::move(backend));
+    if (CudaBackend::VisibleDeviceCount() == 0) return absl::UnavailableError("no CUDA device is visible");
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeBackend();
+    if (!backend.ok()) return absl::InternalError(backend.status().ToString());
+    return std::unique_ptr<DeviceBackend>(*std::move(backend));
   }
   static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const BackendSegment& segment) {
     return std::unique_ptr<testing::SegmentView>(new CudaSegmentView(segment));
@@ -103,25 +111,31 @@ TEST(CudaBackendTest, DescribesTheDeviceAsTorchDoes) {
 
 // cudaFree waits out the grace, so a client told to unmap can close its
 // mapping first; the handle opens until then, FreeMemory counts the bytes.
+// (The grace is long enough for a peer process to start CUDA within it.)
 TEST(CudaBackendTest, ReleasedSegmentIsFreedAfterTheGrace) {
   GPUMUX_REQUIRE_GPU();
-  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeBackend(absl::Milliseconds(300));
+  const absl::Duration grace = absl::Seconds(3);
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeBackend(grace);
   ASSERT_OK(backend);
   const DeviceIndex device(0);
   const uint64_t free_before = (*backend)->FreeMemory(device);
   absl::StatusOr<BackendSegment> segment = (*backend)->AllocateSegment(device, 64 * kMiB);
   ASSERT_OK(segment);
+  EXPECT_LE((*backend)->FreeMemory(device) + 64 * kMiB, free_before);
   ASSERT_OK((*backend)->ReleaseSegment(device, segment->address));
   const absl::Time released = absl::Now();
-  EXPECT_EQ(testing::RunPeerGone(segment->handle), testing::kPeerStillOpenable);
   EXPECT_EQ((*backend)->FreeMemory(device), free_before);
-  while (testing::RunPeerGone(segment->handle) != testing::kPeerOk && absl::Now() - released < absl::Seconds(5)) {
-    absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_THAT((*backend)->ReleaseSegment(device, segment->address), StatusIs(absl::StatusCode::kNotFound));
+  const int early = testing::RunPeerGone(segment->handle);
+  if (absl::Now() - released < grace) {
+    EXPECT_EQ(early, testing::kPeerStillOpenable);
+  }
+  while (testing::RunPeerGone(segment->handle) != testing::kPeerOk && absl::Now() - released < grace * 3) {
+    absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(testing::RunPeerGone(segment->handle), testing::kPeerOk);
-  EXPECT_GE(absl::Now() - released, absl::Milliseconds(300));
-  EXPECT_LT(absl::Now() - released, absl::Seconds(2));
-  EXPECT_THAT((*backend)->ReleaseSegment(device, segment->address), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_GE(absl::Now() - released, grace);
+  EXPECT_EQ((*backend)->FreeMemory(device), free_before);
 }
 
 // A tenant that needs the memory does not wait for the grace.

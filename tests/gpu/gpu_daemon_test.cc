@@ -173,22 +173,30 @@ TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
 TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  CudaStreamGuard guard(stream);
-  absl::StatusOr<DeviceBuffer> first = client_->Allocate(8 * kMiB, kDevice);
-  ASSERT_OK(first);
-  const uint64_t first_address = first->address();
-  ASSERT_EQ(testing::LaunchSpin(500'000'000, stream), cudaSuccess);  // 0.5 s
-  ASSERT_EQ(testing::LaunchWritePattern(static_cast<uint32_t*>(first->data()), 2 * kMiB, 1, stream), cudaSuccess);
-  *first = DeviceBuffer();  // queued free, fenced on `stream`
-  ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
-  absl::StatusOr<DeviceBuffer> second = client_->Allocate(8 * kMiB, kDevice);
-  ASSERT_OK(second);
-  EXPECT_NE(second->address(), first_address) << "reused while the kernel could still write it";
+  {
+    CudaStreamGuard guard(stream);
+    absl::StatusOr<DeviceBuffer> first = client_->Allocate(8 * kMiB, kDevice);
+    ASSERT_OK(first);
+    const uint64_t first_address = first->address();
+    ASSERT_EQ(testing::LaunchSpin(500'000'000, stream), cudaSuccess);  // 0.5 s
+    ASSERT_EQ(testing::LaunchWritePattern(static_cast<uint32_t*>(first->data()), 2 * kMiB, 1, stream),
+              cudaSuccess);
+    *first = DeviceBuffer();  // queued free, fenced on `stream`
+    ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
+    cudaGetLastError();
+    absl::StatusOr<DeviceBuffer> second = client_->Allocate(8 * kMiB, kDevice);
+    ASSERT_OK(second);
+    EXPECT_NE(second->address(), first_address) << "reused while the kernel could still write it";
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    absl::StatusOr<DeviceBuffer> third = client_->Allocate(8 * kMiB, kDevice);
+    ASSERT_OK(third);
+    // The fence completed: the best-fitting block is the first one again.
+    EXPECT_EQ(third->address(), first_address);
+    // The buffers' fences are recorded on `stream`: freed before it goes.
+    ASSERT_OK(client_->FlushFrees());
+  }
+  ASSERT_OK(client_->FlushFrees());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  absl::StatusOr<DeviceBuffer> third = client_->Allocate(8 * kMiB, kDevice);
-  ASSERT_OK(third);
-  // The fence completed: the best-fitting block is the first one again.
-  EXPECT_EQ(third->address(), first_address);
   cudaStreamDestroy(stream);
 }
 

@@ -29,6 +29,10 @@ namespace gpumux {
 namespace {
 
 constexpr uint64_t kSizeGranularity = 512;
+// Segments are cudaMalloced in whole 2 MiB pages: CUDA IPC maps the whole
+// driver allocation behind a pointer, so a smaller segment sub-allocated
+// next to another could expose its neighbour's bytes to an importer.
+constexpr uint64_t kPage = uint64_t{2} << 20;
 // How often the reaper looks at pending keep-alives.
 constexpr absl::Duration kKeepAlivePoll = absl::Microseconds(200);
 
@@ -138,7 +142,11 @@ CudaBackend::~CudaBackend() {
     stopping_ = true;
   }
   if (reaper_.joinable()) reaper_.join();
-  for (int d = 0; d < device_count(); ++d) {
+  // After AbandonInterprocessWaits (shutdown) a stream may wait forever on a
+  // dead client's event, and cudaDeviceSynchronize and cudaFree would wait
+  // with it: the process is exiting, and the driver reclaims everything.
+  const bool exiting = abandon_waits_.load();
+  for (int d = 0; d < device_count() && !exiting; ++d) {
     Device& device = *devices_[d];
     if (cudaSetDevice(d) != cudaSuccess) continue;
     if (!device.unhealthy.load()) cudaDeviceSynchronize();
@@ -153,14 +161,14 @@ CudaBackend::~CudaBackend() {
   absl::flat_hash_map<uint64_t, Event> events;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [handle, stream] : streams_) cudaStreamDestroy(stream.stream);
-    streams_.clear();
+    streams_.clear();  // cudaStreamDestroy each
+    draining_.clear();
     events.swap(events_);
     for (auto& [data, bytes] : pinned_) cudaHostUnregister(data);
     pinned_.clear();
   }
   events.clear();  // destroys the cudaEvents
-  for (int d = 0; d < device_count(); ++d) {
+  for (int d = 0; d < device_count() && !exiting; ++d) {
     Device& device = *devices_[d];
     cudaSetDevice(d);
     FreeRetiring(device, absl::InfiniteFuture());
@@ -234,13 +242,14 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
                                                    " bytes must be a positive multiple of ", kSizeGranularity));
   }
   Device& d = *devices_[device.value()];
+  const uint64_t reserved = (size + kPage - 1) / kPage * kPage;
   void* data = nullptr;
-  cudaError_t error = cudaMalloc(&data, size);
+  cudaError_t error = cudaMalloc(&data, reserved);
   if (error == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     // Retiring segments give way to a tenant that needs the memory now.
     FreeRetiring(d, absl::InfiniteFuture());
-    error = cudaMalloc(&data, size);
+    error = cudaMalloc(&data, reserved);
   }
   if (error == cudaErrorMemoryAllocation) {
     cudaGetLastError();
@@ -251,10 +260,11 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
         "CUDA device %d: cannot allocate %d bytes: %d of %d bytes free (cudaMalloc: out of memory)",
         device.value(), size, free, total));
   }
-  GPUMUX_RETURN_IF_ERROR(Check(device, error, absl::StrCat("cudaMalloc(", size, ")")));
-  // Zero before anyone sees it: the bytes may be another tenant's old data.
+  GPUMUX_RETURN_IF_ERROR(Check(device, error, absl::StrCat("cudaMalloc(", reserved, ")")));
+  // Zero before anyone sees it (all of it: an importer maps the whole
+  // allocation): the bytes may be another tenant's old data.
   cudaIpcMemHandle_t handle;
-  error = cudaMemsetAsync(data, 0, size, d.internal_stream);
+  error = cudaMemsetAsync(data, 0, reserved, d.internal_stream);
   if (error == cudaSuccess) error = cudaStreamSynchronize(d.internal_stream);
   if (error == cudaSuccess) error = cudaIpcGetMemHandle(&handle, data);
   if (error != cudaSuccess) {
@@ -265,7 +275,7 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
   const auto address = reinterpret_cast<uint64_t>(data);
   {
     absl::MutexLock lock(&d.mu);
-    d.segments.emplace(address, Segment{size});
+    d.segments.emplace(address, Segment{size, reserved});
   }
   BackendSegment segment;
   segment.address = address;
@@ -279,7 +289,6 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
 absl::Status CudaBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   if (device.value() < 0 || device.value() >= device_count()) return UseDevice(device);
   Device& d = *devices_[device.value()];
-  uint64_t size = 0;
   {
     absl::MutexLock lock(&d.mu);
     auto it = d.segments.find(address);
@@ -287,11 +296,11 @@ absl::Status CudaBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
       return absl::NotFoundError(
           absl::StrFormat("CUDA device %d: no segment at address 0x%x", device.value(), address));
     }
-    size = it->second.size;
+    const uint64_t reserved = it->second.reserved;
     d.segments.erase(it);
     if (options_.release_grace > absl::ZeroDuration()) {
-      d.retiring.push_back(Retiring{address, size, absl::Now() + options_.release_grace});
-      d.retiring_bytes += size;
+      d.retiring.push_back(Retiring{address, reserved, absl::Now() + options_.release_grace});
+      d.retiring_bytes += reserved;
     }
   }
   if (options_.release_grace > absl::ZeroDuration()) {
@@ -311,7 +320,7 @@ void CudaBackend::FreeRetiring(Device& device, absl::Time now) {
                                [now](const Retiring& r) { return r.free_at > now; });
     due.assign(keep, device.retiring.end());
     device.retiring.erase(keep, device.retiring.end());
-    for (const Retiring& r : due) device.retiring_bytes -= r.size;
+    for (const Retiring& r : due) device.retiring_bytes -= r.reserved;
   }
   if (due.empty() || device.unhealthy.load()) return;
   if (!UseDevice(device.info.index).ok()) return;
@@ -319,6 +328,20 @@ void CudaBackend::FreeRetiring(Device& device, absl::Time now) {
     absl::Status status = Check(device.info.index, cudaFree(reinterpret_cast<void*>(r.address)), "cudaFree");
     if (!status.ok()) spdlog::error("{}", std::string(status.message()));
   }
+}
+
+void CudaBackend::ReapKeepAlives() {
+  // Dropped outside the lock: dropping a staging buffer unpins it.
+  std::vector<KeepAlive> done;
+  {
+    absl::MutexLock lock(&reaper_mu_);
+    if (keep_alives_.empty()) return;
+    auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(),
+                                  [](const KeepAlive& k) { return NotReady(cudaEventQuery(k.done)); });
+    std::move(pending, keep_alives_.end(), std::back_inserter(done));
+    keep_alives_.erase(pending, keep_alives_.end());
+  }
+  for (KeepAlive& k : done) cudaEventDestroy(k.done);
 }
 
 void CudaBackend::RunReaper() {
@@ -329,21 +352,10 @@ void CudaBackend::RunReaper() {
       absl::MutexLock lock(&device->mu);
       for (const Retiring& r : device->retiring) next = std::min(next, r.free_at);
     }
-    // Keep-alives whose copies ran are dropped outside the lock (dropping a
-    // staging buffer unpins it, a CUDA call).
-    std::vector<KeepAlive> done;
-    {
-      absl::MutexLock lock(&reaper_mu_);
-      auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(),
-                                    [](const KeepAlive& k) { return cudaEventQuery(k.done) == cudaErrorNotReady; });
-      std::move(pending, keep_alives_.end(), std::back_inserter(done));
-      keep_alives_.erase(pending, keep_alives_.end());
-      if (!keep_alives_.empty()) next = std::min(next, absl::Now() + kKeepAlivePoll);
-    }
-    for (KeepAlive& k : done) cudaEventDestroy(k.done);
-    done.clear();
+    ReapKeepAlives();
     absl::MutexLock lock(&reaper_mu_);
     if (stopping_) return;
+    if (!keep_alives_.empty()) next = std::min(next, absl::Now() + kKeepAlivePoll);
     const auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reaper_mu_) { return reaper_wake_ || stopping_; };
     reaper_mu_.AwaitWithDeadline(absl::Condition(&woken), next);
     reaper_wake_ = false;

@@ -3,8 +3,9 @@
 // CudaBackend: DeviceBackend on the CUDA runtime, one object per daemon for
 // every visible device.
 //
-// Segments are cudaMalloc allocations zeroed on the device before they are
-// returned and exported with cudaIpcGetMemHandle. ReleaseSegment takes a
+// Segments are cudaMalloc allocations of whole 2 MiB pages (an importer maps
+// the whole allocation), zeroed on the device before they are returned and
+// exported with cudaIpcGetMemHandle. ReleaseSegment takes a
 // segment out of service at once (it can no longer be named by work), but
 // cudaFree runs `release_grace` later on the backend's reaper thread: the
 // daemon announces a release on the session stream right after the call
@@ -75,7 +76,8 @@ class CudaBackend final : public DeviceBackend {
   // missing or too old.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Options& options);
   // Waits for every device's work, then frees every segment and event still
-  // held.
+  // held; after AbandonInterprocessWaits (shutdown) it neither waits nor
+  // frees device memory: the process is exiting and the driver reclaims it.
   ~CudaBackend() override;
 
   absl::string_view name() const override { return "cuda"; }
@@ -123,11 +125,12 @@ class CudaBackend final : public DeviceBackend {
 
  private:
   struct Segment {
-    uint64_t size = 0;
+    uint64_t size = 0;      // as asked for
+    uint64_t reserved = 0;  // cudaMalloced: rounded up to 2 MiB
   };
   struct Retiring {
     uint64_t address = 0;
-    uint64_t size = 0;
+    uint64_t reserved = 0;
     absl::Time free_at;
   };
 
@@ -146,9 +149,13 @@ class CudaBackend final : public DeviceBackend {
     std::atomic<bool> unhealthy{false};
   };
 
+  // Shared by the table and calls in flight: cudaStreamDestroy runs when the
+  // last of them lets go, so a call racing with DestroyStream never uses a
+  // destroyed stream.
   struct Stream {
     DeviceIndex device;
-    CUstream_st* stream = nullptr;
+    std::shared_ptr<CUstream_st> handle;
+    CUstream_st* get() const { return handle.get(); }
   };
   // A cudaEvent_t shared by every handle naming it (an interprocess event
   // this process exported and then opened by its handle).
@@ -188,6 +195,11 @@ class CudaBackend final : public DeviceBackend {
   // cudaFree of retiring segments of `device` due by `now` (all of them
   // with absl::InfiniteFuture()).
   void FreeRetiring(Device& device, absl::Time now);
+  // Drops the keep-alives whose copies ran. The reaper polls; synchronize
+  // calls also reap, so what they waited for is released when they return.
+  void ReapKeepAlives();
+  // Destroys the drain events of destroyed streams that completed.
+  void PruneDrainingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunReaper();
 
   const Options options_;
@@ -201,6 +213,13 @@ class CudaBackend final : public DeviceBackend {
   // Interprocess events created or opened here, by handle bytes.
   absl::flat_hash_map<std::string, std::weak_ptr<EventObject>> ipc_events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
+  // An event recorded on each destroyed stream as it was destroyed, until it
+  // completes: Synchronize(device) waits for those streams' work too.
+  struct Draining {
+    DeviceIndex device;
+    std::shared_ptr<CUevent_st> done;  // cudaEventDestroy when the last holder lets go
+  };
+  std::vector<Draining> draining_ ABSL_GUARDED_BY(mu_);
 
   // The reaper: frees retiring segments when due and drops keep_alives whose
   // copies ran.

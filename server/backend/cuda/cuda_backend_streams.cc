@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/backend/cuda/cuda_backend.h"
+#include "server/backend/cuda/cuda_status.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -57,7 +59,7 @@ absl::Status CudaBackend::Wait(DeviceIndex device, absl::string_view what, Query
   for (int round = 0;; ++round) {
     const cudaError_t error = static_cast<cudaError_t>(query());
     if (error == cudaSuccess) return absl::OkStatus();
-    if (error != cudaErrorNotReady) return Check(device, error, what);
+    if (!NotReady(error)) return Check(device, error, what);
     if (abandon_waits_.load(std::memory_order_relaxed)) {
       return absl::UnavailableError(
           absl::StrCat("gpumuxd is shutting down: gave up waiting (", what, ") on CUDA device ", device.value()));
@@ -76,19 +78,36 @@ absl::Status CudaBackend::Synchronize(DeviceIndex device) {
   // cudaDeviceSynchronize cannot be given up; an event recorded on every
   // stream of the device can. Streams created meanwhile are not waited for,
   // as with a device synchronize that started before them.
-  std::vector<cudaStream_t> streams;
+  std::vector<std::shared_ptr<CUstream_st>> streams;
+  std::vector<std::shared_ptr<CUevent_st>> drains;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [handle, stream] : streams_) {
-      if (stream.device == device) streams.push_back(stream.stream);
+      if (stream.device == device) streams.push_back(stream.handle);
+    }
+    // Destroyed streams still draining.
+    for (const Draining& d : draining_) {
+      if (d.device == device) drains.push_back(d.done);
     }
   }
-  streams.push_back(devices_[device.value()]->internal_stream);
-  for (cudaStream_t stream : streams) {
+  std::vector<cudaStream_t> raw = {devices_[device.value()]->internal_stream};
+  for (const std::shared_ptr<CUstream_st>& stream : streams) raw.push_back(stream.get());
+  for (cudaStream_t stream : raw) {
     GPUMUX_RETURN_IF_ERROR(Wait(device, "synchronizing the device",
                                 [stream] { return static_cast<int>(cudaStreamQuery(stream)); }));
   }
+  for (const std::shared_ptr<CUevent_st>& drain : drains) {
+    GPUMUX_RETURN_IF_ERROR(Wait(device, "synchronizing the device",
+                                [&drain] { return static_cast<int>(cudaEventQuery(drain.get())); }));
+  }
+  ReapKeepAlives();
   return absl::OkStatus();
+}
+
+void CudaBackend::PruneDrainingLocked() {
+  auto keep = std::partition(draining_.begin(), draining_.end(),
+                             [](const Draining& d) { return NotReady(cudaEventQuery(d.done.get())); });
+  draining_.erase(keep, draining_.end());
 }
 
 // ---- Streams ----
@@ -108,24 +127,32 @@ absl::StatusOr<BackendStream> CudaBackend::CreateStream(DeviceIndex device, int 
   cudaStream_t stream = nullptr;
   GPUMUX_RETURN_IF_ERROR(Check(device, cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority),
                                "cudaStreamCreateWithPriority"));
+  std::shared_ptr<CUstream_st> owned(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
   absl::MutexLock lock(&mu_);
   const uint64_t handle = next_handle_++;
-  streams_.emplace(handle, Stream{device, stream});
+  streams_.emplace(handle, Stream{device, std::move(owned)});
   return BackendStream(handle);
 }
 
 absl::Status CudaBackend::DestroyStream(BackendStream stream) {
-  Stream doomed;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = streams_.find(stream.value());
-    if (it == streams_.end()) return StreamNotFound(stream);
-    doomed = it->second;
-    streams_.erase(it);
-  }
+  absl::MutexLock lock(&mu_);
+  auto it = streams_.find(stream.value());
+  if (it == streams_.end()) return StreamNotFound(stream);
+  const Stream doomed = std::move(it->second);
+  streams_.erase(it);
+  PruneDrainingLocked();
   GPUMUX_RETURN_IF_ERROR(UseDevice(doomed.device));
-  // Returns at once; the work already queued still completes.
-  return Check(doomed.device, cudaStreamDestroy(doomed.stream), "cudaStreamDestroy");
+  // Synchronize(device) must still wait for the work queued here.
+  cudaEvent_t drain = nullptr;
+  if (cudaEventCreateWithFlags(&drain, cudaEventDisableTiming) == cudaSuccess) {
+    std::shared_ptr<CUevent_st> owned(drain, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    if (cudaEventRecord(drain, doomed.get()) == cudaSuccess) {
+      draining_.push_back(Draining{doomed.device, std::move(owned)});
+    }
+  }
+  // cudaStreamDestroy once calls in flight on it let go; it returns at once
+  // and the work already queued still completes.
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CudaBackend::Stream> CudaBackend::FindStream(BackendStream stream) const {
@@ -138,8 +165,8 @@ absl::StatusOr<CudaBackend::Stream> CudaBackend::FindStream(BackendStream stream
 absl::StatusOr<bool> CudaBackend::QueryStream(BackendStream stream) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  const cudaError_t error = cudaStreamQuery(s.stream);
-  if (error == cudaErrorNotReady) return false;
+  const cudaError_t error = cudaStreamQuery(s.get());
+  if (NotReady(error)) return false;
   GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaStreamQuery"));
   return true;
 }
@@ -147,7 +174,10 @@ absl::StatusOr<bool> CudaBackend::QueryStream(BackendStream stream) {
 absl::Status CudaBackend::SynchronizeStream(BackendStream stream) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  return Wait(s.device, "synchronizing a stream", [&s] { return static_cast<int>(cudaStreamQuery(s.stream)); });
+  GPUMUX_RETURN_IF_ERROR(
+      Wait(s.device, "synchronizing a stream", [&s] { return static_cast<int>(cudaStreamQuery(s.get())); }));
+  ReapKeepAlives();
+  return absl::OkStatus();
 }
 
 // ---- Events ----
@@ -211,7 +241,7 @@ absl::Status CudaBackend::RecordEvent(BackendEvent event, BackendStream stream) 
                                                    s.device.value(), "."));
   }
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  GPUMUX_RETURN_IF_ERROR(Check(s.device, cudaEventRecord(e.object->event, s.stream), "cudaEventRecord"));
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, cudaEventRecord(e.object->event, s.get()), "cudaEventRecord"));
   e.object->recorded.store(true, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -220,7 +250,7 @@ absl::StatusOr<bool> CudaBackend::QueryEvent(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
   GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
   const cudaError_t error = cudaEventQuery(e.object->event);
-  if (error == cudaErrorNotReady) return false;
+  if (NotReady(error)) return false;
   GPUMUX_RETURN_IF_ERROR(Check(e.device, error, "cudaEventQuery"));
   return true;
 }
@@ -228,8 +258,10 @@ absl::StatusOr<bool> CudaBackend::QueryEvent(BackendEvent event) {
 absl::Status CudaBackend::SynchronizeEvent(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
   GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
-  return Wait(e.device, "synchronizing an event",
-              [&e] { return static_cast<int>(cudaEventQuery(e.object->event)); });
+  GPUMUX_RETURN_IF_ERROR(Wait(e.device, "synchronizing an event",
+                              [&e] { return static_cast<int>(cudaEventQuery(e.object->event)); }));
+  ReapKeepAlives();
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::StreamWaitEvent(BackendStream stream, BackendEvent event) {
@@ -237,7 +269,7 @@ absl::Status CudaBackend::StreamWaitEvent(BackendStream stream, BackendEvent eve
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
   GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  return Check(s.device, cudaStreamWaitEvent(s.stream, e.object->event, 0), "cudaStreamWaitEvent");
+  return Check(s.device, cudaStreamWaitEvent(s.get(), e.object->event, 0), "cudaStreamWaitEvent");
 }
 
 absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEvent end) {
@@ -253,8 +285,7 @@ absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEven
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   float ms = 0;
   const cudaError_t error = cudaEventElapsedTime(&ms, s.object->event, e.object->event);
-  if (error == cudaErrorNotReady) {
-    cudaGetLastError();
+  if (NotReady(error)) {
     return absl::FailedPreconditionError(
         "Both events must have completed before calculating elapsed time (cudaErrorNotReady); "
         "synchronize the end event first.");

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,13 +32,13 @@ absl::Status CudaBackend::ReleaseAfter(const Stream& stream, std::shared_ptr<con
   cudaEvent_t done = nullptr;
   cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
   if (error == cudaSuccess) {
-    error = cudaEventRecord(done, stream.stream);
+    error = cudaEventRecord(done, stream.get());
     if (error != cudaSuccess) cudaEventDestroy(done);
   }
   if (error != cudaSuccess) {
     // The copy is queued: the buffer must outlive it even so.
     absl::Status status = Check(stream.device, error, "recording a copy's completion");
-    cudaStreamSynchronize(stream.stream);
+    cudaStreamSynchronize(stream.get());
     return status;
   }
   absl::MutexLock lock(&reaper_mu_);
@@ -59,22 +60,51 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
   auto* to = reinterpret_cast<void*>(dst);
   auto* from = reinterpret_cast<const void*>(src);
   if (dst_device != src_device) {
-    return Check(s.device, cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), bytes, s.stream),
+    return Check(s.device, cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), bytes, s.get()),
                  "cudaMemcpyPeerAsync");
   }
   const bool overlap = dst < src + bytes && src < dst + bytes;
   if (!overlap) {
-    return Check(s.device, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s.stream), "cudaMemcpyAsync");
+    return Check(s.device, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s.get()), "cudaMemcpyAsync");
   }
-  // memmove through a stream-ordered temporary on the copy's stream.
+  // memmove. Chunks no longer than the distance between the ranges do not
+  // overlap; taken in the right direction, each reads its bytes before a
+  // later chunk overwrites them (the stream runs them in order).
+  const uint64_t distance = dst > src ? dst - src : src - dst;
+  if (distance * 64 >= bytes) {
+    for (uint64_t done = 0; done < bytes;) {
+      const uint64_t n = std::min(distance, bytes - done);
+      // Forward when moving down, from the end when moving up.
+      const uint64_t offset = dst < src ? done : bytes - done - n;
+      GPUMUX_RETURN_IF_ERROR(Check(s.device,
+                                   cudaMemcpyAsync(static_cast<char*>(to) + offset,
+                                                   static_cast<const char*>(from) + offset, n,
+                                                   cudaMemcpyDeviceToDevice, s.get()),
+                                   "cudaMemcpyAsync (overlapping ranges)"));
+      done += n;
+    }
+    return absl::OkStatus();
+  }
+  // A shift much shorter than the range: through a temporary, freed by the
+  // reaper once the copies ran.
   void* temporary = nullptr;
-  GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
-  GPUMUX_RETURN_IF_ERROR(Check(src_device, cudaMallocAsync(&temporary, bytes, s.stream), "cudaMallocAsync"));
-  cudaError_t error = cudaMemcpyAsync(temporary, from, bytes, cudaMemcpyDeviceToDevice, s.stream);
-  if (error == cudaSuccess) error = cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, s.stream);
-  const cudaError_t freed = cudaFreeAsync(temporary, s.stream);
-  GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaMemcpyAsync (overlapping ranges)"));
-  return Check(s.device, freed, "cudaFreeAsync");
+  const cudaError_t error = cudaMalloc(&temporary, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat("CUDA device ", s.device.value(), ": no ", bytes,
+                                                     " bytes free for an overlapping copy's temporary"));
+  }
+  GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaMalloc (overlapping copy)"));
+  const int device = s.device.value();
+  std::shared_ptr<const void> owned(temporary, [device](const void* p) {
+    cudaSetDevice(device);
+    cudaFree(const_cast<void*>(p));
+  });
+  cudaError_t copied = cudaMemcpyAsync(temporary, from, bytes, cudaMemcpyDeviceToDevice, s.get());
+  if (copied == cudaSuccess) copied = cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, s.get());
+  absl::Status status = Check(s.device, copied, "cudaMemcpyAsync (overlapping ranges)");
+  absl::Status released = ReleaseAfter(s, std::move(owned));
+  return status.ok() ? released : status;
 }
 
 absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src, uint64_t bytes,
@@ -86,7 +116,7 @@ absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, c
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
   GPUMUX_RETURN_IF_ERROR(Check(s.device,
                                cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice,
-                                               s.stream),
+                                               s.get()),
                                "cudaMemcpyAsync (host to device)"));
   return ReleaseAfter(s, std::move(keep_alive));
 }
@@ -100,7 +130,7 @@ absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, src, bytes));
   GPUMUX_RETURN_IF_ERROR(Check(s.device,
                                cudaMemcpyAsync(dst, reinterpret_cast<const void*>(src), bytes,
-                                               cudaMemcpyDeviceToHost, s.stream),
+                                               cudaMemcpyDeviceToHost, s.get()),
                                "cudaMemcpyAsync (device to host)"));
   return ReleaseAfter(s, std::move(keep_alive));
 }
@@ -110,7 +140,7 @@ absl::Status CudaBackend::Memset(BackendStream stream, uint64_t dst, uint8_t val
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
-  return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.stream), "cudaMemsetAsync");
+  return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.get()), "cudaMemsetAsync");
 }
 
 absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
@@ -130,7 +160,7 @@ absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const R
   launch.b = request.b;
   launch.seed = seed;
   launch.offset = offset;
-  return Check(s.device, LaunchFillRandom(s.stream, reinterpret_cast<void*>(dst), launch), "the random fill kernel");
+  return Check(s.device, LaunchFillRandom(s.get(), reinterpret_cast<void*>(dst), launch), "the random fill kernel");
 }
 
 absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {

@@ -16,6 +16,7 @@ bool IsStickyCudaError(cudaError_t error) {
     case cudaErrorInvalidPc:
     case cudaErrorAssert:
     case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
     case cudaErrorContextIsDestroyed:
       return true;
     default:

@@ -11,6 +11,15 @@
 
 namespace gpumux {
 
+// For results of cudaStreamQuery / cudaEventQuery: true for
+// cudaErrorNotReady, which it also clears from the thread's last-error slot
+// (otherwise the next kernel launch's cudaGetLastError reports it).
+inline bool NotReady(cudaError_t error) {
+  if (error != cudaErrorNotReady) return false;
+  cudaGetLastError();
+  return true;
+}
+
 // True for errors after which every later call on the context fails the same
 // way (cudaErrorIllegalAddress, cudaErrorLaunchFailure, an uncorrectable ECC
 // error, ...): the device must be reported unhealthy.

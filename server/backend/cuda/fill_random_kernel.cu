@@ -229,6 +229,7 @@ cudaError_t Bits(cudaStream_t stream, void* dst, const FillRandomLaunch& l) {
 
 cudaError_t LaunchFillRandom(cudaStream_t stream, void* dst, const FillRandomLaunch& launch) {
   if (launch.elements == 0) return cudaSuccess;
+  cudaGetLastError();  // only this launch's error may come back below
   switch (launch.kind) {
     case kUniform: return Uniform(stream, dst, launch);
     case kNormal: return Normal(stream, dst, launch);
