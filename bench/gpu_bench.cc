@@ -15,21 +15,17 @@
 // 77 when no CUDA device is visible.
 
 #include <cuda_runtime_api.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/bench_daemon.h"
 #include "bench/inprocess_target.h"
 #include "bench/trace_replay.h"
 #include "client/client.h"
@@ -49,12 +45,6 @@ double TimeUs(const std::function<void()>& body) {
   const auto start = Clock::now();
   body();
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
-
-std::string Sibling(const char* name, const char* build_relative) {
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  if (std::filesystem::exists(self.parent_path() / name)) return (self.parent_path() / name).string();
-  return (self.parent_path().parent_path() / build_relative).string();
 }
 
 bool Check(cudaError_t error, const char* what) {
@@ -243,7 +233,7 @@ bool MappingCost(gpumux::Client& client) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string address, gpumuxd = Sibling("gpumuxd", "server/gpumuxd"), testdata;
+  std::string address, gpumuxd = gpumux::bench::DefaultDaemonPath(), testdata;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--address") == 0) address = argv[i + 1];
     else if (std::strcmp(argv[i], "--gpumuxd") == 0) gpumuxd = argv[i + 1];
@@ -258,22 +248,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpumux_gpu_bench: no CUDA device is visible\n");
     return 77;
   }
-  pid_t daemon = -1;
-  std::string dir;
+  std::unique_ptr<gpumux::bench::BenchDaemon> daemon;
   if (address.empty()) {
-    char pattern[] = "/tmp/gpumux-gpu-bench-XXXXXX";
-    dir = mkdtemp(pattern);
-    const std::string socket = dir + "/gpumux.sock";
-    daemon = fork();
-    if (daemon == 0) {
-      execl(gpumuxd.c_str(), gpumuxd.c_str(), ("--socket=" + socket).c_str(), "--backend=cuda", "--log-level=warn",
-            nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 2000 && !std::filesystem::exists(socket); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    address = "unix://" + socket;
+    daemon = std::make_unique<gpumux::bench::BenchDaemon>(gpumuxd, std::vector<std::string>{"--backend=cuda"});
+    address = daemon->address();
   }
   int rc = 0;
   {
@@ -292,11 +270,6 @@ int main(int argc, char** argv) {
       if (!MappingCost(c)) rc = 1;
       if (!Replays(c, testdata)) rc = 1;
     }
-  }
-  if (daemon > 0) {
-    kill(daemon, SIGTERM);
-    waitpid(daemon, nullptr, 0);
-    std::filesystem::remove_all(dir);
   }
   return rc;
 }

@@ -11,20 +11,16 @@
 // Prints name=value lines: noop_p50_us, alloc_free_p50_us,
 // alloc_free_over_noop_p50 (and p99s, and the synchronous pair's figures).
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/bench_daemon.h"
 #include "client/client.h"
 
 namespace {
@@ -43,11 +39,6 @@ double Percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[i];
-}
-
-std::string DefaultDaemonPath() {
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
 }
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -88,22 +79,11 @@ int main(int argc, char** argv) {
                  argv[0]);
     return 2;
   }
-  pid_t daemon = -1;
-  std::string dir;
+  std::unique_ptr<gpumux::bench::BenchDaemon> daemon;
   if (flags.address.empty()) {
-    char pattern[] = "/tmp/gpumux-bench-XXXXXX";
-    dir = mkdtemp(pattern);
-    std::string socket = dir + "/gpumux.sock";
-    std::string binary = flags.gpumuxd.empty() ? DefaultDaemonPath() : flags.gpumuxd;
-    daemon = fork();
-    if (daemon == 0) {
-      execl(binary.c_str(), binary.c_str(), ("--socket=" + socket).c_str(), "--log-level=warn", nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    flags.address = "unix://" + socket;
+    daemon = std::make_unique<gpumux::bench::BenchDaemon>(
+        flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd, std::vector<std::string>{});
+    flags.address = daemon->address();
   }
 
   int rc = 0;
@@ -168,11 +148,6 @@ int main(int argc, char** argv) {
         std::printf("alloc_free_over_noop_p50=%.3f\n", pair50 / noop50);
       }
     }
-  }
-  if (daemon > 0) {
-    kill(daemon, SIGTERM);
-    waitpid(daemon, nullptr, 0);
-    std::filesystem::remove_all(dir);
   }
   return rc;
 }

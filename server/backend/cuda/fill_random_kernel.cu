@@ -146,30 +146,30 @@ unsigned GridFor(uint64_t philox_blocks) {
   return static_cast<unsigned>(grid < kMaxGrid ? grid : kMaxGrid);
 }
 
+// Both kernels' shape: (out, elements, seed, first Philox block, transform).
+template <typename Fn>
+using FillKernel = void (*)(unsigned char*, uint64_t, uint64_t, uint64_t, Fn);
+
+// Launches `aligned` where `dst` is aligned for T, else `unaligned`.
+template <typename T, int W, typename Fn>
+cudaError_t Launch(cudaStream_t stream, void* dst, const FillRandomLaunch& l, Fn fn, FillKernel<Fn> aligned,
+                   FillKernel<Fn> unaligned) {
+  const uint64_t blocks = (l.elements + (4 / W) - 1) / (4 / W);
+  const FillKernel<Fn> kernel = reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0 ? aligned : unaligned;
+  kernel<<<GridFor(blocks), kThreads, 0, stream>>>(static_cast<unsigned char*>(dst), l.elements, l.seed,
+                                                   l.offset / 4, fn);
+  return cudaGetLastError();
+}
+
 template <typename T, int W, typename Value>
 cudaError_t Elements(cudaStream_t stream, void* dst, const FillRandomLaunch& l, Value value) {
-  auto* out = static_cast<unsigned char*>(dst);
-  const uint64_t blocks = (l.elements + (4 / W) - 1) / (4 / W);
-  const uint64_t first = l.offset / 4;
-  if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0) {
-    FillElementsKernel<T, W, true><<<GridFor(blocks), kThreads, 0, stream>>>(out, l.elements, l.seed, first, value);
-  } else {
-    FillElementsKernel<T, W, false><<<GridFor(blocks), kThreads, 0, stream>>>(out, l.elements, l.seed, first, value);
-  }
-  return cudaGetLastError();
+  return Launch<T, W>(stream, dst, l, value, FillElementsKernel<T, W, true, Value>,
+                      FillElementsKernel<T, W, false, Value>);
 }
 
 template <typename T, int W, typename PairFn>
 cudaError_t Pairs(cudaStream_t stream, void* dst, const FillRandomLaunch& l, PairFn pair) {
-  auto* out = static_cast<unsigned char*>(dst);
-  const uint64_t blocks = (l.elements + (4 / W) - 1) / (4 / W);
-  const uint64_t first = l.offset / 4;
-  if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0) {
-    FillPairsKernel<T, W, true><<<GridFor(blocks), kThreads, 0, stream>>>(out, l.elements, l.seed, first, pair);
-  } else {
-    FillPairsKernel<T, W, false><<<GridFor(blocks), kThreads, 0, stream>>>(out, l.elements, l.seed, first, pair);
-  }
-  return cudaGetLastError();
+  return Launch<T, W>(stream, dst, l, pair, FillPairsKernel<T, W, true, PairFn>, FillPairsKernel<T, W, false, PairFn>);
 }
 
 // Parameter preparation copies rng_fill.cc's FillUniform exactly.

@@ -1,0 +1,68 @@
+#pragma once
+
+// A gpumuxd child process on a temporary socket, for benchmarks that need a
+// real daemon: started by the constructor, SIGTERMed and reaped by the
+// destructor, its directory removed.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpumux::bench {
+
+// gpumuxd next to this executable (a bundle's bin/), else in the build tree
+// (bench/../server/gpumuxd).
+inline std::string DefaultDaemonPath() {
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+  if (std::filesystem::exists(self.parent_path() / "gpumuxd")) return (self.parent_path() / "gpumuxd").string();
+  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
+}
+
+class BenchDaemon {
+ public:
+  // Runs `binary --socket=<temp>/gpumux.sock --log-level=warn <args>` and
+  // waits up to 10 s for the socket to appear.
+  BenchDaemon(const std::string& binary, const std::vector<std::string>& args) {
+    char pattern[] = "/tmp/gpumux-bench-XXXXXX";
+    dir_ = mkdtemp(pattern);
+    socket_ = dir_ + "/gpumux.sock";
+    std::vector<std::string> argv_storage = {binary, "--socket=" + socket_, "--log-level=warn"};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& arg : argv_storage) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 2000 && !std::filesystem::exists(socket_); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  ~BenchDaemon() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  BenchDaemon(const BenchDaemon&) = delete;
+  BenchDaemon& operator=(const BenchDaemon&) = delete;
+
+  std::string address() const { return "unix://" + socket_; }
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace gpumux::bench
