@@ -150,8 +150,10 @@ std::string RecordFreeFence(int cuda_device) {
   DeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (scope.status() == cudaSuccess && cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
-      capture != cudaStreamCaptureStatusNone) {
+  if (scope.status() == cudaSuccess && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another captures: the record below reports it
+  }
+  if (capture != cudaStreamCaptureStatusNone) {
     // A record during graph capture is not a record, and synchronizing would
     // break the capture: as in PyTorch, memory a graph uses must outlive it.
     spdlog::warn("gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no fence",

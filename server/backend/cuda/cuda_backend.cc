@@ -175,7 +175,7 @@ CudaBackend::~CudaBackend() {
     absl::MutexLock lock(&device.mu);
     for (const auto& [address, segment] : device.segments) cudaFree(reinterpret_cast<void*>(address));
     device.segments.clear();
-    cudaStreamDestroy(device.internal_stream);
+    if (device.internal_stream != nullptr) cudaStreamDestroy(device.internal_stream);  // null: Init failed first
   }
 }
 
