@@ -27,7 +27,7 @@ inline std::string DefaultDaemonPath() {
 class BenchDaemon {
  public:
   // Runs `binary --socket=<temp>/gpumux.sock --log-level=warn <args>` and
-  // waits up to 10 s for the socket to appear.
+  // waits up to 30 s (a CUDA daemon loads its contexts first) for the socket.
   BenchDaemon(const std::string& binary, const std::vector<std::string>& args) {
     char pattern[] = "/tmp/gpumux-bench-XXXXXX";
     dir_ = mkdtemp(pattern);
@@ -42,7 +42,7 @@ class BenchDaemon {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    for (int i = 0; i < 2000 && !std::filesystem::exists(socket_); ++i) {
+    for (int i = 0; i < 6000 && !std::filesystem::exists(socket_); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }

@@ -81,6 +81,9 @@ Client::~Client() {
     if (!flushed.ok() && !session_->ended()) {
       spdlog::warn("gpumux: freeing queued allocations at exit failed: {}", flushed.ToString());
     }
+    // The daemon drops the fences of a closed session without waiting: the
+    // kernels they stand for must have finished before the memory goes.
+    WaitForFreeFences();
     session_->Close().IgnoreError();
   }
   mapper_.UnmapAll();

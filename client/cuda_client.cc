@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -138,15 +139,38 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_v
   return std::unique_ptr<MappedSegment>(new CudaIpcMapping(base, size, *device));
 }
 
-std::string RecordFreeFence(int cuda_device) {
-  struct Fence {
-    cudaEvent_t event = nullptr;
-    std::string handle;
-  };
-  // One event per (device, stream id), for the life of the process.
-  static absl::Mutex mu(absl::kConstInit);
-  static auto* fences ABSL_GUARDED_BY(mu) = new absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>();
+namespace {
 
+struct Fence {
+  cudaEvent_t event = nullptr;
+  std::string handle;
+};
+
+// One event per (device, stream id), for the life of the process.
+ABSL_CONST_INIT absl::Mutex fences_mu(absl::kConstInit);
+absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>& Fences() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
+  static auto* fences = new absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>();
+  return *fences;
+}
+
+}  // namespace
+
+void WaitForFreeFences() {
+  std::vector<cudaEvent_t> events;
+  {
+    absl::MutexLock lock(&fences_mu);
+    for (const auto& [key, fence] : Fences()) {
+      if (fence.event != nullptr) events.push_back(fence.event);
+    }
+  }
+  for (cudaEvent_t event : events) {
+    if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess) {
+      spdlog::warn("gpumux: {}", CudaError(e, "waiting for a free fence").ToString());
+    }
+  }
+}
+
+std::string RecordFreeFence(int cuda_device) {
   DeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -165,8 +189,8 @@ std::string RecordFreeFence(int cuda_device) {
   if (error == cudaSuccess) error = cudaStreamGetId(stream, &stream_id);
   Fence fence;
   if (error == cudaSuccess) {
-    absl::MutexLock lock(&mu);
-    Fence& slot = (*fences)[{cuda_device, stream_id}];
+    absl::MutexLock lock(&fences_mu);
+    Fence& slot = Fences()[{cuda_device, stream_id}];
     if (slot.event == nullptr) {
       cudaEvent_t event = nullptr;
       cudaIpcEventHandle_t handle;

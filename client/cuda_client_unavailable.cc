@@ -18,6 +18,8 @@ bool CudaDeviceVisible() { return false; }
 
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
 
+void WaitForFreeFences() {}
+
 std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view /*handle*/) { return nullptr; }
 
 }  // namespace gpumux

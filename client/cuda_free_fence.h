@@ -18,4 +18,10 @@ namespace gpumux {
 // wait for). Without CUDA support: "".
 std::string RecordFreeFence(int cuda_device);
 
+// Waits until every fence recorded so far completed. A client ending its
+// session calls it first: the daemon drops a closed session's fences
+// unqueried (they stand for a process that may be gone), so the work they
+// stand for must be done before. No-op without CUDA support or fences.
+void WaitForFreeFences();
+
 }  // namespace gpumux

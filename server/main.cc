@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -55,6 +56,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --listen, --backend, "
                                "--host-devices, --host-device-memory, --allocator-conf, --log-level");
   absl::ParseCommandLine(argc, argv);
+  // Load all device code when CUDA starts: a kernel loaded lazily on first use
+  // may wait for the whole context, behind other tenants' work. An explicit
+  // setting in the environment wins.
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   // Debian's Abseil builds Mutex with deadlock detection on; it costs ~10% of
   // the allocator's hot path and the lock order is fixed by design.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

@@ -98,6 +98,11 @@ int FillCuda(const std::string& handle, uint64_t size, uint32_t seed) {
 }
 
 int GoneCuda(const std::string& handle) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "segment_peer: no CUDA device: cannot tell whether the handle opens\n");
+    return kPeerUsage;
+  }
   void* base = nullptr;
   if (!OpenCuda(handle, &base)) return kPeerOk;
   cudaIpcCloseMemHandle(base);

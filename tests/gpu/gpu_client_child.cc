@@ -74,6 +74,7 @@ int Hog(const std::string& address, uint64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (cudaError_t e = gpumux::testing::LoadTestKernels(); e != cudaSuccess) return CudaFail(e, "loading kernels");
   uint64_t words = 0;
   uint32_t seed = 0;
   if (argc == 6 && std::strcmp(argv[1], "share-reader") == 0 && absl::SimpleAtoi(argv[4], &words) &&

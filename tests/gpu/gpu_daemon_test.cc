@@ -68,6 +68,7 @@ class GpuDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!GpuVisible()) GTEST_SKIP() << "no CUDA device is visible";
+    ASSERT_EQ(testing::LoadTestKernels(), cudaSuccess);
     daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{"--backend=cuda"});
     ClientOptions options;
     options.client_name = "gpu test";

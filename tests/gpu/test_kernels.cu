@@ -53,6 +53,16 @@ constexpr int kBlocks = 1024;
 
 }  // namespace
 
+cudaError_t LoadTestKernels() {
+  cudaFuncAttributes attributes;
+  for (const void* kernel : {reinterpret_cast<const void*>(&WritePattern), reinterpret_cast<const void*>(&CountMismatches),
+                             reinterpret_cast<const void*>(&CheckAndComplement), reinterpret_cast<const void*>(&Spin),
+                             reinterpret_cast<const void*>(&Fault)}) {
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t LaunchWritePattern(uint32_t* data, uint64_t n, uint32_t seed, cudaStream_t stream) {
   WritePattern<<<kBlocks, kThreads, 0, stream>>>(data, n, seed);
   return cudaGetLastError();

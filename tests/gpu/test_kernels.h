@@ -14,6 +14,11 @@ inline uint32_t PatternWord(uint64_t index, uint32_t seed) {
   return static_cast<uint32_t>(index * 2654435761u) ^ seed;
 }
 
+// Loads every kernel below now: CUDA loads a kernel lazily on its first
+// launch, and the load may wait for work already queued (a test that queues
+// a spin and then a second kernel would otherwise see the spin end first).
+cudaError_t LoadTestKernels();
+
 // data[i] = PatternWord(i, seed) for i < n.
 cudaError_t LaunchWritePattern(uint32_t* data, uint64_t n, uint32_t seed, cudaStream_t stream);
 // Counts i with data[i] != PatternWord(i, seed) (or its complement when

@@ -133,7 +133,8 @@ DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
   }
   // Connect only once the socket exists: a failed first attempt would put
   // the channel into gRPC's reconnect backoff (a second or more).
-  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10);
+  // 30 s: a CUDA daemon creates its contexts and loads its kernels first.
+  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
   while (!std::filesystem::exists(socket_) && std::chrono::system_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/rng_fill.h"
 #include "common/status_macros.h"
 #include "server/backend/cuda/cuda_status.h"
 #include "server/backend/cuda/fill_random_kernel.h"
@@ -121,10 +122,22 @@ absl::Status CudaBackend::Init() {
     void* scratch = nullptr;
     if (cudaError_t e = cudaMalloc(&scratch, 2 << 20); e != cudaSuccess) return fail(e, "warm-up cudaMalloc");
     cudaIpcMemHandle_t handle;
-    FillRandomLaunch launch;
-    launch.elements = 1024;
     cudaError_t e = cudaMemsetAsync(scratch, 0, 2 << 20, internal);
-    if (e == cudaSuccess) e = LaunchFillRandom(internal, scratch, launch);
+    // Every fill kernel, aligned and not: a kernel loaded lazily on first
+    // use may wait for the whole context, behind other tenants' work.
+    for (int dtype = 0; dtype <= static_cast<int>(RngDtype::kU8) && e == cudaSuccess; ++dtype) {
+      for (int kind = 0; kind <= static_cast<int>(RngKind::kBits) && e == cudaSuccess; ++kind) {
+        const bool is_int = dtype >= static_cast<int>(RngDtype::kI32);
+        if (is_int && kind == static_cast<int>(RngKind::kNormal)) continue;  // no such kernel
+        FillRandomLaunch launch;
+        launch.dtype = dtype;
+        launch.kind = kind;
+        launch.elements = 1024;
+        for (int misalign : {0, 1}) {
+          if (e == cudaSuccess) e = LaunchFillRandom(internal, static_cast<char*>(scratch) + misalign, launch);
+        }
+      }
+    }
     if (e == cudaSuccess) e = cudaStreamSynchronize(internal);
     if (e == cudaSuccess) e = cudaIpcGetMemHandle(&handle, scratch);
     cudaFree(scratch);
@@ -331,7 +344,10 @@ void CudaBackend::FreeRetiring(Device& device, absl::Time now) {
 }
 
 void CudaBackend::ReapKeepAlives() {
-  // Dropped outside the lock: dropping a staging buffer unpins it.
+  // Held across the whole reap, so a synchronize that reaps returns only
+  // once a reap the reaper thread started has dropped what it took.
+  absl::MutexLock reaping(&reap_mu_);
+  // Dropped outside reaper_mu_: dropping a staging buffer unpins it.
   std::vector<KeepAlive> done;
   {
     absl::MutexLock lock(&reaper_mu_);

@@ -228,6 +228,7 @@ class CudaBackend final : public DeviceBackend {
     CUevent_st* done = nullptr;
     std::shared_ptr<const void> object;
   };
+  absl::Mutex reap_mu_ ABSL_ACQUIRED_BEFORE(reaper_mu_);
   absl::Mutex reaper_mu_;
   std::vector<KeepAlive> keep_alives_ ABSL_GUARDED_BY(reaper_mu_);
   bool reaper_wake_ ABSL_GUARDED_BY(reaper_mu_) = false;
