@@ -172,15 +172,18 @@ CudaBackend::~CudaBackend() {
   for (KeepAlive& k : keep_alives) cudaEventDestroy(k.done);
   keep_alives.clear();  // may unpin (a staging buffer): before the books go
   absl::flat_hash_map<uint64_t, Event> events;
+  absl::flat_hash_map<std::string, IpcEvent> ipc_events;
   {
     absl::MutexLock lock(&mu_);
     streams_.clear();  // cudaStreamDestroy each
     draining_.clear();
     events.swap(events_);
+    ipc_events.swap(ipc_events_);
     for (auto& [data, bytes] : pinned_) cudaHostUnregister(data);
     pinned_.clear();
   }
   events.clear();  // destroys the cudaEvents
+  ipc_events.clear();
   for (int d = 0; d < device_count() && !exiting; ++d) {
     Device& device = *devices_[d];
     cudaSetDevice(d);

@@ -180,7 +180,8 @@ class CudaBackend final : public DeviceBackend {
   absl::Status CheckRange(DeviceIndex device, uint64_t address, uint64_t bytes) const;
   absl::StatusOr<Stream> FindStream(BackendStream stream) const;
   absl::StatusOr<Event> FindEvent(BackendEvent event) const;
-  BackendEvent AddEvent(Event event);
+  // `foreign`: an event another process exported, kept open (ipc_events_).
+  BackendEvent AddEvent(Event event, bool foreign = false);
   // Polls `query` (cudaStreamQuery or cudaEventQuery, as an int) until it
   // is no longer cudaErrorNotReady: spinning briefly, then sleeping up to
   // 1 ms per poll. Once AbandonInterprocessWaits was called, a poll that
@@ -210,8 +211,19 @@ class CudaBackend final : public DeviceBackend {
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Stream> streams_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Event> events_ ABSL_GUARDED_BY(mu_);
-  // Interprocess events created or opened here, by handle bytes.
-  absl::flat_hash_map<std::string, std::weak_ptr<EventObject>> ipc_events_ ABSL_GUARDED_BY(mu_);
+  // Interprocess events created or opened here, by handle bytes. Events
+  // other processes exported stay open (`kept`) after their last handle here
+  // is destroyed: a client's free fence is one event it re-records for
+  // every free, and cudaIpcOpenEventHandle costs tens of microseconds. At
+  // most kMaxKeptIpcEvents stay open; the least recently used go first.
+  struct IpcEvent {
+    std::weak_ptr<EventObject> object;
+    std::shared_ptr<EventObject> kept;  // only for events of other processes
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kMaxKeptIpcEvents = 4096;
+  absl::flat_hash_map<std::string, IpcEvent> ipc_events_ ABSL_GUARDED_BY(mu_);
+  uint64_t ipc_event_uses_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<void*, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
   // An event recorded on each destroyed stream as it was destroyed, until it
   // completes: Synchronize(device) waits for those streams' work too.

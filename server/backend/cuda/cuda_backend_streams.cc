@@ -182,10 +182,26 @@ absl::Status CudaBackend::SynchronizeStream(BackendStream stream) {
 
 // ---- Events ----
 
-BackendEvent CudaBackend::AddEvent(Event event) {
+BackendEvent CudaBackend::AddEvent(Event event, bool foreign) {
   absl::MutexLock lock(&mu_);
   const uint64_t handle = next_handle_++;
-  if (!event.object->ipc_handle.empty()) ipc_events_.insert_or_assign(event.object->ipc_handle, event.object);
+  if (!event.object->ipc_handle.empty()) {
+    if (foreign && ipc_events_.size() >= kMaxKeptIpcEvents) {
+      // Close the least recently used opening (a linear scan, once per
+      // kMaxKeptIpcEvents new handles at most).
+      auto oldest = ipc_events_.end();
+      for (auto it = ipc_events_.begin(); it != ipc_events_.end(); ++it) {
+        if (it->second.kept != nullptr && (oldest == ipc_events_.end() || it->second.last_use < oldest->second.last_use)) {
+          oldest = it;
+        }
+      }
+      if (oldest != ipc_events_.end()) ipc_events_.erase(oldest);
+    }
+    IpcEvent& entry = ipc_events_[event.object->ipc_handle];
+    entry.object = event.object;
+    entry.kept = foreign ? event.object : nullptr;
+    entry.last_use = ++ipc_event_uses_;
+  }
   events_.emplace(handle, std::move(event));
   return BackendEvent(handle);
 }
@@ -317,7 +333,8 @@ absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
     absl::MutexLock lock(&mu_);
     auto it = ipc_events_.find(handle);
     if (it != ipc_events_.end()) {
-      if (std::shared_ptr<EventObject> object = it->second.lock()) {
+      if (std::shared_ptr<EventObject> object = it->second.object.lock()) {
+        it->second.last_use = ++ipc_event_uses_;
         const uint64_t id = next_handle_++;
         events_.emplace(id, Event{object->device, flags, std::move(object)});
         return BackendEvent(id);
@@ -336,7 +353,7 @@ absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
   auto object = std::make_shared<EventObject>(device, raw);
   object->recorded.store(true);
   object->ipc_handle = std::string(handle);
-  return AddEvent(Event{device, flags, std::move(object)});
+  return AddEvent(Event{device, flags, std::move(object)}, /*foreign=*/true);
 }
 
 }  // namespace gpumux
