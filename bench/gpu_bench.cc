@@ -160,12 +160,15 @@ double Bandwidth(uint64_t bytes, int reps, const std::function<bool()>& copy) {
 }
 
 bool Copies(gpumux::Client& client) {
+  // Host copies of 256 MiB; device copies of 2 GiB (HBM moves 256 MiB in
+  // ~0.1 ms, shorter than a round trip plus a wait: that would measure RPCs).
   const uint64_t bytes = 256 * kMiB;
+  const uint64_t d2d_bytes = 2048 * kMiB;
   void* pinned = nullptr;
   void* device_a = nullptr;
   void* device_b = nullptr;
-  if (!Check(cudaMallocHost(&pinned, bytes), "cudaMallocHost") || !Check(cudaMalloc(&device_a, bytes), "cudaMalloc") ||
-      !Check(cudaMalloc(&device_b, bytes), "cudaMalloc")) {
+  if (!Check(cudaMallocHost(&pinned, bytes), "cudaMallocHost") ||
+      !Check(cudaMalloc(&device_a, d2d_bytes), "cudaMalloc") || !Check(cudaMalloc(&device_b, d2d_bytes), "cudaMalloc")) {
     return false;
   }
   std::vector<char> pageable(bytes, 1);
@@ -176,28 +179,34 @@ bool Copies(gpumux::Client& client) {
   const double pageable_h2d = Bandwidth(bytes, 5, [&] {
     return cudaMemcpy(device_a, pageable.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess;
   });
-  const double local_d2d = Bandwidth(bytes, 10, [&] {
-    return cudaMemcpy(device_b, device_a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+  const double local_d2d = Bandwidth(d2d_bytes, 10, [&] {
+    return cudaMemcpy(device_b, device_a, d2d_bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
            cudaDeviceSynchronize() == cudaSuccess;
   });
-  absl::StatusOr<gpumux::DeviceBuffer> a = client.Allocate(bytes);
-  absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(bytes);
-  if (!Check(a.status(), "allocate") || !Check(b.status(), "allocate")) return false;
+  cudaFree(device_a);
+  cudaFree(device_b);
+  absl::StatusOr<gpumux::DeviceBuffer> staged_target = client.Allocate(bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> a = client.Allocate(d2d_bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(d2d_bytes);
+  if (!Check(staged_target.status(), "allocate") || !Check(a.status(), "allocate") || !Check(b.status(), "allocate")) {
+    return false;
+  }
   gpumux::CopyOptions staged;
   staged.path = gpumux::TransferPath::kStaging;
   staged.wait = true;
   const double staging_h2d = Bandwidth(bytes, 5, [&] {
-    return client.CopyHostToDevice(*a, 0, pageable.data(), bytes, staged).ok();
+    return client.CopyHostToDevice(*staged_target, 0, pageable.data(), bytes, staged).ok();
   });
   const double staging_h2d_pinned_source = Bandwidth(bytes, 5, [&] {
-    return client.CopyHostToDevice(*a, 0, pinned, bytes, staged).ok();
+    return client.CopyHostToDevice(*staged_target, 0, pinned, bytes, staged).ok();
   });
   gpumux::CopyOptions waited;
   waited.wait = true;
-  const double daemon_d2d = Bandwidth(bytes, 10, [&] {
-    return client.CopyDeviceToDevice(*b, 0, *a, 0, bytes, waited).ok();
+  const double daemon_d2d = Bandwidth(d2d_bytes, 10, [&] {
+    return client.CopyDeviceToDevice(*b, 0, *a, 0, d2d_bytes, waited).ok();
   });
-  std::printf("copy_bytes=%llu\n", static_cast<unsigned long long>(bytes));
+  std::printf("h2d_copy_bytes=%llu\n", static_cast<unsigned long long>(bytes));
+  std::printf("d2d_copy_bytes=%llu\n", static_cast<unsigned long long>(d2d_bytes));
   std::printf("pinned_cuda_memcpy_h2d_gbps=%.2f\n", pinned_h2d);
   std::printf("pageable_cuda_memcpy_h2d_gbps=%.2f\n", pageable_h2d);
   std::printf("staging_h2d_gbps=%.2f\n", staging_h2d);
@@ -207,8 +216,6 @@ bool Copies(gpumux::Client& client) {
   std::printf("daemon_d2d_gbps=%.2f\n", daemon_d2d);
   std::printf("daemon_d2d_over_cuda_memcpy=%.3f\n", daemon_d2d / local_d2d);
   cudaFreeHost(pinned);
-  cudaFree(device_a);
-  cudaFree(device_b);
   return staging_h2d > 0 && daemon_d2d > 0;
 }
 

@@ -183,9 +183,10 @@ class CudaBackend final : public DeviceBackend {
   // `foreign`: an event another process exported, kept open (ipc_events_).
   BackendEvent AddEvent(Event event, bool foreign = false);
   // Polls `query` (cudaStreamQuery or cudaEventQuery, as an int) until it
-  // is no longer cudaErrorNotReady: spinning briefly, then sleeping up to
-  // 1 ms per poll. Once AbandonInterprocessWaits was called, a poll that
-  // finds the work pending gives up with UNAVAILABLE.
+  // is no longer cudaErrorNotReady: spinning for 100 us, then sleeping an
+  // eighth of the time waited so far (at most 1 ms) per poll. Once
+  // AbandonInterprocessWaits was called, a poll that finds the work pending
+  // gives up with UNAVAILABLE.
   template <typename Query>
   absl::Status Wait(DeviceIndex device, absl::string_view what, Query query);
   // Releases `keep_alive` on the reaper thread once the work queued on
