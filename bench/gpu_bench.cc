@@ -7,7 +7,9 @@
 //   - host to device through the staging buffer vs a pinned cudaMemcpy;
 //   - device to device through the daemon vs cudaMemcpy;
 //   - what mapping a new segment costs (cudaIpcOpenMemHandle) and how often
-//     the client's mapping cache avoids it.
+//     the client's mapping cache avoids it;
+//   - what becomes of an interprocess event whose recorder is SIGKILLed
+//     before its work ran (killed_recorder_event).
 //
 // usage: gpumux_gpu_bench [--address A] [--gpumuxd PATH] [--testdata DIR]
 // Without --address it starts gpumuxd --backend=cuda (next to this binary,
@@ -15,6 +17,9 @@
 // 77 when no CUDA device is visible.
 
 #include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,7 +28,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include "absl/strings/escaping.h"
 
 #include "bench/bench_daemon.h"
 #include "bench/inprocess_target.h"
@@ -237,9 +245,80 @@ bool MappingCost(gpumux::Client& client) {
   return true;
 }
 
+// --probe-recorder: the child half of KilledRecorderProbe. Records an
+// interprocess event behind a 30 s host callback, prints its handle, waits.
+int ProbeRecorder() {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t event = nullptr;
+  cudaIpcEventHandle_t handle;
+  if (!Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate") ||
+      !Check(cudaLaunchHostFunc(stream, [](void*) { sleep(30); }, nullptr), "cudaLaunchHostFunc") ||
+      !Check(cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming), "cudaEventCreate") ||
+      !Check(cudaEventRecord(event, stream), "cudaEventRecord") ||
+      !Check(cudaIpcGetEventHandle(&handle, event), "cudaIpcGetEventHandle")) {
+    return 1;
+  }
+  std::printf("%s\n", absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(&handle), sizeof(handle)))
+                          .c_str());
+  std::fflush(stdout);
+  pause();
+  return 0;
+}
+
+// What CUDA does with an interprocess event whose recorder is SIGKILLed
+// before the recorded work ran: does it complete, stay pending (a stream
+// waiting on it would never drain: the daemon cannot cancel such a wait),
+// or fail? A fact for the daemon's design, printed as figures.
+void KilledRecorderProbe() {
+  int out[2];
+  if (pipe(out) != 0) return;
+  const pid_t child = fork();
+  if (child == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl("/proc/self/exe", "gpumux_gpu_bench", "--probe-recorder", nullptr);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE* from_child = fdopen(out[0], "r");
+  char line[256] = {};
+  const bool got = std::fgets(line, sizeof(line), from_child) != nullptr;
+  std::string hex(line);
+  while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r')) hex.pop_back();
+  const std::string bytes = absl::HexStringToBytes(hex);
+  cudaEvent_t event = nullptr;
+  cudaIpcEventHandle_t handle;
+  bool opened = false;
+  if (got && bytes.size() == sizeof(handle)) {
+    std::memcpy(&handle, bytes.data(), sizeof(handle));
+    opened = cudaIpcOpenEventHandle(&event, handle) == cudaSuccess;
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  fclose(from_child);
+  if (!opened) {
+    cudaGetLastError();
+    std::printf("killed_recorder_event=unopenable\n");
+    return;
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  cudaError_t state = cudaEventQuery(event);
+  while (state == cudaErrorNotReady && Clock::now() < deadline) {
+    cudaGetLastError();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    state = cudaEventQuery(event);
+  }
+  cudaGetLastError();
+  std::printf("killed_recorder_event=%s\n", state == cudaSuccess         ? "completed"
+                                            : state == cudaErrorNotReady ? "pending_after_3s"
+                                                                         : cudaGetErrorName(state));
+  cudaEventDestroy(event);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--probe-recorder") == 0) return ProbeRecorder();
   std::string address, gpumuxd = gpumux::bench::DefaultDaemonPath(), testdata;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--address") == 0) address = argv[i + 1];
@@ -272,6 +351,7 @@ int main(int argc, char** argv) {
       rc = 1;
     } else {
       gpumux::Client& c = **client;
+      KilledRecorderProbe();
       if (!AllocateFree(c)) rc = 1;
       if (!Copies(c)) rc = 1;
       if (!MappingCost(c)) rc = 1;
