@@ -58,6 +58,7 @@ class BenchDaemon {
   BenchDaemon& operator=(const BenchDaemon&) = delete;
 
   std::string address() const { return "unix://" + socket_; }
+  pid_t pid() const { return pid_; }
 
  private:
   std::string dir_;

@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,13 +26,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/bench_daemon.h"
 #include "client/client.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
@@ -149,11 +147,6 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     }
   }
   return flags->size > 0 && flags->size <= (uint64_t{64} << 20) && flags->rounds > 0 && flags->iterations > 0;
-}
-
-std::string DefaultDaemonPath() {
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
 }
 
 void Run(const Flags& flags, const std::string& address) {
@@ -289,22 +282,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [--gpumuxd PATH] [--size BYTES<=64MiB] [--rounds R] [--iterations N]\n", argv[0]);
     return 2;
   }
-  char pattern[] = "/tmp/gpumux-bench-XXXXXX";
-  std::string dir = mkdtemp(pattern);
-  std::string socket = dir + "/gpumux.sock";
-  std::string binary = flags.gpumuxd.empty() ? DefaultDaemonPath() : flags.gpumuxd;
-  pid_t daemon = daemon_pid = fork();
-  if (daemon == 0) {
-    execl(binary.c_str(), binary.c_str(), ("--socket=" + socket).c_str(), "--backend=host", "--log-level=warn",
-          nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 1000 && !std::filesystem::exists(socket); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  Run(flags, "unix://" + socket);
-  kill(daemon, SIGTERM);
-  waitpid(daemon, nullptr, 0);
-  std::filesystem::remove_all(dir);
+  gpumux::bench::BenchDaemon daemon(flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd,
+                                    {"--backend=host"});
+  daemon_pid = daemon.pid();
+  Run(flags, daemon.address());
   return 0;
 }

@@ -207,8 +207,8 @@ absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
                      ") outside its segment of ", allocation.segment_size(), " bytes"));
   }
   void* data = nullptr;
-  absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id,
-                                           allocation.segment_handle(), allocation.segment_size());
+  absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
+                                           allocation.segment_size(), &info.cuda_device);
   if (base.ok()) {
     data = static_cast<char*>(*base) + allocation.offset();
   } else if (!absl::IsUnimplemented(base.status())) {
@@ -230,11 +230,10 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
     return absl::InvalidArgumentError(
         absl::StrCat("allocation ", ToString(foreign), " belongs to another Client"));
   }
-  const DeviceIndex device = buffer.device();
-  const SegmentId segment = buffer.segment_id();
+  const int cuda_device = buffer.cuda_device_;
   FreeBatch free;
   free.ids.push_back(buffer.Detach());
-  if (std::string fence = FreeFence(device, segment); !fence.empty()) free.wait_event_handles.push_back(fence);
+  if (std::string fence = FreeFence(cuda_device); !fence.empty()) free.wait_event_handles.push_back(fence);
   FlushFreesBeforeCall();
   return SendFrees(free);
 }
@@ -255,7 +254,7 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     }
     request.add_wait_event_handles(handle);
   }
-  if (std::string fence = FreeFence(buffer.device(), buffer.segment_id()); !fence.empty()) {
+  if (std::string fence = FreeFence(buffer.cuda_device_); !fence.empty()) {
     request.add_wait_event_handles(fence);
   }
   FlushFreesBeforeCall();
@@ -288,8 +287,8 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
 
 absl::Status Client::FlushFrees() { return frees_.Flush(); }
 
-void Client::EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment) {
-  const std::string fence = FreeFence(device, segment);
+void Client::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
+  const std::string fence = FreeFence(cuda_device);
   if (frees_.Enqueue(id, fence, device)) return;
   // Fences of another device are queued: they leave first (rare: fenced
   // frees on two GPUs within one batch's millisecond, from racing threads).
@@ -298,8 +297,7 @@ void Client::EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment)
   } while (!frees_.Enqueue(id, fence, device));
 }
 
-std::string Client::FreeFence(DeviceIndex device, SegmentId segment) const {
-  const int cuda_device = mapper_.CudaDevice(device, segment);
+std::string Client::FreeFence(int cuda_device) {
   return cuda_device < 0 ? std::string() : RecordFreeFence(cuda_device);
 }
 

@@ -335,12 +335,13 @@ class Client {
   // Maps an allocation the daemon handed out and wraps it.
   absl::StatusOr<DeviceBuffer> Adopt(const v1::Allocation& allocation);
   void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
-  // Queues the free of a buffer's allocation, fenced by the calling thread's
-  // CUDA work when the buffer is mapped on a CUDA device (cuda_interop.h).
-  void EnqueueFree(AllocationId id, DeviceIndex device, SegmentId segment);
-  // The free fence for memory in `segment` (cuda_free_fence.h), or "" when
-  // it is not mapped on a CUDA device here.
-  std::string FreeFence(DeviceIndex device, SegmentId segment) const;
+  // Queues the free of a buffer's allocation on `device`, fenced by the
+  // calling thread's CUDA work when the buffer is mapped on CUDA device
+  // `cuda_device` (-1: not mapped on CUDA; cuda_interop.h).
+  void EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device);
+  // The free fence for memory mapped on `cuda_device` (cuda_free_fence.h),
+  // or "" for -1.
+  static std::string FreeFence(int cuda_device);
   void OnNotice(const v1::SessionServerMessage& notice);
   // OK while the session lives, else SessionEndedError().
   absl::Status CheckSession();

@@ -15,7 +15,8 @@ DeviceBuffer::DeviceBuffer(Client* client, const Info& info, void* data)
       address_(info.address),
       data_(data),
       segment_id_(info.segment_id),
-      offset_(info.offset) {}
+      offset_(info.offset),
+      cuda_device_(info.cuda_device) {}
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : client_(std::exchange(other.client_, nullptr)),
@@ -26,7 +27,8 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
       address_(other.address_),
       data_(std::exchange(other.data_, nullptr)),
       segment_id_(other.segment_id_),
-      offset_(other.offset_) {}
+      offset_(other.offset_),
+      cuda_device_(other.cuda_device_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this == &other) return *this;
@@ -40,6 +42,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   data_ = std::exchange(other.data_, nullptr);
   segment_id_ = other.segment_id_;
   offset_ = other.offset_;
+  cuda_device_ = other.cuda_device_;
   return *this;
 }
 
@@ -54,7 +57,7 @@ AllocationId DeviceBuffer::Detach() {
 void DeviceBuffer::Reset() {
   if (client_ == nullptr) return;
   Client* client = client_;
-  client->EnqueueFree(Detach(), device_, segment_id_);
+  client->EnqueueFree(Detach(), device_, cuda_device_);
 }
 
 }  // namespace gpumux

@@ -61,6 +61,9 @@ class DeviceBuffer {
     uint64_t address = 0;
     SegmentId segment_id;
     uint64_t offset = 0;
+    // This process's CUDA ordinal the segment is mapped on; -1 for host
+    // memory or no mapping.
+    int cuda_device = -1;
   };
 
   DeviceBuffer(Client* client, const Info& info, void* data);
@@ -78,6 +81,8 @@ class DeviceBuffer {
   void* data_ = nullptr;
   SegmentId segment_id_;
   uint64_t offset_ = 0;
+  // Where a free fence is recorded (Info::cuda_device).
+  int cuda_device_ = -1;
 };
 
 }  // namespace gpumux

@@ -30,10 +30,13 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
 SegmentMapper::~SegmentMapper() { UnmapAll(); }
 
 absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
-                                         const v1::SegmentHandle& handle, uint64_t size) {
+                                         const v1::SegmentHandle& handle, uint64_t size, int* cuda_device) {
   const Key key(device, segment);
   absl::MutexLock lock(&mu_);
-  if (auto it = mappings_.find(key); it != mappings_.end()) return it->second->base();
+  if (auto it = mappings_.find(key); it != mappings_.end()) {
+    if (cuda_device != nullptr) *cuda_device = it->second->cuda_device();
+    return it->second->base();
+  }
   // Mapping under the lock keeps two threads from mapping one segment twice;
   // shm_open + mmap take microseconds.
   auto mapping = OpenMapping(handle, size);
@@ -43,6 +46,7 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
                                      ToString(device), ": ", mapping.status().message()));
   }
   void* base = (*mapping)->base();
+  if (cuda_device != nullptr) *cuda_device = (*mapping)->cuda_device();
   mappings_.emplace(key, std::move(mapping).value());
   ++opened_;
   return base;
@@ -66,12 +70,6 @@ void SegmentMapper::UnmapAll() {
     absl::MutexLock lock(&mu_);
     doomed.swap(mappings_);
   }
-}
-
-int SegmentMapper::CudaDevice(DeviceIndex device, SegmentId segment) const {
-  absl::MutexLock lock(&mu_);
-  auto it = mappings_.find(Key(device, segment));
-  return it == mappings_.end() ? -1 : it->second->cuda_device();
 }
 
 uint64_t SegmentMapper::opened() const {

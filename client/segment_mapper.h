@@ -34,8 +34,10 @@ class SegmentMapper {
   // for a handle of unspecified or unknown kind; UNIMPLEMENTED for a CUDA IPC
   // handle in a build without CUDA (the allocation itself is fine, it just has
   // no pointer here); the errno-derived codes of ShmMapping::Open.
+  // `cuda_device` (may be null) receives MappedSegment::cuda_device() of the
+  // mapping.
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
-                            uint64_t size);
+                            uint64_t size, int* cuda_device = nullptr);
 
   // Unmaps the segment; nothing happens when it is not mapped. Pointers into
   // it dangle afterwards.
@@ -47,10 +49,6 @@ class SegmentMapper {
   // How many mappings were ever opened (each a shm_open + mmap or a
   // cudaIpcOpenMemHandle); Map calls beyond these hit the cache.
   uint64_t opened() const;
-
-  // The CUDA device (this process's ordinal) the segment is mapped on; -1
-  // when it is not mapped or is host memory.
-  int CudaDevice(DeviceIndex device, SegmentId segment) const;
 
  private:
   using Key = std::pair<DeviceIndex, SegmentId>;

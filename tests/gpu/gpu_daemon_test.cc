@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "client/cuda_ipc_mapping.h"
 #include "client/cuda_interop.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
@@ -37,11 +38,6 @@ using ::gpumux::testing::TestBinary;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr DeviceIndex kDevice(0);
-
-bool GpuVisible() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 std::string ChildProgram() { return TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/gpu/gpu_client_child"); }
 
@@ -67,7 +63,7 @@ class Counter {
 class GpuDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!GpuVisible()) GTEST_SKIP() << "no CUDA device is visible";
+    if (!CudaDeviceVisible()) GTEST_SKIP() << "no CUDA device is visible";
     ASSERT_EQ(testing::LoadTestKernels(), cudaSuccess);
     daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{"--backend=cuda"});
     ClientOptions options;

@@ -197,11 +197,14 @@ CudaBackend::~CudaBackend() {
 
 const DeviceInfo& CudaBackend::device_info(DeviceIndex device) const { return devices_[device.value()]->info; }
 
+absl::Status CudaBackend::CheckDevice(DeviceIndex device) const {
+  if (device.value() >= 0 && device.value() < device_count()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
+                                                 device_count() - 1));
+}
+
 absl::Status CudaBackend::UseDevice(DeviceIndex device) const {
-  if (device.value() < 0 || device.value() >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
-                                                   device_count() - 1));
-  }
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   const Device& d = *devices_[device.value()];
   if (d.unhealthy.load(std::memory_order_acquire)) return DeviceHealth(device);
   int current = -1;
@@ -232,10 +235,7 @@ absl::Status CudaBackend::Check(DeviceIndex device, int error, absl::string_view
 }
 
 absl::Status CudaBackend::DeviceHealth(DeviceIndex device) const {
-  if (device.value() < 0 || device.value() >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
-                                                   device_count() - 1));
-  }
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   const Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   return d.health;
@@ -303,7 +303,7 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
 }
 
 absl::Status CudaBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
-  if (device.value() < 0 || device.value() >= device_count()) return UseDevice(device);
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   {
     absl::MutexLock lock(&d.mu);

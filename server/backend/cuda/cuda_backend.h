@@ -169,8 +169,10 @@ class CudaBackend final : public DeviceBackend {
   explicit CudaBackend(const Options& options);
   absl::Status Init();
 
-  // INVALID_ARGUMENT for a device out of range; the device's health status
-  // when it is unhealthy; otherwise makes it current on this thread.
+  // INVALID_ARGUMENT unless 0 <= device < device_count().
+  absl::Status CheckDevice(DeviceIndex device) const;
+  // CheckDevice; the device's health status when it is unhealthy; otherwise
+  // makes it current on this thread.
   absl::Status UseDevice(DeviceIndex device) const;
   // `error` as a status (CudaStatus); a sticky one also marks `device`
   // unhealthy.
