@@ -290,8 +290,9 @@ absl::Status Client::FlushFrees() { return frees_.Flush(); }
 void Client::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
   const std::string fence = FreeFence(cuda_device);
   if (frees_.Enqueue(id, fence, device)) return;
-  // Fences of another device are queued: they leave first (rare: fenced
-  // frees on two GPUs within one batch's millisecond, from racing threads).
+  // The batch is full, or fences of another device are queued: they leave
+  // first (rare: fenced frees on two GPUs within one batch's millisecond,
+  // from racing threads).
   do {
     FlushFreesBeforeCall();
   } while (!frees_.Enqueue(id, fence, device));

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/request_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -13,17 +14,19 @@ FreeBatcher::~FreeBatcher() { Stop().IgnoreError(); }
 
 bool FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle, DeviceIndex fence_device) {
   absl::MutexLock lock(&mu_);
-  if (!wait_event_handle.empty() && !queue_.wait_event_handles.empty() && fence_device != fence_device_) {
-    return false;
+  if (queue_.ids.size() >= kMaxFreeIdsPerRequest) return false;
+  if (wait_event_handle.empty()) {
+    queue_.ids.push_back(id);
+    return true;
   }
-  queue_.ids.push_back(id);
-  if (wait_event_handle.empty()) return true;
-  fence_device_ = fence_device;
+  if (!queue_.wait_event_handles.empty() && fence_device != fence_device_) return false;
   // A thread's fences are one event per CUDA stream: few distinct handles.
-  for (const std::string& handle : queue_.wait_event_handles) {
-    if (handle == wait_event_handle) return true;
-  }
-  queue_.wait_event_handles.emplace_back(wait_event_handle);
+  bool known = false;
+  for (const std::string& handle : queue_.wait_event_handles) known = known || handle == wait_event_handle;
+  if (!known && queue_.wait_event_handles.size() >= kMaxWaitEventHandlesPerRequest) return false;
+  queue_.ids.push_back(id);
+  fence_device_ = fence_device;
+  if (!known) queue_.wait_event_handles.emplace_back(wait_event_handle);
   return true;
 }
 

@@ -46,7 +46,8 @@ class FreeBatcher {
   // never blocks on the network. The daemon opens a batch's events on the
   // device of each of its blocks, so one batch only carries fences of one
   // device (`fence_device`): a fence of another device than those queued is
-  // refused (false, nothing queued); Flush, then enqueue it again.
+  // refused (false, nothing queued); Flush, then enqueue it again. So is any
+  // free past a request's bounds (common/request_limits.h): a full batch.
   bool Enqueue(AllocationId id, absl::string_view wait_event_handle = {}, DeviceIndex fence_device = DeviceIndex());
 
   // Hands everything queued to the caller, who carries it on a request of its

@@ -1,5 +1,6 @@
 #include "server/allocator/block_events.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -18,41 +19,104 @@ BlockEvents::~BlockEvents() {
   for (auto& [stream, queue] : by_stream_) {
     for (const Pending& p : queue) Destroy(p.event);
   }
-  for (const Pending& p : foreign_) Destroy(p.event);
+  for (const auto& [event, shared] : shared_) Destroy(event);
   for (BackendEvent event : pool_) Destroy(event);
+}
+
+absl::StatusOr<BackendEvent> BlockEvents::TakePooled() {
+  if (!pool_.empty()) {
+    BackendEvent event = pool_.back();
+    pool_.pop_back();
+    return event;
+  }
+  return backend_->CreateEvent(device_, EventFlags{});
+}
+
+void BlockEvents::AddStreamUse(BackendStream stream) { ++stream_uses_[stream].live; }
+
+void BlockEvents::RetireStream(BackendStream stream) {
+  auto it = stream_uses_.find(stream);
+  if (it == stream_uses_.end() || it->second.retired_last != BackendEvent()) return;
+  absl::StatusOr<BackendEvent> event = TakePooled();
+  if (!event.ok()) {
+    LogError("creating a retiring stream's last event", BackendEvent(), event.status());
+    return;
+  }
+  absl::Status recorded = backend_->RecordEvent(*event, stream);
+  if (!recorded.ok()) {
+    LogError("recording a retiring stream's last event", *event, recorded);
+    pool_.push_back(*event);
+    return;
+  }
+  it->second.retired_last = *event;
+  shared_[*event].holds = 1;  // until no live block names the stream
+}
+
+void BlockEvents::DropStreamUse(BackendStream stream) {
+  auto it = stream_uses_.find(stream);
+  if (it == stream_uses_.end() || --it->second.live > 0) return;
+  const BackendEvent last = it->second.retired_last;
+  stream_uses_.erase(it);
+  if (last != BackendEvent()) Unhold(last);
+}
+
+void BlockEvents::BeginCallerEvents(absl::Span<const BackendEvent> events) {
+  for (BackendEvent event : events) {
+    Shared& shared = shared_[event];
+    shared.caller = true;
+    ++shared.holds;
+  }
+}
+
+void BlockEvents::EndCallerEvents(absl::Span<const BackendEvent> events) {
+  for (BackendEvent event : events) Unhold(event);
+}
+
+void BlockEvents::Unhold(BackendEvent event) {
+  auto it = shared_.find(event);
+  if (it == shared_.end()) return;
+  if (--it->second.holds == 0 && it->second.blocks.empty()) {
+    Destroy(event);
+    shared_.erase(it);
+  }
 }
 
 void BlockEvents::Insert(Block* block, absl::Span<const BackendEvent> wait_for) {
   for (const StreamUse& use : block->stream_uses) {
-    BackendEvent event;
-    if (!pool_.empty()) {
-      event = pool_.back();
-      pool_.pop_back();
-    } else {
-      absl::StatusOr<BackendEvent> created = backend_->CreateEvent(device_, EventFlags{});
-      if (!created.ok()) {
-        LogError("creating an event for a freed block", BackendEvent(), created.status());
-        continue;
-      }
-      event = *created;
+    auto retired = stream_uses_.find(use.backend_stream);
+    if (retired != stream_uses_.end() && retired->second.retired_last != BackendEvent()) {
+      // Its last event already follows all of its work.
+      Wait(block, retired->second.retired_last);
+      DropStreamUse(use.backend_stream);
+      continue;
     }
-    absl::Status recorded = backend_->RecordEvent(event, use.backend_stream);
+    DropStreamUse(use.backend_stream);
+    absl::StatusOr<BackendEvent> event = TakePooled();
+    if (!event.ok()) {
+      LogError("creating an event for a freed block", BackendEvent(), event.status());
+      continue;
+    }
+    absl::Status recorded = backend_->RecordEvent(*event, use.backend_stream);
     if (!recorded.ok()) {
       // A failed record leaves the event as it was: still fit for the pool.
-      LogError("recording a freed block's event", event, recorded);
-      pool_.push_back(event);
+      LogError("recording a freed block's event", *event, recorded);
+      pool_.push_back(*event);
       continue;
     }
     ++block->event_count;
     ++outstanding_;
-    by_stream_[use.backend_stream].push_back(Pending{event, block, /*pooled=*/true});
+    by_stream_[use.backend_stream].push_back(Pending{*event, block});
   }
   block->stream_uses.clear();
-  for (BackendEvent event : wait_for) {
-    ++block->event_count;
-    ++outstanding_;
-    foreign_.push_back(Pending{event, block, /*pooled=*/false});
-  }
+  for (BackendEvent event : wait_for) Wait(block, event);
+}
+
+void BlockEvents::Wait(Block* block, BackendEvent event) {
+  auto it = shared_.find(event);
+  if (it == shared_.end() || it->second.completed) return;
+  it->second.blocks.push_back(block);
+  ++block->event_count;
+  ++outstanding_;
 }
 
 void BlockEvents::Poll(OnReady on_ready) {
@@ -76,7 +140,13 @@ void BlockEvents::Poll(OnReady on_ready) {
       ++it;
     }
   }
-  QueryForeign([](const Block*) { return true; }, on_ready);
+  for (auto& [event, shared] : shared_) {
+    if (shared.blocks.empty()) continue;
+    absl::StatusOr<bool> done = backend_->QueryEvent(event);
+    if (!done.ok()) LogError("querying a freed block's event", event, done.status());
+    if (!done.ok() || *done) CompleteShared(shared, on_ready);
+  }
+  SweepShared();
 }
 
 void BlockEvents::Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready) {
@@ -97,48 +167,68 @@ void BlockEvents::Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnRe
       ++it;
     }
   }
-  // Caller-supplied events are only queried, after the waits above (which
-  // gave them time): one whose recorder never completes it must not wedge
-  // the device behind the caller's lock.
-  QueryForeign(wanted, on_ready);
-}
-
-void BlockEvents::QueryForeign(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready) {
-  size_t kept = 0;
-  for (size_t i = 0; i < foreign_.size(); ++i) {
-    const Pending p = foreign_[i];
-    if (!wanted(p.block)) {
-      foreign_[kept++] = p;
-      continue;
+  // Retired streams' last events are waited for like pooled ones. Caller
+  // events are only queried, after those waits (which gave them time): one
+  // whose recorder never completes it must not wedge the device behind the
+  // caller's lock.
+  for (bool caller : {false, true}) {
+    for (auto& [event, shared] : shared_) {
+      if (shared.caller != caller || std::none_of(shared.blocks.begin(), shared.blocks.end(), wanted)) continue;
+      absl::Status status = absl::OkStatus();
+      if (caller) {
+        absl::StatusOr<bool> done = backend_->QueryEvent(event);
+        if (done.ok() && !*done) continue;
+        status = done.status();
+      } else {
+        status = backend_->SynchronizeEvent(event);
+      }
+      if (!status.ok()) LogError("waiting for a freed block's event", event, status);
+      // Complete for every block waiting on it, wanted or not.
+      CompleteShared(shared, on_ready);
     }
-    absl::StatusOr<bool> done = backend_->QueryEvent(p.event);
-    if (!done.ok()) {
-      LogError("querying a freed block's event", p.event, done.status());
-    } else if (!*done) {
-      foreign_[kept++] = p;
-      continue;
-    }
-    Complete(p, done.ok(), on_ready);
   }
-  foreign_.resize(kept);
+  SweepShared();
 }
 
-size_t BlockEvents::AbandonForeign(absl::FunctionRef<bool(const Block*)> wanted,
-                                   OnReady on_ready) {
-  size_t kept = 0;
+size_t BlockEvents::AbandonForeign(absl::FunctionRef<bool(const Block*)> wanted, OnReady on_ready) {
   size_t abandoned = 0;
-  for (size_t i = 0; i < foreign_.size(); ++i) {
-    const Pending p = foreign_[i];
-    if (!wanted(p.block)) {
-      foreign_[kept++] = p;
+  std::vector<Block*> ready;
+  for (auto& [event, shared] : shared_) {
+    if (!shared.caller) continue;
+    // Not even queried: whatever it says, the work it stood for is gone.
+    auto kept = std::partition(shared.blocks.begin(), shared.blocks.end(),
+                               [&](const Block* b) { return !wanted(b); });
+    ready.insert(ready.end(), kept, shared.blocks.end());
+    shared.blocks.erase(kept, shared.blocks.end());
+  }
+  for (Block* block : ready) {
+    --outstanding_;
+    ++abandoned;
+    ReadyOne(block, on_ready);
+  }
+  SweepShared();
+  return abandoned;
+}
+
+void BlockEvents::CompleteShared(Shared& shared, OnReady on_ready) {
+  shared.completed = true;
+  std::vector<Block*> blocks = std::move(shared.blocks);
+  shared.blocks.clear();
+  for (Block* block : blocks) {
+    --outstanding_;
+    ReadyOne(block, on_ready);
+  }
+}
+
+void BlockEvents::SweepShared() {
+  for (auto it = shared_.begin(); it != shared_.end();) {
+    if (it->second.holds > 0 || !it->second.blocks.empty()) {
+      ++it;
       continue;
     }
-    // Not even queried: whatever it says, the work it stood for is gone.
-    ++abandoned;
-    Complete(p, /*healthy=*/true, on_ready);
+    Destroy(it->first);
+    shared_.erase(it++);
   }
-  foreign_.resize(kept);
-  return abandoned;
 }
 
 void BlockEvents::SyncAndComplete(const Pending& p, OnReady on_ready) {
@@ -149,12 +239,16 @@ void BlockEvents::SyncAndComplete(const Pending& p, OnReady on_ready) {
 
 void BlockEvents::Complete(const Pending& p, bool healthy, OnReady on_ready) {
   --outstanding_;
-  if (p.pooled && healthy) {
+  if (healthy) {
     pool_.push_back(p.event);
   } else {
     Destroy(p.event);
   }
-  if (--p.block->event_count == 0) on_ready(p.block);
+  ReadyOne(p.block, on_ready);
+}
+
+void BlockEvents::ReadyOne(Block* block, OnReady on_ready) {
+  if (--block->event_count == 0) on_ready(block);
 }
 
 void BlockEvents::Destroy(BackendEvent event) {

@@ -73,9 +73,18 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
 
 void CachingAllocator::Free(DeviceIndex device, uint64_t address,
                             absl::Span<const BackendEvent> wait_for) {
+  FreeBatch(device, absl::MakeConstSpan(&address, 1), wait_for);
+}
+
+void CachingAllocator::FreeBatch(DeviceIndex device, absl::Span<const uint64_t> addresses,
+                                 absl::Span<const BackendEvent> wait_for) {
   ReleasedSegments released;
-  DeviceOrDie(device).Free(address, wait_for, &released);
+  DeviceOrDie(device).Free(addresses, wait_for, &released);
   NotifyReleased(device, released);
+}
+
+void CachingAllocator::RetireStream(DeviceIndex device, BackendStream backend_stream) {
+  DeviceOrDie(device).RetireStream(backend_stream);
 }
 
 void CachingAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream,

@@ -127,17 +127,29 @@ class CachingAllocator {
   // completed; then free_block runs (and active, active_bytes and
   // requested_bytes drop). `wait_for` events must already be recorded (e.g.
   // an interprocess event a client recorded on its own stream); ownership
-  // passes to the allocator, which destroys each once it completed. They
-  // are never waited for, only queried (each Allocate, EmptyCache, the OOM
-  // retry), so the block stays pending for as long as one has not
-  // completed. They count as work of the block's charged client:
-  // RemoveClient of that client destroys them without even a query. (The
-  // daemon frees a block only for the session charged with it: the charge
-  // moves to an importer when the owner leaves.) Event errors from the
-  // backend are logged and count as completion.
+  // passes to the allocator, which destroys each once no block waits on it
+  // any more. They are never waited for, only queried (each Allocate,
+  // EmptyCache, the OOM retry), so the block stays pending for as long as
+  // one has not completed. They count as work of the block's charged client:
+  // RemoveClient of that client stops waiting on them without even a query.
+  // (The daemon frees a block only for the session charged with it: the
+  // charge moves to an importer when the owner leaves.) Event errors from
+  // the backend are logged and count as completion.
   // Precondition: `address` is a live block from Allocate on `device`
   // (callers validate their ids; this crashes on a broken invariant).
   void Free(DeviceIndex device, uint64_t address, absl::Span<const BackendEvent> wait_for = {});
+  // Free of every one of `addresses` (distinct live blocks), each waiting on
+  // every one of `wait_for`: one event serves them all. The device's lock is
+  // taken in slices, so a long batch does not hold back other clients.
+  void FreeBatch(DeviceIndex device, absl::Span<const uint64_t> addresses,
+                 absl::Span<const BackendEvent> wait_for = {});
+
+  // The backend stream `backend_stream` on `device` is about to be
+  // destroyed, and no more work will be queued on it: live blocks whose
+  // RecordStream named it keep waiting, at their Free, for the work queued
+  // there so far (one event is recorded on it now when any block names it).
+  // The caller destroys the stream after this returns.
+  void RetireStream(DeviceIndex device, BackendStream backend_stream);
 
   // PyTorch's recordStream: the live block at `address` was used by work on
   // `backend_stream`, which the block's client knows as `stream`; its reuse

@@ -250,9 +250,26 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
   return absl::ResourceExhaustedError(FormatOomMessage(report));
 }
 
-void DeviceAllocator::Free(uint64_t address, absl::Span<const BackendEvent> wait_for,
+void DeviceAllocator::Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
                            ReleasedSegments* released) {
+  // A long request takes the lock in slices, so other clients' calls on the
+  // device interleave with it; the request's hold keeps its caller events
+  // alive between slices.
+  constexpr size_t kSlice = 1024;
+  {
+    absl::MutexLock lock(&mu_);
+    events_.BeginCallerEvents(wait_for);
+  }
+  for (size_t start = 0; start < addresses.size(); start += kSlice) {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t address : addresses.subspan(start, kSlice)) FreeOneLocked(address, wait_for, released);
+  }
   absl::MutexLock lock(&mu_);
+  events_.EndCallerEvents(wait_for);
+}
+
+void DeviceAllocator::FreeOneLocked(uint64_t address, absl::Span<const BackendEvent> wait_for,
+                                    ReleasedSegments* released) {
   auto it = allocated_.find(address);
   if (it == allocated_.end()) AllocatedBlockOrDie(address);  // reports and aborts
   Block* block = it->second;
@@ -272,7 +289,7 @@ void DeviceAllocator::Free(uint64_t address, absl::Span<const BackendEvent> wait
   // insert_events: the block stays active until the other streams' work is
   // done; free_block runs when its last event completes.
   events_.Insert(block, wait_for);
-  if (block->event_count == 0) FreeBlockLocked(block, released);  // no event could be recorded
+  if (block->event_count == 0) FreeBlockLocked(block, released);  // no event to wait on
 }
 
 void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) {

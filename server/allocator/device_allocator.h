@@ -62,9 +62,10 @@ class DeviceAllocator {
   // device. `size` is already validated (non-zero, within the device).
   absl::StatusOr<AllocationResult> Allocate(ClientId client, StreamId stream, uint64_t size,
                                             bool dedicated, ReleasedSegments* released);
-  void Free(uint64_t address, absl::Span<const BackendEvent> wait_for,
+  void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);
   void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream);
+  void RetireStream(BackendStream backend_stream);
   void Recharge(uint64_t address, ClientId new_client);
   EmptyCacheResult EmptyCache(std::optional<ClientId> client, ReleasedSegments* released);
   void RemoveClient(ClientId client, ReleasedSegments* released);
@@ -139,6 +140,9 @@ class DeviceAllocator {
   size_t AbandonCallerEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,
                                    ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // One block of Free, whose caller events the request holds.
+  void FreeOneLocked(uint64_t address, absl::Span<const BackendEvent> wait_for, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // free_block: coalesce, cache (or release a dedicated segment), update stats.
   void FreeBlockLocked(Block* block, ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t TryMergeLocked(Block* dst, Block* src) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -19,6 +19,12 @@ void DeviceAllocator::RecordStream(uint64_t address, StreamId stream,
     if (u == use) return;
   }
   block->stream_uses.push_back(use);
+  events_.AddStreamUse(backend_stream);
+}
+
+void DeviceAllocator::RetireStream(BackendStream backend_stream) {
+  absl::MutexLock lock(&mu_);
+  events_.RetireStream(backend_stream);
 }
 
 void DeviceAllocator::ProcessEventsLocked(ReleasedSegments* released) {

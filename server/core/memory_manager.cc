@@ -30,9 +30,18 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
       sessions_(sessions),
       streams_(streams),
       allocator_(backend, options,
-                 [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }) {}
+                 [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }) {
+  streams_->set_stream_destroyer(
+      [this](DeviceIndex device, BackendStream stream) { return DestroyStream(device, stream); });
+}
 
-MemoryManager::~MemoryManager() = default;
+absl::Status MemoryManager::DestroyStream(DeviceIndex device, BackendStream stream) {
+  absl::MutexLock lock(&mu_);
+  allocator_.RetireStream(device, stream);
+  return backend_->DestroyStream(stream);
+}
+
+MemoryManager::~MemoryManager() { streams_->set_stream_destroyer(nullptr); }
 
 absl::Status MemoryManager::CheckDevice(DeviceIndex device) const {
   return CheckDeviceInRange(device, allocator_.device_count());
@@ -51,11 +60,8 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
   // The default stream always exists, so the common case takes no lock.
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (stream.value() != 0) GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
-  if (!frees.empty()) {
-    GPUMUX_RETURN_IF_ERROR(CheckWaitEventHandles(free_wait_event_handles));
-    absl::MutexLock lock(&mu_);
-    GPUMUX_RETURN_IF_ERROR(FreeLocked(session, frees, free_wait_event_handles));
-  }
+  GPUMUX_RETURN_IF_ERROR(CheckFreeRequest(frees, free_wait_event_handles));
+  if (!frees.empty()) GPUMUX_RETURN_IF_ERROR(FreeChecked(session, frees, free_wait_event_handles));
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
   GPUMUX_ASSIGN_OR_RETURN(AllocationResult result, allocator_.Allocate(device, session, stream, size, shareable));
@@ -99,7 +105,18 @@ AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block
   return view;
 }
 
-absl::Status MemoryManager::CheckWaitEventHandles(absl::Span<const std::string> wait_event_handles) {
+absl::Status MemoryManager::CheckFreeRequest(absl::Span<const AllocationId> ids,
+                                             absl::Span<const std::string> wait_event_handles) {
+  if (ids.size() > kMaxFreeIds) {
+    return absl::InvalidArgumentError(absl::StrCat("a free request names ", ids.size(),
+                                                   " allocations; at most ", kMaxFreeIds,
+                                                   " may be freed in one request: split it"));
+  }
+  if (wait_event_handles.size() > kMaxWaitEventHandles) {
+    return absl::InvalidArgumentError(absl::StrCat("a free request carries ", wait_event_handles.size(),
+                                                   " wait event handles; at most ", kMaxWaitEventHandles,
+                                                   " are accepted in one request: split it"));
+  }
   for (const std::string& handle : wait_event_handles) {
     if (handle.size() != kIpcEventHandleBytes) {
       return absl::InvalidArgumentError(absl::StrCat("wait event handle of ", handle.size(),
@@ -107,61 +124,77 @@ absl::Status MemoryManager::CheckWaitEventHandles(absl::Span<const std::string> 
                                                      kIpcEventHandleBytes));
     }
   }
+  // Linear, and before any lock: a long request must not stall others.
+  absl::flat_hash_set<AllocationId> seen;
+  seen.reserve(ids.size());
+  for (AllocationId id : ids) {
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("allocation ", id.value(), " is named twice in one free request"));
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status MemoryManager::Free(SessionId session, absl::Span<const AllocationId> ids,
                                  absl::Span<const std::string> wait_event_handles) {
-  GPUMUX_RETURN_IF_ERROR(CheckWaitEventHandles(wait_event_handles));
-  absl::MutexLock lock(&mu_);
-  return FreeLocked(session, ids, wait_event_handles);
+  GPUMUX_RETURN_IF_ERROR(CheckFreeRequest(ids, wait_event_handles));
+  return FreeChecked(session, ids, wait_event_handles);
 }
 
-absl::Status MemoryManager::FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
-                                       absl::Span<const std::string> wait_event_handles) {
-  auto books = books_.find(session);
-  if (books == books_.end()) return SessionClosedError(session);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (!books->second.ids.contains(ids[i])) return NotFound(ids[i]);
-    for (size_t j = 0; j < i; ++j) {
-      if (ids[j] == ids[i]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("allocation ", ids[i].value(), " is named twice in one free request"));
-      }
+absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const AllocationId> ids,
+                                        absl::Span<const std::string> wait_event_handles) {
+  PendingFrees frees;
+  {
+    absl::MutexLock lock(&mu_);
+    auto books = books_.find(session);
+    if (books == books_.end()) return SessionClosedError(session);
+    for (AllocationId id : ids) {
+      if (!books->second.ids.contains(id)) return NotFound(id);
     }
+    if (!wait_event_handles.empty()) GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(ids, wait_event_handles, &frees));
+    for (AllocationId id : ids) DropReferenceLocked(id, nullptr, &frees);
+    ++books->second.frees_in_flight;
   }
-  WaitEvents waits;
-  if (!wait_event_handles.empty()) {
-    GPUMUX_ASSIGN_OR_RETURN(waits, OpenWaitEventsLocked(ids, wait_event_handles));
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    DropReferenceLocked(ids[i], nullptr, waits.empty() ? absl::Span<const BackendEvent>() : waits[i]);
-  }
+  ApplyFrees(frees);
+  absl::MutexLock lock(&mu_);
+  auto books = books_.find(session);
+  if (books != books_.end()) --books->second.frees_in_flight;
   return absl::OkStatus();
 }
 
-absl::StatusOr<MemoryManager::WaitEvents> MemoryManager::OpenWaitEventsLocked(
-    absl::Span<const AllocationId> ids, absl::Span<const std::string> handles) {
-  // The allocator owns the events of each freed block, so every block gets
-  // its own opening of each handle. A block others still reference is not
-  // freed here: its last holder's free decides.
-  WaitEvents waits(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const Block& block = *refs_.at(ids[i]).block;
-    if (block.refs.size() > 1) continue;
+void MemoryManager::ApplyFrees(const PendingFrees& frees) {
+  for (size_t d = 0; d < frees.size(); ++d) {
+    const DeviceFrees& device = frees[d];
+    if (device.addresses.empty() && device.wait_for.empty()) continue;
+    allocator_.FreeBatch(DeviceIndex(static_cast<int32_t>(d)), device.addresses, device.wait_for);
+  }
+}
+
+absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
+                                                 absl::Span<const std::string> handles, PendingFrees* frees) {
+  // Each handle is opened once per device whose blocks this free returns,
+  // and shared by all of them. A block others still reference is not freed
+  // here: its last holder's free decides.
+  frees->resize(static_cast<size_t>(allocator_.device_count()));
+  for (AllocationId id : ids) {
+    const Block& block = *refs_.at(id).block;
+    DeviceFrees& device = (*frees)[static_cast<size_t>(block.view.device.value())];
+    if (block.refs.size() > 1 || !device.wait_for.empty()) continue;
     for (const std::string& handle : handles) {
       absl::StatusOr<BackendEvent> event = backend_->OpenIpcEventHandle(block.view.device, handle);
       if (!event.ok()) {
-        for (const auto& opened : waits) {
-          for (BackendEvent e : opened) backend_->DestroyEvent(e).IgnoreError();
+        for (DeviceFrees& opened : *frees) {
+          for (BackendEvent e : opened.wait_for) backend_->DestroyEvent(e).IgnoreError();
+          opened.wait_for.clear();
         }
         return absl::Status(event.status().code(),
                             absl::StrCat("wait event handle: ", event.status().message(), "; nothing was freed"));
       }
-      waits[i].push_back(*event);
+      device.wait_for.push_back(*event);
     }
   }
-  return waits;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<const MemoryManager::Reference*> MemoryManager::FindLocked(SessionId session,
@@ -225,8 +258,7 @@ absl::Status MemoryManager::EnqueueOnAllocations(
   return absl::OkStatus();
 }
 
-void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
-                                        absl::Span<const BackendEvent> wait_for) {
+void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees) {
   auto it = refs_.find(id);
   Reference ref = it->second;
   refs_.erase(it);
@@ -250,7 +282,8 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
       unused_tokens_.erase(token);
       used_tokens_.erase(token);
     }
-    allocator_.Free(block->view.device, block->view.address, wait_for);
+    if (frees->empty()) frees->resize(static_cast<size_t>(allocator_.device_count()));
+    (*frees)[device_slot].addresses.push_back(block->view.address);
     delete block;
     return;
   }
@@ -323,16 +356,23 @@ ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
   for (int d = 0; d < allocator_.device_count(); ++d) {
     before.push_back(allocator_.GetClientStats(DeviceIndex(d), session));
   }
+  PendingFrees frees;
   {
     absl::MutexLock lock(&mu_);
     auto books = books_.find(session);
     if (books != books_.end()) {
-      std::vector<AllocationId> ids(books->second.ids.begin(), books->second.ids.end());
+      // A Free of this session still handing its blocks to the allocator
+      // must finish first: RemoveClient below wants them all back.
+      const SessionBooks* mine = &books->second;
+      mu_.Await(absl::Condition(
+          +[](const SessionBooks* b) { return b->frees_in_flight == 0; }, mine));
+      std::vector<AllocationId> ids(mine->ids.begin(), mine->ids.end());
       std::sort(ids.begin(), ids.end());
-      for (AllocationId id : ids) DropReferenceLocked(id, &summary);
+      for (AllocationId id : ids) DropReferenceLocked(id, &summary, &frees);
       books_.erase(session);
     }
   }
+  ApplyFrees(frees);
   // Everything charged to the session goes back to the backend, except the
   // segments of shared allocations handed over to their importers.
   for (const DeviceStats& stats : before) {

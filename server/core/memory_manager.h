@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -25,6 +26,7 @@
 #include "absl/types/span.h"
 #include "common/ids.h"
 #include "common/memory_stats.h"
+#include "common/request_limits.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/device_backend.h"
 #include "server/core/session_registry.h"
@@ -88,7 +90,8 @@ struct ReleaseSummary {
 
 class MemoryManager {
  public:
-  // `backend`, `sessions` and `streams` must outlive the manager.
+  // `backend`, `sessions` and `streams` must outlive the manager. Becomes
+  // `streams`' stream destroyer (DestroyStream below) until destroyed.
   MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
                 StreamManager* streams);
   ~MemoryManager();
@@ -102,6 +105,12 @@ class MemoryManager {
   // INVALID_ARGUMENT naming the valid range when `device` is out of range.
   absl::Status CheckDevice(DeviceIndex device) const;
 
+  // Most allocation ids one free request (Free, or the frees riding on an
+  // Allocate) may name, and most wait event handles it may carry: a request
+  // is checked and applied in time linear in its size, and these bound it.
+  static constexpr size_t kMaxFreeIds = kMaxFreeIdsPerRequest;
+  static constexpr size_t kMaxWaitEventHandles = kMaxWaitEventHandlesPerRequest;
+
   // Frees `frees` (as Free, waiting on `free_wait_event_handles`) and then
   // allocates for `stream` (as StreamManager::Resolve names it). Errors as
   // Free and Resolve, plus: INVALID_ARGUMENT for a bad size;
@@ -110,14 +119,23 @@ class MemoryManager {
                                           uint64_t size, bool shareable,
                                           absl::Span<const AllocationId> frees = {},
                                           absl::Span<const std::string> free_wait_event_handles = {});
-  // Checks every id, then frees them all: NOT_FOUND for an id that is not a
-  // live allocation of this session, INVALID_ARGUMENT for an id named twice.
-  // The blocks freed are not reused before each of `wait_event_handles`
-  // (interprocess events the client recorded after its last use) completed;
-  // a handle the backend cannot open fails the call (INVALID_ARGUMENT, or
-  // NOT_FOUND for an event that is gone) before anything is freed.
+  // Checks every id, then frees them all: INVALID_ARGUMENT for more than
+  // kMaxFreeIds ids or kMaxWaitEventHandles handles, an id named twice or a
+  // handle that is not kIpcEventHandleBytes long; NOT_FOUND for an id that
+  // is not a live allocation of this session. The blocks freed are not
+  // reused before each of `wait_event_handles` (interprocess events the
+  // client recorded after its last use) completed; a handle the backend
+  // cannot open fails the call (INVALID_ARGUMENT, or NOT_FOUND for an event
+  // that is gone) before anything is freed. The books' lock is held only
+  // for the lookups; the allocator returns the blocks after it is dropped.
   absl::Status Free(SessionId session, absl::Span<const AllocationId> ids,
                     absl::Span<const std::string> wait_event_handles = {});
+
+  // The session's backend stream `stream` on `device` ends: blocks whose
+  // queued work ran on it keep waiting for that work at their free
+  // (CachingAllocator::RetireStream), then the backend destroys it. Under
+  // the books' lock, so no work on allocations is queued on it meanwhile.
+  absl::Status DestroyStream(DeviceIndex device, BackendStream stream);
 
   // tensor.record_stream(stream) for the session's allocation `id` and its
   // stream `stream` on the allocation's device. NOT_FOUND for an unknown
@@ -183,20 +201,30 @@ class MemoryManager {
   struct SessionBooks {
     absl::flat_hash_set<AllocationId> ids;
     std::vector<uint64_t> imported_bytes;  // per device
+    int frees_in_flight = 0;  // Free calls handing blocks to the allocator now
   };
+  // Blocks a free returns to the allocator once mu_ is dropped, and the
+  // opened wait events they share, per device.
+  struct DeviceFrees {
+    std::vector<uint64_t> addresses;
+    std::vector<BackendEvent> wait_for;
+  };
+  using PendingFrees = std::vector<DeviceFrees>;
 
-  // Events opened per freed block, in the order of `ids`.
-  using WaitEvents = std::vector<absl::InlinedVector<BackendEvent, 1>>;
-  // INVALID_ARGUMENT unless every handle has kIpcEventHandleBytes bytes.
-  static absl::Status CheckWaitEventHandles(absl::Span<const std::string> wait_event_handles);
-  absl::Status FreeLocked(SessionId session, absl::Span<const AllocationId> ids,
-                          absl::Span<const std::string> wait_event_handles) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Opens every handle once for each id whose block the free returns.
-  absl::StatusOr<WaitEvents> OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
-                                                  absl::Span<const std::string> handles)
+  // INVALID_ARGUMENT for a request over its bounds, a malformed handle or an
+  // id named twice. Needs no lock.
+  static absl::Status CheckFreeRequest(absl::Span<const AllocationId> ids,
+                                       absl::Span<const std::string> wait_event_handles);
+  // Free after CheckFreeRequest.
+  absl::Status FreeChecked(SessionId session, absl::Span<const AllocationId> ids,
+                           absl::Span<const std::string> wait_event_handles) ABSL_LOCKS_EXCLUDED(mu_);
+  // Opens every handle once per device that the free returns blocks of.
+  absl::Status OpenWaitEventsLocked(absl::Span<const AllocationId> ids, absl::Span<const std::string> handles,
+                                    PendingFrees* frees) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyFrees(const PendingFrees& frees) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops one reference; a block left without any joins `frees`.
+  void DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
-                           absl::Span<const BackendEvent> wait_for = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Reference*> FindLocked(SessionId session, AllocationId id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // record_stream of `block` for `stream` of `session`.
@@ -215,7 +243,8 @@ class MemoryManager {
   mutable absl::Mutex mu_;
   uint64_t next_allocation_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<AllocationId, Reference> refs_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<SessionId, SessionBooks> books_ ABSL_GUARDED_BY(mu_);
+  // Node-based: ReleaseSession waits on one session's books with mu_ released.
+  absl::node_hash_map<SessionId, SessionBooks> books_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Block*> unused_tokens_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Block*> used_tokens_ ABSL_GUARDED_BY(mu_);
 

@@ -55,13 +55,20 @@ StreamCounts StreamManager::ReleaseSession(SessionId session) {
   return StreamCounts{books.streams.size(), books.events.size()};
 }
 
+absl::Status StreamManager::DestroyBackendStream(DeviceIndex device, BackendStream stream) {
+  return destroyer_ ? destroyer_(device, stream) : backend_->DestroyStream(stream);
+}
+
 void StreamManager::DestroyAll(const Books& books) {
   for (const auto& [id, event] : books.events) LogIfError(backend_->DestroyEvent(event.backend), "destroy event");
   for (const auto& [id, stream] : books.streams) {
-    LogIfError(backend_->DestroyStream(stream.backend), "destroy stream");
+    LogIfError(DestroyBackendStream(stream.device, stream.backend), "destroy stream");
   }
-  for (BackendStream stream : books.default_streams) {
-    if (stream.value() != 0) LogIfError(backend_->DestroyStream(stream), "destroy default stream");
+  for (size_t d = 0; d < books.default_streams.size(); ++d) {
+    BackendStream stream = books.default_streams[d];
+    if (stream.value() != 0) {
+      LogIfError(DestroyBackendStream(DeviceIndex(static_cast<int32_t>(d)), stream), "destroy default stream");
+    }
   }
 }
 
@@ -102,6 +109,7 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Books*> books = BooksLocked(session);
   if (!books.ok()) {
+    // Never used, so no allocation waits on it: straight to the backend.
     LogIfError(backend_->DestroyStream(backend), "destroy stream");
     return books.status();
   }
@@ -122,7 +130,7 @@ absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device,
     GPUMUX_ASSIGN_OR_RETURN(backend, FindStreamLocked(*books, device, stream));
     books->streams.erase(stream);
   }
-  return backend_->DestroyStream(backend);
+  return DestroyBackendStream(device, backend);
 }
 
 absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceIndex device, StreamId stream) {
@@ -144,14 +152,14 @@ absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceI
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Books*> books = BooksLocked(session);
   if (!books.ok()) {
-    LogIfError(backend_->DestroyStream(created), "destroy default stream");
+    LogIfError(backend_->DestroyStream(created), "destroy default stream");  // never used
     return books.status();
   }
   BackendStream& slot_stream = (*books)->default_streams[slot];
   if (slot_stream.value() == 0) {
     slot_stream = created;
   } else {  // another call of this session created it meanwhile
-    LogIfError(backend_->DestroyStream(created), "destroy default stream");
+    LogIfError(backend_->DestroyStream(created), "destroy default stream");  // never used
   }
   return ResolvedStream{stream, device, slot_stream};
 }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ class StreamManager {
   ~StreamManager();
   StreamManager(const StreamManager&) = delete;
   StreamManager& operator=(const StreamManager&) = delete;
+
+  // Destroys a backend stream a session held (created, or a default stream);
+  // the backend's DestroyStream unless set. MemoryManager sets it so that
+  // allocations keep waiting for the work queued on a stream that ends.
+  // Set it before any session is added.
+  using StreamDestroyer = std::function<absl::Status(DeviceIndex, BackendStream)>;
+  void set_stream_destroyer(StreamDestroyer destroyer) { destroyer_ = std::move(destroyer); }
 
   void AddSession(SessionId session);
   // Destroys the session's streams (default ones included) and events;
@@ -146,9 +154,11 @@ class StreamManager {
   absl::StatusOr<EventView> AddEvent(SessionId session, DeviceIndex device, EventFlags flags,
                                      BackendEvent backend);
   absl::Status CheckDevice(DeviceIndex device) const;
+  absl::Status DestroyBackendStream(DeviceIndex device, BackendStream stream);
   void DestroyAll(const Books& books);
 
   DeviceBackend* const backend_;
+  StreamDestroyer destroyer_;
   mutable absl::Mutex mu_;
   uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;

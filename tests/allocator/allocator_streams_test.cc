@@ -856,5 +856,80 @@ TEST_F(AllocatorStreamsTest, RandomWorkloadWithRecordStreamKeepsStatsConsistent)
   EXPECT_EQ(s.num_device_alloc, s.num_device_free);
 }
 
+// A stream destroyed while a live block still names it: one last event is
+// recorded on it, and the block's free waits on that instead of recording on
+// the gone stream (which would fail and free the block at once).
+TEST_F(AllocatorStreamsTest, ARetiredStreamsLastEventGuardsTheBlocksThatUsedIt) {
+  const BackendStream side = NewStream();
+  Gate* gate = HoldBack(side);
+  const AllocationResult a = Alloc(512 * kKiB);
+  const AllocationResult b = Alloc(512 * kKiB);
+  for (const AllocationResult* r : {&a, &b}) {
+    Touch(side, *r);
+    allocator_->RecordStream(kDev, r->address, kS1, side);
+  }
+  const int records_before = events_->records_.load();
+  allocator_->RetireStream(kDev, side);
+  ASSERT_OK(host_->DestroyStream(side));
+  EXPECT_EQ(events_->records_.load(), records_before + 1);  // one event for both blocks
+
+  Free(a);
+  Free(b);
+  EXPECT_EQ(events_->records_.load(), records_before + 1);  // nothing recorded on the gone stream
+  EXPECT_EQ(StateAt(a.address), BlockState::kActivePendingFree);
+  EXPECT_EQ(StateAt(b.address), BlockState::kActivePendingFree);
+  const AllocationResult other = Alloc(512 * kKiB);
+  EXPECT_NE(other.address, a.address);
+  EXPECT_NE(other.address, b.address);
+  Free(other);
+
+  gate->Open();
+  ASSERT_OK(host_->Synchronize(kDev));
+  const AllocationResult reused = Alloc(512 * kKiB);  // process_events freed both first
+  EXPECT_EQ(reused.address, a.address);
+  EXPECT_EQ(StateAt(b.address), BlockState::kInactive);
+  Free(reused);
+  ExpectBooksConsistent();
+}
+
+TEST_F(AllocatorStreamsTest, RetiringAStreamNoLiveBlockNamesRecordsNothing) {
+  const BackendStream side = NewStream();
+  const AllocationResult a = Alloc(512 * kKiB);
+  Touch(side, a);
+  allocator_->RecordStream(kDev, a.address, kS1, side);
+  Free(a);  // its use became an event now
+  const int records_before = events_->records_.load();
+  allocator_->RetireStream(kDev, side);
+  ASSERT_OK(host_->DestroyStream(side));
+  EXPECT_EQ(events_->records_.load(), records_before);
+}
+
+// One caller event serves every block of a batch: opened once, destroyed
+// once when the last block stops waiting on it.
+TEST_F(AllocatorStreamsTest, OneCallerEventServesAWholeFreeBatch) {
+  std::vector<uint64_t> addresses;
+  for (int i = 0; i < 100; ++i) addresses.push_back(Alloc(512).address);
+  const ClientEvent* fence = RecordInClient();
+  ASSERT_NE(fence, nullptr);
+  allocator_->FreeBatch(kDev, addresses, {fence->opened});
+  for (uint64_t address : addresses) EXPECT_EQ(StateAt(address), BlockState::kActivePendingFree);
+  EXPECT_THAT(events_->destroyed(), Not(Contains(fence->opened)));
+  fence->Complete();
+  const int queries_before = events_->queries_.load();
+  Free(Alloc(512));  // process_events: one query for the shared event
+  EXPECT_EQ(events_->queries_.load(), queries_before + 1);
+  for (uint64_t address : addresses) EXPECT_NE(StateAt(address), BlockState::kActivePendingFree);
+  EXPECT_THAT(events_->destroyed(), Contains(fence->opened));
+  ExpectBooksConsistent();
+}
+
+// A batch whose blocks need no wait still owns its caller events.
+TEST_F(AllocatorStreamsTest, CallerEventsOfAnEmptyBatchAreDestroyed) {
+  const ClientEvent* fence = RecordInClient();
+  ASSERT_NE(fence, nullptr);
+  allocator_->FreeBatch(kDev, {}, {fence->opened});
+  EXPECT_THAT(events_->destroyed(), Contains(fence->opened));
+}
+
 }  // namespace
 }  // namespace gpumux::testing

@@ -534,6 +534,59 @@ TEST_F(CopyServiceTest, FreeRightAfterAQueuedCopyOnAnotherStreamDoesNotCorruptTh
   EXPECT_EQ(third.address(), first.address());
 }
 
+// The repro of a use-after-free: the stream that used the block is destroyed
+// before the free, so the free could not record an event on it and the block
+// was reused while the stream's memset was still queued.
+TEST_F(CopyServiceTest, DestroyingAStreamKeepsItsQueuedWorkGuardingTheBlocksItUsed) {
+  RawSession session(channel_, "destroyed-stream");
+  const uint64_t side = NewStream(session, 0);
+  v1::Allocation first;
+  ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());  // on the default stream
+  IpcGate gate;
+  gate.Block(session, 0, side);
+  ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0xAA, On(side)), GrpcIsOk());
+  ASSERT_THAT(DestroyStream(session, 0, side), GrpcIsOk());
+  ASSERT_THAT(session.Free({first.allocation_id()}), GrpcIsOk());
+  EXPECT_EQ(BlockState(session, 0, first.address()), "active_pending_free");
+
+  v1::Allocation second;
+  ASSERT_THAT(session.Allocate(0, 4 * kMiB, &second), GrpcIsOk());
+  EXPECT_NE(second.address(), first.address()) << "reused a block the destroyed stream still writes";
+  const std::string bytes = Pattern(4 * kMiB, 22);
+  ASSERT_THAT(Upload(session, second.allocation_id(), 0, bytes), GrpcIsOk());
+  gate.Release();
+
+  // Once the destroyed stream's memset ran, the block is reused.
+  bool reused = false;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !reused && std::chrono::steady_clock::now() < deadline;) {
+    v1::Allocation third;
+    ASSERT_THAT(session.Allocate(0, 4 * kMiB, &third), GrpcIsOk());
+    reused = third.address() == first.address();
+    ASSERT_THAT(session.Free({third.allocation_id()}), GrpcIsOk());
+    if (!reused) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(reused) << "the block stayed pending after the destroyed stream drained";
+  std::string read;
+  ASSERT_THAT(Download(session, second.allocation_id(), 0, bytes.size(), &read), GrpcIsOk());
+  EXPECT_EQ(FirstPatternMismatch(read.data(), read.size(), 22), read.size());
+}
+
+// A stream destroyed with no live block naming it costs no event, and blocks
+// that only ever used it after their free are not held back.
+TEST_F(CopyServiceTest, DestroyingAStreamAfterItsBlocksWereFreedHoldsNothingBack) {
+  RawSession session(channel_, "destroyed-idle");
+  const uint64_t side = NewStream(session, 0);
+  v1::Allocation first;
+  ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());
+  ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0x11, On(side, /*wait=*/true)), GrpcIsOk());
+  ASSERT_THAT(session.Free({first.allocation_id()}), GrpcIsOk());
+  ASSERT_THAT(DestroyStream(session, 0, side), GrpcIsOk());
+  v1::Allocation second;
+  ASSERT_THAT(session.Allocate(0, 4 * kMiB, &second), GrpcIsOk());
+  EXPECT_EQ(second.address(), first.address());
+}
+
 TEST_F(CopyServiceTest, FreeWithAWaitEventHandleHoldsTheBlockUntilTheEventCompletes) {
   RawSession session(channel_, "free-wait");
   v1::Allocation first;

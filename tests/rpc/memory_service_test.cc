@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
@@ -255,6 +257,56 @@ TEST_F(MemoryServiceTest, FirstStreamMessageMustBeOpen) {
   v1::SessionServerMessage reply;
   EXPECT_FALSE(stream->Read(&reply));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A free request is checked in time linear in its size and bounded: 100,000
+// ids once took 5.7 s under the lock every session needs.
+TEST_F(MemoryServiceTest, FreeRequestsAreBoundedAndCheckedForDuplicatesInLinearTime) {
+  RawSession session(channel_, "big-free");
+  std::vector<uint64_t> too_many(100000);
+  for (size_t i = 0; i < too_many.size(); ++i) too_many[i] = i + 1;
+  grpc::Status status = session.Free(too_many);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("100000 allocations; at most 65536"), std::string::npos)
+      << status.error_message();
+
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  std::vector<uint64_t> twice(65536);
+  for (size_t i = 0; i < twice.size(); ++i) twice[i] = a.allocation_id() + 1000 + i;
+  twice.back() = twice.front();  // the duplicate is the last id: every pair is compared
+  status = session.Free(twice);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("named twice"), std::string::npos) << status.error_message();
+
+  v1::AllocateRequest allocate;
+  allocate.set_device(0);
+  allocate.set_size(4096);
+  for (uint64_t id : too_many) allocate.add_free_allocation_ids(id);
+  v1::AllocateResponse allocated;
+  status = session.memory().Allocate(session.Context().get(), allocate, &allocated);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(session.Free({a.allocation_id()}).ok());
+}
+
+TEST_F(MemoryServiceTest, AllocateRefusesMalformedWaitHandlesEvenWithoutFrees) {
+  RawSession session(channel_, "bad-handles");
+  v1::AllocateRequest request;
+  request.set_device(0);
+  request.set_size(4096);
+  request.add_free_wait_event_handles("short");
+  v1::AllocateResponse response;
+  grpc::Status status = session.memory().Allocate(session.Context().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("wait event handle of 5 bytes"), std::string::npos)
+      << status.error_message();
+
+  request.clear_free_wait_event_handles();
+  for (int i = 0; i < 65; ++i) request.add_free_wait_event_handles(std::string(64, 'h'));
+  status = session.memory().Allocate(session.Context().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("65 wait event handles; at most 64"), std::string::npos)
+      << status.error_message();
 }
 
 }  // namespace
