@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/request_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
@@ -178,6 +179,27 @@ TEST(FreeBatcherTest, ConcurrentEnqueuersLoseNothing) {
   size_t total = 0;
   for (const auto& batch : recorder.batches()) total += batch.size();
   EXPECT_EQ(total, 4000u);
+}
+
+// A batch stops at the daemon's bounds on one request
+// (common/request_limits.h): the next free is refused, to go in the next one.
+TEST(FreeBatcherTest, ABatchStopsAtTheRequestBounds) {
+  Recorder recorder;
+  FreeBatcher batcher(recorder.Fn(), absl::Hours(1));
+  for (size_t i = 0; i < kMaxFreeIdsPerRequest; ++i) ASSERT_TRUE(batcher.Enqueue(AllocationId(i + 1)));
+  EXPECT_FALSE(batcher.Enqueue(AllocationId(kMaxFreeIdsPerRequest + 1)));
+  EXPECT_EQ(batcher.Take().ids.size(), kMaxFreeIdsPerRequest);
+
+  for (size_t i = 0; i < kMaxWaitEventHandlesPerRequest; ++i) {
+    ASSERT_TRUE(batcher.Enqueue(AllocationId(i + 1), std::string(64, static_cast<char>('a' + i % 26)) +
+                                                         std::to_string(i), DeviceIndex(0)));
+  }
+  EXPECT_TRUE(batcher.Enqueue(AllocationId(1000), std::string(64, 'a') + "0", DeviceIndex(0)))
+      << "a handle already in the batch costs nothing";
+  EXPECT_FALSE(batcher.Enqueue(AllocationId(1001), std::string(64, 'z') + "new", DeviceIndex(0)));
+  FreeBatch batch = batcher.Take();
+  EXPECT_EQ(batch.ids.size(), kMaxWaitEventHandlesPerRequest + 1);
+  EXPECT_EQ(batch.wait_event_handles.size(), kMaxWaitEventHandlesPerRequest);
 }
 
 }  // namespace
