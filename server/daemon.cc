@@ -1,16 +1,22 @@
 #include "server/daemon.h"
 
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/byte_size.h"
@@ -96,6 +102,40 @@ bool SocketIsLive(const std::string& path) {
   bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return live;
+}
+
+// HOST:PORT with a decimal port in 0-65535 (gRPC would pick a random port
+// for one it cannot parse), and a host, bracketed when it is IPv6.
+absl::Status CheckListenAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string quoted = absl::StrCat("--listen '", address, "'");
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(quoted, ": expected HOST:PORT, e.g. 0.0.0.0:50051"));
+  }
+  const std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  uint32_t number = 0;
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
+      !absl::SimpleAtoi(port, &number) || number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(quoted, ": port '", port, "' is not a number in 0-65535 (0 picks a free port)"));
+  }
+  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
+    return absl::InvalidArgumentError(absl::StrCat(quoted, ": an IPv6 host goes in brackets, e.g. [::1]:50051"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
+  std::vector<char> buffer(16384);
+  struct group entry {};
+  struct group* found = nullptr;
+  const int error = getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (error != 0 || found == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--socket-group '", name, "': no such group",
+                                                   error != 0 ? absl::StrCat(" (", std::strerror(error), ")") : ""));
+  }
+  return found->gr_gid;
 }
 
 absl::Status PrepareSocketPath(const std::string& path) {
@@ -192,13 +232,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   auto state = std::make_unique<State>();
   state->options = options;
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options, AllocatorOptions::Parse(options.allocator_conf));
+  if (!options.listen_address.empty()) GPUMUX_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
+  for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
+                             {"--max-streams", options.max_streams},
+                             {"--max-events", options.max_events},
+                             {"--max-share-tokens", options.max_share_tokens}}) {
+    if (value == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
+  }
+  std::optional<gid_t> socket_gid;
+  if (!options.socket_group.empty()) {
+    GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
+  }
   GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options));
   GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
 
   State& s = *state;
   DeviceBackend* backend = s.backend.get();
-  s.streams = std::make_unique<StreamManager>(backend);
-  s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get());
+  s.sessions.set_max_sessions(options.max_sessions);
+  s.streams = std::make_unique<StreamManager>(
+      backend, StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
+  s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get(),
+                                             MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
   s.staging = std::make_unique<StagingBuffers>(backend, absl::StrCat("/gpumux-", getpid()));
   s.rng = std::make_unique<RngGenerators>(backend->device_count());
 #ifdef GPUMUX_HAVE_CUDA
@@ -238,6 +292,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.unix_server = unix_builder.BuildAndStart();
   if (s.unix_server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", options.socket_path));
+  }
+  if (socket_gid.has_value() && chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
+    const int error = errno;
+    s.unix_server->Shutdown();
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path, " to group '",
+                                                    options.socket_group, "': ", std::strerror(error)));
   }
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
     spdlog::warn("chmod 0660 {}: {}", options.socket_path, std::strerror(errno));
@@ -287,7 +347,9 @@ void Daemon::Shutdown(int deadline_ms) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
   }
   // Ends every session stream now (their clients see UNAVAILABLE); the rest of
-  // the in-flight calls get until the deadline.
+  // the in-flight calls get until the deadline, and those that fail because
+  // their session ended under them say UNAVAILABLE too.
+  s.sessions.BeginShutdown();
   s.sessions.TerminateAll("gpumuxd is shutting down");
   // Calls blocked on other processes' events (a hung client's) end now, so
   // the servers' shutdown is not held up by them.

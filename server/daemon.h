@@ -24,8 +24,11 @@ class Daemon {
     // Unix socket path; its directory is created if missing. A stale socket
     // file is replaced; a live daemon on it is FAILED_PRECONDITION.
     std::string socket_path;
-    // "HOST:PORT" for the observe-only TCP listener; empty for none. Port 0
-    // picks a free port (see tcp_port()).
+    // Group that owns the socket (mode 0660), so that its non-root members
+    // may connect; empty: the daemon's own group.
+    std::string socket_group;
+    // "HOST:PORT" (IPv6 as "[ADDR]:PORT") for the observe-only TCP listener;
+    // empty for none. Port 0 picks a free port (see tcp_port()).
     std::string listen_address;
     // "auto", "host" or "cuda".
     std::string backend = "auto";
@@ -33,9 +36,16 @@ class Daemon {
     uint64_t host_device_memory = uint64_t{8} << 30;
     // PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "max_split_size_mb:128".
     std::string allocator_conf;
+    // Daemon-wide budgets over all sessions; each refusal is
+    // RESOURCE_EXHAUSTED naming the flag, and a log line. Must be positive.
+    size_t max_sessions = 4096;
+    size_t max_streams = 16384;       // created streams (default streams not counted)
+    size_t max_events = 1 << 20;
+    size_t max_share_tokens = 262144;
   };
 
-  // INVALID_ARGUMENT for bad options, UNAVAILABLE when a listener cannot bind,
+  // INVALID_ARGUMENT for bad options (a listen address without a port in
+  // 0-65535, an unknown socket group, a budget of 0), UNAVAILABLE when a listener cannot bind,
   // FAILED_PRECONDITION when another daemon serves the socket or the backend
   // is not available in this build.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Options& options);

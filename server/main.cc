@@ -20,6 +20,7 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(), "Unix socket to serve every service on");
+ABSL_FLAG(std::string, socket_group, "", "group that owns the socket (mode 0660), so its non-root members may connect");
 ABSL_FLAG(std::string, listen, "", "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
@@ -27,6 +28,10 @@ ABSL_FLAG(std::string, host_device_memory, "8GiB", "memory of each emulated devi
 ABSL_FLAG(std::string, allocator_conf, "",
           "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(uint64_t, max_sessions, 4096, "most sessions open at once, over all clients");
+ABSL_FLAG(uint64_t, max_streams, 16384, "most created streams at once, over all sessions (default streams aside)");
+ABSL_FLAG(uint64_t, max_events, 1 << 20, "most events at once, over all sessions");
+ABSL_FLAG(uint64_t, max_share_tokens, 262144, "most share tokens of live allocations, over all sessions");
 
 namespace {
 
@@ -53,9 +58,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> arg_storage;
   std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
   argv = args.data();
-  absl::SetProgramUsageMessage("gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --listen, --backend, "
-                               "--host-devices, --host-device-memory, --allocator-conf, --log-level");
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage("gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
+                               "--host-devices, --host-device-memory, --allocator-conf, --log-level, --max-sessions, --max-streams, "
+                               "--max-events, --max-share-tokens");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
+                 positional[1]);
+    return 2;
+  }
   // Load all device code when CUDA starts: a kernel loaded lazily on first use
   // may wait for the whole context, behind other tenants' work. An explicit
   // setting in the environment wins.
@@ -76,11 +87,16 @@ int main(int argc, char** argv) {
   }
   gpumux::Daemon::Options options;
   options.socket_path = absl::GetFlag(FLAGS_socket);
+  options.socket_group = absl::GetFlag(FLAGS_socket_group);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.host_device_memory = *memory;
   options.allocator_conf = absl::GetFlag(FLAGS_allocator_conf);
+  options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.max_events = absl::GetFlag(FLAGS_max_events);
+  options.max_share_tokens = absl::GetFlag(FLAGS_max_share_tokens);
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.
@@ -94,7 +110,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<gpumux::Daemon>> daemon = gpumux::Daemon::Start(options);
   if (!daemon.ok()) {
     spdlog::critical("gpumuxd cannot start: {}", daemon.status().ToString());
-    return 1;
+    return absl::IsInvalidArgument(daemon.status()) ? 2 : 1;  // 2: a usage error, as for bad flags
   }
   int signal_number = 0;
   sigwait(&signals, &signal_number);

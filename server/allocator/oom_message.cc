@@ -17,7 +17,8 @@ std::string FormatOomMessage(const OomReport& r) {
       FormatTorchSize(r.device_allocated), " is allocated by PyTorch, and ",
       FormatTorchSize(unallocated),
       " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
-      "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+      "releasing cached memory (empty_cache, or `gpumux empty-cache`) or starting gpumuxd with "
+      "--allocator-conf=max_split_size_mb:<MB> to avoid fragmentation.  See "
       "documentation for Memory Management  "
       "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)");
   absl::StrAppend(&message, " This session has ", FormatTorchSize(r.client_allocated),

@@ -137,7 +137,7 @@ absl::StatusOr<GenerateDone> DeviceWork::Generate(SessionId session, AllocationI
         // The offset advances only once the ranges passed their checks, under
         // the allocation lock right before queuing, so a session's calls
         // draw disjoint parts of the stream in the order they are queued.
-        RngState state = rng_->Advance(session, stream.device, RngOffsetIncrement(request));
+        GPUMUX_ASSIGN_OR_RETURN(RngState state, rng_->Advance(session, stream.device, RngOffsetIncrement(request)));
         done.drawn_from = state;
         return backend_->FillRandom(stream.backend, spans[0].address, request, state.seed, state.offset);
       }));

@@ -25,8 +25,9 @@ absl::Status NotFound(AllocationId id) {
 }  // namespace
 
 MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
-                             StreamManager* streams)
+                             StreamManager* streams, Limits limits)
     : backend_(backend),
+      limits_(limits),
       sessions_(sessions),
       streams_(streams),
       allocator_(backend, options,
@@ -313,6 +314,19 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
     return absl::FailedPreconditionError(absl::StrCat(
         "allocation ", id.value(),
         " is not shareable: its segment may hold other allocations; allocate it with shareable=true to share it"));
+  }
+  if (block->tokens.size() >= kMaxTokensPerAllocation) {
+    return allocation_tokens_refusal_.Refuse(absl::StrCat(
+        "allocation ", id.value(), " was already shared ", block->tokens.size(), " times, the most one allocation may be (",
+        kMaxTokensPerAllocation, "); share another shareable allocation"));
+  }
+  const size_t live_tokens = unused_tokens_.size() + used_tokens_.size();
+  if (live_tokens >= limits_.max_share_tokens) {
+    return tokens_refusal_.Refuse(absl::StrCat("the daemon already holds ", live_tokens,
+                                               " share tokens of live allocations, its limit (gpumuxd "
+                                               "--max-share-tokens=",
+                                               limits_.max_share_tokens,
+                                               "); free shared allocations or ask the operator to raise it"));
   }
   std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
   block->tokens.push_back(token);

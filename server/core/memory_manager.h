@@ -29,6 +29,7 @@
 #include "common/request_limits.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/device_backend.h"
+#include "server/core/limit_refusal.h"
 #include "server/core/session_registry.h"
 #include "server/core/stream_manager.h"
 
@@ -88,12 +89,23 @@ struct ReleaseSummary {
   uint64_t handed_over_bytes = 0;  // their (dedicated) segments' bytes
 };
 
+// Daemon-wide budget (gpumuxd --max-share-tokens): share tokens of all live
+// allocations, about 120 bytes each.
+struct MemoryManagerLimits {
+  size_t max_share_tokens = 262144;
+};
+
 class MemoryManager {
  public:
+  // Share tokens one allocation may have been issued while it lives (used or
+  // not: a used one is kept to say FAILED_PRECONDITION on replay).
+  static constexpr size_t kMaxTokensPerAllocation = 4096;
+  using Limits = MemoryManagerLimits;
+
   // `backend`, `sessions` and `streams` must outlive the manager. Becomes
   // `streams`' stream destroyer (DestroyStream below) until destroyed.
   MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
-                StreamManager* streams);
+                StreamManager* streams, Limits limits = {});
   ~MemoryManager();
 
   // Starts the books for an open session.
@@ -157,7 +169,8 @@ class MemoryManager {
                                     absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
 
   // A single-use token another session imports the allocation with.
-  // FAILED_PRECONDITION unless it was allocated shareable.
+  // FAILED_PRECONDITION unless it was allocated shareable;
+  // RESOURCE_EXHAUSTED past kMaxTokensPerAllocation or the daemon's limit.
   absl::StatusOr<std::string> Share(SessionId session, AllocationId id);
   // INVALID_ARGUMENT for a malformed token, NOT_FOUND for one never issued
   // or whose allocation is gone, FAILED_PRECONDITION for one already used.
@@ -236,6 +249,9 @@ class MemoryManager {
   void OnSegmentReleased(DeviceIndex device, SegmentId segment);
 
   DeviceBackend* backend_;
+  const Limits limits_;
+  LimitRefusal allocation_tokens_refusal_{"share tokens per allocation (4096)"};
+  LimitRefusal tokens_refusal_{"--max-share-tokens"};
   SessionRegistry* sessions_;
   StreamManager* streams_;
   CachingAllocator allocator_;

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -123,10 +124,15 @@ absl::Status RngGenerators::SetStateAll(SessionId session, absl::Span<const std:
   return absl::OkStatus();
 }
 
-RngState RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
+absl::StatusOr<RngState> RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
   RngState& state = StateLocked(session, device, &scratch);
+  if (increment > std::numeric_limits<uint64_t>::max() - state.offset) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the RNG offset ", state.offset, " of device ", device.value(), " cannot advance by ", increment,
+        " without wrapping past 2^64; set a new state (manual_seed or set_rng_state)"));
+  }
   RngState before = state;
   state.offset += increment;
   return before;

@@ -58,7 +58,9 @@ class RngGenerators {
 
   // The state a Generate call uses, and advances the offset by `increment`
   // (a multiple of 4) in the same step, as philox_cuda_state does.
-  RngState Advance(SessionId session, DeviceIndex device, uint64_t increment);
+  // FAILED_PRECONDITION, advancing nothing, when the offset would wrap past
+  // 2^64 (the numbers would repeat from the start of the Philox stream).
+  absl::StatusOr<RngState> Advance(SessionId session, DeviceIndex device, uint64_t increment);
 
   void RemoveSession(SessionId session);
 

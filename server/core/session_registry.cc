@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/random_hex.h"
 
 namespace gpumux {
@@ -18,10 +19,25 @@ constexpr size_t kMaxFieldBytes = 256;
 constexpr size_t kMaxLabels = 64;
 constexpr size_t kSecretBytes = 16;
 
+// Names and labels are printed in operators' tables and in the daemon's log:
+// a control character there (an ANSI escape, a newline forging a log line)
+// is refused, C0, DEL and C1 alike (C1 as UTF-8, U+0080 to U+009F).
 absl::Status CheckField(absl::string_view what, absl::string_view value) {
   if (value.size() > kMaxFieldBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is ", value.size(), " bytes; at most ", kMaxFieldBytes, " are allowed"));
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(value[i]);
+    const bool c1 = byte == 0xc2 && i + 1 < value.size() && static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(value[i + 1]) <= 0x9f;
+    if (byte < 0x20 || byte == 0x7f || c1) {
+      const unsigned code = c1 ? static_cast<unsigned char>(value[i + 1]) : byte;
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s holds control character U+%04X at byte %d; names and labels are printed in operators' "
+          "tables and logs, so they must be printable",
+          what, code, i));
+    }
   }
   return absl::OkStatus();
 }
@@ -37,7 +53,12 @@ bool SecretsEqual(absl::string_view a, absl::string_view b) {
 
 }  // namespace
 
+absl::Status SessionRegistry::ShuttingDownError() {
+  return absl::UnavailableError("gpumuxd is shutting down; reconnect once it is back");
+}
+
 absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::shared_ptr<NoticeSink> sink) {
+  if (shutting_down()) return ShuttingDownError();
   if (absl::Status s = CheckField("client name", info.client_name); !s.ok()) return s;
   if (absl::Status s = CheckField("tenant", info.tenant); !s.ok()) return s;
   if (info.labels.size() > kMaxLabels) {
@@ -46,6 +67,7 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::share
   }
   for (const auto& [key, value] : info.labels) {
     if (key.empty()) return absl::InvalidArgumentError("label keys must not be empty");
+    if (absl::Status s = CheckField("a label key", key); !s.ok()) return s;  // printable before it is quoted
     if (absl::Status s = CheckField(absl::StrCat("label '", key.substr(0, 32), "'"), key + value); !s.ok()) {
       return s;
     }
@@ -53,6 +75,11 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::share
   OpenedSession opened;
   opened.secret = RandomHex(kSecretBytes);
   absl::MutexLock lock(&mu_);
+  if (sessions_.size() >= max_sessions_) {
+    return sessions_refusal_.Refuse(absl::StrCat("the daemon already serves ", sessions_.size(),
+                                                 " sessions, its limit (gpumuxd --max-sessions=", max_sessions_,
+                                                 "); retry later or ask the operator to raise it"));
+  }
   info.id = SessionId(next_id_++);
   if (info.tenant.empty()) info.tenant = absl::StrCat("session-", info.id.value());
   info.opened = absl::Now();
@@ -62,6 +89,7 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::share
 }
 
 absl::StatusOr<SessionId> SessionRegistry::Authenticate(absl::string_view credentials) const {
+  if (shutting_down()) return ShuttingDownError();
   size_t colon = credentials.find(':');
   uint64_t id = 0;
   if (colon == absl::string_view::npos || !absl::SimpleAtoi(credentials.substr(0, colon), &id)) {

@@ -5,6 +5,7 @@
 // rpc layer ties that to the life of the client's session stream.
 // Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/ids.h"
+#include "server/core/limit_refusal.h"
 #include "server/core/notice_sink.h"
 
 namespace gpumux {
@@ -44,13 +46,20 @@ absl::Status SessionClosedError(SessionId session);
 
 class SessionRegistry {
  public:
+  // Daemon-wide budget (gpumuxd --max-sessions).
+  static constexpr size_t kDefaultMaxSessions = 4096;
+  // Sets the most sessions open at once; call before any Open.
+  void set_max_sessions(size_t max_sessions) { max_sessions_ = max_sessions; }
+
   // Registers a session. `sink` receives its notices until Close.
   // INVALID_ARGUMENT for a client name, tenant or label over 256 bytes or
-  // more than 64 labels.
+  // holding a control character, or more than 64 labels; RESOURCE_EXHAUSTED
+  // when max_sessions are open; UNAVAILABLE once the daemon is shutting down.
   absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
 
   // Checks "<id>:<secret>" from request metadata. UNAUTHENTICATED when it is
-  // malformed, names no open session, or the secret does not match.
+  // malformed, names no open session, or the secret does not match;
+  // UNAVAILABLE once the daemon is shutting down.
   absl::StatusOr<SessionId> Authenticate(absl::string_view credentials) const;
 
   // Removes the session; returns its info, or nullopt if it was not open.
@@ -67,6 +76,15 @@ class SessionRegistry {
   // Asks every open session's sink to end its session (daemon shutdown).
   void TerminateAll(absl::string_view reason) const;
 
+  // The daemon is shutting down: from now on every session call, and every
+  // call still in flight, is answered with ShuttingDownError() (as sessions
+  // end under them, the books would otherwise say UNAUTHENTICATED or
+  // NOT_FOUND).
+  void BeginShutdown() { shutting_down_.store(true, std::memory_order_release); }
+  bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
+  // UNAVAILABLE "gpumuxd is shutting down".
+  static absl::Status ShuttingDownError();
+
  private:
   struct Entry {
     SessionInfo info;
@@ -74,6 +92,9 @@ class SessionRegistry {
     std::shared_ptr<NoticeSink> sink;
   };
 
+  std::atomic<bool> shutting_down_{false};  // a flag only: orders nothing else
+  size_t max_sessions_ = kDefaultMaxSessions;
+  LimitRefusal sessions_refusal_{"--max-sessions"};
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<SessionId, Entry> sessions_ ABSL_GUARDED_BY(mu_);

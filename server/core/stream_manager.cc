@@ -50,6 +50,8 @@ StreamCounts StreamManager::ReleaseSession(SessionId session) {
     if (it == books_.end()) return {};
     books = std::move(it->second);
     books_.erase(it);
+    total_streams_ -= books.streams.size();
+    total_events_ -= books.events.size();
   }
   DestroyAll(books);
   return StreamCounts{books.streams.size(), books.events.size()};
@@ -99,16 +101,28 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
     absl::MutexLock lock(&mu_);
     GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
     if (books->streams.size() >= kMaxStreamsPerSession) {
-      return absl::ResourceExhaustedError(absl::StrCat("session ", session.value(), " already has ",
-                                                       kMaxStreamsPerSession,
-                                                       " streams, the most a session may hold; destroy some first"));
+      return session_streams_refusal_.Refuse(absl::StrCat("session ", session.value(), " already has ",
+                                                          kMaxStreamsPerSession,
+                                                          " streams, the most a session may hold; destroy some first"));
     }
+    if (total_streams_ >= limits_.max_streams) {
+      return streams_refusal_.Refuse(absl::StrCat(
+          "the daemon already serves ", total_streams_, " streams, its limit (gpumuxd --max-streams=",
+          limits_.max_streams, "); destroy streams or ask the operator to raise the limit"));
+    }
+    ++total_streams_;  // held for this stream while it is created
   }
-  // Creating a backend stream may start a thread: not under the lock.
-  GPUMUX_ASSIGN_OR_RETURN(BackendStream backend, backend_->CreateStream(device, clamped));
+  // Creating a backend stream is a backend call: not under the lock.
+  absl::StatusOr<BackendStream> created = backend_->CreateStream(device, clamped);
   absl::MutexLock lock(&mu_);
+  if (!created.ok()) {
+    --total_streams_;
+    return created.status();
+  }
+  const BackendStream backend = *created;
   absl::StatusOr<Books*> books = BooksLocked(session);
   if (!books.ok()) {
+    --total_streams_;
     // Never used, so no allocation waits on it: straight to the backend.
     LogIfError(backend_->DestroyStream(backend), "destroy stream");
     return books.status();
@@ -129,6 +143,7 @@ absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device,
     GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
     GPUMUX_ASSIGN_OR_RETURN(backend, FindStreamLocked(*books, device, stream));
     books->streams.erase(stream);
+    --total_streams_;
   }
   return DestroyBackendStream(device, backend);
 }
@@ -222,9 +237,13 @@ absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex
   if (!books.ok()) {
     refused = books.status();
   } else if ((*books)->events.size() >= kMaxEventsPerSession) {
-    refused = absl::ResourceExhaustedError(absl::StrCat("session ", session.value(), " already has ",
-                                                        kMaxEventsPerSession,
-                                                        " events, the most a session may hold; destroy some first"));
+    refused = session_events_refusal_.Refuse(absl::StrCat("session ", session.value(), " already has ",
+                                                          kMaxEventsPerSession,
+                                                          " events, the most a session may hold; destroy some first"));
+  } else if (total_events_ >= limits_.max_events) {
+    refused = events_refusal_.Refuse(absl::StrCat("the daemon already holds ", total_events_,
+                                                  " events, its limit (gpumuxd --max-events=", limits_.max_events,
+                                                  "); destroy events or ask the operator to raise the limit"));
   }
   if (!refused.ok()) {
     LogIfError(backend_->DestroyEvent(backend), "destroy event");
@@ -232,6 +251,7 @@ absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex
   }
   EventId id(next_event_id_++);
   (*books)->events.emplace(id, EventEntry{device, flags, backend});
+  ++total_events_;
   return EventView{id, device, flags};
 }
 
@@ -264,6 +284,7 @@ absl::Status StreamManager::DestroyEvent(SessionId session, EventId event) {
     if (it == books->events.end()) return EventNotFound(event);
     backend = it->second.backend;
     books->events.erase(it);
+    --total_events_;
   }
   return backend_->DestroyEvent(backend);
 }

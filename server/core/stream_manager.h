@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/core/limit_refusal.h"
 
 namespace gpumux {
 
@@ -50,14 +51,26 @@ struct StreamCounts {
   size_t events = 0;
 };
 
+// Daemon-wide budgets over all sessions (gpumuxd --max-streams,
+// --max-events): RESOURCE_EXHAUSTED beyond them, naming the flag, and a log
+// line. Default streams (one per session and device once used) are not
+// counted; sessions are bounded by SessionRegistry.
+struct StreamLimits {
+  size_t max_streams = 16384;
+  size_t max_events = 1 << 20;
+};
+
 class StreamManager {
  public:
   // Per-session limits (DESIGN §5): RESOURCE_EXHAUSTED beyond them.
   static constexpr size_t kMaxStreamsPerSession = 1024;
   static constexpr size_t kMaxEventsPerSession = 65536;
 
+  using Limits = StreamLimits;
+
   // `backend` must outlive the manager.
-  explicit StreamManager(DeviceBackend* backend) : backend_(backend) {}
+  explicit StreamManager(DeviceBackend* backend, Limits limits = {})
+      : backend_(backend), limits_(limits) {}
   // Destroys whatever sessions still hold.
   ~StreamManager();
   StreamManager(const StreamManager&) = delete;
@@ -81,7 +94,7 @@ class StreamManager {
 
   // A new stream; `priority` is clamped into the device's range as
   // torch.cuda.Stream does (the result says which it got).
-  // INVALID_ARGUMENT for a bad device, RESOURCE_EXHAUSTED past the limit.
+  // INVALID_ARGUMENT for a bad device, RESOURCE_EXHAUSTED past a limit.
   struct CreatedStream {
     StreamId id;
     int priority = 0;
@@ -158,8 +171,17 @@ class StreamManager {
   void DestroyAll(const Books& books);
 
   DeviceBackend* const backend_;
+  const Limits limits_;
   StreamDestroyer destroyer_;
+  LimitRefusal session_streams_refusal_{"streams per session (1024)"};
+  LimitRefusal session_events_refusal_{"events per session (65536)"};
+  LimitRefusal streams_refusal_{"--max-streams"};
+  LimitRefusal events_refusal_{"--max-events"};
   mutable absl::Mutex mu_;
+  // Created streams (including those being created) and events of every
+  // session, against limits_.
+  size_t total_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t total_events_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_stream_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_event_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<SessionId, Books> books_ ABSL_GUARDED_BY(mu_);

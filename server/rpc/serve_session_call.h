@@ -14,6 +14,14 @@
 
 namespace gpumux {
 
+// A call that finishes while the daemon shuts down is answered UNAVAILABLE
+// whatever it did: its session ends under it, so nothing it got or changed
+// lasts, and a failure would otherwise read UNAUTHENTICATED or NOT_FOUND.
+inline grpc::Status FinishStatus(const SessionRegistry& sessions, const absl::Status& status) {
+  if (sessions.shutting_down()) return ToGrpcStatus(SessionRegistry::ShuttingDownError());
+  return ToGrpcStatus(status);
+}
+
 // Runs `body(session)` (returning absl::Status) on the calling thread and
 // finishes the call with its status; UNAUTHENTICATED without running it when
 // the credentials are missing or wrong.
@@ -22,7 +30,7 @@ grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context,
                                            Body body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
-  reactor->Finish(ToGrpcStatus(session.ok() ? body(*session) : session.status()));
+  reactor->Finish(FinishStatus(sessions, session.ok() ? body(*session) : session.status()));
   return reactor;
 }
 
@@ -40,8 +48,9 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
     return reactor;
   }
   // Keyed by session, so one session's blocked calls never hold back another's.
-  executor.Run(session->value(),
-               [reactor, id = *session, body = std::move(body)]() mutable { reactor->Finish(ToGrpcStatus(body(id))); });
+  executor.Run(session->value(), [reactor, &sessions, id = *session, body = std::move(body)]() mutable {
+    reactor->Finish(FinishStatus(sessions, body(id)));
+  });
   return reactor;
 }
 

@@ -21,11 +21,11 @@ grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context,
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
   absl::StatusOr<bool> done = session.ok() ? query(*session) : session.status();
   if (!done.ok() || *done) {
-    reactor->Finish(ToGrpcStatus(done.status()));
+    reactor->Finish(FinishStatus(sessions, done.status()));
     return reactor;
   }
-  executor.Run(session->value(), [reactor, id = *session, wait = std::move(wait)]() mutable {
-    reactor->Finish(ToGrpcStatus(wait(id)));
+  executor.Run(session->value(), [reactor, &sessions, id = *session, wait = std::move(wait)]() mutable {
+    reactor->Finish(FinishStatus(sessions, wait(id)));
   });
   return reactor;
 }

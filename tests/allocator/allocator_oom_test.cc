@@ -18,9 +18,12 @@ using ::testing::Eq;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
+// PyTorch's advice, with what gpumux accepts in place of expandable_segments
+// (which gpumuxd refuses).
 constexpr char kTorchAdvice[] =
-    " If reserved but unallocated memory is large try setting "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation "
+    " If reserved but unallocated memory is large try releasing cached memory (empty_cache, or "
+    "`gpumux empty-cache`) or starting gpumuxd with --allocator-conf=max_split_size_mb:<MB> to avoid "
+    "fragmentation.  See documentation "
     "for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
 TEST_F(AllocatorTest, FullDeviceReleasesAnotherClientsCacheAndRetries) {

@@ -19,6 +19,7 @@ namespace {
 
 using ::gpumux::testing::IsOk;
 using ::gpumux::testing::StatusIs;
+using ::testing::HasSubstr;
 
 class StreamManagerTest : public ::testing::Test {
  protected:
@@ -189,6 +190,33 @@ TEST_F(StreamManagerTest, DestroyRefusesTheDefaultStreamAndAnotherDevice) {
   EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), IsOk());
   EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(streams_->Counts(kFirst).streams, 0u);
+}
+
+// Daemon-wide budgets: counted over every session, freed by destroys and
+// session ends, and each refusal names its flag.
+TEST_F(StreamManagerTest, DaemonWideLimitsCountEverySessionAndNameTheirFlag) {
+  StreamManager limited(backend_.get(), StreamLimits{.max_streams = 3, .max_events = 2});
+  limited.AddSession(kFirst);
+  limited.AddSession(kSecond);
+  ASSERT_THAT(limited.CreateStream(kFirst, kDevice0, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(kFirst, kDevice1, 0), IsOk());
+  absl::StatusOr<StreamManager::CreatedStream> third = limited.CreateStream(kSecond, kDevice0, 0);
+  ASSERT_THAT(third, IsOk());
+  EXPECT_THAT(limited.CreateStream(kSecond, kDevice0, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-streams=3")));
+  ASSERT_THAT(limited.Resolve(kSecond, kDevice0, StreamId(0)), IsOk()) << "default streams are not counted";
+  ASSERT_THAT(limited.DestroyStream(kSecond, kDevice0, third->id), IsOk());
+  ASSERT_THAT(limited.CreateStream(kSecond, kDevice0, 0), IsOk());
+
+  ASSERT_THAT(limited.CreateEvent(kFirst, kDevice0, EventFlags{}), IsOk());
+  ASSERT_THAT(limited.CreateEvent(kSecond, kDevice0, EventFlags{}), IsOk());
+  EXPECT_THAT(limited.CreateEvent(kSecond, kDevice1, EventFlags{}),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-events=2")));
+  limited.ReleaseSession(kFirst);  // its 2 streams and 1 event go back
+  ASSERT_THAT(limited.CreateEvent(kSecond, kDevice1, EventFlags{}), IsOk());
+  ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
+  EXPECT_THAT(limited.CreateStream(kSecond, kDevice1, 0), StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 }  // namespace

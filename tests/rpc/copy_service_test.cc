@@ -581,6 +581,7 @@ TEST_F(CopyServiceTest, DestroyingAStreamAfterItsBlocksWereFreedHoldsNothingBack
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());
   ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0x11, On(side, /*wait=*/true)), GrpcIsOk());
   ASSERT_THAT(session.Free({first.allocation_id()}), GrpcIsOk());
+  ASSERT_THAT(SynchronizeStream(session, 0, side), GrpcIsOk());  // the free's event ran
   ASSERT_THAT(DestroyStream(session, 0, side), GrpcIsOk());
   v1::Allocation second;
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &second), GrpcIsOk());

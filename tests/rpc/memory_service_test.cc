@@ -1,14 +1,22 @@
 // Memory, Session and Observe services end to end over a real Unix socket.
 
+#include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "gpumux/v1/session.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
 
@@ -42,6 +50,69 @@ TEST_F(MemoryServiceTest, SocketIsMode0660) {
   ASSERT_EQ(stat(daemon_->socket_path().c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+// The daemon's socket may be handed to a group whose non-root members use
+// it: a child process that drops to `nobody` connects only through that group.
+TEST(SocketGroupTest, NonRootMembersOfTheSocketGroupCanConnect) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to another user";
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  Daemon::Options options;
+  options.socket_path = dir.path() + "/gpumux.sock";
+  options.backend = "host";
+  options.host_device_memory = uint64_t{64} << 20;
+  options.socket_group = "nogroup";
+  struct group* nogroup = getgrnam("nogroup");
+  ASSERT_NE(nogroup, nullptr);
+  const gid_t gid = nogroup->gr_gid;
+  auto daemon = Daemon::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  struct stat st {};
+  ASSERT_EQ(stat(options.socket_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, gid);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  // connect(2) as uid nobody, with and without the group: 0 or errno.
+  auto connect_as_nobody = [&](bool in_group) {
+    const pid_t child = fork();
+    if (child == 0) {
+      // Primary group 1 (daemon); the socket's group only as a supplementary one.
+      const gid_t groups[] = {gid};
+      if (setgroups(in_group ? 1 : 0, groups) != 0 || setgid(1) != 0 || setuid(65534) != 0) _exit(100);
+      const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::strncpy(address.sun_path, options.socket_path.c_str(), sizeof(address.sun_path) - 1);
+      _exit(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 ? 0 : errno);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(connect_as_nobody(true), 0);
+  EXPECT_EQ(connect_as_nobody(false), EACCES);
+
+  options.socket_group = "no-such-group-gpumux";
+  options.socket_path = dir.path() + "/other.sock";
+  auto refused = Daemon::Start(options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("no such group"), std::string::npos) << refused.status();
+}
+
+TEST_F(MemoryServiceTest, TwoSessionMetadataValuesAreRefused) {
+  RawSession session(channel_, "twice");
+  RawSession other(channel_, "other");
+  auto stub = v1::Session::NewStub(channel_);
+  grpc::ClientContext context;
+  context.AddMetadata("gpumux-session", std::to_string(session.id()) + ":" + session.secret());
+  context.AddMetadata("gpumux-session", std::to_string(other.id()) + ":" + other.secret());
+  v1::PingRequest request;
+  v1::PingResponse response;
+  grpc::Status status = stub->Ping(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_NE(status.error_message().find("2 gpumux-session metadata values"), std::string::npos)
+      << status.error_message();
 }
 
 TEST_F(MemoryServiceTest, AllocatesWithPyTorchRoundingAndFrees) {
@@ -307,6 +378,40 @@ TEST_F(MemoryServiceTest, AllocateRefusesMalformedWaitHandlesEvenWithoutFrees) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("65 wait event handles; at most 64"), std::string::npos)
       << status.error_message();
+}
+
+class ShareLimitTest : public DaemonTest {
+ protected:
+  Daemon::Options Options() override {
+    Daemon::Options options = DaemonTest::Options();
+    options.max_share_tokens = 3;
+    return options;
+  }
+};
+
+// 200,000 tokens on one allocation once cost 23 MB: tokens are bounded per
+// allocation and daemon-wide, and go with their allocation.
+TEST_F(ShareLimitTest, ShareTokensAreBoundedDaemonWide) {
+  RawSession owner(channel_, "owner");
+  RawSession other(channel_, "other");
+  auto share = [](RawSession& session, uint64_t id) {
+    v1::ShareRequest request;
+    request.set_allocation_id(id);
+    v1::ShareResponse response;
+    return session.memory().Share(session.Context().get(), request, &response);
+  };
+  v1::Allocation a, b;
+  ASSERT_TRUE(owner.Allocate(0, 4096, &a, /*shareable=*/true).ok());
+  ASSERT_TRUE(other.Allocate(0, 4096, &b, /*shareable=*/true).ok());
+  ASSERT_TRUE(share(owner, a.allocation_id()).ok());
+  ASSERT_TRUE(share(owner, a.allocation_id()).ok());
+  ASSERT_TRUE(share(other, b.allocation_id()).ok());
+  grpc::Status refused = share(other, b.allocation_id());
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("gpumuxd --max-share-tokens=3"), std::string::npos)
+      << refused.error_message();
+  ASSERT_TRUE(owner.Free({a.allocation_id()}).ok());  // its two tokens go with it
+  EXPECT_TRUE(share(other, b.allocation_id()).ok());
 }
 
 }  // namespace

@@ -555,8 +555,8 @@ TEST_F(StreamServiceTest, ShutdownDoesNotHangOnASynchronizeThatWaitsForAnotherPr
   stopper.join();
   caller.join();
   EXPECT_TRUE(stopped_in_time) << "Daemon::Shutdown waited for an event only another process completes";
-  // The stream gave up its wait, so the synchronize ended (OK, or cut off
-  // by the shutdown): what matters is that it returned.
+  // The stream gave up its wait, and the call in flight says why.
+  EXPECT_THAT(synchronized, GrpcStatusIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
 }
 
 }  // namespace

@@ -113,5 +113,26 @@ TEST_F(TcpListenerTest, ReflectionListsTheServices) {
   }
 }
 
+// gRPC picks a random port for an address it cannot parse; the daemon
+// refuses it instead.
+TEST(ListenAddressTest, APortOutsideItsRangeOrAMalformedAddressIsRefused) {
+  TempDir dir;
+  Daemon::Options options;
+  options.socket_path = dir.path() + "/gpumux.sock";
+  options.backend = "host";
+  options.host_device_memory = uint64_t{64} << 20;
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:", "127.0.0.1", ":50051", "127.0.0.1:-1", "127.0.0.1:8o",
+                          "::1:50051"}) {
+    options.listen_address = bad;
+    absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+    EXPECT_EQ(daemon.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(daemon.status().message().find("--listen '"), std::string::npos) << daemon.status();
+  }
+  options.listen_address = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_GT((*daemon)->tcp_port(), 0);
+}
+
 }  // namespace
 }  // namespace gpumux::testing

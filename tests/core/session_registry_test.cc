@@ -1,0 +1,69 @@
+#include "server/core/session_registry.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux {
+namespace {
+
+using ::gpumux::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::StatusOr<OpenedSession> OpenWith(SessionRegistry& registry, const std::string& name,
+                                       const std::string& tenant = "", const std::string& label_key = "",
+                                       const std::string& label_value = "") {
+  SessionInfo info;
+  info.client_name = name;
+  info.tenant = tenant;
+  if (!label_key.empty()) info.labels[label_key] = label_value;
+  return registry.Open(std::move(info), nullptr);
+}
+
+// Names and labels are printed in `gpumux sessions` and in the daemon's log:
+// an ANSI escape or a newline there would let a client rewrite an operator's
+// screen or forge log lines.
+TEST(SessionRegistryTest, RefusesControlCharactersInNamesTenantsAndLabels) {
+  SessionRegistry registry;
+  EXPECT_THAT(OpenWith(registry, "evil\x1b[2J"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client name holds control character U+001B at byte 4")));
+  EXPECT_THAT(OpenWith(registry, "ok", "tenant\nINFO forged"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant holds control character U+000A")));
+  EXPECT_THAT(OpenWith(registry, "ok", "", "pod\x7f", "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a label key holds control character U+007F")));
+  EXPECT_THAT(OpenWith(registry, "ok", "", "pod", "a\xc2\x9b" "31m"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label 'pod' holds control character U+009B")));
+  // Printable UTF-8 is fine, including U+00A0 and up.
+  EXPECT_OK(OpenWith(registry, "tr\xc3\xa4iner \xe2\x9c\x93", "team-\xc2\xa0" "a", "pod", "web-0"));
+}
+
+TEST(SessionRegistryTest, RefusesEverythingOnceShuttingDown) {
+  SessionRegistry registry;
+  absl::StatusOr<OpenedSession> open = OpenWith(registry, "before");
+  ASSERT_OK(open);
+  const std::string credentials = absl::StrCat(open->info.id.value(), ":", open->secret);
+  EXPECT_OK(registry.Authenticate(credentials));
+  registry.BeginShutdown();
+  EXPECT_THAT(registry.Authenticate(credentials),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("gpumuxd is shutting down")));
+  EXPECT_THAT(OpenWith(registry, "after"), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST(SessionRegistryTest, RefusesSessionsPastMaxSessionsAndTakesMoreOnceOneEnds) {
+  SessionRegistry registry;
+  registry.set_max_sessions(2);
+  absl::StatusOr<OpenedSession> first = OpenWith(registry, "a");
+  ASSERT_OK(first);
+  ASSERT_OK(OpenWith(registry, "b"));
+  EXPECT_THAT(OpenWith(registry, "c"),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-sessions=2")));
+  registry.Close(first->info.id);
+  EXPECT_OK(OpenWith(registry, "c"));
+}
+
+}  // namespace
+}  // namespace gpumux
