@@ -44,6 +44,7 @@
 #include "server/rpc/memory_service.h"
 #include "server/rpc/nvtx_service.h"
 #include "server/rpc/observe_service.h"
+#include "server/rpc/parse_failure_interceptor.h"
 #include "server/rpc/random_service.h"
 #include "server/rpc/session_service.h"
 #include "server/rpc/stream_service.h"
@@ -57,6 +58,7 @@ namespace {
 constexpr const char* kServiceNames[] = {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
                                          "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
                                          "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx"};
+constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Observe"};
 
 // Inline copies carry up to DeviceWork::kMaxInlineBytes; the rest of a
 // message is small.
@@ -136,6 +138,12 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
                                                    error != 0 ? absl::StrCat(" (", std::strerror(error), ")") : ""));
   }
   return found->gr_gid;
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> ParseFailureInterceptors() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<ParseFailureInterceptorFactory>());
+  return creators;
 }
 
 absl::Status PrepareSocketPath(const std::string& path) {
@@ -273,6 +281,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
 
+  InstallProtobufLogHandler();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
@@ -287,6 +296,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.copy_service.get());
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
+  unix_builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s.unix_server = unix_builder.BuildAndStart();
@@ -311,6 +321,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     tcp_builder.RegisterService(s.tcp_device_service.get());
     tcp_builder.RegisterService(s.tcp_observe_service.get());
     tcp_builder.RegisterCallbackGenericService(&s.tcp_deny_service);
+    tcp_builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
     s.tcp_server = tcp_builder.BuildAndStart();
     if (s.tcp_server == nullptr || s.tcp_port == 0) {
       s.unix_server->Shutdown();
@@ -320,7 +331,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
     if (server == nullptr) continue;
     server->GetHealthCheckService()->SetServingStatus(true);
-    for (const char* name : kServiceNames) server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
+  for (const char* name : kServiceNames) s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
+  // The TCP listener serves only the read-only surface; health says so (the
+  // other services are unknown there, NOT_FOUND, as their calls are refused).
+  if (s.tcp_server != nullptr) {
+    for (const char* name : kTcpServiceNames) s.tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
   }
 
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });

@@ -39,6 +39,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
 
   void OnReadDone(bool ok) override {
     if (!ok) {
+      if (!HasSession()) {
+        // gRPC reports bytes that do not parse as a failed read, like a
+        // half-close: either way no `open` came.
+        EndSession("protocol error", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                  "the session stream ended before a parseable `open` message: "
+                                                  "its first message must be a SessionClientMessage with `open`"));
+        return;
+      }
       // Half-close by the client or a broken stream: the session's life ends.
       EndSession("client closed the session stream", grpc::Status::OK);
       return;

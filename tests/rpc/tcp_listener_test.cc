@@ -1,5 +1,8 @@
 // The TCP listener serves the observe surface and refuses everything else.
 
+#include <memory>
+#include <string>
+
 #include "gpumux/v1/device.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gpumux/v1/observe.grpc.pb.h"
@@ -77,6 +80,26 @@ TEST_F(TcpListenerTest, HealthIsServing) {
     ASSERT_TRUE(health->Check(&context, request, &response).ok());
     EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
   }
+}
+
+// Over TCP only Device and Observe are served, and health says no more.
+TEST_F(TcpListenerTest, HealthOverTcpKnowsOnlyTheServicesItServes) {
+  auto check = [](std::shared_ptr<grpc::Channel> channel, const std::string& service,
+                  grpc::health::v1::HealthCheckResponse* response) {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::ClientContext context;
+    return health->Check(&context, request, response);
+  };
+  grpc::health::v1::HealthCheckResponse response;
+  for (const char* service : {"gpumux.v1.Memory", "gpumux.v1.Session", "gpumux.v1.Copy", "gpumux.v1.Stream"}) {
+    EXPECT_EQ(check(Tcp(), service, &response).error_code(), grpc::StatusCode::NOT_FOUND) << service;
+    ASSERT_TRUE(check(channel_, service, &response).ok()) << service;
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  ASSERT_TRUE(check(Tcp(), "gpumux.v1.Device", &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(TcpListenerTest, ReflectionListsTheServices) {

@@ -339,6 +339,10 @@ absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
     auto it = ipc_events_.find(handle);
     if (it != ipc_events_.end()) {
       if (std::shared_ptr<EventObject> object = it->second.object.lock()) {
+        if (object->device != device) {
+          return absl::InvalidArgumentError(absl::StrCat("the interprocess event handle names an event of device ",
+                                                         object->device.value(), ", not device ", device.value()));
+        }
         it->second.last_use = ++ipc_event_uses_;
         const uint64_t id = next_handle_++;
         events_.emplace(id, Event{object->device, flags, std::move(object)});
