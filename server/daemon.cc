@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
   HostBackend::Options host;
   host.device_count = options.host_devices;
   host.device_memory = options.host_device_memory;
+  host.stream_workers = options.host_stream_workers;
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend, HostBackend::Create(host));
   return std::unique_ptr<DeviceBackend>(std::move(backend));
 }

@@ -34,6 +34,8 @@ class Daemon {
     std::string backend = "auto";
     int host_devices = 2;
     uint64_t host_device_memory = uint64_t{8} << 30;
+    // Worker threads that run every host-backend stream (1 to 256).
+    int host_stream_workers = 8;
     // PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "max_split_size_mb:128".
     std::string allocator_conf;
     // Daemon-wide budgets over all sessions; each refusal is

@@ -25,6 +25,7 @@ ABSL_FLAG(std::string, listen, "", "HOST:PORT of an observe-only TCP listener (D
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
 ABSL_FLAG(std::string, host_device_memory, "8GiB", "memory of each emulated device (KiB/MiB/GiB/KB/MB/GB)");
+ABSL_FLAG(int, host_stream_workers, 8, "worker threads that run all host-backend streams (1-256)");
 ABSL_FLAG(std::string, allocator_conf, "",
           "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
@@ -58,9 +59,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> arg_storage;
   std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
   argv = args.data();
-  absl::SetProgramUsageMessage("gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
-                               "--host-devices, --host-device-memory, --allocator-conf, --log-level, --max-sessions, --max-streams, "
-                               "--max-events, --max-share-tokens");
+  absl::SetProgramUsageMessage(
+      "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
+      "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
+      "--max-sessions, --max-streams, --max-events, --max-share-tokens");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
@@ -92,6 +94,7 @@ int main(int argc, char** argv) {
   options.backend = absl::GetFlag(FLAGS_backend);
   options.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.host_device_memory = *memory;
+  options.host_stream_workers = absl::GetFlag(FLAGS_host_stream_workers);
   options.allocator_conf = absl::GetFlag(FLAGS_allocator_conf);
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.max_streams = absl::GetFlag(FLAGS_max_streams);

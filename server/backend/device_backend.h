@@ -162,8 +162,9 @@ class DeviceBackend {
   virtual absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) = 0;
   // Opens an interprocess event created here or in another process, as an
   // event of `device`; both sides may record and wait on it. INVALID_ARGUMENT
-  // for a handle of the wrong size or kind, or one that names no event;
-  // NOT_FOUND when the event no longer exists.
+  // for a handle of the wrong size or kind, one that names no event, or one
+  // of an event this backend made on another device; NOT_FOUND when the
+  // event no longer exists.
   virtual absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device,
                                                           absl::string_view handle) = 0;
 

@@ -356,16 +356,16 @@ TEST_F(StreamServiceTest, AnotherSessionWaitsOnAnEventThroughItsHandle) {
   ASSERT_THAT(GetIpcHandle(producer, event, &handle), GrpcIsOk());
 
   uint64_t opened = 0;
-  ASSERT_THAT(OpenIpcHandle(consumer, 0, handle, &opened), GrpcIsOk());
+  ASSERT_THAT(OpenIpcHandle(consumer, 1, handle, &opened), GrpcIsOk());
   EXPECT_NE(opened, event);
   EXPECT_FALSE(EventDone(consumer, opened));
-  ASSERT_THAT(WaitEvent(consumer, 0, 0, opened), GrpcIsOk());
-  EXPECT_FALSE(StreamDone(consumer, 0, 0));
+  ASSERT_THAT(WaitEvent(consumer, 1, 0, opened), GrpcIsOk());
+  EXPECT_FALSE(StreamDone(consumer, 1, 0));
   // The opened id is the consumer's own: the producer cannot use it.
   EXPECT_THAT(QueryEvent(producer, opened, nullptr), GrpcStatusIs(kNotFound));
 
   gate.Release();
-  EXPECT_THAT(SynchronizeStream(consumer, 0, 0), GrpcIsOk());
+  EXPECT_THAT(SynchronizeStream(consumer, 1, 0), GrpcIsOk());
   EXPECT_TRUE(EventDone(consumer, opened));
   EXPECT_TRUE(EventDone(producer, event));
 }
@@ -432,7 +432,7 @@ TEST_F(SessionEndTest, ListSessionsCountsStreamsAndEventsUntilTheSessionEnds) {
   const uint64_t shared = NewEvent(*leaving, 0, {.interprocess = true});
   NewEvent(*leaving, 1, {.enable_timing = true});
   ASSERT_THAT(GetIpcHandle(*leaving, shared, &handle), GrpcIsOk());
-  ASSERT_THAT(OpenIpcHandle(*leaving, 1, handle, nullptr), GrpcIsOk());  // opened ones count too
+  ASSERT_THAT(OpenIpcHandle(*leaving, 0, handle, nullptr), GrpcIsOk());  // opened ones count too
 
   v1::ListSessionsResponse before = list();
   const v1::SessionInfo* info = FindSession(before, leaving_id);
@@ -525,6 +525,21 @@ TEST_F(StreamServiceTest, OneSessionsBlockedCallsDoNotStallAnothersBlockingCalls
   gate.Release();
   for (std::thread& caller : callers) caller.join();
   for (const grpc::Status& status : results) EXPECT_THAT(status, GrpcIsOk());
+}
+
+// A daemon event's handle names its device: opening it as another device's
+// event is refused, as CUDA refuses it.
+TEST_F(StreamServiceTest, AnInterprocessEventOpensOnlyOnItsOwnDevice) {
+  RawSession owner(channel_, "owner");
+  RawSession other(channel_, "other");
+  uint64_t event = 0;
+  ASSERT_THAT(CreateEvent(owner, 0, EventKind{.interprocess = true}, &event), GrpcIsOk());
+  std::string handle;
+  ASSERT_THAT(GetIpcHandle(owner, event, &handle), GrpcIsOk());
+  uint64_t opened = 0;
+  EXPECT_THAT(OpenIpcHandle(other, 1, handle, &opened),
+              GrpcStatusIs(kInvalid, HasSubstr("names an event of device 0, not device 1")));
+  EXPECT_THAT(OpenIpcHandle(other, 0, handle, &opened), GrpcIsOk());
 }
 
 // A Synchronize blocked on an interprocess event that a live but hung client

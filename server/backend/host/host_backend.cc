@@ -34,6 +34,7 @@ constexpr uint64_t kAddressSpan = uint64_t{1} << 42;
 constexpr uint64_t kAlignment = uint64_t{2} << 20;
 constexpr uint64_t kSizeGranularity = 512;
 constexpr int kMaxDevices = 1024;
+constexpr int kMaxStreamWorkers = 256;
 
 uint64_t AlignUp(uint64_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -110,6 +111,11 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& 
         "host backend: shm_prefix \"", prefix,
         "\" must be '/' followed by 1 to 127 characters without '/', e.g. \"/gpumux\""));
   }
+  if (options.stream_workers < 1 || options.stream_workers > kMaxStreamWorkers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host backend: stream_workers ", options.stream_workers, " is not in [1, ",
+        kMaxStreamWorkers, "]"));
+  }
   RemoveStaleObjects(prefix);
   auto backend = std::unique_ptr<HostBackend>(new HostBackend(options));
   backend->name_stem_ = absl::StrCat(prefix, "-", getpid(), "-", RandomHex(4));
@@ -131,7 +137,9 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& 
   return backend;
 }
 
-HostBackend::HostBackend(const Options& options) : options_(options) {
+HostBackend::HostBackend(const Options& options)
+    : options_(options),
+      stream_pool_(std::make_unique<HostStreamPool>(options.stream_workers, &shutting_down_)) {
   const int workers = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 0; i < options.device_count; ++i) {
     auto device = std::make_unique<Device>();
@@ -158,7 +166,11 @@ HostBackend::~HostBackend() {
     retired_.clear();
   }
   for (auto& stream : streams) stream->Stop();
-  streams.clear();  // joins each worker once its queue ran
+  // Ends: plain records are queued on these very streams, and the pool's
+  // watcher gives up interprocess waits now that shutting_down_ is set.
+  for (auto& stream : streams) stream->Synchronize();
+  streams.clear();
+  stream_pool_.reset();  // nothing is left to run: joins its threads
   {
     absl::MutexLock lock(&mu_);
     events_.clear();  // interprocess events created here unlink their names

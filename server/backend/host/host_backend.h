@@ -7,8 +7,10 @@
 // emulated address range, handed out first-fit with 2 MiB alignment so that
 // released ranges are reused as cudaMalloc tends to.
 //
-// Streams are FIFO queues run by one worker thread each (HostStream; see
-// there for what priority means here). Copies, memset and random fills
+// Streams are FIFO queues (HostStream) that one pool of worker threads per
+// backend runs (HostStreamPool; see there for priority and for waits, which
+// park a stream instead of holding a thread), so threads do not grow with
+// streams. Copies, memset and random fills
 // translate device addresses through the device's segment table, mapping a
 // segment into this process on first use (SegmentMapping) and dropping the
 // mapping when the segment is released and no queued work needs it. Events
@@ -19,7 +21,7 @@
 // SynchronizeEvent returns: the work it stood for died with the process.
 // Every wait sleeps (condition variable or futex), so EventFlags::blocking
 // changes nothing here. DestroyStream returns at once, as cudaStreamDestroy does; the
-// stream's thread runs what was queued and is joined later.
+// pool still runs what the stream had queued.
 //
 // Thread-safe: the segment table is locked per device, the stream and event
 // tables by one lock held only for lookups; nothing blocks under it.
@@ -38,6 +40,7 @@
 #include "server/backend/device_backend.h"
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_stream.h"
+#include "server/backend/host/host_stream_pool.h"
 #include "server/backend/host/segment_mapping.h"
 
 namespace gpumux {
@@ -51,11 +54,15 @@ class HostBackend final : public DeviceBackend {
     // random suffix are appended. Interprocess events need one of at most 27
     // characters (their names must fit a 64-byte handle).
     std::string shm_prefix = "/gpumux";
+    // Worker threads running all streams' work (HostStreamPool); streams
+    // beyond it take turns. Parked waits hold none.
+    int stream_workers = 8;
   };
 
   // Fails with INVALID_ARGUMENT for device_count outside [1, 1024],
   // device_memory outside [2 MiB, 4 TiB] (each device's emulated address span),
-  // or a shm_prefix that is not '/' plus 1 to 127 characters without '/'. Logs
+  // a shm_prefix that is not '/' plus 1 to 127 characters without '/', or
+  // stream_workers outside [1, 256]. Logs
   // a warning (no error) when the devices together exceed /dev/shm's free
   // space: clients touching memory beyond it would get SIGBUS.
   static absl::StatusOr<std::unique_ptr<HostBackend>> Create(const Options& options);
@@ -146,7 +153,7 @@ class HostBackend final : public DeviceBackend {
   // was destroyed meanwhile.
   static absl::Status Submit(HostStream& stream, BackendStream handle, HostStream::Work work);
   BackendEvent AddEvent(std::shared_ptr<HostEvent> event);
-  // Removes retired streams whose workers have exited; the caller destroys
+  // Removes retired streams that ran all their work; the caller releases
   // them outside the lock.
   std::vector<std::shared_ptr<HostStream>> TakeFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -156,6 +163,9 @@ class HostBackend final : public DeviceBackend {
 
   // Set by the destructor: queued waits on interprocess events give up.
   std::atomic<bool> shutting_down_{false};
+  // Runs every stream's work; after shutting_down_, which it reads. The
+  // destructor drains all streams, then destroys it.
+  std::unique_ptr<HostStreamPool> stream_pool_;
   absl::Mutex mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<HostStream>> streams_ ABSL_GUARDED_BY(mu_);
@@ -163,6 +173,13 @@ class HostBackend final : public DeviceBackend {
   // at once); Synchronize waits for them, creation and destruction reap them.
   std::vector<std::shared_ptr<HostStream>> retired_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<HostEvent>> events_ ABSL_GUARDED_BY(mu_);
+  // Interprocess events created here, by handle, until destroyed: opening
+  // one on another device is refused.
+  struct OwnIpcEvent {
+    BackendEvent event;
+    DeviceIndex device;
+  };
+  absl::flat_hash_map<std::string, OwnIpcEvent> own_ipc_events_ ABSL_GUARDED_BY(mu_);
   // Pinned host ranges: start -> bytes.
   absl::flat_hash_map<void*, uint64_t> pinned_ ABSL_GUARDED_BY(mu_);
 };

@@ -13,7 +13,6 @@
 #include "common/host_ipc_event.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "spdlog/spdlog.h"
 
 namespace gpumux {
 
@@ -90,9 +89,7 @@ absl::StatusOr<BackendStream> HostBackend::CreateStream(DeviceIndex device, int 
     finished = TakeFinishedLocked();
     handle = next_handle_++;
   }
-  // Starting a thread is slow-ish; no lock needed until the handle is published.
-  auto stream = std::make_shared<HostStream>(device, priority,
-                                             absl::StrCat("gpumux-d", device.value(), "s", handle));
+  std::shared_ptr<HostStream> stream = HostStream::Create(*stream_pool_, device, priority);
   absl::MutexLock lock(&mu_);
   streams_.emplace(handle, std::move(stream));
   return BackendStream(handle);
@@ -104,14 +101,14 @@ absl::Status HostBackend::DestroyStream(BackendStream stream) {
     absl::MutexLock lock(&mu_);
     auto it = streams_.find(stream.value());
     if (it == streams_.end()) return StreamNotFound(stream);
-    // Returns at once, like cudaStreamDestroy: the worker runs what is queued
-    // and exits; a later creation, destruction or the destructor joins it.
+    // Returns at once, like cudaStreamDestroy: the pool runs what is queued;
+    // a later creation or destruction drops the stream once it finished.
     it->second->Stop();
     retired_.push_back(std::move(it->second));
     streams_.erase(it);
     finished = TakeFinishedLocked();
   }
-  return absl::OkStatus();  // `finished` joins here, outside the lock
+  return absl::OkStatus();  // `finished` is released here, outside the lock
 }
 
 absl::StatusOr<std::shared_ptr<HostStream>> HostBackend::FindStream(BackendStream stream) {
@@ -164,7 +161,11 @@ absl::StatusOr<BackendEvent> HostBackend::CreateEvent(DeviceIndex device, EventF
         "(CUDA requires cudaEventDisableTiming with cudaEventInterprocess)");
   }
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Create(options_.shm_prefix));
-  return AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+  std::string handle = ipc->handle();
+  const BackendEvent event = AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+  absl::MutexLock lock(&mu_);
+  own_ipc_events_.emplace(std::move(handle), OwnIpcEvent{event, device});
+  return event;
 }
 
 absl::Status HostBackend::DestroyEvent(BackendEvent event) {
@@ -174,6 +175,10 @@ absl::Status HostBackend::DestroyEvent(BackendEvent event) {
   if (it == events_.end()) return EventNotFound(event);
   doomed = std::move(it->second);
   events_.erase(it);
+  if (doomed->ipc() != nullptr) {
+    auto own = own_ipc_events_.find(doomed->ipc()->handle());
+    if (own != own_ipc_events_.end() && own->second.event == event) own_ipc_events_.erase(own);
+  }
   return absl::OkStatus();
 }
 
@@ -213,12 +218,10 @@ absl::Status HostBackend::StreamWaitEvent(BackendStream stream, BackendEvent eve
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
   const uint64_t generation = e->recorded();  // the capture as of this call
   if (generation == 0) return absl::OkStatus();
-  return Submit(*s, stream, [e, generation, cancel = &shutting_down_] {
-    if (!e->Wait(generation, cancel)) {
-      spdlog::warn("host backend: shutting down; gave up waiting for interprocess event {}",
-                   e->ipc()->name());
-    }
-  });
+  // Parks the stream rather than blocking a pool thread (HostStream); an
+  // interprocess wait gives up once shutting_down_ is set (HostStreamPool).
+  if (!s->EnqueueWait(std::move(e), generation).ok()) return StreamNotFound(stream);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<float> HostBackend::ElapsedTimeMs(BackendEvent start, BackendEvent end) {
@@ -253,6 +256,15 @@ absl::StatusOr<std::string> HostBackend::GetIpcEventHandle(BackendEvent event) {
 absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
   static_assert(kIpcEventHandleBytes == kHostIpcEventHandleBytes);
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  {
+    // An event of this backend knows its device, as CUDA's do.
+    absl::MutexLock lock(&mu_);
+    auto own = own_ipc_events_.find(handle);
+    if (own != own_ipc_events_.end() && own->second.device != device) {
+      return absl::InvalidArgumentError(absl::StrCat("the interprocess event handle names an event of device ",
+                                                     own->second.device.value(), ", not device ", device.value()));
+    }
+  }
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Open(handle));
   EventFlags flags;
   flags.interprocess = true;

@@ -29,15 +29,60 @@ uint64_t HostEvent::Record() {
 
 void HostEvent::Complete(uint64_t generation) {
   const int64_t now = SteadyNowNs();
-  if (ipc_ != nullptr) {
-    ipc_->Complete(generation, now);
-    return;
+  std::vector<Waiter> ready;
+  {
+    // An interprocess record completes in shared memory before mu_ is taken:
+    // AddWaiter checks under mu_, so a waiter added after this point sees the
+    // completion and one added before is taken below.
+    if (ipc_ != nullptr) ipc_->Complete(generation, now);
+    absl::MutexLock lock(&mu_);
+    if (ipc_ == nullptr) {
+      if (generation <= completed_) return;
+      completed_ = generation;
+      completed_at_ns_ = now;
+      completed_cv_.SignalAll();
+    }
+    ready = TakeWaitersLocked(generation);
   }
+  for (Waiter& waiter : ready) std::move(waiter)();
+}
+
+uint64_t HostEvent::AddWaiter(uint64_t generation, Waiter waiter) {
   absl::MutexLock lock(&mu_);
-  if (generation <= completed_) return;
-  completed_ = generation;
-  completed_at_ns_ = now;
-  completed_cv_.SignalAll();
+  // IsComplete takes mu_ only for a plain event, so the interprocess check
+  // may run here; it is one atomic load, plus kill(2) when the record is
+  // still pending.
+  const bool complete = ipc_ != nullptr ? IsComplete(generation) : completed_ >= generation;
+  if (complete) return 0;
+  const uint64_t token = next_waiter_token_++;
+  waiters_.push_back(PendingWaiter{token, generation, std::move(waiter)});
+  return token;
+}
+
+void HostEvent::RemoveWaiter(uint64_t token) {
+  Waiter doomed;  // destroyed outside the lock: it may hold the last reference to a stream
+  absl::MutexLock lock(&mu_);
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+    if (it->token == token) {
+      doomed = std::move(it->waiter);
+      waiters_.erase(it);
+      return;
+    }
+  }
+}
+
+std::vector<HostEvent::Waiter> HostEvent::TakeWaitersLocked(uint64_t generation) {
+  std::vector<Waiter> ready;
+  auto keep = waiters_.begin();
+  for (auto it = waiters_.begin(); it != waiters_.end(); ++it) {
+    if (it->generation <= generation) {
+      ready.push_back(std::move(it->waiter));
+    } else {
+      *keep++ = std::move(*it);
+    }
+  }
+  waiters_.erase(keep, waiters_.end());
+  return ready;
 }
 
 uint64_t HostEvent::recorded() const {

@@ -13,12 +13,20 @@
 // safe; shared (shared_ptr) by the backend's handle table and every queued
 // item that records or waits on it, so destroying the handle never disturbs
 // queued work.
+//
+// Waiters let a stream park on a record instead of blocking a thread in
+// Wait: Complete calls the waiters of every generation it completes. An
+// interprocess record can also complete elsewhere (another process, another
+// HostEvent over the same object, a dead recorder): that calls no waiter, so
+// whoever parks on an interprocess event also polls it (HostIpcWaitWatcher).
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "common/host_ipc_event.h"
 #include "common/ids.h"
@@ -28,6 +36,8 @@ namespace gpumux {
 
 class HostEvent {
  public:
+  using Waiter = absl::AnyInvocable<void() &&>;
+
   // A plain event (flags.interprocess is ignored).
   HostEvent(DeviceIndex device, EventFlags flags);
   // An interprocess event over `ipc` (created here or opened from a handle).
@@ -60,7 +70,27 @@ class HostEvent {
   // always already queued on a live stream, so its wait ends by itself.
   bool Wait(uint64_t generation, const std::atomic<bool>* cancel) const;
 
+  // Calls `waiter` once Complete on this object completes `generation`, on
+  // the completing thread and outside every lock of this event. Returns 0,
+  // dropping `waiter` uncalled, when `generation` is complete already (as
+  // IsComplete judges); otherwise a token for RemoveWaiter. `waiter` must not
+  // call back into this event.
+  uint64_t AddWaiter(uint64_t generation, Waiter waiter);
+  // Drops the waiter `token` names unless it was called already; afterwards
+  // it is never called. The caller uses this when the record was found
+  // complete some other way (polling an interprocess event, giving up).
+  void RemoveWaiter(uint64_t token);
+
  private:
+  struct PendingWaiter {
+    uint64_t token = 0;
+    uint64_t generation = 0;
+    Waiter waiter;
+  };
+
+  // Removes the waiters on generations up to `generation`, for the caller to
+  // call once it released mu_.
+  std::vector<Waiter> TakeWaitersLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Logs that this call found an interprocess record abandoned.
   void LogAbandoned(const HostIpcAbandonedRecord& abandoned) const;
 
@@ -72,6 +102,9 @@ class HostEvent {
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t completed_at_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  // Few per event (the streams parked on it); Complete scans them all anyway.
+  std::vector<PendingWaiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_token_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace gpumux

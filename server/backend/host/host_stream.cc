@@ -1,33 +1,45 @@
 #include "server/backend/host/host_stream.h"
 
-#include <pthread.h>
-
+#include <cassert>
 #include <utility>
+
+#include "server/backend/host/host_stream_pool.h"
 
 namespace gpumux {
 
-HostStream::HostStream(DeviceIndex device, int priority, const std::string& label)
-    : device_(device), priority_(priority), worker_([this] { Run(); }) {
-  // Thread names show in top/gdb; Linux keeps 15 characters.
-  pthread_setname_np(worker_.native_handle(), label.substr(0, 15).c_str());
+std::shared_ptr<HostStream> HostStream::Create(HostStreamPool& pool, DeviceIndex device, int priority) {
+  // Not make_shared: the constructor is private.
+  return std::shared_ptr<HostStream>(new HostStream(pool, device, priority));
 }
 
-HostStream::~HostStream() {
-  Stop();
-  worker_.join();
+absl::Status HostStream::Push(absl::FunctionRef<Item()> make) {
+  bool schedule = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::FailedPreconditionError("stream is being destroyed");
+    queue_.push_back(make());
+    ++enqueued_;
+    // Any other state means the stream is with the pool already, and goes
+    // on to this item by itself.
+    if (state_ == State::kIdle) {
+      state_ = State::kQueued;
+      schedule = true;
+    }
+  }
+  if (schedule) pool_.Schedule(shared_from_this());
+  return absl::OkStatus();
 }
 
 absl::Status HostStream::EnqueueFrom(absl::FunctionRef<Work()> make) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::FailedPreconditionError("stream is being destroyed");
-  queue_.push_back(make());
-  ++enqueued_;
-  work_cv_.Signal();
-  return absl::OkStatus();
+  return Push([&make] { return Item{make(), nullptr, 0}; });
 }
 
 absl::Status HostStream::Enqueue(Work work) {
   return EnqueueFrom([&work]() -> Work { return std::move(work); });
+}
+
+absl::Status HostStream::EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation) {
+  return Push([&] { return Item{nullptr, std::move(event), generation}; });
 }
 
 bool HostStream::Query() {
@@ -45,35 +57,93 @@ void HostStream::Synchronize() {
 void HostStream::Stop() {
   absl::MutexLock lock(&mu_);
   stopping_ = true;
-  work_cv_.Signal();
 }
 
 bool HostStream::Finished() {
   absl::MutexLock lock(&mu_);
-  return finished_;
+  return stopping_ && completed_ == enqueued_;
 }
 
-void HostStream::Run() {
-  while (true) {
-    Work work;
-    {
-      absl::MutexLock lock(&mu_);
-      while (queue_.empty() && !stopping_) work_cv_.Wait(&mu_);
-      if (queue_.empty()) break;  // stopping and drained
-      work = std::move(queue_.front());
+void HostStream::RunNext() {
+  Item item;
+  std::shared_ptr<HostEvent> wait_event;
+  uint64_t wait_generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    assert(state_ == State::kQueued && !queue_.empty());
+    state_ = State::kRunning;
+    Item& front = queue_.front();
+    if (front.work == nullptr && !wait_over_) {
+      wait_event = front.event;
+      wait_generation = front.generation;
+    } else {
+      item = std::move(front);
       queue_.pop_front();
+      wait_over_ = false;
     }
-    std::move(work)();
-    // Release the item's captures (keep_alive, mappings) before anyone can
-    // observe the completion.
-    work = nullptr;
+  }
+  if (wait_event != nullptr) {
+    // Checked outside the lock: judging an interprocess record makes a
+    // system call. While kRunning nobody else takes the front item.
+    if (!wait_event->IsComplete(wait_generation)) {
+      Park(std::move(wait_event), wait_generation);
+      return;
+    }
+    wait_event = nullptr;
+    absl::MutexLock lock(&mu_);
+    item = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  if (item.work != nullptr) std::move(item.work)();
+  // Release the item's captures (keep_alive, mappings, a waited event)
+  // before anyone can observe the completion.
+  item = Item();
+  bool more = false;
+  {
     absl::MutexLock lock(&mu_);
     ++completed_;
     done_cv_.SignalAll();
+    more = !queue_.empty();
+    state_ = more ? State::kQueued : State::kIdle;
   }
-  absl::MutexLock lock(&mu_);
-  finished_ = true;
-  done_cv_.SignalAll();
+  // Back to the end of its priority's line: streams sharing the workers
+  // take turns item by item.
+  if (more) pool_.Schedule(shared_from_this());
+}
+
+void HostStream::Park(std::shared_ptr<HostEvent> event, uint64_t generation) {
+  uint64_t park = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    state_ = State::kParked;
+    park = ++parks_;
+  }
+  // Whoever ends the park holds the stream until then; the references go
+  // when the waiter is called or removed, so a parked stream that the
+  // backend already forgot (destroyed, draining) still resumes.
+  std::shared_ptr<HostStream> self = shared_from_this();
+  const uint64_t token = event->AddWaiter(generation, [self, park] { self->Resume(park); });
+  if (token == 0) {  // completed since the check in RunNext
+    Resume(park);
+    return;
+  }
+  if (event->ipc() != nullptr) {
+    // Another process completing the record (or dying) calls no waiter here.
+    pool_.WatchInterprocess(event, generation, [self = std::move(self), park, event, token] {
+      event->RemoveWaiter(token);
+      self->Resume(park);
+    });
+  }
+}
+
+void HostStream::Resume(uint64_t park) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != State::kParked || parks_ != park) return;
+    wait_over_ = true;
+    state_ = State::kQueued;
+  }
+  pool_.Schedule(shared_from_this());
 }
 
 }  // namespace gpumux

@@ -1,19 +1,23 @@
 #pragma once
 
-// HostStream: one stream of the host backend, a FIFO of work items that a
-// dedicated worker thread runs in order. Query is false while any queued item
-// has not finished; Synchronize waits for the items queued before it. Items
-// are destroyed (releasing what they hold, e.g. a copy's keep_alive) before
-// their completion becomes visible. Thread-safe.
+// HostStream: one stream of the host backend, a FIFO of work items that the
+// backend's HostStreamPool runs one at a time, in order, on whichever worker
+// takes the stream; the stream owns no thread. Query is false while any
+// queued item has not finished; Synchronize waits for the items queued
+// before it. Items are destroyed (releasing what they hold, e.g. a copy's
+// keep_alive) before their completion becomes visible. Thread-safe.
 //
-// Priority: every stream has its own thread, so work on a high-priority
-// stream never queues behind a low-priority stream's work; the number is
-// kept for reporting only and does not change OS scheduling.
+// A wait (EnqueueWait) whose record has not completed parks the stream: it
+// leaves its worker and goes back to the pool once the event completes, so
+// streams waiting on work queued behind them never hold the pool's threads.
+//
+// Priority: when several streams have work ready, the pool's workers take
+// those of higher priority (lower number) first; an item already running is
+// never interrupted. It does not change OS scheduling.
 
 #include <cstdint>
 #include <deque>
-#include <string>
-#include <thread>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -21,17 +25,19 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
+#include "server/backend/host/host_event.h"
 
 namespace gpumux {
 
-class HostStream {
+class HostStreamPool;
+
+class HostStream : public std::enable_shared_from_this<HostStream> {
  public:
   using Work = absl::AnyInvocable<void() &&>;
 
-  // Starts the worker thread; `label` names it (at most 15 characters show).
-  HostStream(DeviceIndex device, int priority, const std::string& label);
-  // Stop(), then waits for the worker to run everything queued and exit.
-  ~HostStream();
+  // A stream whose work `pool` runs; `pool` must outlive every item queued
+  // (HostBackend drains its streams before destroying the pool).
+  static std::shared_ptr<HostStream> Create(HostStreamPool& pool, DeviceIndex device, int priority);
   HostStream(const HostStream&) = delete;
   HostStream& operator=(const HostStream&) = delete;
 
@@ -44,30 +50,69 @@ class HostStream {
   // FAILED_PRECONDITION, without calling `make`, once Stop was called.
   absl::Status EnqueueFrom(absl::FunctionRef<Work()> make);
   absl::Status Enqueue(Work work);
+  // Queues a wait: later items run once `generation` of `event` completed
+  // (an interprocess one also when abandoned by a recorder that died, or
+  // given up at shutdown; see HostStreamPool). FAILED_PRECONDITION once Stop
+  // was called.
+  absl::Status EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation);
 
   // True when every item queued so far has finished.
   bool Query();
   // Blocks until every item queued before the call has finished.
   void Synchronize();
-  // Refuses further items; the worker exits once the queue is empty.
+  // Refuses further items; those queued still run.
   void Stop();
-  // True once the worker has exited (after Stop and the last item).
+  // True once Stop was called and every item has finished.
   bool Finished();
 
  private:
-  void Run();
+  friend class HostStreamPool;
 
+  // A work item, or a wait (null `work`) on `generation` of `event`.
+  struct Item {
+    Work work;
+    std::shared_ptr<HostEvent> event;
+    uint64_t generation = 0;
+  };
+
+  // Where the stream is between the pool and its queue. It is in the pool's
+  // ready queue exactly while kQueued, so no two workers ever run it.
+  enum class State {
+    kIdle,     // nothing queued
+    kQueued,   // in the pool's ready queue
+    kRunning,  // a worker runs (or is about to run) the front item
+    kParked,   // the front item is a wait on a record not complete yet
+  };
+
+  HostStream(HostStreamPool& pool, DeviceIndex device, int priority)
+      : pool_(pool), device_(device), priority_(priority) {}
+
+  absl::Status Push(absl::FunctionRef<Item()> make);
+  // Called by a pool worker for a kQueued stream it took from the ready
+  // queue: runs the front item, or parks the stream on its wait.
+  void RunNext();
+  // Leaves the worker until `generation` of `event` completes.
+  void Park(std::shared_ptr<HostEvent> event, uint64_t generation);
+  // Ends park number `park`: the front wait is over and the stream goes back
+  // to the pool. Ignored unless the stream is still in that park (the
+  // event's waiter and the interprocess watcher may both report it).
+  void Resume(uint64_t park);
+
+  HostStreamPool& pool_;
   const DeviceIndex device_;
   const int priority_;
   absl::Mutex mu_;
-  absl::CondVar work_cv_;  // queue_ gained an item, or stopping_
-  absl::CondVar done_cv_;  // completed_ grew, or finished_
-  std::deque<Work> queue_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar done_cv_;  // completed_ grew
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread worker_;  // last: starts once the fields above exist
+  State state_ ABSL_GUARDED_BY(mu_) = State::kIdle;
+  // Numbers the parks, so a late report of an earlier one changes nothing.
+  uint64_t parks_ ABSL_GUARDED_BY(mu_) = 0;
+  // The front item is a wait that Resume ended (given up waits included, so
+  // it is not checked again).
+  bool wait_over_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace gpumux
