@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <utility>
 
@@ -77,8 +78,9 @@ Client::~Client() {
   }
   if (session_ != nullptr) {
     absl::Status flushed = frees_.Stop();
-    // With the session gone the daemon has released everything anyway.
-    if (!flushed.ok() && !session_->ended()) {
+    // With the session gone (or the daemon: UNAVAILABLE) the daemon has
+    // released everything anyway.
+    if (!flushed.ok() && !session_->ended() && !absl::IsUnavailable(flushed)) {
       spdlog::warn("gpumux: freeing queued allocations at exit failed: {}", flushed.ToString());
     }
     // The daemon drops the fences of a closed session without waiting: the
@@ -94,7 +96,29 @@ absl::Status Client::CallWithSession(absl::FunctionRef<grpc::Status(grpc::Client
   if (session_->ended()) return SessionEndedError();
   grpc::ClientContext context;
   context.AddMetadata(kSessionMetadataKey, credentials_);
-  return FromGrpcStatus(call(&context), address_);
+  const grpc::Status status = call(&context);
+  // Our own credentials refused while our stream still looks open: the
+  // daemon answering is not the one that opened the session.
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) return RestartedError();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && session_->ended()) return SessionEndedError();
+  return FromGrpcStatus(status, address_);
+}
+
+absl::Status Client::RestartedError() const {
+  return absl::UnavailableError(absl::StrCat("session ", session_->opened().session_id(),
+                                             " ended (the daemon restarted): reconnect with a new gpumux::Client"));
+}
+
+bool Client::DaemonAnswers() const {
+  // A fresh channel: the session's may still be backing off from the old
+  // daemon's end.
+  std::shared_ptr<grpc::Channel> probe = CreateDaemonChannel(address_);
+  std::unique_ptr<v1::Device::Stub> device = v1::Device::NewStub(probe);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  v1::GetDeviceCountRequest request;
+  v1::GetDeviceCountResponse response;
+  return device->GetDeviceCount(&context, request, &response).ok();
 }
 
 absl::Status Client::CheckSession() {
@@ -103,10 +127,16 @@ absl::Status Client::CheckSession() {
 }
 
 absl::Status Client::SessionEndedError() {
-  // The stream's final status says why (a daemon that ends a session on
-  // purpose, e.g. an operator's kill, says so in an UNAVAILABLE status).
+  // The stream's final status says why. UNAVAILABLE: the daemon went away
+  // (it shut down, or died and the stream broke); if one answers again now,
+  // it is a new daemon that knows nothing of this session.
   absl::Status final_status = session_->Close();
-  if (absl::IsUnavailable(final_status)) return final_status;
+  if (absl::IsUnavailable(final_status)) {
+    if (DaemonAnswers()) return RestartedError();
+    return UnreachableError(address_, absl::StrCat("session ", session_->opened().session_id(),
+                                                   " ended when it stopped (", final_status.message(),
+                                                   "); reconnect with a new gpumux::Client once it runs again"));
+  }
   return UnreachableError(
       address_, final_status.ok() ? std::string("gpumuxd ended the session")
                                   : absl::StrCat("the session ended: ", final_status.ToString()));

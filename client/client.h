@@ -326,6 +326,10 @@ class Client {
   absl::Status CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call);
   // UNAVAILABLE for calls after the session stream ended, with its reason.
   absl::Status SessionEndedError();
+  // UNAVAILABLE "session N ended (the daemon restarted): reconnect ...".
+  absl::Status RestartedError() const;
+  // True when a daemon answers at address_ now (a quick unauthenticated call).
+  bool DaemonAnswers() const;
   absl::Status SendFrees(const FreeBatch& frees);
   // Before a memory RPC: sends queued frees so its result reflects them. Their
   // failure is logged and not the caller's (its own RPC reports a dead daemon).

@@ -72,8 +72,10 @@ void FreeBatcher::Run() {
     const bool stopping = stopping_;
     mu_.Unlock();
     if (stopping) return;  // Stop() flushes.
-    if (absl::Status status = Flush(); !status.ok()) {
-      // Nobody waits for a background free, so this is where its error leaves.
+    if (absl::Status status = Flush(); !status.ok() && !absl::IsUnavailable(status)) {
+      // Nobody waits for a background free, so this is where its error
+      // leaves; UNAVAILABLE (the daemon or the session is gone) released the
+      // memory anyway, and the caller's next call says so.
       spdlog::warn("gpumux: freeing queued allocations failed: {}", status.ToString());
     }
   }

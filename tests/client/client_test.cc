@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/in_process_daemon.h"
@@ -518,6 +521,41 @@ TEST(ClientTest, CallsFailUnavailableOnceTheDaemonIsGone) {
   EXPECT_THAT(client->DeviceCount(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(client->Ping(), StatusIs(absl::StatusCode::kUnavailable));
   client.reset();  // must not hang
+}
+
+// Collects warnings and worse from the default logger while it lives.
+class WarningCapture {
+ public:
+  WarningCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64)) {
+    sink_->set_level(spdlog::level::warn);
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~WarningCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::vector<std::string> lines() const { return sink_->last_formatted(); }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
+
+TEST(ClientTest, ASessionOfARestartedDaemonSaysSoAndEndsQuietly) {
+  InProcessDaemon daemon;
+  auto client = ConnectOrDie(daemon);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> kept = client->Allocate(512);
+  ASSERT_OK(kept);
+  daemon.Restart();
+  const std::string restarted = "ended (the daemon restarted): reconnect";
+  EXPECT_THAT(client->Allocate(512), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client->MemoryAllocated(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client->Ping(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  WarningCapture warnings;
+  *kept = DeviceBuffer();  // its free is queued, and cannot go anywhere
+  absl::SleepFor(absl::Milliseconds(20));  // the background send tried it
+  client.reset();
+  EXPECT_THAT(warnings.lines(), IsEmpty());
 }
 
 // --- Limits, devices and statistics --------------------------------------------

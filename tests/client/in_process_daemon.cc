@@ -13,7 +13,7 @@
 
 namespace gpumux::testing {
 
-InProcessDaemon::InProcessDaemon(Options options) {
+InProcessDaemon::InProcessDaemon(Options options) : options_(options) {
   // gRPC shuts its library down whenever its last object goes, i.e. after
   // every test here; under load that shutdown sometimes waits ~10 s for an
   // executor thread parked in a poll. One reference held for the life of the
@@ -30,19 +30,29 @@ InProcessDaemon::InProcessDaemon(Options options) {
   }
   dir_ = dir_template;
   socket_path_ = dir_ + "/gpumux.sock";
+  Start();
+  observe_ =
+      v1::Observe::NewStub(grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+}
+
+void InProcessDaemon::Start() {
   Daemon::Options daemon_options;
   daemon_options.socket_path = socket_path_;
   daemon_options.backend = "host";
-  daemon_options.host_devices = options.devices;
-  daemon_options.host_device_memory = options.device_memory;
+  daemon_options.host_devices = options_.devices;
+  daemon_options.host_device_memory = options_.device_memory;
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(daemon_options);
   if (!daemon.ok()) {
     ADD_FAILURE() << "cannot start the daemon: " << daemon.status();
     return;
   }
   daemon_ = std::move(daemon).value();
-  observe_ =
-      v1::Observe::NewStub(grpc::CreateChannel(address(), grpc::InsecureChannelCredentials()));
+}
+
+void InProcessDaemon::Restart() {
+  Shutdown();
+  daemon_.reset();
+  Start();
 }
 
 InProcessDaemon::~InProcessDaemon() {

@@ -40,6 +40,9 @@ class InProcessDaemon {
   // Daemon::Shutdown: open session streams end with UNAVAILABLE, the socket
   // stops accepting, every segment goes back to the backend. Idempotent.
   void Shutdown();
+  // Shutdown(), then a new daemon on the same socket (a restart, as systemd
+  // or Kubernetes would do it); the test fails when it cannot start.
+  void Restart();
 
   // Observe.ListSessions; empty (and the test fails) when the call does.
   std::vector<v1::SessionInfo> Sessions() const;
@@ -49,6 +52,9 @@ class InProcessDaemon {
   std::optional<uint64_t> LiveAllocations(SessionId id) const;
 
  private:
+  void Start();
+
+  Options options_;
   std::string dir_;
   std::string socket_path_;
   std::unique_ptr<Daemon> daemon_;
