@@ -173,6 +173,8 @@ absl::Status PrepareSocketPath(const std::string& path) {
 }  // namespace
 
 struct Daemon::State {
+  explicit State(const Options& o) : options(o), executor(/*max_running_per_key=*/64, o.blocking_threads) {}
+
   Options options;
   std::unique_ptr<DeviceBackend> backend;
   SessionRegistry sessions;
@@ -238,14 +240,14 @@ Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Daemon::~Daemon() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
-  auto state = std::make_unique<State>();
-  state->options = options;
+  auto state = std::make_unique<State>(options);
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options, AllocatorOptions::Parse(options.allocator_conf));
   if (!options.listen_address.empty()) GPUMUX_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
   for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
                              {"--max-streams", options.max_streams},
                              {"--max-events", options.max_events},
-                             {"--max-share-tokens", options.max_share_tokens}}) {
+                             {"--max-share-tokens", options.max_share_tokens},
+                             {"--blocking-threads", options.blocking_threads}}) {
     if (value == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
   }
   std::optional<gid_t> socket_gid;

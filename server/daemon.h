@@ -44,6 +44,9 @@ class Daemon {
     size_t max_streams = 16384;       // created streams (default streams not counted)
     size_t max_events = 1 << 20;
     size_t max_share_tokens = 262144;
+    // Threads for calls that may block (synchronize, waited copies), over all
+    // sessions; past it such calls queue for a free one.
+    size_t blocking_threads = 512;
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in

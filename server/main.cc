@@ -33,6 +33,7 @@ ABSL_FLAG(uint64_t, max_sessions, 4096, "most sessions open at once, over all cl
 ABSL_FLAG(uint64_t, max_streams, 16384, "most created streams at once, over all sessions (default streams aside)");
 ABSL_FLAG(uint64_t, max_events, 1 << 20, "most events at once, over all sessions");
 ABSL_FLAG(uint64_t, max_share_tokens, 262144, "most share tokens of live allocations, over all sessions");
+ABSL_FLAG(uint64_t, blocking_threads, 512, "most threads for calls that may block (synchronize, waited copies)");
 
 namespace {
 
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
-      "--max-sessions, --max-streams, --max-events, --max-share-tokens");
+      "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   options.max_streams = absl::GetFlag(FLAGS_max_streams);
   options.max_events = absl::GetFlag(FLAGS_max_events);
   options.max_share_tokens = absl::GetFlag(FLAGS_max_share_tokens);
+  options.blocking_threads = absl::GetFlag(FLAGS_blocking_threads);
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.

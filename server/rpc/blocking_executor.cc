@@ -1,6 +1,9 @@
 #include "server/rpc/blocking_executor.h"
 
+#include <system_error>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace gpumux {
 
@@ -14,19 +17,31 @@ BlockingExecutor::~BlockingExecutor() {
   for (std::thread& thread : threads) thread.join();
 }
 
-void BlockingExecutor::Run(uint64_t key, Task task) {
+absl::Status BlockingExecutor::Run(uint64_t key, Task task) {
   absl::MutexLock lock(&mu_);
   Key& state = keys_[key];
   if (state.admitted >= max_running_per_key_) {
     state.waiting.push_back(std::move(task));  // admitted when one of its tasks ends
-    return;
+    return absl::OkStatus();
   }
   ++state.admitted;
   queue_.emplace_back(key, std::move(task));
   // Every idle worker takes one queued task; start a worker only for a task
-  // no idle one will take.
-  if (idle_ >= queue_.size()) return;
-  threads_.emplace_back([this] { Work(); });
+  // no idle one will take, and none past the bound (a busy worker takes it
+  // when it is done).
+  if (idle_ >= queue_.size() || threads_.size() >= max_threads_) return absl::OkStatus();
+  try {
+    threads_.emplace_back([this] { Work(); });
+  } catch (const std::system_error& error) {
+    // The one exception gpumux catches: std::thread reports EAGAIN only so.
+    if (!threads_.empty()) return absl::OkStatus();  // a worker takes it later
+    queue_.pop_back();
+    if (--state.admitted == 0) keys_.erase(key);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no thread for a blocking call: the system refused one (", error.what(),
+                     "); the node is out of threads or processes (a pids limit)"));
+  }
+  return absl::OkStatus();
 }
 
 void BlockingExecutor::Work() {

@@ -8,7 +8,9 @@
 // synchronizes on an event its peer never completes) cannot hold every
 // thread and stall other sessions. A task that may start runs on an idle
 // worker, or on a new one. Workers stay for later tasks (the pool grows to
-// the peak number of concurrently running tasks). Thread-safe.
+// the peak number of concurrently running tasks), up to `max_threads` in all
+// (gpumuxd --blocking-threads): past it tasks queue for a free worker, so
+// the daemon's threads are bounded, not counted per session. Thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,22 +22,27 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace gpumux {
 
 class BlockingExecutor {
  public:
-  explicit BlockingExecutor(size_t max_running_per_key = 64) : max_running_per_key_(max_running_per_key) {}
+  static constexpr size_t kDefaultMaxThreads = 512;
+  explicit BlockingExecutor(size_t max_running_per_key = 64, size_t max_threads = kDefaultMaxThreads)
+      : max_running_per_key_(max_running_per_key), max_threads_(max_threads) {}
   // Runs every task, queued or waiting for its key, then joins the workers.
   ~BlockingExecutor();
   BlockingExecutor(const BlockingExecutor&) = delete;
   BlockingExecutor& operator=(const BlockingExecutor&) = delete;
 
-  // Key: the session the task serves (its id).
-  void Run(uint64_t key, absl::AnyInvocable<void() &&> task);
+  // Key: the session the task serves (its id). RESOURCE_EXHAUSTED, with the
+  // task dropped unrun, only when it needs a worker, none exists and the
+  // system refuses a new thread (a pids or thread limit).
+  absl::Status Run(uint64_t key, absl::AnyInvocable<void() &&> task);
   // A task of no session (Device.Synchronize): all such tasks share one key.
-  void Run(absl::AnyInvocable<void() &&> task) { Run(kNoSession, std::move(task)); }
+  absl::Status Run(absl::AnyInvocable<void() &&> task) { return Run(kNoSession, std::move(task)); }
 
   size_t threads_for_test() const;
 
@@ -51,6 +58,7 @@ class BlockingExecutor {
   void Work();
 
   const size_t max_running_per_key_;
+  const size_t max_threads_;
   mutable absl::Mutex mu_;
   std::deque<std::pair<uint64_t, Task>> queue_ ABSL_GUARDED_BY(mu_);  // admitted, not started
   absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);       // keys with admitted tasks

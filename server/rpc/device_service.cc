@@ -68,9 +68,10 @@ grpc::ServerUnaryReactor* DeviceService::Synchronize(grpc::CallbackServerContext
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
+  absl::Status started = executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
     reactor->Finish(ToGrpcStatus(backend->Synchronize(device)));
   });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));  // the task was dropped unrun
   return reactor;
 }
 

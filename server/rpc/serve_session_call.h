@@ -48,9 +48,11 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
     return reactor;
   }
   // Keyed by session, so one session's blocked calls never hold back another's.
-  executor.Run(session->value(), [reactor, &sessions, id = *session, body = std::move(body)]() mutable {
-    reactor->Finish(FinishStatus(sessions, body(id)));
-  });
+  absl::Status started =
+      executor.Run(session->value(), [reactor, &sessions, id = *session, body = std::move(body)]() mutable {
+        reactor->Finish(FinishStatus(sessions, body(id)));
+      });
+  if (!started.ok()) reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
   return reactor;
 }
 

@@ -24,9 +24,11 @@ grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context,
     reactor->Finish(FinishStatus(sessions, done.status()));
     return reactor;
   }
-  executor.Run(session->value(), [reactor, &sessions, id = *session, wait = std::move(wait)]() mutable {
-    reactor->Finish(FinishStatus(sessions, wait(id)));
-  });
+  absl::Status started =
+      executor.Run(session->value(), [reactor, &sessions, id = *session, wait = std::move(wait)]() mutable {
+        reactor->Finish(FinishStatus(sessions, wait(id)));
+      });
+  if (!started.ok()) reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
   return reactor;
 }
 

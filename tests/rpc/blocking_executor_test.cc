@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
@@ -21,13 +22,13 @@ TEST(BlockingExecutorTest, BlockedTasksOfOneKeyDoNotHoldBackAnother) {
   absl::Notification release;
   std::atomic<int> started{0};
   for (int i = 0; i < 10; ++i) {
-    executor.Run(1, [&] {
+    ASSERT_OK(executor.Run(1, [&] {
       started.fetch_add(1);
       release.WaitForNotification();
-    });
+    }));
   }
   absl::Notification other_ran;
-  executor.Run(2, [&] { other_ran.Notify(); });
+  ASSERT_OK(executor.Run(2, [&] { other_ran.Notify(); }));
   EXPECT_TRUE(other_ran.WaitForNotificationWithTimeout(kPatience));
   // Key 1's admitted tasks start in their own time; once both have, no
   // third may follow while they block.
@@ -45,12 +46,12 @@ TEST(BlockingExecutorTest, WaitingTasksRunInOrderAsTheirKeysTasksEnd) {
   {
     BlockingExecutor executor(/*max_running_per_key=*/1);
     absl::Notification release;
-    executor.Run(7, [&] { release.WaitForNotification(); });
+    ASSERT_OK(executor.Run(7, [&] { release.WaitForNotification(); }));
     for (int i = 0; i < 5; ++i) {
-      executor.Run(7, [&, i] {
+      ASSERT_OK(executor.Run(7, [&, i] {
         absl::MutexLock lock(&mu);
         order.push_back(i);
-      });
+      }));
     }
     release.Notify();
   }  // the destructor runs every task, waiting ones included
@@ -64,13 +65,35 @@ TEST(BlockingExecutorTest, ConcurrentTasksOfDifferentKeysRunTogether) {
   absl::Notification all_running;
   absl::Notification release;
   for (int key = 0; key < kKeys; ++key) {
-    executor.Run(static_cast<uint64_t>(key), [&] {
+    ASSERT_OK(executor.Run(static_cast<uint64_t>(key), [&] {
       if (running.fetch_add(1) + 1 == kKeys) all_running.Notify();
       release.WaitForNotification();
-    });
+    }));
   }
   EXPECT_TRUE(all_running.WaitForNotificationWithTimeout(kPatience));
   release.Notify();
+}
+
+// Threads are bounded daemon-wide: past max_threads tasks wait for a worker
+// instead of each session's calls adding threads.
+TEST(BlockingExecutorTest, ThreadsStayWithinTheBoundAndQueuedTasksStillRun) {
+  BlockingExecutor executor(/*max_running_per_key=*/64, /*max_threads=*/3);
+  absl::Notification release;
+  std::atomic<int> ran{0};
+  for (int key = 0; key < 20; ++key) {
+    ASSERT_OK(executor.Run(static_cast<uint64_t>(key), [&] {
+      release.WaitForNotification();
+      ran.fetch_add(1);
+    }));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(executor.threads_for_test(), 3u);
+  EXPECT_EQ(ran.load(), 0);
+  release.Notify();
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (ran.load() < 20 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(ran.load(), 20);
+  EXPECT_EQ(executor.threads_for_test(), 3u);
 }
 
 }  // namespace
