@@ -1,5 +1,6 @@
 #include "server/rpc/blocking_executor.h"
 
+#include <algorithm>
 #include <system_error>
 #include <utility>
 
@@ -13,8 +14,17 @@ BlockingExecutor::~BlockingExecutor() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     threads = std::move(threads_);
+    for (std::thread& thread : exited_) threads.push_back(std::move(thread));
+    exited_.clear();
   }
   for (std::thread& thread : threads) thread.join();
+}
+
+void BlockingExecutor::JoinExitedLocked() {
+  // They have left Work() (after handing themselves over here under mu_),
+  // so each join returns at once.
+  for (std::thread& thread : exited_) thread.join();
+  exited_.clear();
 }
 
 absl::Status BlockingExecutor::Run(uint64_t key, Task task) {
@@ -30,6 +40,7 @@ absl::Status BlockingExecutor::Run(uint64_t key, Task task) {
   // no idle one will take, and none past the bound (a busy worker takes it
   // when it is done).
   if (idle_ >= queue_.size() || threads_.size() >= max_threads_) return absl::OkStatus();
+  JoinExitedLocked();
   try {
     threads_.emplace_back([this] { Work(); });
   } catch (const std::system_error& error) {
@@ -48,10 +59,21 @@ void BlockingExecutor::Work() {
   absl::MutexLock lock(&mu_);
   while (true) {
     ++idle_;
-    mu_.Await(absl::Condition(
-        +[](BlockingExecutor* self) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->queue_.empty() || self->stopping_; },
-        this));
+    const bool woken = mu_.AwaitWithTimeout(
+        absl::Condition(+[](BlockingExecutor* self)
+                            ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->queue_.empty() || self->stopping_; },
+                        this),
+        idle_timeout_);
     --idle_;
+    if (!woken) {
+      // Idle too long: the pool shrinks back after a burst. This thread's
+      // std::thread goes to exited_, joined by the next Run or the destructor.
+      const auto self = std::find_if(threads_.begin(), threads_.end(),
+                                     [](const std::thread& t) { return t.get_id() == std::this_thread::get_id(); });
+      exited_.push_back(std::move(*self));
+      threads_.erase(self);
+      return;
+    }
     // Stopping with nothing queued: tasks still waiting for their key are
     // queued by the worker that ends their key's running task, before it
     // comes back here.

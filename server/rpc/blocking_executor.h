@@ -8,7 +8,8 @@
 // synchronizes on an event its peer never completes) cannot hold every
 // thread and stall other sessions. A task that may start runs on an idle
 // worker, or on a new one. Workers stay for later tasks (the pool grows to
-// the peak number of concurrently running tasks), up to `max_threads` in all
+// the peak number of concurrently running tasks) until idle for
+// `idle_timeout`, and number at most `max_threads` in all
 // (gpumuxd --blocking-threads): past it tasks queue for a free worker, so
 // the daemon's threads are bounded, not counted per session. Thread-safe.
 
@@ -24,14 +25,16 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace gpumux {
 
 class BlockingExecutor {
  public:
   static constexpr size_t kDefaultMaxThreads = 512;
-  explicit BlockingExecutor(size_t max_running_per_key = 64, size_t max_threads = kDefaultMaxThreads)
-      : max_running_per_key_(max_running_per_key), max_threads_(max_threads) {}
+  explicit BlockingExecutor(size_t max_running_per_key = 64, size_t max_threads = kDefaultMaxThreads,
+                            absl::Duration idle_timeout = absl::Seconds(2))
+      : max_running_per_key_(max_running_per_key), max_threads_(max_threads), idle_timeout_(idle_timeout) {}
   // Runs every task, queued or waiting for its key, then joins the workers.
   ~BlockingExecutor();
   BlockingExecutor(const BlockingExecutor&) = delete;
@@ -56,13 +59,16 @@ class BlockingExecutor {
   };
 
   void Work();
+  void JoinExitedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t max_running_per_key_;
   const size_t max_threads_;
+  const absl::Duration idle_timeout_;
   mutable absl::Mutex mu_;
   std::deque<std::pair<uint64_t, Task>> queue_ ABSL_GUARDED_BY(mu_);  // admitted, not started
   absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);       // keys with admitted tasks
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> exited_ ABSL_GUARDED_BY(mu_);  // idle workers that left, to join
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };

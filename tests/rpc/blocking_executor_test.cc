@@ -96,5 +96,29 @@ TEST(BlockingExecutorTest, ThreadsStayWithinTheBoundAndQueuedTasksStillRun) {
   EXPECT_EQ(executor.threads_for_test(), 3u);
 }
 
+// After a burst the pool shrinks back: idle workers leave, and later tasks
+// start new ones.
+TEST(BlockingExecutorTest, IdleWorkersLeaveAndLaterTasksStillRun) {
+  BlockingExecutor executor(/*max_running_per_key=*/64, /*max_threads=*/16, /*idle_timeout=*/absl::Milliseconds(50));
+  absl::Notification release;
+  std::atomic<int> ran{0};
+  for (int key = 0; key < 8; ++key) {
+    ASSERT_OK(executor.Run(static_cast<uint64_t>(key), [&] {
+      release.WaitForNotification();
+      ran.fetch_add(1);
+    }));
+  }
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(executor.threads_for_test(), 8u);
+  release.Notify();
+  const absl::Time deadline = absl::Now() + kPatience;
+  while (executor.threads_for_test() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(executor.threads_for_test(), 0u);
+  EXPECT_EQ(ran.load(), 8);
+  absl::Notification again;
+  ASSERT_OK(executor.Run(1, [&] { again.Notify(); }));
+  EXPECT_TRUE(again.WaitForNotificationWithTimeout(kPatience));
+}
+
 }  // namespace
 }  // namespace gpumux
