@@ -1,14 +1,20 @@
-// A table of bad inputs against a real gpumuxd child process: each gets its
-// exact status code, and the daemon keeps serving everyone afterwards with
-// nothing leaked.
+// A table of bad inputs over every service against a real gpumuxd child
+// process: each gets its exact status code and a message that says what was
+// wrong, and the daemon keeps serving everyone afterwards with nothing leaked.
+// Every new RPC adds its bad inputs here.
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "gpumux/v1/random.grpc.pb.h"
+#include "gpumux/v1/session.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/rpc/stream_calls.h"
 #include "tests/support/raw_session.h"
 
 namespace gpumux::testing {
@@ -17,6 +23,7 @@ namespace {
 struct BadInput {
   std::string name;
   grpc::StatusCode expected;
+  std::string message;  // a part of the message that says what was wrong
   std::function<grpc::Status()> call;
 };
 
@@ -64,58 +71,197 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return me.memory().SetMemoryLimit(me.Context().get(), request, &response);
   };
 
+  const uint64_t stream1 = NewStream(me, 1);
+  const uint64_t event0 = NewEvent(me, 0);
+  const uint64_t timing0 = NewEvent(me, 0, {.enable_timing = true});
+  const uint64_t timing1 = NewEvent(me, 1, {.enable_timing = true});
+  const uint64_t their_stream = NewStream(other, 0);
+  const uint64_t their_event = NewEvent(other, 0);
+  auto range = [](uint64_t id, uint64_t offset) {
+    v1::DeviceRange r;
+    r.set_allocation_id(id);
+    r.set_offset(offset);
+    return r;
+  };
+  auto memset = [&](uint64_t id, uint64_t offset, uint64_t size, uint32_t value, uint64_t stream = 0) {
+    v1::MemsetRequest request;
+    *request.mutable_dst() = range(id, offset);
+    request.set_size(size);
+    request.set_value(value);
+    request.mutable_options()->set_stream(stream);
+    v1::CopyResponse response;
+    return me.copy().Memset(me.Context().get(), request, &response);
+  };
+  auto upload = [&](uint64_t id, uint64_t offset, const std::string& data) {
+    v1::HostToDeviceRequest request;
+    *request.mutable_dst() = range(id, offset);
+    request.set_data(data);
+    v1::CopyResponse response;
+    return me.copy().HostToDevice(me.Context().get(), request, &response);
+  };
+  auto download = [&](uint64_t id, uint64_t offset, uint64_t size) {
+    v1::DeviceToHostRequest request;
+    *request.mutable_src() = range(id, offset);
+    request.set_inline_size(size);
+    v1::DeviceToHostResponse response;
+    return me.copy().DeviceToHost(me.Context().get(), request, &response);
+  };
+  auto generate = [&](uint64_t id, v1::Dtype dtype, uint64_t elements, double low, double high) {
+    v1::GenerateRequest request;
+    *request.mutable_dst() = range(id, 0);
+    request.set_dtype(dtype);
+    request.set_elements(elements);
+    request.mutable_uniform()->set_low(low);
+    request.mutable_uniform()->set_high(high);
+    v1::GenerateResponse response;
+    return me.random().Generate(me.Context().get(), request, &response);
+  };
+  auto set_rng_state = [&](const std::string& state) {
+    v1::SetRngStateRequest request;
+    request.set_device(0);
+    request.add_states(state);
+    v1::SetRngStateResponse response;
+    return me.random().SetState(me.Context().get(), request, &response);
+  };
+  auto with_metadata = [&](const std::string& value) {
+    auto stub = v1::Session::NewStub(channel);
+    grpc::ClientContext context;
+    if (!value.empty()) context.AddMetadata("gpumux-session", value);
+    v1::PingResponse response;
+    return stub->Ping(&context, v1::PingRequest(), &response);
+  };
+  auto open_with = [&](const std::string& name) {
+    auto stub = v1::Session::NewStub(channel);
+    grpc::ClientContext context;
+    auto stream = stub->Open(&context);
+    v1::SessionClientMessage open;
+    open.mutable_open()->set_client_name(name);
+    stream->Write(open);
+    stream->WritesDone();
+    v1::SessionServerMessage reply;
+    while (stream->Read(&reply)) {
+    }
+    return stream->Finish();
+  };
+  const std::string good_handle(64, '\x01');
+
   const std::vector<BadInput> table = {
-      {"size 0", grpc::StatusCode::INVALID_ARGUMENT, [&] { return me.Allocate(0, 0, nullptr); }},
-      {"size above device memory", grpc::StatusCode::INVALID_ARGUMENT,
+      // Memory
+      {"size 0", grpc::StatusCode::INVALID_ARGUMENT, "0 bytes", [&] { return me.Allocate(0, 0, nullptr); }},
+      {"size above device memory", grpc::StatusCode::INVALID_ARGUMENT, "total capacity",
        [&] { return me.Allocate(0, (64u << 20) + 1, nullptr); }},
-      {"size near 2^64", grpc::StatusCode::INVALID_ARGUMENT, [&] { return me.Allocate(0, ~uint64_t{0}, nullptr); }},
-      {"device out of range", grpc::StatusCode::INVALID_ARGUMENT, [&] { return me.Allocate(2, 512, nullptr); }},
-      {"negative device", grpc::StatusCode::INVALID_ARGUMENT, [&] { return me.Allocate(-1, 512, nullptr); }},
-      {"unknown stream", grpc::StatusCode::NOT_FOUND, [&] { return me.Allocate(0, 512, nullptr, false, 7); }},
-      {"unknown id", grpc::StatusCode::NOT_FOUND, [&] { return me.Free({999999}); }},
-      {"freed id", grpc::StatusCode::NOT_FOUND, [&] { return me.Free({freed.allocation_id()}); }},
-      {"foreign id", grpc::StatusCode::NOT_FOUND, [&] { return me.Free({theirs.allocation_id()}); }},
-      {"id named twice", grpc::StatusCode::INVALID_ARGUMENT,
+      {"size near 2^64", grpc::StatusCode::INVALID_ARGUMENT, "more than 1EB",
+       [&] { return me.Allocate(0, ~uint64_t{0}, nullptr); }},
+      {"device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 2",
+       [&] { return me.Allocate(2, 512, nullptr); }},
+      {"negative device", grpc::StatusCode::INVALID_ARGUMENT, "device -1",
+       [&] { return me.Allocate(-1, 512, nullptr); }},
+      {"unknown stream", grpc::StatusCode::NOT_FOUND, "stream 7 not found",
+       [&] { return me.Allocate(0, 512, nullptr, false, 7); }},
+      {"another session's stream", grpc::StatusCode::NOT_FOUND, "not a stream of this session",
+       [&] { return me.Allocate(0, 512, nullptr, false, their_stream); }},
+      {"a stream of another device", grpc::StatusCode::INVALID_ARGUMENT, "is on device 1",
+       [&] { return me.Allocate(0, 512, nullptr, false, stream1); }},
+      {"unknown id", grpc::StatusCode::NOT_FOUND, "allocation 999999 not found",
+       [&] { return me.Free({999999}); }},
+      {"freed id", grpc::StatusCode::NOT_FOUND, "not a live allocation", [&] { return me.Free({freed.allocation_id()}); }},
+      {"foreign id", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] { return me.Free({theirs.allocation_id()}); }},
+      {"id named twice", grpc::StatusCode::INVALID_ARGUMENT, "named twice",
        [&] { return me.Free({mine.allocation_id(), mine.allocation_id()}); }},
-      {"share a foreign id", grpc::StatusCode::NOT_FOUND, [&] { return share(theirs.allocation_id()); }},
-      {"share a non-shareable allocation", grpc::StatusCode::FAILED_PRECONDITION,
+      {"too many ids in one free", grpc::StatusCode::INVALID_ARGUMENT, "at most 65536",
+       [&] {
+         std::vector<uint64_t> ids(65537);
+         for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
+         return me.Free(ids);
+       }},
+      {"short wait event handle", grpc::StatusCode::INVALID_ARGUMENT, "wait event handle of 3 bytes",
+       [&] {
+         v1::FreeRequest request;
+         request.add_allocation_ids(mine.allocation_id());
+         request.add_wait_event_handles("abc");
+         v1::FreeResponse response;
+         return me.memory().Free(me.Context().get(), request, &response);
+       }},
+      {"wait handle naming no event", grpc::StatusCode::INVALID_ARGUMENT, "nothing was freed",
+       [&] {
+         v1::FreeRequest request;
+         request.add_allocation_ids(mine.allocation_id());
+         request.add_wait_event_handles(good_handle);
+         v1::FreeResponse response;
+         return me.memory().Free(me.Context().get(), request, &response);
+       }},
+      {"malformed wait handle without frees", grpc::StatusCode::INVALID_ARGUMENT, "wait event handle of 1 bytes",
+       [&] {
+         v1::AllocateRequest request;
+         request.set_device(0);
+         request.set_size(512);
+         request.add_free_wait_event_handles("x");
+         v1::AllocateResponse response;
+         return me.memory().Allocate(me.Context().get(), request, &response);
+       }},
+      {"record_stream of an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 4242 not found",
+       [&] {
+         v1::RecordStreamRequest request;
+         request.set_allocation_id(mine.allocation_id());
+         request.set_stream(4242);
+         v1::RecordStreamResponse response;
+         return me.memory().RecordStream(me.Context().get(), request, &response);
+       }},
+      {"record_stream of a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] {
+         v1::RecordStreamRequest request;
+         request.set_allocation_id(theirs.allocation_id());
+         v1::RecordStreamResponse response;
+         return me.memory().RecordStream(me.Context().get(), request, &response);
+       }},
+      {"share a foreign id", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] { return share(theirs.allocation_id()); }},
+      {"share a non-shareable allocation", grpc::StatusCode::FAILED_PRECONDITION, "not shareable",
        [&] { return share(plain.allocation_id()); }},
-      {"garbage share token", grpc::StatusCode::INVALID_ARGUMENT, [&] { return import("not a token \x01"); }},
-      {"empty share token", grpc::StatusCode::INVALID_ARGUMENT, [&] { return import(""); }},
-      {"unknown share token", grpc::StatusCode::NOT_FOUND,
+      {"garbage share token", grpc::StatusCode::INVALID_ARGUMENT, "malformed share token",
+       [&] { return import("not a token \x01"); }},
+      {"empty share token", grpc::StatusCode::INVALID_ARGUMENT, "malformed share token", [&] { return import(""); }},
+      {"unknown share token", grpc::StatusCode::NOT_FOUND, "never issued",
        [&] { return import("gpumux-share-00000000000000000000000000000000"); }},
-      {"replayed share token", grpc::StatusCode::FAILED_PRECONDITION, [&] { return import(token.token()); }},
-      {"fraction above 1", grpc::StatusCode::INVALID_ARGUMENT, [&] { return limit(1.5); }},
-      {"negative fraction", grpc::StatusCode::INVALID_ARGUMENT, [&] { return limit(-0.1); }},
-      {"stats of a device out of range", grpc::StatusCode::INVALID_ARGUMENT,
+      {"replayed share token", grpc::StatusCode::FAILED_PRECONDITION, "single-use",
+       [&] { return import(token.token()); }},
+      {"fraction above 1", grpc::StatusCode::INVALID_ARGUMENT, "Invalid fraction value: 1.5",
+       [&] { return limit(1.5); }},
+      {"negative fraction", grpc::StatusCode::INVALID_ARGUMENT, "Allowed range: 0~1", [&] { return limit(-0.1); }},
+      {"no limit kind", grpc::StatusCode::INVALID_ARGUMENT, "one of fraction, bytes or unlimited",
+       [&] {
+         v1::SetMemoryLimitRequest request;
+         v1::SetMemoryLimitResponse response;
+         return me.memory().SetMemoryLimit(me.Context().get(), request, &response);
+       }},
+      {"zero byte limit", grpc::StatusCode::INVALID_ARGUMENT, "must be positive",
+       [&] {
+         v1::SetMemoryLimitRequest request;
+         request.set_bytes(0);
+         v1::SetMemoryLimitResponse response;
+         return me.memory().SetMemoryLimit(me.Context().get(), request, &response);
+       }},
+      {"stats of a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 9",
        [&] {
          v1::GetStatsRequest request;
          request.set_device(9);
          v1::MemoryStats stats;
          return me.memory().GetStats(me.Context().get(), request, &stats);
        }},
-      {"observe an unknown session", grpc::StatusCode::NOT_FOUND,
+      {"empty_cache of a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 3",
        [&] {
-         v1::ObserveStatsRequest request;
-         request.set_session_id(424242);
-         v1::MemoryStats stats;
-         grpc::ClientContext context;
-         return observe->GetMemoryStats(&context, request, &stats);
+         v1::EmptyCacheRequest request;
+         request.set_device(3);
+         v1::EmptyCacheResponse response;
+         return me.memory().EmptyCache(me.Context().get(), request, &response);
        }},
-      {"properties of a device out of range", grpc::StatusCode::INVALID_ARGUMENT,
-       [&] {
-         v1::GetDevicePropertiesRequest request;
-         request.set_device(5);
-         v1::DeviceProperties properties;
-         grpc::ClientContext context;
-         return device->GetDeviceProperties(&context, request, &properties);
-       }},
-      {"quota overrun", grpc::StatusCode::RESOURCE_EXHAUSTED,
+      {"quota overrun", grpc::StatusCode::RESOURCE_EXHAUSTED, "CUDA out of memory",
        [&] {
          if (grpc::Status s = limit(0.25); !s.ok()) return s;  // 16 MiB
          return me.Allocate(0, 30 << 20, nullptr);
        }},
-      {"device out of memory", grpc::StatusCode::RESOURCE_EXHAUSTED,
+      {"device out of memory", grpc::StatusCode::RESOURCE_EXHAUSTED, "CUDA out of memory",
        [&] {
          v1::Allocation big;
          if (grpc::Status s = other.Allocate(0, 40 << 20, &big); !s.ok()) return s;
@@ -123,12 +269,170 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          other.Free({big.allocation_id()});
          return s;
        }},
+      // Session and credentials
+      {"no session metadata", grpc::StatusCode::UNAUTHENTICATED, "missing gpumux-session",
+       [&] { return with_metadata(""); }},
+      {"malformed session metadata", grpc::StatusCode::UNAUTHENTICATED, "malformed gpumux-session",
+       [&] { return with_metadata("nonsense"); }},
+      {"wrong secret", grpc::StatusCode::UNAUTHENTICATED, "secret does not match",
+       [&] { return with_metadata(std::to_string(me.id()) + ":00000000000000000000000000000000"); }},
+      {"control character in the client name", grpc::StatusCode::INVALID_ARGUMENT, "control character U+001B",
+       [&] { return open_with("evil\x1b[31m"); }},
+      {"client name over 256 bytes", grpc::StatusCode::INVALID_ARGUMENT, "at most 256",
+       [&] { return open_with(std::string(300, 'n')); }},
+      // Device and Observe
+      {"properties of a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 5",
+       [&] {
+         v1::GetDevicePropertiesRequest request;
+         request.set_device(5);
+         v1::DeviceProperties properties;
+         grpc::ClientContext context;
+         return device->GetDeviceProperties(&context, request, &properties);
+       }},
+      {"synchronize a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device -3",
+       [&] {
+         v1::SynchronizeRequest request;
+         request.set_device(-3);
+         v1::SynchronizeResponse response;
+         grpc::ClientContext context;
+         return device->Synchronize(&context, request, &response);
+       }},
+      {"observe an unknown session", grpc::StatusCode::NOT_FOUND, "session 424242 not found",
+       [&] {
+         v1::ObserveStatsRequest request;
+         request.set_session_id(424242);
+         v1::MemoryStats stats;
+         grpc::ClientContext context;
+         return observe->GetMemoryStats(&context, request, &stats);
+       }},
+      {"observe a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 7",
+       [&] {
+         v1::ObserveStatsRequest request;
+         request.set_device(7);
+         v1::MemoryStats stats;
+         grpc::ClientContext context;
+         return observe->GetMemoryStats(&context, request, &stats);
+       }},
+      // Stream
+      {"create a stream on a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 4",
+       [&] { return CreateStream(me, 4, 0, nullptr); }},
+      {"destroy the default stream", grpc::StatusCode::INVALID_ARGUMENT, "default stream",
+       [&] { return DestroyStream(me, 0, 0); }},
+      {"destroy another session's stream", grpc::StatusCode::NOT_FOUND, "not a stream of this session",
+       [&] { return DestroyStream(me, 0, their_stream); }},
+      {"query a stream on the wrong device", grpc::StatusCode::INVALID_ARGUMENT, "is on device 1, not device 0",
+       [&] { return QueryStream(me, 0, stream1, nullptr); }},
+      {"synchronize an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 31337 not found",
+       [&] { return SynchronizeStream(me, 1, 31337); }},
+      {"wait on another session's event", grpc::StatusCode::NOT_FOUND, "not an event of this session",
+       [&] { return WaitEvent(me, 0, 0, their_event); }},
+      {"wait_stream on an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 555 not found",
+       [&] { return WaitStream(me, Ref(0, 0), Ref(0, 555)); }},
+      // Event
+      {"interprocess event that times", grpc::StatusCode::INVALID_ARGUMENT, "cannot time",
+       [&] { return CreateEvent(me, 0, {.enable_timing = true, .interprocess = true}, nullptr); }},
+      {"event on a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 8",
+       [&] { return CreateEvent(me, 8, {}, nullptr); }},
+      {"record on another device's stream", grpc::StatusCode::INVALID_ARGUMENT,
+       "Event device 0 does not match recording stream's device 1",
+       [&] { return RecordEvent(me, event0, 1, stream1); }},
+      {"query another session's event", grpc::StatusCode::NOT_FOUND, "not an event of this session",
+       [&] { return QueryEvent(me, their_event, nullptr); }},
+      {"elapsed time without timing", grpc::StatusCode::FAILED_PRECONDITION, "enable_timing=True",
+       [&] { return ElapsedTime(me, event0, timing0, nullptr); }},
+      {"elapsed time across devices", grpc::StatusCode::INVALID_ARGUMENT, "both on one device",
+       [&] { return ElapsedTime(me, timing0, timing1, nullptr); }},
+      {"elapsed time of unrecorded events", grpc::StatusCode::FAILED_PRECONDITION, "must be recorded",
+       [&] { return ElapsedTime(me, timing0, timing0, nullptr); }},
+      {"ipc handle of a plain event", grpc::StatusCode::FAILED_PRECONDITION, "interprocess=true",
+       [&] { return GetIpcHandle(me, event0, nullptr); }},
+      {"open a handle of the wrong size", grpc::StatusCode::INVALID_ARGUMENT, "size 64, but got 5",
+       [&] { return OpenIpcHandle(me, 0, "hello", nullptr); }},
+      {"open a handle naming no event", grpc::StatusCode::INVALID_ARGUMENT, "not a host-backend event handle",
+       [&] { return OpenIpcHandle(me, 0, good_handle, nullptr); }},
+      {"destroy an unknown event", grpc::StatusCode::NOT_FOUND, "event 777777 not found",
+       [&] { return DestroyEvent(me, 777777); }},
+      // Copy
+      {"memset past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
+       [&] { return memset(mine.allocation_id(), 4000, 200, 0); }},
+      {"memset with an offset near 2^64", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
+       [&] { return memset(mine.allocation_id(), ~uint64_t{0}, 2, 0); }},
+      {"memset value above a byte", grpc::StatusCode::INVALID_ARGUMENT, "256 is not a byte",
+       [&] { return memset(mine.allocation_id(), 0, 16, 256); }},
+      {"memset of a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] { return memset(theirs.allocation_id(), 0, 16, 1); }},
+      {"memset on an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 9999 not found",
+       [&] { return memset(mine.allocation_id(), 0, 16, 1, 9999); }},
+      {"upload past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
+       [&] { return upload(mine.allocation_id(), 4090, std::string(100, 'x')); }},
+      {"download past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
+       [&] { return download(mine.allocation_id(), 0, 5000); }},
+      {"copy without a source", grpc::StatusCode::INVALID_ARGUMENT, "set the source",
+       [&] {
+         v1::HostToDeviceRequest request;
+         *request.mutable_dst() = range(mine.allocation_id(), 0);
+         v1::CopyResponse response;
+         return me.copy().HostToDevice(me.Context().get(), request, &response);
+       }},
+      {"staged copy without a staging buffer", grpc::StatusCode::FAILED_PRECONDITION, "staging buffer",
+       [&] {
+         v1::HostToDeviceRequest request;
+         *request.mutable_dst() = range(mine.allocation_id(), 0);
+         request.mutable_staging()->set_size(16);
+         v1::CopyResponse response;
+         return me.copy().HostToDevice(me.Context().get(), request, &response);
+       }},
+      {"device to device from a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] {
+         v1::DeviceToDeviceRequest request;
+         *request.mutable_dst() = range(mine.allocation_id(), 0);
+         *request.mutable_src() = range(theirs.allocation_id(), 0);
+         request.set_size(16);
+         v1::CopyResponse response;
+         return me.copy().DeviceToDevice(me.Context().get(), request, &response);
+       }},
+      // Random
+      {"fill past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
+       [&] { return generate(mine.allocation_id(), v1::DTYPE_FLOAT32, 2000, 0, 1); }},
+      {"uniform with low above high", grpc::StatusCode::INVALID_ARGUMENT, "low < high",
+       [&] { return generate(mine.allocation_id(), v1::DTYPE_FLOAT32, 4, 2, 1); }},
+      {"no dtype", grpc::StatusCode::INVALID_ARGUMENT, "dtype 0 is not one of",
+       [&] { return generate(mine.allocation_id(), v1::DTYPE_UNSPECIFIED, 4, 0, 1); }},
+      {"RNG state of the wrong size", grpc::StatusCode::INVALID_ARGUMENT, "RNG state is wrong size",
+       [&] { return set_rng_state("short"); }},
+      {"RNG offset not a multiple of 4", grpc::StatusCode::INVALID_ARGUMENT, "offset must be a multiple of 4",
+       [&] { return set_rng_state(std::string("\x01\0\0\0\0\0\0\0\x03\0\0\0\0\0\0\0", 16)); }},
+      {"RNG offset that would wrap", grpc::StatusCode::FAILED_PRECONDITION, "without wrapping past 2^64",
+       [&] {
+         if (grpc::Status s = set_rng_state(std::string("\x01\0\0\0\0\0\0\0\xfc\xff\xff\xff\xff\xff\xff\xff", 16));
+             !s.ok()) {
+           return s;
+         }
+         return generate(mine.allocation_id(), v1::DTYPE_FLOAT32, 16, 0, 1);
+       }},
+      {"seed of a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 6",
+       [&] {
+         v1::ManualSeedRequest request;
+         request.set_device(6);
+         v1::ManualSeedResponse response;
+         return me.random().ManualSeed(me.Context().get(), request, &response);
+       }},
+      // NVTX
+      {"range_pop with no range open", grpc::StatusCode::FAILED_PRECONDITION, "no NVTX range is open",
+       [&] {
+         v1::NvtxDepth depth;
+         return me.nvtx().RangePop(me.Context().get(), v1::NvtxRangePopRequest(), &depth);
+       }},
   };
+  EXPECT_GE(table.size(), 60u);
   for (const BadInput& input : table) {
     grpc::Status status = input.call();
     EXPECT_EQ(status.error_code(), input.expected) << input.name << ": " << status.error_message();
-    EXPECT_FALSE(status.error_message().empty()) << input.name;
+    EXPECT_NE(status.error_message().find(input.message), std::string::npos)
+        << input.name << ": the message does not say \"" << input.message << "\": " << status.error_message();
   }
+  // Each RNG case left its state; the daemon must still serve this session.
+  EXPECT_TRUE(set_rng_state(std::string(16, '\0')).ok());
 
   // Still serving: the sessions work, nothing leaked, a newcomer is fine.
   ASSERT_TRUE(me.Free({mine.allocation_id(), plain.allocation_id(), imported.allocation().allocation_id()}).ok());
