@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
@@ -62,6 +63,13 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (stream.value() != 0) GPUMUX_RETURN_IF_ERROR(streams_->CheckStream(session, device, stream));
   GPUMUX_RETURN_IF_ERROR(CheckFreeRequest(frees, free_wait_event_handles));
+  // In flight from here: the session's end waits for this call, so the block
+  // is in its books (and freed with them) before the allocator forgets it.
+  GPUMUX_RETURN_IF_ERROR(BeginCall(session));
+  bool ended = false;
+  absl::Cleanup end_call = [&] {
+    if (!ended) EndCall(session);
+  };
   if (!frees.empty()) GPUMUX_RETURN_IF_ERROR(FreeChecked(session, frees, free_wait_event_handles));
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
@@ -69,12 +77,8 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
-    if (!books_.contains(session)) {
-      // The session ended while we allocated: nobody will free this.
-      allocator_.Free(device, result.address);
-      allocator_.RemoveClient(session);
-      return SessionClosedError(session);
-    }
+    --books_.at(session).calls_in_flight;  // the books live while it is above 0
+    ended = true;
     auto block = std::make_unique<Block>();
     block->view = AllocationView{AllocationId(0),
                                  device,
@@ -155,13 +159,24 @@ absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const Allo
     }
     if (!wait_event_handles.empty()) GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(ids, wait_event_handles, &frees));
     for (AllocationId id : ids) DropReferenceLocked(id, nullptr, &frees);
-    ++books->second.frees_in_flight;
+    ++books->second.calls_in_flight;
   }
   ApplyFrees(frees);
+  EndCall(session);
+  return absl::OkStatus();
+}
+
+absl::Status MemoryManager::BeginCall(SessionId session) {
   absl::MutexLock lock(&mu_);
   auto books = books_.find(session);
-  if (books != books_.end()) --books->second.frees_in_flight;
+  if (books == books_.end()) return SessionClosedError(session);
+  ++books->second.calls_in_flight;
   return absl::OkStatus();
+}
+
+void MemoryManager::EndCall(SessionId session) {
+  absl::MutexLock lock(&mu_);
+  --books_.at(session).calls_in_flight;  // the books live while it is above 0
 }
 
 void MemoryManager::ApplyFrees(const PendingFrees& frees) {
@@ -375,11 +390,12 @@ ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
     absl::MutexLock lock(&mu_);
     auto books = books_.find(session);
     if (books != books_.end()) {
-      // A Free of this session still handing its blocks to the allocator
-      // must finish first: RemoveClient below wants them all back.
+      // A Free of this session still handing its blocks to the allocator, or
+      // an Allocate still getting one, finishes first: RemoveClient below
+      // wants every block back.
       const SessionBooks* mine = &books->second;
       mu_.Await(absl::Condition(
-          +[](const SessionBooks* b) { return b->frees_in_flight == 0; }, mine));
+          +[](const SessionBooks* b) { return b->calls_in_flight == 0; }, mine));
       std::vector<AllocationId> ids(mine->ids.begin(), mine->ids.end());
       std::sort(ids.begin(), ids.end());
       for (AllocationId id : ids) DropReferenceLocked(id, &summary, &frees);

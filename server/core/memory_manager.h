@@ -214,7 +214,9 @@ class MemoryManager {
   struct SessionBooks {
     absl::flat_hash_set<AllocationId> ids;
     std::vector<uint64_t> imported_bytes;  // per device
-    int frees_in_flight = 0;  // Free calls handing blocks to the allocator now
+    // Allocate and Free calls between their books and the allocator now;
+    // ReleaseSession waits for them.
+    int calls_in_flight = 0;
   };
   // Blocks a free returns to the allocator once mu_ is dropped, and the
   // opened wait events they share, per device.
@@ -235,6 +237,10 @@ class MemoryManager {
   absl::Status OpenWaitEventsLocked(absl::Span<const AllocationId> ids, absl::Span<const std::string> handles,
                                     PendingFrees* frees) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFrees(const PendingFrees& frees) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a call of an open session in flight (else UNAUTHENTICATED "session
+  // N is closed"); EndCall ends it.
+  absl::Status BeginCall(SessionId session) ABSL_LOCKS_EXCLUDED(mu_);
+  void EndCall(SessionId session) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops one reference; a block left without any joins `frees`.
   void DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
