@@ -1,0 +1,79 @@
+#pragma once
+
+// SealedMemory: shared memory that whoever it is handed to can map but never
+// break. It is an anonymous memory file (memfd_create: no name anyone can
+// open), backed in full when it is created (fallocate), so running out of
+// memory is an error at creation and never a SIGBUS at a later access, and
+// sealed against shrinking, growing and further sealing, so no process
+// holding the descriptor can truncate it under another's mapping. Descriptors
+// travel to other processes with SendFds (common/fd_passing.h). MemoryMapping
+// owns one mmap of it. This is the one place gpumux creates, checks and maps
+// shared memory.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/unique_fd.h"
+
+namespace gpumux {
+
+// errno of a system call named `call` as a Status, the one translation of
+// errno for shared memory: ENOMEM and ENOSPC are RESOURCE_EXHAUSTED, EPERM
+// and EACCES PERMISSION_DENIED, EINVAL INVALID_ARGUMENT, the rest Abseil's
+// mapping.
+absl::Status SystemCallError(int error_number, absl::string_view call);
+
+class MemoryMapping {
+ public:
+  MemoryMapping() = default;
+  ~MemoryMapping();
+  MemoryMapping(MemoryMapping&& other) noexcept;
+  MemoryMapping& operator=(MemoryMapping&& other) noexcept;
+  MemoryMapping(const MemoryMapping&) = delete;
+  MemoryMapping& operator=(const MemoryMapping&) = delete;
+
+  void* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool mapped() const { return data_ != nullptr; }
+
+ private:
+  friend class SealedMemory;
+  MemoryMapping(void* data, uint64_t size) : data_(data), size_(size) {}
+  void* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class SealedMemory {
+ public:
+  // A new memory file of `size` bytes (1 byte to 1 TiB), zero-filled, backed
+  // and sealed. `name` shows in /proc/<pid>/fd and /proc/<pid>/maps only.
+  // RESOURCE_EXHAUSTED when the memory is not there (fallocate's ENOSPC or
+  // ENOMEM, or a descriptor limit); INVALID_ARGUMENT for a bad size.
+  static absl::StatusOr<SealedMemory> Create(absl::string_view name, uint64_t size);
+
+  // A descriptor received from another process: INVALID_ARGUMENT unless it is
+  // a memory file of exactly `expected_size` bytes sealed against shrinking
+  // and growing, so mapping it can never fault later. Takes ownership.
+  static absl::StatusOr<SealedMemory> Adopt(UniqueFd fd, uint64_t expected_size);
+
+  SealedMemory(SealedMemory&&) = default;
+  SealedMemory& operator=(SealedMemory&&) = default;
+
+  int fd() const { return fd_.get(); }
+  uint64_t size() const { return size_; }
+
+  // Maps all of it shared, read-write (or read-only). Errors: mmap's.
+  absl::StatusOr<MemoryMapping> Map(bool writable = true) const;
+
+ private:
+  SealedMemory(UniqueFd fd, uint64_t size) : fd_(std::move(fd)), size_(size) {}
+  UniqueFd fd_;
+  uint64_t size_ = 0;
+};
+
+}  // namespace gpumux
