@@ -331,9 +331,11 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
         " is not shareable: its segment may hold other allocations; allocate it with shareable=true to share it"));
   }
   if (block->tokens.size() >= kMaxTokensPerAllocation) {
-    return allocation_tokens_refusal_.Refuse(absl::StrCat(
-        "allocation ", id.value(), " was already shared ", block->tokens.size(), " times, the most one allocation may be (",
-        kMaxTokensPerAllocation, "); share another shareable allocation"));
+    return allocation_tokens_refusal_.Refuse(absl::StrCat("allocation ", id.value(), " was already shared ",
+                                                          block->tokens.size(),
+                                                          " times, the most one allocation may be (",
+                                                          kMaxTokensPerAllocation,
+                                                          "); share another shareable allocation"));
   }
   const size_t live_tokens = unused_tokens_.size() + used_tokens_.size();
   if (live_tokens >= limits_.max_share_tokens) {

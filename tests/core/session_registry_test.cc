@@ -30,7 +30,8 @@ absl::StatusOr<OpenedSession> OpenWith(SessionRegistry& registry, const std::str
 TEST(SessionRegistryTest, RefusesControlCharactersInNamesTenantsAndLabels) {
   SessionRegistry registry;
   EXPECT_THAT(OpenWith(registry, "evil\x1b[2J"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client name holds control character U+001B at byte 4")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("client name holds control character U+001B at byte 4")));
   EXPECT_THAT(OpenWith(registry, "ok", "tenant\nINFO forged"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant holds control character U+000A")));
   EXPECT_THAT(OpenWith(registry, "ok", "", "pod\x7f", "x"),
