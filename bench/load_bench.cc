@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -34,10 +33,14 @@
 #include "client/stream.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/support/process_figures.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using gpumux::testing::Percentile;
+using gpumux::testing::ProcessFigures;
+using gpumux::testing::ReadProcessFigures;
 
 // Answers Session.Ping and nothing else: the floor of a gRPC round trip.
 class TrivialPingService final : public gpumux::v1::Session::CallbackService {
@@ -114,28 +117,6 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
   return 0;
 }
 
-struct DaemonFigures {
-  long rss_kb = 0;
-  long threads = 0;
-};
-
-DaemonFigures Figures(pid_t pid) {
-  DaemonFigures figures;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") status >> figures.rss_kb;
-    if (key == "Threads:") status >> figures.threads;
-  }
-  return figures;
-}
-
-double Percentile(std::vector<double>& values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(p * static_cast<double>(values.size())))];
-}
-
 int RunLoad(const gpumux::bench::BenchDaemon& daemon, int clients, double seconds) {
   TrivialPingService service;
   const std::string ping_socket = "/tmp/gpumux-load-ping-" + std::to_string(getpid()) + ".sock";
@@ -201,7 +182,7 @@ int RunLoad(const gpumux::bench::BenchDaemon& daemon, int clients, double second
 }
 
 int RunMemory(const gpumux::bench::BenchDaemon& daemon, int sessions) {
-  const DaemonFigures base = Figures(daemon.pid());
+  const ProcessFigures base = ReadProcessFigures(daemon.pid());
   std::vector<std::unique_ptr<gpumux::Client>> clients;
   for (int i = 0; i < sessions; ++i) {
     auto client = gpumux::Client::Connect(daemon.address());
@@ -209,18 +190,19 @@ int RunMemory(const gpumux::bench::BenchDaemon& daemon, int sessions) {
     clients.push_back(std::move(*client));
   }
   usleep(200000);
-  const DaemonFigures idle = Figures(daemon.pid());
+  const ProcessFigures idle = ReadProcessFigures(daemon.pid());
   for (auto& client : clients) {
     for (int d = 0; d < 2; ++d) {
       if (!client->DefaultStream(gpumux::DeviceIndex(d)).Synchronize().ok()) return 1;
     }
   }
   usleep(200000);
-  const DaemonFigures used = Figures(daemon.pid());
+  const ProcessFigures used = ReadProcessFigures(daemon.pid());
   std::printf("memory_sessions=%d\nrss_kib_per_idle_session=%.1f\nrss_kib_per_session_with_streams=%.1f\n"
-              "threads_base=%ld\nthreads_idle_sessions=%ld\nthreads_sessions_with_streams=%ld\n",
+              "threads_base=%lld\nthreads_idle_sessions=%lld\nthreads_sessions_with_streams=%lld\n",
               sessions, static_cast<double>(idle.rss_kb - base.rss_kb) / sessions,
-              static_cast<double>(used.rss_kb - base.rss_kb) / sessions, base.threads, idle.threads, used.threads);
+              static_cast<double>(used.rss_kb - base.rss_kb) / sessions, static_cast<long long>(base.threads),
+              static_cast<long long>(idle.threads), static_cast<long long>(used.threads));
   return 0;
 }
 

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -27,6 +26,7 @@
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
+#include "tests/support/process_figures.h"
 #include "tests/support/raw_session.h"
 #include "tests/support/test_binary.h"
 
@@ -39,28 +39,6 @@ const std::string kChaosClient =
 int EnvOr(const char* name, int fallback) {
   const char* value = std::getenv(name);
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
-}
-
-// What /proc says of a process: resident kB, threads, open descriptors.
-struct ProcessFigures {
-  int64_t rss_kb = 0;
-  int64_t threads = 0;
-  int64_t fds = 0;
-};
-
-ProcessFigures Figures(pid_t pid) {
-  ProcessFigures figures;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (status >> key) {
-    if (key == "VmRSS:") status >> figures.rss_kb;
-    if (key == "Threads:") status >> figures.threads;
-  }
-  if (DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str())) {
-    while (dirent* entry = readdir(dir)) figures.fds += entry->d_name[0] != '.';
-    closedir(dir);
-  }
-  return figures;
 }
 
 // Shared-memory objects the daemon made: every name starts gpumux-<pid>.
@@ -102,12 +80,6 @@ class Observer {
   std::unique_ptr<v1::Observe::Stub> stub_;
 };
 
-double Percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(p * static_cast<double>(values.size())))];
-}
-
 TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   const int kills = EnvOr("GPUMUX_CHAOS_KILLS", 50);
   const int clients = EnvOr("GPUMUX_CHAOS_CLIENTS", 6);
@@ -129,7 +101,7 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   };
   settle();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const ProcessFigures before = Figures(daemon.pid());
+  const ProcessFigures before = ReadProcessFigures(daemon.pid());
 
   std::mt19937 rng(12345);
   uint64_t next_seed = 100;
@@ -172,12 +144,12 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   // Idle blocking-call threads leave after 2 s; the backend's reaper
   // unlinks released objects meanwhile.
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
-       Figures(daemon.pid()).threads > before.threads && std::chrono::steady_clock::now() < deadline;) {
+       ReadProcessFigures(daemon.pid()).threads > before.threads && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int shm_left = ShmObjectsOf(daemon.pid());
   EXPECT_EQ(shm_left, 0) << "shared-memory objects of the daemon left in /dev/shm";
-  const ProcessFigures after = Figures(daemon.pid());
+  const ProcessFigures after = ReadProcessFigures(daemon.pid());
   EXPECT_LE(after.fds, before.fds + 2) << "file descriptors: " << before.fds << " before, " << after.fds << " after";
   EXPECT_LE(after.threads, before.threads + 4)
       << "threads: " << before.threads << " before, " << after.threads << " after";
