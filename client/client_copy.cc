@@ -216,7 +216,7 @@ absl::StatusOr<Event> Client::InlineDeviceToHost(char* dst, const DeviceBuffer& 
       return absl::InternalError(absl::StrCat("gpumuxd returned ", response.data().size(),
                                               " bytes for an inline copy of ", n));
     }
-    std::memcpy(dst + done, response.data().data(), n);
+    if (n > 0) std::memcpy(dst + done, response.data().data(), n);  // dst may be null for 0 bytes
     if (last) {
       completion = AdoptCompletionEvent(stream.device(), response.event(),
                                         std::move(*response.mutable_event_ipc_handle()));

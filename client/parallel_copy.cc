@@ -63,6 +63,7 @@ class CopyPool {
 }  // namespace
 
 void ParallelMemcpy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;  // either pointer may be null then, which memcpy forbids
   CopyPool& pool = CopyPool::Get();
   if (bytes < kParallelThreshold || pool.helpers() == 0) {
     std::memcpy(dst, src, bytes);

@@ -4,7 +4,8 @@
 # (default 30) from its seeds and the corpus kept in the build folder.
 # Prints name=value lines per target (execs, exec/s, crashes); exits non-zero
 # when any target crashed, leaked or broke an invariant. Crash inputs and
-# logs are left in BUILD/fuzz-out/<target>/.
+# logs are left in BUILD/fuzz-out/<target>/; BUILD/tests/fuzz/<target>_fuzzer
+# CRASH_FILE runs one again.
 #   scripts/fuzz.sh [--seconds N] [TARGET...]   (TARGET: memory, or memory_fuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ while (($#)); do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --seconds=*) seconds=${1#--seconds=}; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("${1%_fuzzer}"); shift ;;
   esac
@@ -63,7 +64,8 @@ for target in "${targets[@]}"; do
   if ((crashes > 0)); then
     failed=1
     echo "fuzz.sh: ${target}_fuzzer failed (exit $status); log and inputs in $out:" >&2
-    grep -E -A40 'gpumux fuzz:|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$out/log" | head -80 >&2
+    grep -E -A40 'gpumux fuzz:|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:' "$out/log" \
+      | head -80 >&2
   fi
 done
 exit $failed
