@@ -33,6 +33,8 @@
 
 #include "bench/bench_daemon.h"
 #include "client/client.h"
+#include "common/memory_socket.h"
+#include "common/sealed_memory.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
@@ -106,6 +108,7 @@ class Session {
     return context;
   }
 
+  const std::string& credentials() const { return credentials_; }
   v1::Session::Stub& session() { return *session_; }
   v1::Memory::Stub& memory() { return *memory_; }
   v1::Copy::Stub& copy() { return *copy_; }
@@ -167,12 +170,14 @@ void Run(const Flags& flags, const std::string& address) {
   staging_request.set_min_size(size);
   v1::StagingBuffer staging;
   Check("staging buffer", s.copy().GetStagingBuffer(s.Context().get(), staging_request, &staging));
-  int fd = shm_open(staging.handle().data().c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    Die("shm_open staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::strerror(errno)));
+  absl::StatusOr<std::string> socket_path = gpumux::UnixSocketPathOf(address);
+  if (!socket_path.ok()) Die("staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::string(socket_path.status().message())));
+  gpumux::MemoryFileFetcher fetcher(gpumux::MemorySocketPath(*socket_path), s.credentials());
+  absl::StatusOr<gpumux::SealedMemory> file = fetcher.Fetch(staging.handle().data(), staging.size());
+  if (!file.ok()) {
+    Die("fetch staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::string(file.status().message())));
   }
-  void* mapped = mmap(nullptr, staging.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  void* mapped = mmap(nullptr, staging.size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
   if (mapped == MAP_FAILED) {
     Die("mmap staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::strerror(errno)));
   }

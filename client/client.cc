@@ -12,6 +12,8 @@
 #include "client/cuda_free_fence.h"
 #include "client/grpc_status.h"
 #include "client/proto_conversion.h"
+#include "common/default_address.h"
+#include "common/memory_socket.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -51,6 +53,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   const v1::SessionOpened& opened = client->session_->opened();
   client->session_id_ = SessionId(opened.session_id());
   client->credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
+  // Shared memory comes from the memory socket next to the daemon's Unix
+  // socket; a TCP address has none.
+  if (absl::StatusOr<std::string> path = UnixSocketPathOf(ToGrpcTarget(client->address_)); path.ok()) {
+    client->memory_files_ = std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), client->credentials_);
+  }
   return client;
 }
 
@@ -238,7 +245,7 @@ absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
   }
   void* data = nullptr;
   absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
-                                           allocation.segment_size(), &info.cuda_device);
+                                           allocation.segment_size(), memory_files_.get(), &info.cuda_device);
   if (base.ok()) {
     data = static_cast<char*>(*base) + allocation.offset();
   } else if (!absl::IsUnimplemented(base.status())) {

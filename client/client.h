@@ -37,6 +37,8 @@
 #include "client/segment_mapper.h"
 #include "client/session_stream.h"
 #include "client/staging_buffer.h"
+#include "common/host_ipc_event.h"
+#include "common/memory_socket.h"
 #include "client/stream.h"
 #include "common/default_address.h"
 #include "common/ids.h"
@@ -85,6 +87,15 @@ class Client {
   const std::string& tenant() const { return session_->opened().tenant(); }
   // "host" or "cuda".
   const std::string& backend() const { return session_->opened().backend(); }
+
+  // The host backend's interprocess event `handle` (Event::IpcHandle, or a
+  // copy's completion event) mapped into this process: record, query and
+  // wait on it without RPCs, as a process recording its own work on it does.
+  // Its memory file comes from the daemon's memory socket. FAILED_PRECONDITION
+  // on a CUDA daemon (cudaIpcOpenEventHandle opens those) or over TCP;
+  // INVALID_ARGUMENT for a malformed handle; NOT_FOUND when it names no live
+  // event.
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> MapIpcEvent(absl::string_view handle);
   const std::string& daemon_version() const { return session_->opened().daemon_version(); }
 
   // True once the session has ended: the daemon went away or ended it. Every
@@ -392,6 +403,9 @@ class Client {
   // Held for a whole staged copy: staged copies take turns on the buffer.
   absl::Mutex staging_mu_;
   std::unique_ptr<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
+  // Fetches segments, the staging buffer and events from the memory socket;
+  // null for a TCP address. Set once at Connect, before any use.
+  std::unique_ptr<MemoryFileFetcher> memory_files_;
   // Declared before session_ so that it outlives the notices' reader thread.
   SegmentMapper mapper_;
   std::unique_ptr<SessionStream> session_;

@@ -73,7 +73,7 @@ absl::StatusOr<StagingBuffer*> Client::StagingLocked() {
   GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
     return copy_stub_->GetStagingBuffer(context, request, &response);
   }));
-  GPUMUX_ASSIGN_OR_RETURN(staging_, StagingBuffer::Map(response));
+  GPUMUX_ASSIGN_OR_RETURN(staging_, StagingBuffer::Map(response, memory_files_.get()));
   return staging_.get();
 }
 

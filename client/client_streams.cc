@@ -141,4 +141,19 @@ Event Client::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string 
   return Event(this, options, device, id, std::move(ipc_handle));
 }
 
+absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_view handle) {
+  if (backend() != "host") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "only host-backend events map into a process; this daemon's backend is ", backend(),
+        " (open its handles with cudaIpcOpenEventHandle)"));
+  }
+  if (memory_files_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+  }
+  GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files_->Fetch(key, kHostIpcEventFileBytes));
+  return HostIpcEvent::Adopt(std::move(memory), "gpumux-event");
+}
+
 }  // namespace gpumux

@@ -18,9 +18,14 @@ class HostLocalEvent final : public LocalEvent {
 
 }  // namespace
 
-std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda) {
+std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda, MemoryFileFetcher* memory_files) {
   if (cuda) return OpenCudaLocalEvent(handle);
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Open(handle);
+  if (memory_files == nullptr) return nullptr;
+  absl::StatusOr<std::string> key = HostIpcEventKey(handle);
+  if (!key.ok()) return nullptr;
+  absl::StatusOr<SealedMemory> memory = memory_files->Fetch(*key, kHostIpcEventFileBytes);
+  if (!memory.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Adopt(*std::move(memory), "gpumux-event");
   if (!event.ok()) return nullptr;
   return std::make_unique<HostLocalEvent>(*std::move(event));
 }

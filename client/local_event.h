@@ -2,7 +2,8 @@
 
 // LocalEvent: one of the daemon's interprocess completion events opened in
 // this process, so the client waits for the daemon's work without an RPC. A
-// host backend handle maps the shared-memory event (common/host_ipc_event.h);
+// host backend handle's memory file is fetched from the memory socket and
+// mapped (common/host_ipc_event.h);
 // a CUDA one is opened with cudaIpcOpenEventHandle (CUDA builds only).
 
 #include <chrono>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/host_ipc_event.h"
+#include "common/memory_socket.h"
 
 namespace gpumux {
 
@@ -24,9 +26,10 @@ class LocalEvent {
 
 // Opens `handle` (the daemon records the event before it answers, so what it
 // captured then is what is waited for). `cuda`: the daemon's backend is
-// CUDA. Null when this process cannot open it (a CUDA handle in a build
-// without CUDA, or one CUDA rejects); the caller then waits by RPC.
-std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda);
+// CUDA; otherwise the event's file comes from `memory_files` (may be null).
+// Null when this process cannot open it (a CUDA handle in a build without
+// CUDA, one CUDA rejects, no memory socket); the caller then waits by RPC.
+std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda, MemoryFileFetcher* memory_files);
 
 // The CUDA half of OpenLocalEvent: cuda_client.cc, or null from
 // cuda_client_unavailable.cc.

@@ -1,21 +1,38 @@
 #include "client/segment_mapper.h"
 
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "client/cuda_ipc_mapping.h"
-#include "client/shm_mapping.h"
+#include "common/sealed_memory.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 namespace {
 
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle,
-                                                           uint64_t size) {
+// A host-backend segment: its memory file, mapped read-write.
+class MemoryFileSegment final : public MappedSegment {
+ public:
+  explicit MemoryFileSegment(MemoryMapping mapping) : mapping_(std::move(mapping)) {}
+  void* base() const override { return mapping_.data(); }
+  uint64_t size() const override { return mapping_.size(); }
+
+ private:
+  MemoryMapping mapping_;
+};
+
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle, uint64_t size,
+                                                           MemoryFileFetcher* memory_files) {
   switch (handle.kind()) {
-    case v1::HANDLE_KIND_HOST_SHM: {
-      auto mapping = ShmMapping::Open(handle.data(), size);
-      if (!mapping.ok()) return std::move(mapping).status();
-      return std::unique_ptr<MappedSegment>(std::move(mapping).value());
+    case v1::HANDLE_KIND_HOST_MEMFD: {
+      if (memory_files == nullptr) {
+        return absl::FailedPreconditionError(
+            "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+      }
+      GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files->Fetch(handle.data(), size));
+      GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
+      return std::unique_ptr<MappedSegment>(new MemoryFileSegment(std::move(mapping)));
     }
     case v1::HANDLE_KIND_CUDA_IPC:
       return OpenCudaIpcMapping(handle.data(), size, handle.pci_bus_id());
@@ -30,7 +47,8 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
 SegmentMapper::~SegmentMapper() { UnmapAll(); }
 
 absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
-                                         const v1::SegmentHandle& handle, uint64_t size, int* cuda_device) {
+                                         const v1::SegmentHandle& handle, uint64_t size,
+                                         MemoryFileFetcher* memory_files, int* cuda_device) {
   const Key key(device, segment);
   absl::MutexLock lock(&mu_);
   if (auto it = mappings_.find(key); it != mappings_.end()) {
@@ -38,8 +56,8 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
     return it->second->base();
   }
   // Mapping under the lock keeps two threads from mapping one segment twice;
-  // shm_open + mmap take microseconds.
-  auto mapping = OpenMapping(handle, size);
+  // a fetch and an mmap take microseconds.
+  auto mapping = OpenMapping(handle, size, memory_files);
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(),
                         absl::StrCat("cannot map segment ", ToString(segment), " of device ",

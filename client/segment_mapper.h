@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/mapped_segment.h"
 #include "common/ids.h"
+#include "common/memory_socket.h"
 #include "gpumux/v1/common.pb.h"
 
 namespace gpumux {
@@ -33,11 +34,13 @@ class SegmentMapper {
   // `handle` (`size` bytes) on first use. Errors, nothing cached: INVALID_ARGUMENT
   // for a handle of unspecified or unknown kind; UNIMPLEMENTED for a CUDA IPC
   // handle in a build without CUDA (the allocation itself is fine, it just has
-  // no pointer here); the errno-derived codes of ShmMapping::Open.
+  // no pointer here); FAILED_PRECONDITION for a host handle without
+  // `memory_files` (a TCP connection); MemoryFileFetcher::Fetch's and mmap's
+  // errors.
   // `cuda_device` (may be null) receives MappedSegment::cuda_device() of the
   // mapping.
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
-                            uint64_t size, int* cuda_device = nullptr);
+                            uint64_t size, MemoryFileFetcher* memory_files, int* cuda_device = nullptr);
 
   // Unmaps the segment; nothing happens when it is not mapped. Pointers into
   // it dangle afterwards.
@@ -46,8 +49,8 @@ class SegmentMapper {
 
   // How many segments are mapped now.
   size_t size() const;
-  // How many mappings were ever opened (each a shm_open + mmap or a
-  // cudaIpcOpenMemHandle); Map calls beyond these hit the cache.
+  // How many mappings were ever opened (each a memory file fetched and
+  // mapped, or a cudaIpcOpenMemHandle); Map calls beyond these hit the cache.
   uint64_t opened() const;
 
  private:

@@ -13,30 +13,35 @@ constexpr std::chrono::milliseconds kLocalWaitSlice{50};
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StagingBuffer>> StagingBuffer::Map(const v1::StagingBuffer& proto) {
-  if (proto.handle().kind() != v1::HANDLE_KIND_HOST_SHM) {
+absl::StatusOr<std::unique_ptr<StagingBuffer>> StagingBuffer::Map(const v1::StagingBuffer& proto,
+                                                                  MemoryFileFetcher* memory_files) {
+  if (proto.handle().kind() != v1::HANDLE_KIND_HOST_MEMFD) {
     return absl::InternalError(
         absl::StrCat("gpumuxd offered a staging buffer with a handle of kind ",
                      static_cast<int>(proto.handle().kind()),
-                     "; only host shared memory (HANDLE_KIND_HOST_SHM) can be mapped"));
+                     "; only host shared memory (HANDLE_KIND_HOST_MEMFD) can be mapped"));
   }
   if (proto.size() < 2) {
     return absl::InternalError(
         absl::StrCat("gpumuxd offered a staging buffer of ", proto.size(), " bytes"));
   }
-  auto mapping = ShmMapping::Open(proto.handle().data(), proto.size());
+  absl::StatusOr<MemoryMapping> mapping = absl::FailedPreconditionError(
+      "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+  if (memory_files != nullptr) {
+    absl::StatusOr<SealedMemory> memory = memory_files->Fetch(proto.handle().data(), proto.size());
+    mapping = memory.ok() ? memory->Map() : absl::StatusOr<MemoryMapping>(memory.status());
+  }
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(), absl::StrCat("cannot map the staging buffer: ",
                                                               mapping.status().message()));
   }
-  return std::unique_ptr<StagingBuffer>(
-      new StagingBuffer(std::move(mapping).value(), proto.pinned()));
+  return std::unique_ptr<StagingBuffer>(new StagingBuffer(*std::move(mapping), proto.pinned(), memory_files));
 }
 
 void StagingBuffer::Track(int slot, Event event, absl::string_view ipc_handle, bool cuda) {
   StagedWork work;
   work.event = std::move(event);
-  work.local = OpenLocalEvent(ipc_handle, cuda);
+  work.local = OpenLocalEvent(ipc_handle, cuda, memory_files_);
   pending_[slot] = std::move(work);
 }
 

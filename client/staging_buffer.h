@@ -21,7 +21,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/event.h"
-#include "client/shm_mapping.h"
+#include "common/memory_socket.h"
+#include "common/sealed_memory.h"
 #include "client/local_event.h"
 #include "gpumux/v1/copy.pb.h"
 
@@ -41,12 +42,15 @@ class StagingBuffer {
   // Says whether the session still lives: OK, or the status to give up with.
   using SessionCheck = absl::FunctionRef<absl::Status()>;
 
-  // Maps the buffer the daemon described. INTERNAL for a handle that is not
-  // HANDLE_KIND_HOST_SHM or a size below 2 bytes; ShmMapping::Open's errors.
-  static absl::StatusOr<std::unique_ptr<StagingBuffer>> Map(const v1::StagingBuffer& proto);
+  // Fetches the buffer the daemon described from `memory_files` and maps it.
+  // INTERNAL for a handle that is not HANDLE_KIND_HOST_MEMFD or a size below
+  // 2 bytes; MemoryFileFetcher::Fetch's and mmap's errors. `memory_files`
+  // must outlive the buffer (its completion events are fetched there too).
+  static absl::StatusOr<std::unique_ptr<StagingBuffer>> Map(const v1::StagingBuffer& proto,
+                                                            MemoryFileFetcher* memory_files);
 
-  char* data() const { return static_cast<char*>(mapping_->base()); }
-  uint64_t size() const { return mapping_->size(); }
+  char* data() const { return static_cast<char*>(mapping_.data()); }
+  uint64_t size() const { return mapping_.size(); }
   bool pinned() const { return pinned_; }
   uint64_t half_size() const { return size() / 2; }
   // Offset of half `slot` (0 or 1) in the buffer.
@@ -70,11 +74,12 @@ class StagingBuffer {
   absl::Status WaitAll(SessionCheck check);
 
  private:
-  StagingBuffer(std::unique_ptr<ShmMapping> mapping, bool pinned)
-      : mapping_(std::move(mapping)), pinned_(pinned) {}
+  StagingBuffer(MemoryMapping mapping, bool pinned, MemoryFileFetcher* memory_files)
+      : mapping_(std::move(mapping)), pinned_(pinned), memory_files_(memory_files) {}
 
-  std::unique_ptr<ShmMapping> mapping_;
+  MemoryMapping mapping_;
   bool pinned_;
+  MemoryFileFetcher* memory_files_;
   std::array<std::optional<StagedWork>, 2> pending_;
 };
 

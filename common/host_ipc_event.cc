@@ -1,9 +1,7 @@
 #include "common/host_ipc_event.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -19,7 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/random_hex.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 
@@ -54,33 +52,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex needs a plain 32-bit word");
-static_assert(sizeof(HostIpcEventBlock) == 64);
+static_assert(sizeof(HostIpcEventBlock) == kHostIpcEventFileBytes);
 static_assert(offsetof(HostIpcEventBlock, wake) == 32 &&
                   offsetof(HostIpcEventBlock, recorder_pid) == 40,
               "version 1 fields keep their offsets");
 
 namespace {
 
-// The object's exact size: no segment (a multiple of 512 bytes) has it, so a
-// segment name passed as an event handle is rejected.
-constexpr off_t kObjectBytes = sizeof(HostIpcEventBlock);
-
-absl::Status Errno(int error_number, absl::string_view what) {
-  return absl::ErrnoToStatus(error_number, what);
-}
-
-bool ValidName(absl::string_view name) {
-  if (name.size() < 2 || name.size() > kHostIpcEventMaxNameBytes || name[0] != '/') return false;
-  for (char c : name.substr(1)) {
-    if (c == '/' || c <= ' ' || c > '~') return false;
-  }
-  return true;
-}
-
-absl::StatusOr<HostIpcEventBlock*> Map(int fd, const std::string& name) {
-  void* mapped = mmap(nullptr, sizeof(HostIpcEventBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (mapped == MAP_FAILED) return Errno(errno, absl::StrCat("mmap(", name, ")"));
-  return static_cast<HostIpcEventBlock*>(mapped);
+bool IsLowerHex(absl::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 int64_t SteadyNowNs() {
@@ -134,40 +115,14 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Create(absl::string_view prefix) {
-  if (prefix.size() < 2 || prefix[0] != '/' || prefix.find('/', 1) != absl::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "interprocess event: prefix \"", prefix, "\" must be '/' followed by characters without '/'"));
-  }
-  std::string name = absl::StrCat(prefix, "-", getpid(), "-ev-", RandomHex(8));
-  if (!ValidName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "interprocess event: name \"", name, "\" does not fit the ", kHostIpcEventMaxNameBytes,
-        " characters of a handle; use a shorter shared-memory prefix than \"", prefix, "\""));
-  }
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0660);
-  if (fd < 0) return Errno(errno, absl::StrCat("shm_open(", name, ")"));
-  absl::Status status;
-  if (fchmod(fd, 0660) != 0) {  // the umask narrows shm_open's mode
-    status = Errno(errno, absl::StrCat("fchmod(", name, ")"));
-  } else if (ftruncate(fd, kObjectBytes) != 0) {
-    status = Errno(errno, absl::StrCat("ftruncate(", name, ")"));
-  }
-  absl::StatusOr<HostIpcEventBlock*> block =
-      status.ok() ? Map(fd, name) : absl::StatusOr<HostIpcEventBlock*>(status);
-  close(fd);
-  if (!block.ok()) {
-    shm_unlink(name.c_str());
-    return block.status();
-  }
-  // ftruncate zero-filled the object, which is every counter's initial value;
-  // publishing the magic last lets an opener trust the rest.
-  (*block)->version = kBlockVersion;
-  (*block)->magic.store(kBlockMagic, std::memory_order_release);
-  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(std::move(name), *block, /*owner=*/true));
+std::string MakeHostIpcEventHandle(absl::string_view key) {
+  std::string handle(kHostIpcEventHandleBytes, '\0');
+  handle.replace(0, kHostIpcEventHandleTag.size(), kHostIpcEventHandleTag.data(), kHostIpcEventHandleTag.size());
+  handle.replace(kHostIpcEventHandleTag.size(), key.size(), key.data(), key.size());
+  return handle;
 }
 
-absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Open(absl::string_view handle) {
+absl::StatusOr<std::string> HostIpcEventKey(absl::string_view handle) {
   if (handle.size() != kHostIpcEventHandleBytes) {
     return absl::InvalidArgumentError(absl::StrCat("interprocess event handle has ", handle.size(),
                                                    " bytes; expected ", kHostIpcEventHandleBytes));
@@ -176,60 +131,50 @@ absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Open(absl::string_vi
     return absl::InvalidArgumentError(
         "interprocess event handle is not a host-backend event handle (wrong kind tag)");
   }
-  absl::string_view padded = handle.substr(kHostIpcEventHandleTag.size());
-  const size_t end = padded.find('\0');
-  absl::string_view name_view = padded.substr(0, end);
-  const bool zero_padded = end != absl::string_view::npos &&
-                           padded.find_first_not_of('\0', end) == absl::string_view::npos;
-  if (!zero_padded || !ValidName(name_view)) {
-    return absl::InvalidArgumentError(
-        "interprocess event handle holds no valid shared-memory name");
+  absl::string_view key = handle.substr(kHostIpcEventHandleTag.size(), kHostIpcEventKeyChars);
+  absl::string_view padding = handle.substr(kHostIpcEventHandleTag.size() + kHostIpcEventKeyChars);
+  if (!IsLowerHex(key) || padding.find_first_not_of('\0') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("interprocess event handle holds no key of ",
+                                                   kHostIpcEventKeyChars, " hex digits followed by zeros"));
   }
-  std::string name(name_view);
-  int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    if (errno == ENOENT) {
-      return absl::NotFoundError(absl::StrCat(
-          "interprocess event ", name, " does not exist (its creator destroyed it or exited)"));
-    }
-    return Errno(errno, absl::StrCat("shm_open(", name, ")"));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    absl::Status status = Errno(errno, absl::StrCat("fstat(", name, ")"));
-    close(fd);
-    return status;
-  }
-  if (st.st_size != kObjectBytes) {
-    close(fd);
-    return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory object ", name, " is not an interprocess event"));
-  }
-  absl::StatusOr<HostIpcEventBlock*> block = Map(fd, name);
-  close(fd);
-  if (!block.ok()) return block.status();
-  if ((*block)->magic.load(std::memory_order_acquire) != kBlockMagic ||
-      (*block)->version != kBlockVersion) {
-    munmap(*block, sizeof(HostIpcEventBlock));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory object ", name, " is not an interprocess event of layout version ",
-        kBlockVersion));
-  }
-  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(std::move(name), *block, /*owner=*/false));
+  return std::string(key);
 }
 
-HostIpcEvent::~HostIpcEvent() {
-  munmap(block_, sizeof(HostIpcEventBlock));
-  if (owner_) shm_unlink(name_.c_str());
+HostIpcEvent::HostIpcEvent(std::string name, std::shared_ptr<const SealedMemory> memory, MemoryMapping mapping)
+    : name_(std::move(name)),
+      memory_(std::move(memory)),
+      mapping_(std::move(mapping)),
+      block_(static_cast<HostIpcEventBlock*>(mapping_.data())) {}
+
+absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Create(absl::string_view label) {
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, SealedMemory::Create(label, kHostIpcEventFileBytes));
+  GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
+  auto* block = static_cast<HostIpcEventBlock*>(mapping.data());
+  // The new file reads as zeros, every counter's initial value; publishing
+  // the magic last lets an adopter trust the rest.
+  block->version = kBlockVersion;
+  block->magic.store(kBlockMagic, std::memory_order_release);
+  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(
+      std::string(label), std::make_shared<const SealedMemory>(std::move(memory)), std::move(mapping)));
 }
 
-std::string HostIpcEvent::handle() const {
-  std::string handle(kHostIpcEventHandleBytes, '\0');
-  handle.replace(0, kHostIpcEventHandleTag.size(), kHostIpcEventHandleTag.data(),
-                 kHostIpcEventHandleTag.size());
-  handle.replace(kHostIpcEventHandleTag.size(), name_.size(), name_);
-  return handle;
+absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Adopt(SealedMemory memory, absl::string_view label) {
+  if (memory.size() != kHostIpcEventFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a memory file of ", memory.size(),
+                                                   " bytes is not an interprocess event (", kHostIpcEventFileBytes,
+                                                   " bytes)"));
+  }
+  GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
+  auto* block = static_cast<HostIpcEventBlock*>(mapping.data());
+  if (block->magic.load(std::memory_order_acquire) != kBlockMagic || block->version != kBlockVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory file ", label, " holds no interprocess event of layout version ", kBlockVersion));
+  }
+  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(
+      std::string(label), std::make_shared<const SealedMemory>(std::move(memory)), std::move(mapping)));
 }
+
+HostIpcEvent::~HostIpcEvent() = default;
 
 uint64_t HostIpcEvent::Record() {
   // acq_rel: a recorder in another process sees generations in one order.

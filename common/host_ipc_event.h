@@ -1,9 +1,11 @@
 #pragma once
 
 // HostIpcEvent: an interprocess event of the host backend, living in a small
-// POSIX shared-memory object so that any process holding its handle can
-// record, query and wait on it without the daemon. Shared by the daemon's
-// HostBackend and the client library.
+// sealed memory file (common/sealed_memory.h) so that any process holding it
+// can record, query and wait on it without the daemon. Shared by the daemon's
+// HostBackend and the client library. The daemon creates every event; a
+// session that holds the event's handle fetches the memory file from the
+// daemon's memory socket (common/memory_socket.h) and adopts it here.
 //
 // Layout (HostIpcEventBlock, 64 bytes): a magic word and version, then
 // `recorded` and `completed` generation counters (std::atomic<uint64_t>, which
@@ -38,13 +40,17 @@
 // or a recorder that died, and so callers can give up.
 //
 // The handle is kHostIpcEventHandleBytes bytes: the 8-byte tag
-// kHostIpcEventHandleTag, then the object name ('/' + at most 55 characters
-// without '/'), zero-padded. Names are "<prefix>-<pid>-ev-<16 hex>", the
-// pattern of the daemon's segment objects, so its start-up sweep also
-// removes events left by processes that died.
+// kHostIpcEventHandleTag, then the 32 lowercase hex digits of the key the
+// daemon filed the event's memory file under, zero-padded. It names the
+// event to the daemon only: nothing in the file system can be opened with
+// it, and only an authenticated session can fetch the file it names.
 //
-// A HostIpcEvent object is thread-safe; the creating object unlinks the name
-// when destroyed (processes that opened it keep their mapping).
+// The block is writable by every process that holds it, so nothing here
+// trusts its contents beyond reading them: garbage written into it changes
+// what its own waiters see, never this process's memory safety.
+//
+// A HostIpcEvent object is thread-safe; it unmaps and closes its memory file
+// when destroyed (other processes holding the file keep it).
 
 #include <sys/types.h>
 
@@ -57,13 +63,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/sealed_memory.h"
 
 namespace gpumux {
 
 inline constexpr size_t kHostIpcEventHandleBytes = 64;
-inline constexpr absl::string_view kHostIpcEventHandleTag{"gmxhev1\0", 8};
-// Longest object name a handle holds (56 bytes after the tag, NUL-padded).
-inline constexpr size_t kHostIpcEventMaxNameBytes = kHostIpcEventHandleBytes - 8 - 1;
+inline constexpr absl::string_view kHostIpcEventHandleTag{"gmxhev2\0", 8};
+// Hex digits of the key in a handle.
+inline constexpr size_t kHostIpcEventKeyChars = 32;
+// The exact size of an event's memory file: no segment (a multiple of 512
+// bytes) or staging buffer has it.
+inline constexpr uint64_t kHostIpcEventFileBytes = 64;
 // Longest sleep of one futex wait before the waiter re-checks.
 inline constexpr std::chrono::milliseconds kHostIpcEventWaitSlice{20};
 
@@ -89,29 +99,35 @@ struct HostIpcAbandonedRecord {
   pid_t recorder = 0;
 };
 
+// The handle of the event filed under `key` (kHostIpcEventKeyChars hex
+// digits, as MemoryFileTable hands out).
+std::string MakeHostIpcEventHandle(absl::string_view key);
+
+// The key `handle` holds. INVALID_ARGUMENT, saying what is wrong, for a
+// handle that is not kHostIpcEventHandleBytes long, lacks the tag, or holds
+// no key of 32 lowercase hex digits followed by zeros.
+absl::StatusOr<std::string> HostIpcEventKey(absl::string_view handle);
+
 class HostIpcEvent {
  public:
-  // Creates a new event object "<prefix>-<pid>-ev-<16 hex>" (mode 0660),
-  // never recorded. INVALID_ARGUMENT when `prefix` is not '/' plus
-  // characters without '/', or the name would not fit a handle (prefix of at
-  // most 27 characters); errno-derived codes for shm failures.
-  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Create(absl::string_view prefix);
+  // Creates a new event in a new memory file, never recorded. `label` names
+  // it in log lines and /proc. RESOURCE_EXHAUSTED when memory or
+  // descriptors run out.
+  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Create(absl::string_view label);
 
-  // Opens the event named by `handle`. INVALID_ARGUMENT for a handle that is
-  // not kHostIpcEventHandleBytes long, lacks the tag, holds a malformed name,
-  // or names an object that is not an event of this layout version;
-  // NOT_FOUND when no such object exists (any more).
-  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Open(absl::string_view handle);
+  // The event in `memory`, a memory file received from the daemon (or from
+  // a process that created it). INVALID_ARGUMENT when it is not
+  // kHostIpcEventFileBytes long or holds no event of this layout version.
+  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Adopt(SealedMemory memory, absl::string_view label);
 
-  // Unmaps the block; unlinks the name when this object created it.
+  // Unmaps the block and closes the file.
   ~HostIpcEvent();
   HostIpcEvent(const HostIpcEvent&) = delete;
   HostIpcEvent& operator=(const HostIpcEvent&) = delete;
 
   const std::string& name() const { return name_; }
-  bool owner() const { return owner_; }
-  // The kHostIpcEventHandleBytes-byte handle.
-  std::string handle() const;
+  // The memory file, to hand to other processes (its descriptor).
+  const std::shared_ptr<const SealedMemory>& memory() const { return memory_; }
 
   // Starts a record: returns its generation (1, 2, ...) and stamps this
   // process as its recorder. The caller completes it with Complete once the
@@ -164,12 +180,12 @@ class HostIpcEvent {
   // process is gone; 0 when it lives or cannot be judged.
   pid_t GoneRecorder(uint64_t latest) const;
 
-  HostIpcEvent(std::string name, HostIpcEventBlock* block, bool owner)
-      : name_(std::move(name)), block_(block), owner_(owner) {}
+  HostIpcEvent(std::string name, std::shared_ptr<const SealedMemory> memory, MemoryMapping mapping);
 
   std::string name_;
+  std::shared_ptr<const SealedMemory> memory_;
+  MemoryMapping mapping_;
   HostIpcEventBlock* block_;
-  bool owner_;
 };
 
 }  // namespace gpumux

@@ -1,6 +1,7 @@
 #include "server/daemon.h"
 
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -42,6 +43,7 @@
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
 #include "server/rpc/memory_service.h"
+#include "server/rpc/memory_socket_server.h"
 #include "server/rpc/nvtx_service.h"
 #include "server/rpc/observe_service.h"
 #include "server/rpc/parse_failure_interceptor.h"
@@ -50,6 +52,7 @@
 #include "server/rpc/stream_service.h"
 #include "server/rpc/tcp_deny_service.h"
 #include "common/logging.h"
+#include "common/memory_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -64,7 +67,8 @@ constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Obser
 // message is small.
 constexpr int kMaxMessageBytes = static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
-absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options) {
+absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options,
+                                                           MemoryFileTable* memory_files) {
   if (options.backend != "auto" && options.backend != "host" && options.backend != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
@@ -91,6 +95,7 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
   host.device_count = options.host_devices;
   host.device_memory = options.host_device_memory;
   host.stream_workers = options.host_stream_workers;
+  host.memory_files = memory_files;
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend, HostBackend::Create(host));
   return std::unique_ptr<DeviceBackend>(std::move(backend));
 }
@@ -147,11 +152,25 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
   return creators;
 }
 
+// Every segment, staging buffer and interprocess event of the host backend
+// holds a descriptor: the soft limit goes up to the hard one.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t was = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("cannot raise the descriptor limit from {}: {}", was, std::strerror(errno));
+  }
+}
+
 absl::Status PrepareSocketPath(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("the socket path must not be empty");
-  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+  // The memory socket's path is the longer one.
+  if (MemorySocketPath(path).size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path '", path, "' is longer than ",
-                                                   sizeof(sockaddr_un{}.sun_path) - 1, " bytes"));
+                                                   sizeof(sockaddr_un{}.sun_path) - 1 - kMemorySocketSuffix.size(),
+                                                   " bytes (its memory socket adds '", kMemorySocketSuffix, "')"));
   }
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
@@ -167,6 +186,9 @@ absl::Status PrepareSocketPath(const std::string& path) {
     }
     std::filesystem::remove(path, ec);  // stale socket from a daemon that died
   }
+  // The live daemon's memory socket sits next to its gRPC one (checked
+  // above); a stale one goes too.
+  std::filesystem::remove(MemorySocketPath(path), ec);
   return absl::OkStatus();
 }
 
@@ -176,6 +198,8 @@ struct Daemon::State {
   explicit State(const Options& o) : options(o), executor(/*max_running_per_key=*/64, o.blocking_threads) {}
 
   Options options;
+  // Before everything that files memory in it.
+  MemoryFileTable memory_files;
   std::unique_ptr<DeviceBackend> backend;
   SessionRegistry sessions;
   std::unique_ptr<StreamManager> streams;
@@ -205,6 +229,8 @@ struct Daemon::State {
   std::unique_ptr<grpc::Server> unix_server;
   std::unique_ptr<grpc::Server> tcp_server;
   int tcp_port = 0;
+  // Uses the registry and the table; stopped by Shutdown, destroyed first.
+  std::unique_ptr<MemorySocketServer> memory_socket;
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   // Watches device health (a sticky CUDA error) once a second.
@@ -254,7 +280,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (!options.socket_group.empty()) {
     GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
   }
-  GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options));
+  RaiseDescriptorLimit();
+  GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options, &state->memory_files));
   GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
 
   State& s = *state;
@@ -264,7 +291,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       backend, StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
   s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get(),
                                              MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
-  s.staging = std::make_unique<StagingBuffers>(backend, absl::StrCat("/gpumux-", getpid()));
+  s.staging = std::make_unique<StagingBuffers>(backend, &s.memory_files);
   s.rng = std::make_unique<RngGenerators>(backend->device_count());
 #ifdef GPUMUX_HAVE_CUDA
   s.nvtx_sink = std::make_unique<Nvtx3Sink>();
@@ -315,6 +342,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
     spdlog::warn("chmod 0660 {}: {}", options.socket_path, std::strerror(errno));
   }
+  absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
+      MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path), .group = socket_gid},
+      &s.sessions, &s.memory_files);
+  if (!memory_socket.ok()) {
+    s.unix_server->Shutdown();
+    return memory_socket.status();
+  }
+  s.memory_socket = *std::move(memory_socket);
 
   if (!options.listen_address.empty()) {
     s.tcp_device_service = std::make_unique<DeviceService>(backend, &s.executor);
@@ -344,8 +379,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
 
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
 
-  spdlog::info("gpumuxd serving on unix://{}{}; backend {} with {} devices", options.socket_path,
-               options.listen_address.empty() ? "" : absl::StrCat(" and observe-only TCP port ", s.tcp_port),
+  spdlog::info("gpumuxd serving on unix://{} (shared memory on {}){}; backend {} with {} devices", options.socket_path,
+               s.memory_socket->path(), options.listen_address.empty() ? "" : absl::StrCat(" and observe-only TCP port ", s.tcp_port),
                s.backend->name(), s.backend->device_count());
   for (int d = 0; d < s.backend->device_count(); ++d) {
     const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));
@@ -377,6 +412,7 @@ void Daemon::Shutdown(int deadline_ms) {
   if (s.tcp_server != nullptr) s.tcp_server->Shutdown(deadline);
   s.unix_server->Shutdown(deadline);
   s.unix_server->Wait();
+  s.memory_socket->Stop();
   // Any session whose stream did not report its end in time.
   for (const SessionInfo& info : s.sessions.List()) s.lifecycle->Close(info.id, "daemon shutting down");
   std::error_code ec;

@@ -43,11 +43,12 @@ struct DeviceInfo {
 
 // How another process maps a segment.
 struct SegmentHandle {
-  enum class Kind { kHostShm, kCudaIpc };
-  Kind kind = Kind::kHostShm;
-  // kHostShm: the POSIX shared-memory object name; kCudaIpc: 64 handle bytes.
+  enum class Kind { kHostMemfd, kCudaIpc };
+  Kind kind = Kind::kHostMemfd;
+  // kHostMemfd: the MemoryFileTable key of the segment's memory file;
+  // kCudaIpc: 64 handle bytes.
   std::string data;
-  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostShm.
+  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostMemfd.
   std::string pci_bus_id;
 };
 

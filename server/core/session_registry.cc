@@ -106,6 +106,19 @@ absl::StatusOr<SessionId> SessionRegistry::Authenticate(absl::string_view creden
   return it->first;
 }
 
+absl::Status SessionRegistry::BindMemoryPeer(SessionId id, uid_t uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return SessionClosedError(id);
+  std::optional<uid_t>& bound = it->second.memory_peer_uid;
+  if (!bound.has_value()) bound = uid;
+  if (*bound != uid) {
+    return absl::PermissionDeniedError(absl::StrCat("session ", id.value(), " fetches its memory as uid ", *bound,
+                                                    "; a process of uid ", uid, " may not"));
+  }
+  return absl::OkStatus();
+}
+
 std::optional<SessionInfo> SessionRegistry::Close(SessionId id) {
   std::shared_ptr<NoticeSink> sink;  // released outside the lock
   absl::MutexLock lock(&mu_);

@@ -5,6 +5,8 @@
 // rpc layer ties that to the life of the client's session stream.
 // Thread-safe.
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -62,6 +64,12 @@ class SessionRegistry {
   // UNAVAILABLE once the daemon is shutting down.
   absl::StatusOr<SessionId> Authenticate(absl::string_view credentials) const;
 
+  // The memory socket's peer check: the first process to fetch memory for
+  // the session (SO_PEERCRED) fixes its uid, and a later fetch from another
+  // uid is PERMISSION_DENIED, so stolen credentials are no use to another
+  // user. UNAUTHENTICATED "session N is closed" for a session not open.
+  absl::Status BindMemoryPeer(SessionId id, uid_t uid);
+
   // Removes the session; returns its info, or nullopt if it was not open.
   std::optional<SessionInfo> Close(SessionId id);
 
@@ -90,6 +98,7 @@ class SessionRegistry {
     SessionInfo info;
     std::string secret;
     std::shared_ptr<NoticeSink> sink;
+    std::optional<uid_t> memory_peer_uid;
   };
 
   std::atomic<bool> shutting_down_{false};  // a flag only: orders nothing else

@@ -3,46 +3,49 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/random_hex.h"
 #include "common/status_macros.h"
 #include "server/backend/host/segment_mapping.h"
-#include "server/backend/host/shm_object.h"
 #include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
 
-// One buffer: the object, the daemon's mapping, the pin. Unpinned, unmapped
-// and unlinked when the last holder (the books or a queued copy) lets go.
+// One buffer: the memory file, the daemon's mapping, the pin and the
+// table entry. Unpinned, unmapped and unfiled when the last holder (the
+// books or a queued copy) lets go.
 class StagingBuffers::Buffer {
  public:
-  Buffer(DeviceBackend* backend, std::string name, std::shared_ptr<SegmentMapping> mapping, bool pinned)
-      : backend_(backend), name_(std::move(name)), mapping_(std::move(mapping)), pinned_(pinned) {}
+  Buffer(DeviceBackend* backend, MemoryFileTable* memory_files, std::string key, std::shared_ptr<SegmentMapping> mapping,
+         bool pinned)
+      : backend_(backend),
+        memory_files_(memory_files),
+        key_(std::move(key)),
+        mapping_(std::move(mapping)),
+        pinned_(pinned) {}
   ~Buffer() {
     if (pinned_) {
       absl::Status unpinned = backend_->UnpinHostMemory(mapping_->data());
-      if (!unpinned.ok()) spdlog::warn("unpin staging buffer {}: {}", name_, unpinned.ToString());
+      if (!unpinned.ok()) spdlog::warn("unpin staging buffer: {}", unpinned.ToString());
     }
-    // Already unlinked when the session replaced or dropped it; the client
-    // may also be gone.
-    UnlinkShmObject(name_).IgnoreError();
+    memory_files_->Remove(key_);
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  StagingBufferInfo info() const { return StagingBufferInfo{name_, mapping_->size(), pinned_}; }
+  StagingBufferInfo info() const { return StagingBufferInfo{key_, mapping_->size(), pinned_}; }
   uint8_t* data() const { return mapping_->data(); }
   uint64_t size() const { return mapping_->size(); }
 
  private:
   DeviceBackend* backend_;
-  std::string name_;
+  MemoryFileTable* memory_files_;
+  std::string key_;
   std::shared_ptr<SegmentMapping> mapping_;
   bool pinned_;
 };
 
-StagingBuffers::StagingBuffers(DeviceBackend* backend, std::string name_stem)
-    : backend_(backend), name_stem_(std::move(name_stem)) {}
+StagingBuffers::StagingBuffers(DeviceBackend* backend, MemoryFileTable* memory_files)
+    : backend_(backend), memory_files_(memory_files) {}
 
 StagingBuffers::~StagingBuffers() = default;
 
@@ -58,24 +61,21 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   }
   uint64_t size = std::max<uint64_t>(min_size, 1);
   size = (size + kGranularity - 1) / kGranularity * kGranularity;
-  std::string name;
+  std::string label;
   {
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(session);
     if (it == buffers_.end()) return SessionClosedError(session);
     if (it->second != nullptr && it->second->size() >= min_size) return it->second->info();
-    name = absl::StrCat(name_stem_, "-stage-", session.value(), "-", serial_++, "-", RandomHex(4));
+    label = absl::StrCat("gpumux-staging-", session.value(), "-", serial_++);
   }
-  // Creating, mapping and pinning take a while: not under the lock.
-  GPUMUX_RETURN_IF_ERROR(CreateShmObject(name, size));
-  absl::StatusOr<std::shared_ptr<SegmentMapping>> mapping = SegmentMapping::Map(name, size);
-  if (!mapping.ok()) {
-    UnlinkShmObject(name).IgnoreError();
-    return mapping.status();
-  }
-  absl::Status pin = backend_->PinHostMemory((*mapping)->data(), size);
-  if (!pin.ok()) spdlog::warn("staging buffer {} stays unpinned: {}", name, pin.ToString());
-  auto buffer = std::make_shared<Buffer>(backend_, name, *std::move(mapping), pin.ok());
+  // Creating, backing, mapping and pinning take a while: not under the lock.
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, SealedMemory::Create(label, size));
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<SegmentMapping> mapping, SegmentMapping::Map(memory));
+  absl::Status pin = backend_->PinHostMemory(mapping->data(), size);
+  if (!pin.ok()) spdlog::warn("staging buffer {} stays unpinned: {}", label, pin.ToString());
+  std::string key = memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)), session);
+  auto buffer = std::make_shared<Buffer>(backend_, memory_files_, std::move(key), std::move(mapping), pin.ok());
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(session);
   if (it == buffers_.end()) return SessionClosedError(session);  // `buffer` goes unused

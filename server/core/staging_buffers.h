@@ -1,9 +1,10 @@
 #pragma once
 
-// StagingBuffers: each session's staging buffer, a POSIX shared-memory
-// object the daemon maps and pins with the backend (cudaHostRegister on
-// CUDA) and the client maps by name, so host<->device copies move their
-// bytes through it instead of through messages. A session has at most one
+// StagingBuffers: each session's staging buffer, a sealed memory file the
+// daemon maps and pins with the backend (cudaHostRegister on CUDA), filed in
+// the MemoryFileTable for that session alone, which fetches it from the
+// memory socket and maps it, so host<->device copies move their bytes
+// through it instead of through messages. A session has at most one
 // buffer; asking for a larger one replaces it, and copies still queued on
 // the old one keep it mapped until they ran. Thread-safe.
 
@@ -17,11 +18,12 @@
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/backend/memory_file_table.h"
 
 namespace gpumux {
 
 struct StagingBufferInfo {
-  std::string name;  // the shared-memory object, for shm_open
+  std::string key;  // its memory file's key in the MemoryFileTable
   uint64_t size = 0;
   bool pinned = false;
 };
@@ -37,10 +39,8 @@ class StagingBuffers {
   static constexpr uint64_t kGranularity = uint64_t{2} << 20;
   static constexpr uint64_t kMaxBytes = uint64_t{4} << 30;
 
-  // `backend` must outlive this; object names start with `name_stem`
-  // ("/gpumux-<pid>", the pattern the host backend's start-up sweep of
-  // objects left by dead daemons knows).
-  StagingBuffers(DeviceBackend* backend, std::string name_stem);
+  // `backend` and `memory_files` must outlive this.
+  StagingBuffers(DeviceBackend* backend, MemoryFileTable* memory_files);
   ~StagingBuffers();
   StagingBuffers(const StagingBuffers&) = delete;
   StagingBuffers& operator=(const StagingBuffers&) = delete;
@@ -49,7 +49,7 @@ class StagingBuffers {
   // The session's buffer, replaced by a new one of `min_size` rounded up to
   // kGranularity when it is smaller (0: the current one, or the smallest).
   // INVALID_ARGUMENT above kMaxBytes; UNAUTHENTICATED for a session not
-  // added or removed; shm failures' codes.
+  // added or removed; RESOURCE_EXHAUSTED when the memory is not there.
   absl::StatusOr<StagingBufferInfo> Get(SessionId session, uint64_t min_size);
   // [offset, offset + size) of the session's buffer. FAILED_PRECONDITION
   // when it has none yet; OUT_OF_RANGE when the range does not fit.
@@ -61,7 +61,7 @@ class StagingBuffers {
   class Buffer;
 
   DeviceBackend* const backend_;
-  const std::string name_stem_;
+  MemoryFileTable* const memory_files_;
   mutable absl::Mutex mu_;
   uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;
   // Every added session; null until its first Get.

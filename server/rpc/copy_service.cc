@@ -23,8 +23,8 @@ grpc::ServerUnaryReactor* CopyService::GetStagingBuffer(grpc::CallbackServerCont
                                                         v1::StagingBuffer* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(StagingBufferInfo info, staging_->Get(session, request->min_size()));
-    response->mutable_handle()->set_kind(v1::HANDLE_KIND_HOST_SHM);
-    response->mutable_handle()->set_data(info.name);
+    response->mutable_handle()->set_kind(v1::HANDLE_KIND_HOST_MEMFD);
+    response->mutable_handle()->set_data(info.key);
     response->set_size(info.size);
     response->set_pinned(info.pinned);
     return absl::OkStatus();

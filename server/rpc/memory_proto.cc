@@ -5,8 +5,8 @@ namespace {
 
 v1::HandleKind ToProto(SegmentHandle::Kind kind) {
   switch (kind) {
-    case SegmentHandle::Kind::kHostShm:
-      return v1::HANDLE_KIND_HOST_SHM;
+    case SegmentHandle::Kind::kHostMemfd:
+      return v1::HANDLE_KIND_HOST_MEMFD;
     case SegmentHandle::Kind::kCudaIpc:
       return v1::HANDLE_KIND_CUDA_IPC;
   }

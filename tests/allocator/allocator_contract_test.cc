@@ -38,7 +38,6 @@ std::unique_ptr<HostBackend> MakeHost(int devices, uint64_t memory) {
   HostBackend::Options options;
   options.device_count = devices;
   options.device_memory = memory;
-  options.shm_prefix = "/gpumux-alloctest";
   absl::StatusOr<std::unique_ptr<HostBackend>> host = HostBackend::Create(options);
   EXPECT_OK(host);
   return host.ok() ? std::move(*host) : nullptr;

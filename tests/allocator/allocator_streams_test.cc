@@ -110,7 +110,6 @@ class AllocatorStreamsTest : public ::testing::Test {
     HostBackend::Options options;
     options.device_count = 1;
     options.device_memory = device_memory;
-    options.shm_prefix = "/gpumux-alloctest";
     absl::StatusOr<std::unique_ptr<HostBackend>> host = HostBackend::Create(options);
     ASSERT_OK(host);
     host_ = std::move(*host);
@@ -134,9 +133,9 @@ class AllocatorStreamsTest : public ::testing::Test {
     gates_.push_back(std::move(*gate));
     return gates_.back().get();
   }
-  // An interprocess event that a client process created and recorded on its
-  // own stream (through HostIpcEvent, as the client library does), opened by
-  // the daemon from its handle. Nothing completes it unless the test does:
+  // An interprocess event of the daemon that a client process recorded on
+  // its own stream (through HostIpcEvent, as the client library does),
+  // opened by the daemon from its handle. Nothing completes it unless the test does:
   // it stands for a client killed before that work ran.
   struct ClientEvent {
     std::unique_ptr<HostIpcEvent> ipc;  // the client's side
@@ -145,13 +144,21 @@ class AllocatorStreamsTest : public ::testing::Test {
     void Complete() const { ipc->Complete(generation, 0); }
   };
   const ClientEvent* RecordInClient() {
-    absl::StatusOr<std::unique_ptr<HostIpcEvent>> ipc = HostIpcEvent::Create("/gpumux-alloctest");
+    EventFlags flags;
+    flags.interprocess = true;
+    absl::StatusOr<BackendEvent> created = host_->CreateEvent(kDev, flags);
+    EXPECT_OK(created);
+    if (!created.ok()) return nullptr;
+    absl::StatusOr<std::string> handle = host_->GetIpcEventHandle(*created);
+    EXPECT_OK(handle);
+    if (!handle.ok()) return nullptr;
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> ipc = gpumux::testing::OpenBackendEvent(*host_, *handle);
     EXPECT_OK(ipc);
     if (!ipc.ok()) return nullptr;
     auto event = std::make_unique<ClientEvent>();
     event->ipc = std::move(*ipc);
     event->generation = event->ipc->Record();
-    absl::StatusOr<BackendEvent> opened = host_->OpenIpcEventHandle(kDev, event->ipc->handle());
+    absl::StatusOr<BackendEvent> opened = host_->OpenIpcEventHandle(kDev, *handle);
     EXPECT_OK(opened);
     if (!opened.ok()) return nullptr;
     event->opened = *opened;

@@ -38,7 +38,6 @@ class AllocatorTest : public ::testing::Test {
     HostBackend::Options options;
     options.device_count = 1;
     options.device_memory = device_memory;
-    options.shm_prefix = "/gpumux-alloctest";
     auto backend = HostBackend::Create(options);
     ASSERT_OK(backend);
     backend_ = std::move(*backend);

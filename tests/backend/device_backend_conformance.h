@@ -10,7 +10,8 @@
 //     static absl::StatusOr<std::unique_ptr<DeviceBackend>> Create();
 //     // A view of `segment`'s bytes from this process (the one that
 //     // allocated it), used to check what another process wrote.
-//     static absl::StatusOr<std::unique_ptr<SegmentView>> View(const BackendSegment& segment);
+//     static absl::StatusOr<std::unique_ptr<SegmentView>> View(const DeviceBackend& backend,
+//                                                              const BackendSegment& segment);
 //   };
 //   INSTANTIATE_TYPED_TEST_SUITE_P(My, DeviceBackendConformanceTest, ::testing::Types<MyFactory>);
 //
@@ -125,7 +126,7 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SegmentIsZeroAndSharedWithAnotherProc
   ASSERT_OK(segment);
   EXPECT_EQ(segment->size, size);
   EXPECT_FALSE(segment->handle.data.empty());
-  absl::StatusOr<std::unique_ptr<SegmentView>> view = TypeParam::View(*segment);
+  absl::StatusOr<std::unique_ptr<SegmentView>> view = TypeParam::View(*this->backend_, *segment);
   ASSERT_OK(view);
 
   std::vector<uint8_t> bytes(size, 0xff);
@@ -134,7 +135,7 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SegmentIsZeroAndSharedWithAnotherProc
 
   // The peer checks the zeros itself, then writes its pattern.
   const uint32_t seed = 7;
-  ASSERT_EQ(RunPeerFill(*segment, seed), kPeerOk);
+  ASSERT_EQ(RunPeerFill(*this->backend_, *segment, seed), kPeerOk);
   ASSERT_OK((*view)->Read(0, bytes.data(), size));
   uint64_t mismatches = 0;
   for (uint64_t i = 0; i < size; ++i) mismatches += bytes[i] != PeerPatternByte(i, seed);
@@ -191,9 +192,9 @@ TYPED_TEST_P(DeviceBackendConformanceTest, BadSizesAreInvalidArgument) {
 TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedHandleCannotBeOpened) {
   absl::StatusOr<BackendSegment> segment = this->backend_->AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   ASSERT_OK(segment);
-  ASSERT_EQ(RunPeerGone(segment->handle), kPeerStillOpenable);
+  ASSERT_EQ(RunPeerGone(*this->backend_, segment->handle), kPeerStillOpenable);
   ASSERT_OK(this->backend_->ReleaseSegment(kConformanceDevice, segment->address));
-  EXPECT_EQ(RunPeerGone(segment->handle), kPeerOk);
+  EXPECT_EQ(RunPeerGone(*this->backend_, segment->handle), kPeerOk);
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedAddressIsReused) {
@@ -354,7 +355,7 @@ TYPED_TEST_P(DeviceBackendConformanceTest, CopiesMoveRandomBytesOnEveryPath) {
   EXPECT_TRUE(*back == data) << "host -> device -> device -> other device -> host changed the bytes";
 
   // The allocating process sees the same bytes, and nothing around them moved.
-  absl::StatusOr<std::unique_ptr<SegmentView>> view = TypeParam::View(*b);
+  absl::StatusOr<std::unique_ptr<SegmentView>> view = TypeParam::View(*this->backend_, *b);
   ASSERT_OK(view);
   std::vector<uint8_t> seen(size + 2);
   ASSERT_OK((*view)->Read(1000, seen.data(), size + 2));

@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 
-#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "common/host_ipc_event.h"
 #include "tests/backend/event_peer.h"
 #include "tests/backend/segment_peer.h"
@@ -27,11 +29,8 @@ int64_t NowNs() {
       .count();
 }
 
-std::string Check(const std::string& name, uint64_t size, uint32_t seed) {
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return "check cannot-open";
+std::string Check(int fd, uint64_t size, uint32_t seed) {
   void* mapped = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
   if (mapped == MAP_FAILED) return "check cannot-map";
   const auto* bytes = static_cast<const uint8_t*>(mapped);
   std::string result = "check ok";
@@ -69,11 +68,11 @@ int Serve(gpumux::HostIpcEvent& event) {
       event.Wait(generation);
       Reply("waited " + std::to_string(generation));
     } else if (command == "check") {
-      std::string hex_name;
+      int fd = -1;
       uint64_t size = 0;
       uint32_t seed = 0;
-      in >> hex_name >> size >> seed;
-      Reply(Check(absl::HexStringToBytes(hex_name), size, seed));
+      in >> fd >> size >> seed;
+      Reply(Check(fd, size, seed));
     } else if (command == "exit") {
       break;
     } else {
@@ -86,23 +85,20 @@ int Serve(gpumux::HostIpcEvent& event) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: event_peer create <prefix> | open <hex handle>\n");
+  int fd = -1;
+  if (argc != 3 || std::strcmp(argv[1], "open") != 0 || !absl::SimpleAtoi(argv[2], &fd) || fd < 0) {
+    std::fprintf(stderr, "usage: event_peer open <descriptor>\n");
     return gpumux::testing::kEventPeerUsage;
   }
-  const std::string mode = argv[1];
-  absl::StatusOr<std::unique_ptr<gpumux::HostIpcEvent>> event;
-  if (mode == "create") {
-    event = gpumux::HostIpcEvent::Create(argv[2]);
-  } else if (mode == "open") {
-    event = gpumux::HostIpcEvent::Open(absl::HexStringToBytes(argv[2]));
-  } else {
-    return gpumux::testing::kEventPeerUsage;
-  }
+  absl::StatusOr<gpumux::SealedMemory> memory =
+      gpumux::SealedMemory::Adopt(gpumux::UniqueFd(fd), gpumux::kHostIpcEventFileBytes);
+  absl::StatusOr<std::unique_ptr<gpumux::HostIpcEvent>> event =
+      memory.ok() ? gpumux::HostIpcEvent::Adopt(*std::move(memory), "event_peer")
+                  : absl::StatusOr<std::unique_ptr<gpumux::HostIpcEvent>>(memory.status());
   if (!event.ok()) {
     Reply("error " + event.status().ToString());
     return gpumux::testing::kEventPeerCannotOpen;
   }
-  Reply(mode == "create" ? "handle " + absl::BytesToHexString((*event)->handle()) : "opened");
+  Reply("opened");
   return Serve(**event);
 }

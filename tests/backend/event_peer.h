@@ -3,11 +3,13 @@
 // The protocol between the host backend tests and event_peer, a helper
 // program that uses interprocess events the way a client does: through
 // common/host_ipc_event.h only, with no daemon. The test starts it with pipes
-// on its stdin and stdout (EventPeer below) and drives it line by line:
+// on its stdin and stdout (EventPeer below), handing it memory files as
+// inherited descriptors (as a client receives them from the memory socket),
+// and drives it line by line:
 //
-//   event_peer create <prefix>   creates an event, prints "handle <hex>"
-//   event_peer open <hex handle> opens one, prints "opened" (or "error <msg>"
-//                                and exits kEventPeerCannotOpen)
+//   event_peer open <descriptor> adopts the event in that memory file, prints
+//                                "opened" (or "error <msg>" and exits
+//                                kEventPeerCannotOpen)
 //
 // then answers commands, one line each:
 //   record                       -> "recorded <generation>"
@@ -15,10 +17,11 @@
 //   query                        -> "query 0|1"
 //   wait                         -> "waited <generation>" once the latest
 //                                   record (as of the command) completed
-//   check <hex segment name> <size> <seed>
-//                                -> "check ok" when the segment's bytes are
+//   check <descriptor> <size> <seed>
+//                                -> "check ok" when the bytes of the segment
+//                                   in that memory file are
 //                                   PeerPatternByte(i, seed), else "check bad <i>"
-//   exit (or end of input)       -> exits 0; a created event is unlinked
+//   exit (or end of input)       -> exits 0
 
 #include <fcntl.h>
 #include <poll.h>
@@ -42,7 +45,8 @@ inline constexpr int kEventPeerCannotOpen = 3;
 // A running event_peer with pipes to its stdin and stdout.
 class EventPeer {
  public:
-  explicit EventPeer(std::vector<std::string> args) {
+  // Starts event_peer with `args`; it inherits the descriptors `inherit`.
+  explicit EventPeer(std::vector<std::string> args, std::vector<int> inherit = {}) {
     args.insert(args.begin(), TestBinary(GPUMUX_EVENT_PEER));
     int to_child[2];
     int from_child[2];
@@ -54,6 +58,7 @@ class EventPeer {
     if (pid_ == 0) {
       dup2(to_child[0], 0);
       dup2(from_child[1], 1);
+      for (int fd : inherit) fcntl(fd, F_SETFD, 0);  // the child's copies only
       execv(argv[0], argv.data());
       _exit(127);
     }

@@ -265,7 +265,7 @@ TEST_F(HostBackendPoolTest, WaitsOnRecordsAnotherProcessCompletesEndByPolling) {
     const BackendEvent event = Event(interprocess);
     absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(event);
     ASSERT_OK(handle);
-    absl::StatusOr<std::unique_ptr<HostIpcEvent>> client = HostIpcEvent::Open(*handle);
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> client = OpenBackendEvent(*backend_, *handle);
     ASSERT_OK(client);
     generations.push_back((*client)->Record());
     clients.push_back(*std::move(client));

@@ -307,8 +307,9 @@ TEST_F(HostStreamTest, ReleasingASegmentWithQueuedWorkIsSafe) {
   ASSERT_OK(backend_->ReleaseSegment(kDev0, segment.address));
   EXPECT_THAT(backend_->Memset(stream, segment.address, 3, 16), StatusIs(absl::StatusCode::kInvalidArgument));
   gate->Open();
-  EXPECT_OK(backend_->SynchronizeStream(stream));  // wrote into the still-mapped object
-  EXPECT_LT(shm_open(segment.handle.data.c_str(), O_RDONLY, 0), 0);
+  EXPECT_OK(backend_->SynchronizeStream(stream));  // wrote into the still-mapped file
+  EXPECT_THAT(backend_->memory_files().Find(segment.handle.data, MemoryFileTable::kAnySession),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(HostStreamTest, FillRandomNormalIsTheHostGeneratorsOutput) {
@@ -346,8 +347,8 @@ TEST_F(HostStreamTest, OpenedInterprocessEventWorksInTheSameProcess) {
   gate->Open();
   ASSERT_OK(backend_->SynchronizeEvent(created));
   EXPECT_TRUE(QueryEvent(*opened));
-  // The creator's handle owns the name: destroying it unlinks, the opened
-  // copy keeps working.
+  // The creator's handle owns the key: destroying it ends the handle, the
+  // opened copy keeps working.
   ASSERT_OK(backend_->DestroyEvent(created));
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, *handle), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK(backend_->RecordEvent(*opened, stream));
@@ -367,30 +368,16 @@ TEST_F(HostStreamTest, UnknownAndMalformedIpcHandles) {
   std::string dirty_padding = *handle;
   dirty_padding.back() = 'x';
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, dirty_padding), kInvalid);
-  std::string slash = *handle;
-  slash[10] = '/';
-  EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, slash), kInvalid);
+  std::string upper = *handle;
+  upper[10] = 'G';
+  EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, upper), kInvalid);
   std::string unknown = *handle;
-  unknown[handle->find('\0', 8) - 1] ^= 1;  // last hex digit of the name
+  unknown[39] = unknown[39] == 'a' ? 'b' : 'a';  // last hex digit of the key
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, unknown), StatusIs(absl::StatusCode::kNotFound));
-  // A segment's name in an event handle is not an event.
-  std::string segment_as_event = handle->substr(0, 8) + segment.handle.data;
-  segment_as_event.resize(kIpcEventHandleBytes, '\0');
-  ASSERT_LE(segment.handle.data.size(), 55u);
+  // A segment's key in an event handle names no event.
+  const std::string segment_as_event = MakeHostIpcEventHandle(segment.handle.data);
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, segment_as_event),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an interprocess event")));
-}
-
-TEST_F(HostStreamTest, InterprocessEventsNeedAShortPrefix) {
-  HostBackend::Options options = HostTestOptions();
-  options.shm_prefix = "/" + std::string(40, 'p');
-  absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(options);
-  ASSERT_OK(backend);
-  EventFlags ipc;
-  ipc.interprocess = true;
-  EXPECT_THAT((*backend)->CreateEvent(kDev0, ipc),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("shorter shared-memory prefix")));
-  EXPECT_OK((*backend)->CreateEvent(kDev0, EventFlags{}));
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("names no live event")));
 }
 
 TEST(HostBackendShutdownTest, DestructorRunsQueuedWorkAndAbandonsForeignWaits) {

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -19,7 +20,9 @@
 #include "common/status_macros.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "server/backend/memory_file_table.h"
 #include "tests/backend/device_backend_conformance.h"
+#include "tests/backend/segment_peer.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
@@ -33,14 +36,15 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kBase = 0x7f0000000000;
 constexpr uint64_t kDeviceSpan = uint64_t{1} << 42;
 
-// The segment's shared-memory object mapped into the test process.
+// The segment's memory file mapped into the test process, as a client maps
+// what the memory socket hands it.
 class HostSegmentView final : public testing::SegmentView {
  public:
-  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> Map(const BackendSegment& segment) {
-    int fd = shm_open(segment.handle.data.c_str(), O_RDWR, 0);
-    if (fd < 0) return absl::ErrnoToStatus(errno, "shm_open");
-    void* mapped = mmap(nullptr, segment.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> Map(const DeviceBackend& backend,
+                                                                   const BackendSegment& segment) {
+    std::shared_ptr<const SealedMemory> memory = testing::PeerMemoryFile(backend, segment.handle);
+    if (memory == nullptr) return absl::NotFoundError("the segment's key is not filed");
+    void* mapped = mmap(nullptr, segment.size, PROT_READ | PROT_WRITE, MAP_SHARED, memory->fd(), 0);
     if (mapped == MAP_FAILED) return absl::ErrnoToStatus(errno, "mmap");
     return std::unique_ptr<testing::SegmentView>(
         new HostSegmentView(static_cast<uint8_t*>(mapped), segment.size));
@@ -73,7 +77,6 @@ HostBackend::Options TestOptions(uint64_t device_memory = 256 * kMiB) {
   HostBackend::Options options;
   options.device_count = 2;
   options.device_memory = device_memory;
-  options.shm_prefix = "/gpumuxtest";
   return options;
 }
 
@@ -89,16 +92,20 @@ struct HostBackendFactory {
                             HostBackend::Create(TestOptions()));
     return std::unique_ptr<DeviceBackend>(std::move(backend));
   }
-  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const BackendSegment& segment) {
-    return HostSegmentView::Map(segment);
+  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const DeviceBackend& backend,
+                                                                    const BackendSegment& segment) {
+    return HostSegmentView::Map(backend, segment);
   }
 };
 
-bool ShmExists(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
+// Entries of /dev/shm whose name contains `text`.
+int DevShmEntriesContaining(const std::string& text) {
+  int found = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    found += entry.path().filename().string().find(text) != std::string::npos;
+  }
+  return found;
 }
 
 }  // namespace
@@ -110,44 +117,12 @@ INSTANTIATE_TYPED_TEST_SUITE_P(Host, DeviceBackendConformanceTest,
 
 namespace {
 
-TEST(HostBackendTest, RemovesObjectsLeftByDeadDaemonsAtStart) {
-  // A pid that existed and is gone: a reaped child's.
-  pid_t child = fork();
-  if (child == 0) _exit(0);
-  ASSERT_GT(child, 0);
-  int status = 0;
-  waitpid(child, &status, 0);
-  const std::string stale = absl::StrCat("/gpumuxstale-", child, "-00000000-d0-0-0000000000000000");
-  const std::string alive = absl::StrCat("/gpumuxstale-", getpid(), "-00000000-d0-0-0000000000000000");
-  for (const std::string& name : {stale, alive}) {
-    int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
-    ASSERT_GE(fd, 0) << std::strerror(errno);
-    close(fd);
-  }
-  HostBackend::Options options;
-  options.device_count = 1;
-  options.device_memory = 4 << 20;
-  options.shm_prefix = "/gpumuxstale";
-  ASSERT_OK(HostBackend::Create(options));
-  EXPECT_LT(shm_open(stale.c_str(), O_RDWR, 0), 0) << "the dead daemon's object was not removed";
-  int fd = shm_open(alive.c_str(), O_RDWR, 0);
-  EXPECT_GE(fd, 0) << "a live process's object was removed";
-  if (fd >= 0) close(fd);
-  shm_unlink(alive.c_str());
-}
-
 TEST(HostBackendTest, RejectsBadOptions) {
   HostBackend::Options options = TestOptions();
   options.device_count = 0;
   EXPECT_THAT(HostBackend::Create(options), StatusIs(absl::StatusCode::kInvalidArgument));
   options = TestOptions(2 * kMiB - 512);
   EXPECT_THAT(HostBackend::Create(options), StatusIs(absl::StatusCode::kInvalidArgument));
-  for (const char* prefix : {"", "/", "gpumux", "/gpu/mux"}) {
-    options = TestOptions();
-    options.shm_prefix = prefix;
-    EXPECT_THAT(HostBackend::Create(options), StatusIs(absl::StatusCode::kInvalidArgument))
-        << "prefix '" << prefix << "'";
-  }
   EXPECT_OK(HostBackend::Create(TestOptions(2 * kMiB)));
 }
 
@@ -165,32 +140,37 @@ TEST(HostBackendTest, DescribesEmulatedDevices) {
   EXPECT_EQ(backend->FreeMemory(DeviceIndex(1)), 256 * kMiB);
 }
 
-TEST(HostBackendTest, NamesAreUnguessableAndModeIs0660) {
+TEST(HostBackendTest, SegmentsAreSealedBackedMemoryFilesUnderUnguessableKeys) {
   std::unique_ptr<HostBackend> backend = MakeBackend();
   ASSERT_NE(backend, nullptr);
-  absl::StatusOr<BackendSegment> first = backend->AllocateSegment(DeviceIndex(1), 512);
+  const int shm_before = DevShmEntriesContaining("gpumux");
+  absl::StatusOr<BackendSegment> first = backend->AllocateSegment(DeviceIndex(1), 4 * kMiB);
   ASSERT_OK(first);
   absl::StatusOr<BackendSegment> second = backend->AllocateSegment(DeviceIndex(1), 512);
   ASSERT_OK(second);
-  EXPECT_EQ(first->handle.kind, SegmentHandle::Kind::kHostShm);
-  const std::string pid = absl::StrCat(getpid());
-  EXPECT_THAT(first->handle.data,
-              MatchesRegex("/gpumuxtest-" + pid + "-[0-9a-f]{8}-d1-0-[0-9a-f]{16}"));
-  EXPECT_THAT(second->handle.data,
-              MatchesRegex("/gpumuxtest-" + pid + "-[0-9a-f]{8}-d1-1-[0-9a-f]{16}"));
-  // Same per-process stem, different random suffixes.
-  const std::string& x = first->handle.data;
-  const std::string& y = second->handle.data;
-  EXPECT_EQ(x.substr(0, x.find("-d1-")), y.substr(0, y.find("-d1-")));
-  EXPECT_NE(x.substr(x.size() - 16), y.substr(y.size() - 16));
+  EXPECT_EQ(first->handle.kind, SegmentHandle::Kind::kHostMemfd);
+  EXPECT_THAT(first->handle.data, MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_THAT(second->handle.data, MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_NE(first->handle.data, second->handle.data);
+  // Nothing anyone could open by name.
+  EXPECT_EQ(DevShmEntriesContaining("gpumux"), shm_before);
+  EXPECT_EQ(DevShmEntriesContaining(first->handle.data), 0);
 
-  int fd = shm_open(first->handle.data.c_str(), O_RDONLY, 0);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::shared_ptr<const SealedMemory> memory = testing::PeerMemoryFile(*backend, first->handle);
+  ASSERT_NE(memory, nullptr);
   struct stat st;
-  ASSERT_EQ(fstat(fd, &st), 0);
-  close(fd);
-  EXPECT_EQ(st.st_mode & 0777, 0660u);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 512u);
+  ASSERT_EQ(fstat(memory->fd(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+  // Backed in full at allocation: no later touch can find the memory missing.
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kMiB);
+  EXPECT_EQ(fcntl(memory->fd(), F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  // A client holding the descriptor cannot truncate it under the daemon.
+  EXPECT_NE(ftruncate(memory->fd(), 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(memory->fd(), 8 * kMiB), 0);
+  ASSERT_OK(backend->Memset(*backend->CreateStream(DeviceIndex(1), 0), first->address, 0xab, 4 * kMiB));
+  ASSERT_OK(backend->Synchronize(DeviceIndex(1)));
 }
 
 TEST(HostBackendTest, EnforcesDeviceMemoryExactly) {
@@ -292,9 +272,13 @@ TEST(HostBackendTest, UnknownSegmentsAndDevicesAreRejected) {
   }
 }
 
-TEST(HostBackendTest, DestructorUnlinksHeldSegments) {
-  std::unique_ptr<HostBackend> backend = MakeBackend();
-  ASSERT_NE(backend, nullptr);
+TEST(HostBackendTest, ReleaseAndDestructorRemoveSegmentsFromTheTable) {
+  MemoryFileTable table;
+  HostBackend::Options options = TestOptions();
+  options.memory_files = &table;
+  absl::StatusOr<std::unique_ptr<HostBackend>> created = HostBackend::Create(options);
+  ASSERT_OK(created);
+  std::unique_ptr<HostBackend> backend = *std::move(created);
   absl::StatusOr<BackendSegment> a = backend->AllocateSegment(DeviceIndex(0), 512);
   absl::StatusOr<BackendSegment> b = backend->AllocateSegment(DeviceIndex(1), 4096);
   absl::StatusOr<BackendSegment> released = backend->AllocateSegment(DeviceIndex(1), 4096);
@@ -302,33 +286,12 @@ TEST(HostBackendTest, DestructorUnlinksHeldSegments) {
   ASSERT_OK(b);
   ASSERT_OK(released);
   ASSERT_OK(backend->ReleaseSegment(DeviceIndex(1), released->address));
-  EXPECT_TRUE(ShmExists(a->handle.data));
-  EXPECT_TRUE(ShmExists(b->handle.data));
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_OK(table.Find(a->handle.data, MemoryFileTable::kAnySession));
+  EXPECT_THAT(table.Find(released->handle.data, MemoryFileTable::kAnySession),
+              StatusIs(absl::StatusCode::kNotFound));
   backend.reset();
-  EXPECT_FALSE(ShmExists(a->handle.data));
-  EXPECT_FALSE(ShmExists(b->handle.data));
-}
-
-TEST(HostBackendTest, WarnsWhenDevicesExceedDevShm) {
-  std::ostringstream log;
-  auto previous = spdlog::default_logger();
-  spdlog::set_default_logger(
-      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(log)));
-  // 1024 devices of 4 TiB: 4 PiB, more than any /dev/shm.
-  HostBackend::Options options = TestOptions(uint64_t{4} << 40);
-  options.device_count = 1024;
-  absl::StatusOr<std::unique_ptr<HostBackend>> huge = HostBackend::Create(options);
-  const std::string huge_log = log.str();
-  log.str("");
-  absl::StatusOr<std::unique_ptr<HostBackend>> small = HostBackend::Create(TestOptions(2 * kMiB));
-  const std::string small_log = log.str();
-  spdlog::set_default_logger(previous);
-
-  EXPECT_OK(huge);
-  EXPECT_THAT(huge_log, HasSubstr("/dev/shm"));
-  EXPECT_THAT(huge_log, HasSubstr("SIGBUS"));
-  EXPECT_OK(small);
-  EXPECT_EQ(small_log, "");
+  EXPECT_EQ(table.size(), 0u);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // tests can observe pending work deterministically instead of racing a slow
 // operation, and ReturnsWithin, which bounds a call that must not hang.
 
+#include <fcntl.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +18,7 @@
 #include "common/host_ipc_event.h"
 #include "common/status_macros.h"
 #include "server/backend/host/host_backend.h"
+#include "server/backend/memory_file_table.h"
 
 namespace gpumux::testing {
 
@@ -25,8 +28,21 @@ inline HostBackend::Options HostTestOptions(uint64_t device_memory = 256 * kTest
   HostBackend::Options options;
   options.device_count = 2;
   options.device_memory = device_memory;
-  options.shm_prefix = "/gpumuxtest";
   return options;
+}
+
+// The interprocess event `handle` of the host backend `backend`, mapped as a
+// client maps it: its memory file as the memory socket hands it out.
+inline absl::StatusOr<std::unique_ptr<HostIpcEvent>> OpenBackendEvent(const DeviceBackend& backend,
+                                                                      const std::string& handle) {
+  const auto* host = dynamic_cast<const HostBackend*>(&backend);
+  if (host == nullptr) return absl::InvalidArgumentError("not a host backend");
+  GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<const SealedMemory> file,
+                          host->memory_files().Find(key, MemoryFileTable::kAnySession));
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory copy,
+                          SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes));
+  return HostIpcEvent::Adopt(std::move(copy), "test");
 }
 
 // A StreamWaitEvent on an interprocess event of the backend that the test has
@@ -39,7 +55,7 @@ class Gate {
     flags.interprocess = true;
     GPUMUX_ASSIGN_OR_RETURN(BackendEvent event, backend.CreateEvent(device, flags));
     GPUMUX_ASSIGN_OR_RETURN(std::string handle, backend.GetIpcEventHandle(event));
-    GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Open(handle));
+    GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, OpenBackendEvent(backend, handle));
     const uint64_t generation = ipc->Record();
     return std::unique_ptr<Gate>(new Gate(backend, event, std::move(ipc), generation));
   }

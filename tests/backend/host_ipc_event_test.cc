@@ -1,12 +1,13 @@
 // HostIpcEvent (common/host_ipc_event.h) on its own, and the host backend's
 // interprocess events used from real child processes (event_peer) that see
-// nothing but the handle, including children killed between recording an
+// nothing but the event's memory file (inherited, as a client receives it
+// from the memory socket), including children killed between recording an
 // event and completing it (abandoned records).
 
 #include "common/host_ipc_event.h"
 
+#include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "tests/backend/event_peer.h"
 #include "tests/backend/host_backend_test_util.h"
 #include "tests/backend/segment_peer.h"
+#include "server/backend/memory_file_table.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux::testing {
@@ -39,45 +41,76 @@ using Clock = std::chrono::steady_clock;
 constexpr DeviceIndex kDev0(0);
 constexpr auto kReply = milliseconds(5000);  // generous: the machine may be loaded
 
-std::string NameOf(const std::string& handle) {
-  return std::string(handle.substr(8).c_str());
+// Another mapping of `event`'s memory file, as another process gets it.
+std::unique_ptr<HostIpcEvent> OpenCopy(const HostIpcEvent& event) {
+  absl::StatusOr<SealedMemory> memory =
+      SealedMemory::Adopt(UniqueFd(fcntl(event.memory()->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes);
+  EXPECT_OK(memory);
+  if (!memory.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> copy = HostIpcEvent::Adopt(*std::move(memory), "copy");
+  EXPECT_OK(copy);
+  return copy.ok() ? *std::move(copy) : nullptr;
 }
 
-TEST(HostIpcEventTest, HandleIsTagThenZeroPaddedName) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
-  ASSERT_OK(event);
-  const std::string handle = (*event)->handle();
+// The memory file of the backend's event `handle`, as the memory socket
+// hands it out.
+std::shared_ptr<const SealedMemory> EventFile(const HostBackend& backend, const std::string& handle) {
+  absl::StatusOr<std::string> key = HostIpcEventKey(handle);
+  EXPECT_OK(key);
+  if (!key.ok()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const SealedMemory>> memory =
+      backend.memory_files().Find(*key, MemoryFileTable::kAnySession);
+  EXPECT_OK(memory);
+  return memory.ok() ? *memory : nullptr;
+}
+
+// An event_peer that opens `memory` (inherited).
+std::unique_ptr<EventPeer> OpeningPeer(const SealedMemory& memory) {
+  return std::make_unique<EventPeer>(std::vector<std::string>{"open", absl::StrCat(memory.fd())},
+                                     std::vector<int>{memory.fd()});
+}
+
+TEST(HostIpcEventTest, HandleIsTagThenZeroPaddedKey) {
+  const std::string key(32, 'a');
+  const std::string handle = MakeHostIpcEventHandle(key);
   ASSERT_EQ(handle.size(), kHostIpcEventHandleBytes);
   EXPECT_EQ(handle.substr(0, 8), std::string(kHostIpcEventHandleTag));
-  EXPECT_EQ(NameOf(handle), (*event)->name());
-  EXPECT_THAT((*event)->name(), MatchesRegex(absl::StrCat("/gpumuxtest-", getpid(), "-ev-[0-9a-f]{16}")));
-  EXPECT_EQ(handle.find_first_not_of('\0', 8 + (*event)->name().size()), std::string::npos);
+  EXPECT_EQ(handle.substr(8, 32), key);
+  EXPECT_EQ(handle.find_first_not_of('\0', 40), std::string::npos);
+  EXPECT_THAT(HostIpcEventKey(handle), IsOkAndHolds(key));
+}
 
-  int fd = shm_open((*event)->name().c_str(), O_RDONLY, 0);
-  ASSERT_GE(fd, 0);
+TEST(HostIpcEventTest, TheEventIsASealedMemoryFileNothingCanResize) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("gpumuxtest-event");
+  ASSERT_OK(event);
+  const int fd = (*event)->memory()->fd();
   struct stat st;
   ASSERT_EQ(fstat(fd, &st), 0);
-  close(fd);
-  EXPECT_EQ(st.st_mode & 0777, 0660u);
   EXPECT_EQ(st.st_size, 64);
+  const int seals = fcntl(fd, F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_NE(ftruncate(fd, 0), 0) << "the event could be truncated under its mappings";
+  EXPECT_EQ(errno, EPERM);
+  (*event)->Record();
+  EXPECT_EQ((*event)->recorded(), 1u);
 }
 
 TEST(HostIpcEventTest, GenerationsQueryAndCompletionOrder) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(created);
   HostIpcEvent& event = **created;
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open(event.handle());
-  ASSERT_OK(opened);
+  std::unique_ptr<HostIpcEvent> opened = OpenCopy(event);
+  ASSERT_NE(opened, nullptr);
   EXPECT_TRUE(event.Query()) << "never recorded";
   EXPECT_EQ(event.recorded(), 0u);
   EXPECT_EQ(event.Record(), 1u);
-  EXPECT_FALSE((*opened)->Query());
-  EXPECT_EQ((*opened)->Record(), 2u) << "both sides draw from one sequence";
+  EXPECT_FALSE(opened->Query());
+  EXPECT_EQ(opened->Record(), 2u) << "both sides draw from one sequence";
   event.Complete(1, 111);
   EXPECT_TRUE(event.IsComplete(1));
-  EXPECT_FALSE((*opened)->IsComplete(2));
+  EXPECT_FALSE(opened->IsComplete(2));
   EXPECT_FALSE(event.Query());
-  (*opened)->Complete(2, 222);
+  opened->Complete(2, 222);
   EXPECT_TRUE(event.Query());
   EXPECT_EQ(event.completed_at_ns(), 222);
   // A later record completing first also completes the earlier one.
@@ -90,7 +123,7 @@ TEST(HostIpcEventTest, GenerationsQueryAndCompletionOrder) {
 }
 
 TEST(HostIpcEventTest, WaitForTimesOutThenWakesOnCompletion) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(event);
   const uint64_t generation = (*event)->Record();
   const auto start = Clock::now();
@@ -107,72 +140,58 @@ TEST(HostIpcEventTest, WaitForTimesOutThenWakesOnCompletion) {
 }
 
 TEST(HostIpcEventTest, ARecordStampsItsRecorderWhichStaysPendingWhileAlive) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(created);
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open((*created)->handle());
-  ASSERT_OK(opened);
+  std::unique_ptr<HostIpcEvent> opened = OpenCopy(**created);
+  ASSERT_NE(opened, nullptr);
   EXPECT_EQ((*created)->recorder_pid(), 0) << "never recorded";
   EXPECT_EQ((*created)->Check(0), HostIpcRecordState::kCompleted);
-  const uint64_t generation = (*opened)->Record();
+  const uint64_t generation = opened->Record();
   EXPECT_EQ((*created)->recorder_pid(), getpid());
   // The recorder (this process) lives: nothing is judged abandoned.
   EXPECT_EQ((*created)->Check(generation), HostIpcRecordState::kPending);
   EXPECT_EQ((*created)->Await(generation, milliseconds(30)), HostIpcRecordState::kPending);
-  EXPECT_FALSE((*opened)->Query());
-  (*opened)->Complete(generation, 7);
+  EXPECT_FALSE(opened->Query());
+  opened->Complete(generation, 7);
   EXPECT_EQ((*created)->Check(generation), HostIpcRecordState::kCompleted);
   EXPECT_EQ((*created)->Wait(generation), HostIpcRecordState::kCompleted);
   EXPECT_EQ((*created)->completed_at_ns(), 7);
 }
 
-TEST(HostIpcEventTest, CreateAndOpenRejectBadInput) {
+TEST(HostIpcEventTest, MalformedHandlesAndFilesAreRejected) {
   const auto kInvalid = StatusIs(absl::StatusCode::kInvalidArgument);
-  for (const char* prefix : {"", "/", "gpumux", "/a/b"}) {
-    EXPECT_THAT(HostIpcEvent::Create(prefix), kInvalid) << "'" << prefix << "'";
-  }
-  EXPECT_THAT(HostIpcEvent::Create("/" + std::string(40, 'x')), kInvalid);
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
-  ASSERT_OK(event);
-  const std::string handle = (*event)->handle();
-  EXPECT_THAT(HostIpcEvent::Open(handle.substr(0, 63)), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                                 HasSubstr("63 bytes")));
-  EXPECT_THAT(HostIpcEvent::Open(std::string(64, '\0')), kInvalid);
-  std::string unterminated = handle;
-  std::fill(unterminated.begin() + 8 + static_cast<long>((*event)->name().size()), unterminated.end(), 'a');
-  EXPECT_THAT(HostIpcEvent::Open(unterminated), kInvalid);
-  std::string relative = handle;
-  relative[8] = 'x';
-  EXPECT_THAT(HostIpcEvent::Open(relative), kInvalid);
-  // A 64-byte object without the magic is not an event.
-  const std::string impostor = absl::StrCat("/gpumuxtest-", getpid(), "-ev-impostor");
-  int fd = shm_open(impostor.c_str(), O_CREAT | O_RDWR, 0600);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 64), 0);
-  close(fd);
-  std::string impostor_handle = handle.substr(0, 8) + impostor;
-  impostor_handle.resize(64, '\0');
-  EXPECT_THAT(HostIpcEvent::Open(impostor_handle),
+  const std::string handle = MakeHostIpcEventHandle(std::string(32, 'b'));
+  EXPECT_THAT(HostIpcEventKey(handle.substr(0, 63)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("63 bytes")));
+  EXPECT_THAT(HostIpcEventKey(std::string(64, '\0')), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tag")));
+  std::string dirty_padding = handle;
+  dirty_padding.back() = 'x';
+  EXPECT_THAT(HostIpcEventKey(dirty_padding), kInvalid);
+  std::string upper = handle;
+  upper[8] = 'B';
+  EXPECT_THAT(HostIpcEventKey(upper), kInvalid);
+  std::string short_key = handle;
+  short_key[39] = '\0';
+  EXPECT_THAT(HostIpcEventKey(short_key), kInvalid);
+  // A 64-byte file without the magic is not an event; another size is not either.
+  absl::StatusOr<SealedMemory> impostor = SealedMemory::Create("impostor", 64);
+  ASSERT_OK(impostor);
+  EXPECT_THAT(HostIpcEvent::Adopt(*std::move(impostor), "impostor"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("layout version")));
-  shm_unlink(impostor.c_str());
-  EXPECT_THAT(HostIpcEvent::Open(impostor_handle), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<SealedMemory> page = SealedMemory::Create("page", 4096);
+  ASSERT_OK(page);
+  EXPECT_THAT(HostIpcEvent::Adopt(*std::move(page), "page"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an interprocess event")));
 }
 
-TEST(HostIpcEventTest, CreatorUnlinksOpenerDoesNot) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("/gpumuxtest");
+TEST(HostIpcEventTest, ACopyOutlivesTheCreator) {
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> created = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(created);
-  const std::string handle = (*created)->handle();
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open(handle);
-  ASSERT_OK(opened);
-  opened->reset();
-  EXPECT_OK(HostIpcEvent::Open(handle));
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> survivor = HostIpcEvent::Open(handle);
-  ASSERT_OK(survivor);
+  std::unique_ptr<HostIpcEvent> survivor = OpenCopy(**created);
+  ASSERT_NE(survivor, nullptr);
   created->reset();
-  EXPECT_THAT(HostIpcEvent::Open(handle), StatusIs(absl::StatusCode::kNotFound));
-  // An open copy keeps working on its mapping.
-  const uint64_t generation = (*survivor)->Record();
-  (*survivor)->Complete(generation, 1);
-  EXPECT_TRUE((*survivor)->Query());
+  const uint64_t generation = survivor->Record();
+  survivor->Complete(generation, 1);
+  EXPECT_TRUE(survivor->Query());
 }
 
 // ---- Across processes, through the host backend ----
@@ -208,7 +227,11 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
   absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
   ASSERT_OK(handle);
 
-  EventPeer peer({"open", absl::BytesToHexString(*handle)});
+  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
+  ASSERT_NE(file, nullptr);
+  std::shared_ptr<const SealedMemory> segment_file = PeerMemoryFile(*backend_, segment->handle);
+  ASSERT_NE(segment_file, nullptr);
+  EventPeer peer({"open", absl::StrCat(file->fd())}, std::vector<int>{file->fd(), segment_file->fd()});
   ASSERT_TRUE(peer.started());
   ASSERT_EQ(peer.ReadLine(kReply), "opened");
   // The daemon side: data for the client, then the event, all held back.
@@ -224,20 +247,25 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
   gate_->Open();
   EXPECT_EQ(peer.ReadLine(kReply), "waited 1");
   // What the child reads once its wait returned is what the stream wrote.
-  ASSERT_TRUE(peer.Send(absl::StrCat("check ", absl::BytesToHexString(segment->handle.data), " ", size, " ", seed)));
+  ASSERT_TRUE(peer.Send(absl::StrCat("check ", segment_file->fd(), " ", size, " ", seed)));
   EXPECT_EQ(peer.ReadLine(kReply), "check ok");
   EXPECT_EQ(peer.Finish(), 0);
 }
 
-TEST_F(HostIpcEventProcessTest, BackendWaitsForAnEventAChildCreated) {
-  EventPeer peer({"create", "/gpumuxtest"});
+TEST_F(HostIpcEventProcessTest, BackendWaitsForAChildsRecord) {
+  EventFlags ipc;
+  ipc.interprocess = true;
+  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, ipc);
+  ASSERT_OK(created);
+  absl::StatusOr<std::string> created_handle = backend_->GetIpcEventHandle(*created);
+  ASSERT_OK(created_handle);
+  const std::string handle = *created_handle;
+  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, handle);
+  ASSERT_NE(file, nullptr);
+  std::unique_ptr<EventPeer> child = OpeningPeer(*file);
+  EventPeer& peer = *child;
   ASSERT_TRUE(peer.started());
-  std::optional<std::string> line = peer.ReadLine(kReply);
-  ASSERT_TRUE(line.has_value());
-  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
-  const std::string handle = absl::HexStringToBytes(line->substr(7));
-  EXPECT_THAT(NameOf(handle), MatchesRegex("/gpumuxtest-[0-9]+-ev-[0-9a-f]{16}"));
-  EXPECT_THAT(NameOf(handle), ::testing::Not(HasSubstr(absl::StrCat("-", getpid(), "-"))));
+  ASSERT_EQ(peer.ReadLine(kReply), "opened");
   ASSERT_TRUE(peer.Send("record"));
   ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
 
@@ -279,8 +307,10 @@ TEST_F(HostIpcEventProcessTest, BackendWaitsForAnEventAChildCreated) {
   gate_->Open();
   EXPECT_EQ(peer.ReadLine(kReply), "waited 2");
 
-  // The child exits and unlinks its event; the opened copy still works.
+  // The child exits and the creator is destroyed: the handle names nothing
+  // any more, the opened copy still works.
   EXPECT_EQ(peer.Finish(), 0);
+  ASSERT_OK(backend_->DestroyEvent(*created));
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, handle), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK(backend_->RecordEvent(*opened, stream_));
   EXPECT_OK(backend_->SynchronizeEvent(*opened));
@@ -290,11 +320,10 @@ TEST_F(HostIpcEventProcessTest, BackendWaitsForAnEventAChildCreated) {
 
 class AbandonedRecordTest : public HostIpcEventProcessTest {
  protected:
-  // A child that opens `handle` and records once, as a client does before
+  // A child that opens `memory` and records once, as a client does before
   // queueing the work that would complete the record.
-  std::unique_ptr<EventPeer> RecordingPeer(const std::string& handle, uint64_t generation) {
-    auto peer = std::make_unique<EventPeer>(
-        std::vector<std::string>{"open", absl::BytesToHexString(handle)});
+  std::unique_ptr<EventPeer> RecordingPeer(const SealedMemory& memory, uint64_t generation) {
+    auto peer = OpeningPeer(memory);
     EXPECT_TRUE(peer->started());
     EXPECT_EQ(peer->ReadLine(kReply), "opened");
     EXPECT_TRUE(peer->Send("record"));
@@ -304,9 +333,9 @@ class AbandonedRecordTest : public HostIpcEventProcessTest {
 };
 
 TEST_F(AbandonedRecordTest, AWaiterReturnsPromptlyOnceTheRecorderIsKilled) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(event);
-  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*(*event)->memory(), 1);
   ASSERT_FALSE(HasFailure());
   const pid_t recorder = peer->pid();
   EXPECT_EQ((*event)->recorder_pid(), recorder);
@@ -334,21 +363,21 @@ TEST_F(AbandonedRecordTest, AWaiterReturnsPromptlyOnceTheRecorderIsKilled) {
   // Completed for good: reported once, and the same for every other process.
   EXPECT_EQ((*event)->Check(1), HostIpcRecordState::kCompleted);
   EXPECT_TRUE((*event)->Query());
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> other = HostIpcEvent::Open((*event)->handle());
-  ASSERT_OK(other);
-  EXPECT_TRUE((*other)->IsComplete(1));
+  std::unique_ptr<HostIpcEvent> other = OpenCopy(**event);
+  ASSERT_NE(other, nullptr);
+  EXPECT_TRUE(other->IsComplete(1));
   EXPECT_GT((*event)->completed_at_ns(), 0);
   // A new record by a live process is pending again.
-  const uint64_t next = (*other)->Record();
+  const uint64_t next = other->Record();
   EXPECT_FALSE((*event)->Query());
-  (*other)->Complete(next, 1);
+  other->Complete(next, 1);
   EXPECT_TRUE((*event)->Query());
 }
 
 TEST_F(AbandonedRecordTest, AQueryAfterTheKillReadsTheRecordComplete) {
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(event);
-  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*(*event)->memory(), 1);
   ASSERT_FALSE(HasFailure());
   EXPECT_FALSE((*event)->Query());
   peer->Kill();
@@ -364,9 +393,9 @@ TEST_F(AbandonedRecordTest, OnlyTheLatestRecordIsJudged) {
   // The child records, then this (live) process records again: the child's
   // death does not complete anything, since the latest record's recorder
   // lives and completing it completes the earlier one too.
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumuxtest");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("gpumuxtest-event");
   ASSERT_OK(event);
-  std::unique_ptr<EventPeer> peer = RecordingPeer((*event)->handle(), 1);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*(*event)->memory(), 1);
   ASSERT_FALSE(HasFailure());
   EXPECT_EQ((*event)->Record(), 2u);
   peer->Kill();
@@ -377,18 +406,24 @@ TEST_F(AbandonedRecordTest, OnlyTheLatestRecordIsJudged) {
 }
 
 TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
-  // A client's own event, recorded on its own stream; a daemon stream waits
-  // for it, with more work and an event (as the allocator records) behind.
-  EventPeer peer({"create", "/gpumuxtest"});
-  ASSERT_TRUE(peer.started());
-  std::optional<std::string> line = peer.ReadLine(kReply);
-  ASSERT_TRUE(line.has_value());
-  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
-  const std::string handle = absl::HexStringToBytes(line->substr(7));
-  ASSERT_TRUE(peer.Send("record"));
-  ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
+  // A client records an interprocess event itself, as for its own kernels;
+  // a daemon stream waits for it, with more work and an event (as the
+  // allocator records) behind.
+  EventFlags flags;
+  flags.interprocess = true;
+  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, flags);
+  ASSERT_OK(created);
+  absl::StatusOr<std::string> created_handle = backend_->GetIpcEventHandle(*created);
+  ASSERT_OK(created_handle);
+  const std::string handle = *created_handle;
+  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, handle);
+  ASSERT_NE(file, nullptr);
+  std::unique_ptr<EventPeer> child = RecordingPeer(*file, 1);
+  ASSERT_FALSE(HasFailure());
+  EventPeer& peer = *child;
   // Completes the record should a failing test stay blocked.
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Open(handle);
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Adopt(
+      *SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes), "rescue");
   ASSERT_OK(rescue);
 
   absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
@@ -420,7 +455,6 @@ TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
                                        nullptr));
   ASSERT_OK(backend_->SynchronizeStream(stream_));
   EXPECT_EQ(bytes, std::vector<uint8_t>(4096, 0x5a));
-  shm_unlink(NameOf(handle).c_str());  // its killed creator could not
 }
 
 TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
@@ -430,9 +464,12 @@ TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
   ASSERT_OK(event);
   absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
   ASSERT_OK(handle);
-  std::unique_ptr<EventPeer> peer = RecordingPeer(*handle, 1);
+  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
+  ASSERT_NE(file, nullptr);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*file, 1);
   ASSERT_FALSE(HasFailure());
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Open(*handle);
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Adopt(
+      *SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes), "rescue");
   ASSERT_OK(rescue);
   EXPECT_THAT(backend_->QueryEvent(*event), IsOkAndHolds(false));
   bool synchronized = false;
@@ -454,21 +491,23 @@ TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
 }
 
 TEST_F(AbandonedRecordTest, TheDaemonsOwnRecordOnAKilledClientsEventStillWaitsForItsStream) {
-  // The client made the event and recorded it, then was killed: its record
-  // reads complete. The daemon then records the event on its own stream
-  // (held back by the gate): that record is the daemon's, which lives, so it
-  // stays pending until the stream runs it, creator dead or not.
-  EventPeer peer({"create", "/gpumuxtest"});
-  ASSERT_TRUE(peer.started());
-  std::optional<std::string> line = peer.ReadLine(kReply);
-  ASSERT_TRUE(line.has_value());
-  ASSERT_THAT(*line, MatchesRegex("handle [0-9a-f]{128}"));
-  const std::string handle = absl::HexStringToBytes(line->substr(7));
-  ASSERT_TRUE(peer.Send("record"));
-  ASSERT_EQ(peer.ReadLine(kReply), "recorded 1");
-  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
+  // The client recorded the event itself, then was killed: its record reads
+  // complete. The daemon then records the event on its own stream (held back
+  // by the gate): that record is the daemon's, which lives, so it stays
+  // pending until the stream runs it, client dead or not.
+  EventFlags flags;
+  flags.interprocess = true;
+  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, flags);
+  ASSERT_OK(created);
+  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*created);
+  ASSERT_OK(handle);
+  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
+  ASSERT_NE(file, nullptr);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*file, 1);
+  ASSERT_FALSE(HasFailure());
+  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, *handle);
   ASSERT_OK(opened);
-  peer.Kill();
+  peer->Kill();
   EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));
 
   ASSERT_OK(gate_->HoldBack(stream_));
@@ -479,7 +518,6 @@ TEST_F(AbandonedRecordTest, TheDaemonsOwnRecordOnAKilledClientsEventStillWaitsFo
   gate_->Open();
   EXPECT_OK(backend_->SynchronizeEvent(*opened));
   EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));
-  shm_unlink(NameOf(handle).c_str());  // its killed creator could not
 }
 
 }  // namespace

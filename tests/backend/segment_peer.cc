@@ -1,12 +1,14 @@
 // segment_peer: maps a DeviceBackend segment handle in a separate process, as
 // a client would, for the conformance suite's cross-process checks.
 //
-//   segment_peer fill <kind> <hex handle> <size> <seed>
-//   segment_peer gone <kind> <hex handle>
+//   segment_peer fill memfd <descriptor> <size> <seed>
+//   segment_peer fill|gone cuda <hex handle> [<size> <seed>]
 //
-// segment_peer.h describes both and the exit codes. <kind> is "shm"
-// (SegmentHandle::Kind::kHostShm) or, in CUDA builds, "cuda" (kCudaIpc: the
-// handle is opened with cudaIpcOpenMemHandle on the current device).
+// segment_peer.h describes both and the exit codes. "memfd"
+// (SegmentHandle::Kind::kHostMemfd): the segment's memory file is the
+// inherited descriptor <descriptor>, as a client receives it from the memory
+// socket; "cuda", in CUDA builds (kCudaIpc): the handle is opened with
+// cudaIpcOpenMemHandle on the current device.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -36,16 +38,17 @@ using gpumux::testing::kPeerOk;
 using gpumux::testing::kPeerStillOpenable;
 using gpumux::testing::kPeerUsage;
 
-int Fill(const std::string& name, uint64_t size, uint32_t seed) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    std::fprintf(stderr, "segment_peer: shm_open(%s): %s\n", name.c_str(), std::strerror(errno));
+int Fill(int fd, uint64_t size, uint32_t seed) {
+  // A client insists on the seals: nobody can shrink the file under it.
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+    std::fprintf(stderr, "segment_peer: descriptor %d is not a memory file sealed against resizing\n", fd);
     return kPeerCannotOpen;
   }
   void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (mapped == MAP_FAILED) {
-    std::fprintf(stderr, "segment_peer: mmap(%s): %s\n", name.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "segment_peer: mmap(descriptor %d): %s\n", fd, std::strerror(errno));
     return kPeerCannotOpen;
   }
   auto* bytes = static_cast<uint8_t*>(mapped);
@@ -59,13 +62,6 @@ int Fill(const std::string& name, uint64_t size, uint32_t seed) {
   for (uint64_t i = 0; i < size; ++i) bytes[i] = gpumux::testing::PeerPatternByte(i, seed);
   munmap(mapped, size);
   return kPeerOk;
-}
-
-int Gone(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0 && errno == ENOENT) return kPeerOk;
-  if (fd >= 0) close(fd);
-  return kPeerStillOpenable;
 }
 
 #ifdef GPUMUX_PEER_CUDA
@@ -120,25 +116,24 @@ int main(int argc, char** argv) {
     return kPeerUsage;
   }
 #endif
-  if (argc < 4 || (std::strcmp(argv[2], "shm") != 0 && !cuda)) {
-    std::fprintf(stderr, "usage: segment_peer fill|gone shm|cuda <hex handle> [<size> <seed>]\n");
+  if (argc < 4 || (std::strcmp(argv[2], "memfd") != 0 && !cuda)) {
+    std::fprintf(stderr,
+                 "usage: segment_peer fill memfd <descriptor> <size> <seed> | fill|gone cuda <hex handle> "
+                 "[<size> <seed>]\n");
     return kPeerUsage;
   }
-  const std::string name = absl::HexStringToBytes(argv[3]);
-  if (std::strcmp(argv[1], "gone") == 0 && argc == 4) {
 #ifdef GPUMUX_PEER_CUDA
-    if (cuda) return GoneCuda(name);
+  if (cuda && std::strcmp(argv[1], "gone") == 0 && argc == 4) return GoneCuda(absl::HexStringToBytes(argv[3]));
 #endif
-    return Gone(name);
-  }
   uint64_t size = 0;
   uint32_t seed = 0;
   if (std::strcmp(argv[1], "fill") == 0 && argc == 6 && absl::SimpleAtoi(argv[4], &size) &&
       absl::SimpleAtoi(argv[5], &seed)) {
 #ifdef GPUMUX_PEER_CUDA
-    if (cuda) return FillCuda(name, size, seed);
+    if (cuda) return FillCuda(absl::HexStringToBytes(argv[3]), size, seed);
 #endif
-    return Fill(name, size, seed);
+    int fd = -1;
+    if (!cuda && absl::SimpleAtoi(argv[3], &fd) && fd >= 0) return Fill(fd, size, seed);
   }
   std::fprintf(stderr, "segment_peer: bad arguments\n");
   return kPeerUsage;

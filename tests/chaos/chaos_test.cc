@@ -41,16 +41,35 @@ int EnvOr(const char* name, int fallback) {
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
 }
 
-// Shared-memory objects the daemon made: every name starts gpumux-<pid>.
-int ShmObjectsOf(pid_t pid) {
-  const std::string prefix = "gpumux-" + std::to_string(pid);
+// Memory files (segments, staging buffers, interprocess events) the process
+// `pid` holds open: descriptors linking to "/memfd:...".
+int MemoryFilesOf(pid_t pid) {
+  const std::string dir_path = "/proc/" + std::to_string(pid) + "/fd";
   int count = 0;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* entry = readdir(dir)) count += std::string(entry->d_name).rfind(prefix, 0) == 0;
+  if (DIR* dir = opendir(dir_path.c_str())) {
+    while (dirent* entry = readdir(dir)) {
+      char target[256];
+      const std::string link = dir_path + "/" + entry->d_name;
+      const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+      if (n > 0) count += std::string(target, static_cast<size_t>(n)).rfind("/memfd:", 0) == 0;
+    }
     closedir(dir);
   }
   return count;
 }
+
+// ASan's shadow memory and quarantine grow RSS without a leak.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAddressSanitizer = true;
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
 
 class Observer {
  public:
@@ -141,28 +160,29 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
     EXPECT_EQ(observe.DeviceStat(d, "allocated_bytes.all.current"), 0) << "device " << d;
     EXPECT_EQ(observe.DeviceStat(d, "reserved_bytes.all.current"), 0) << "device " << d;
   }
-  // Idle blocking-call threads leave after 2 s; the backend's reaper
-  // unlinks released objects meanwhile.
+  // Idle blocking-call threads leave after 2 s.
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
        ReadProcessFigures(daemon.pid()).threads > before.threads && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const int shm_left = ShmObjectsOf(daemon.pid());
-  EXPECT_EQ(shm_left, 0) << "shared-memory objects of the daemon left in /dev/shm";
+  const int memory_files_left = MemoryFilesOf(daemon.pid());
+  EXPECT_EQ(memory_files_left, 0) << "memory files the daemon still holds";
   const ProcessFigures after = ReadProcessFigures(daemon.pid());
   EXPECT_LE(after.fds, before.fds + 2) << "file descriptors: " << before.fds << " before, " << after.fds << " after";
   EXPECT_LE(after.threads, before.threads + 4)
       << "threads: " << before.threads << " before, " << after.threads << " after";
-  EXPECT_LE(after.rss_kb, before.rss_kb + 64 * 1024)
-      << "RSS: " << before.rss_kb << " kB before, " << after.rss_kb << " kB after";
+  if (!kUnderAddressSanitizer) {
+    EXPECT_LE(after.rss_kb, before.rss_kb + 64 * 1024)
+        << "RSS: " << before.rss_kb << " kB before, " << after.rss_kb << " kB after";
+  }
   EXPECT_EQ(slow, 0) << "kills reclaimed in more than 1 s";
 
   std::printf("chaos_kills=%d\nchaos_clients=%d\nchaos_reclaim_p50_ms=%.2f\nchaos_reclaim_p99_ms=%.2f\n"
-              "chaos_reclaim_max_ms=%.2f\nchaos_sessions_left=%zu\nchaos_shm_objects_left=%d\n"
+              "chaos_reclaim_max_ms=%.2f\nchaos_sessions_left=%zu\nchaos_memory_files_left=%d\n"
               "chaos_fds_before=%lld\nchaos_fds_after=%lld\nchaos_threads_before=%lld\nchaos_threads_after=%lld\n"
               "chaos_rss_kb_before=%lld\nchaos_rss_kb_after=%lld\n",
               kills, clients, Percentile(reclaim_ms, 0.5), Percentile(reclaim_ms, 0.99),
-              Percentile(reclaim_ms, 1.0), left.size(), shm_left, static_cast<long long>(before.fds),
+              Percentile(reclaim_ms, 1.0), left.size(), memory_files_left, static_cast<long long>(before.fds),
               static_cast<long long>(after.fds), static_cast<long long>(before.threads),
               static_cast<long long>(after.threads), static_cast<long long>(before.rss_kb),
               static_cast<long long>(after.rss_kb));

@@ -27,6 +27,7 @@
 #include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/raw_session.h"
 
 namespace gpumux {
 namespace {
@@ -196,16 +197,18 @@ TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   EXPECT_EQ(static_cast<char*>(b->data()) - static_cast<char*>(a->data()),
             static_cast<ptrdiff_t>(b->offset() - a->offset()));
 
-  // The client's pointers are the daemon's segment: a mapping of its own of
-  // the object the daemon named sees the same bytes at the same offsets.
+  // The client's pointers are the daemon's segment: a mapping of the memory
+  // file its handle names, fetched from the memory socket, sees the same bytes
+  // at the same offsets.
   std::vector<RecordedCall> calls = wire.Calls(client->session_id(), "Memory/Allocate");
   ASSERT_THAT(calls, SizeIs(2));
   const v1::Allocation& allocation = calls[1].allocation;
-  ASSERT_EQ(allocation.segment_handle().kind(), v1::HANDLE_KIND_HOST_SHM);
-  const int fd = shm_open(allocation.segment_handle().data().c_str(), O_RDWR, 0);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  void* own = mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  ASSERT_EQ(allocation.segment_handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
+  testing::RawSession peer(grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()), "peer");
+  absl::StatusOr<SealedMemory> file =
+      testing::FetchMemory(peer, daemon.socket_path(), allocation.segment_handle().data(), allocation.segment_size());
+  ASSERT_OK(file);
+  void* own = mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
   ASSERT_NE(own, MAP_FAILED);
   char* base = static_cast<char*>(own);
   std::memcpy(b->data(), "hello", 5);

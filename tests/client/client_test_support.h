@@ -33,8 +33,8 @@ inline std::string Pattern(uint64_t size, uint64_t seed) {
 }
 
 // An interprocess event of the client that the test records itself through
-// the event's shared-memory handle, as another process may (the host
-// backend's interprocess events live in shared memory). A stream that Holds
+// the event mapped here (Client::MapIpcEvent), as another process may (the
+// host backend's interprocess events live in sealed memory files). A stream that Holds
 // on it waits until Open(). Opens on destruction, so nothing waits forever.
 class Gate {
  public:
@@ -52,7 +52,7 @@ class Gate {
       ADD_FAILURE() << "gate handle: " << handle.status();
       return;
     }
-    absl::StatusOr<std::unique_ptr<HostIpcEvent>> local = HostIpcEvent::Open(*handle);
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> local = client.MapIpcEvent(*handle);
     if (!local.ok()) {
       ADD_FAILURE() << "gate mapping: " << local.status();
       return;

@@ -27,7 +27,6 @@ class StreamManagerTest : public ::testing::Test {
     HostBackend::Options options;
     options.device_count = 2;
     options.device_memory = uint64_t{16} << 20;
-    options.shm_prefix = "/gpumuxsmtest";
     absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(options);
     ASSERT_THAT(backend, IsOk());
     backend_ = *std::move(backend);

@@ -9,13 +9,15 @@
 //   gpumux_test_child hold ADDRESS SIZE
 //     allocates SIZE bytes, writes its first and last pages, prints "ready"
 //     and the allocation's segment handle, then sleeps until killed.
-//   gpumux_test_child event-wait HANDLE_HEX
-//     opens the interprocess event (as a client process would, without the
-//     daemon), waits for its latest record, prints "completed", exits 0.
-//   gpumux_test_child event-make
-//     creates an interprocess event as a client's own stream would, records
-//     it and prints its handle in hex; completes it on the first stdin line
-//     (printing "completed"), exits on the second.
+//   gpumux_test_child event-wait ADDRESS HANDLE_HEX
+//     maps the interprocess event into this process (its memory file comes
+//     from the memory socket; the waiting needs no daemon), waits for its
+//     latest record, prints "completed", exits 0.
+//   gpumux_test_child event-make ADDRESS
+//     creates an interprocess event on device 0, maps it and records it
+//     itself, as a process recording its own work does, and prints its handle
+//     in hex; completes it on the first stdin line (printing "completed"),
+//     exits on the second.
 
 #include <unistd.h>
 
@@ -99,18 +101,28 @@ int Hold(char** argv) {
 }
 
 int EventWait(char** argv) {
-  auto event = gpumux::HostIpcEvent::Open(absl::HexStringToBytes(argv[2]));
-  if (!event.ok()) return Fail("open event", event.status());
+  auto client = gpumux::Client::Connect(argv[2]);
+  if (!client.ok()) return Fail("connect", client.status());
+  auto event = (*client)->MapIpcEvent(absl::HexStringToBytes(argv[3]));
+  if (!event.ok()) return Fail("map event", event.status());
   (*event)->Wait((*event)->recorded());
   std::printf("completed\n");
   return 0;
 }
 
-int EventMake() {
-  auto event = gpumux::HostIpcEvent::Create("/gpumux");
-  if (!event.ok()) return Fail("create event", event.status());
+int EventMake(char** argv) {
+  auto client = gpumux::Client::Connect(argv[2]);
+  if (!client.ok()) return Fail("connect", client.status());
+  gpumux::EventOptions interprocess;
+  interprocess.interprocess = true;
+  auto created = (*client)->CreateEvent(gpumux::DeviceIndex(0), interprocess);
+  if (!created.ok()) return Fail("create event", created.status());
+  auto handle = created->IpcHandle();
+  if (!handle.ok()) return Fail("event handle", handle.status());
+  auto event = (*client)->MapIpcEvent(*handle);
+  if (!event.ok()) return Fail("map event", event.status());
   uint64_t generation = (*event)->Record();
-  std::printf("%s\n", absl::BytesToHexString((*event)->handle()).c_str());
+  std::printf("%s\n", absl::BytesToHexString(*handle).c_str());
   std::fflush(stdout);
   char line[64];
   if (std::fgets(line, sizeof(line), stdin) == nullptr) return 1;
@@ -129,8 +141,8 @@ int main(int argc, char** argv) {
   if (argc >= 6 && std::strcmp(argv[1], "producer") == 0) return Producer(argv);
   if (argc >= 7 && std::strcmp(argv[1], "consumer") == 0) return Consumer(argv);
   if (argc >= 4 && std::strcmp(argv[1], "hold") == 0) return Hold(argv);
-  if (argc >= 3 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
-  if (argc >= 2 && std::strcmp(argv[1], "event-make") == 0) return EventMake();
+  if (argc >= 4 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
+  if (argc >= 3 && std::strcmp(argv[1], "event-make") == 0) return EventMake(argv);
   std::fprintf(stderr, "usage: see the header of tests/cross_process/child_main.cc\n");
   return 2;
 }

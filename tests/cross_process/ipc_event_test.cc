@@ -1,7 +1,8 @@
 // Interprocess events between real processes and a real gpumuxd: a child
 // waits on an event the daemon records, the daemon's session uses an event a
-// child recorded, and a Free waits for a child's event before the memory is
-// reused.
+// child recorded itself, and a Free waits for a child's event before the
+// memory is reused. The children map events as clients do: memory files
+// from the memory socket.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include "gpumux/v1/stream.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
+#include "tests/rpc/ipc_gate.h"
 #include "tests/support/raw_session.h"
 
 namespace gpumux::testing {
@@ -79,12 +81,10 @@ class IpcEventTest : public ::testing::Test {
 };
 
 TEST_F(IpcEventTest, ChildWaitsOnAnEventTheDaemonRecordedThroughItsHandle) {
-  // A gate this test completes by hand holds the daemon stream back.
-  auto gate = HostIpcEvent::Create("/gpumux");
-  ASSERT_TRUE(gate.ok()) << gate.status();
-  uint64_t gate_generation = (*gate)->Record();
+  // A gate this test records and completes by hand holds the daemon stream back.
+  IpcGate gate(session_, daemon_.socket_path());
   v1::WaitEventRequest wait;
-  wait.set_event(OpenEvent((*gate)->handle()));
+  wait.set_event(OpenEvent(gate.handle()));
   v1::WaitEventResponse waited;
   ASSERT_TRUE(streams_->WaitEvent(session_.Context().get(), wait, &waited).ok());
 
@@ -102,16 +102,16 @@ TEST_F(IpcEventTest, ChildWaitsOnAnEventTheDaemonRecordedThroughItsHandle) {
   ASSERT_TRUE(events_->GetIpcHandle(session_.Context().get(), handle_request, &handle).ok());
   ASSERT_EQ(handle.handle().size(), 64u);
 
-  Child waiter({"event-wait", absl::BytesToHexString(handle.handle())});
+  Child waiter({"event-wait", daemon_.address(), absl::BytesToHexString(handle.handle())});
   EXPECT_FALSE(ExitsWithin(waiter, milliseconds(150))) << "the child saw the event complete before its work ran";
   EXPECT_FALSE(QueryEvent(event.event()));
-  (*gate)->Complete(gate_generation, 1);
+  gate.Release();
   EXPECT_EQ(waiter.ReadLine(), "completed");
   EXPECT_TRUE(QueryEvent(event.event()));
 }
 
 TEST_F(IpcEventTest, SessionUsesAnEventAChildRecorded) {
-  Child maker({"event-make"});
+  Child maker({"event-make", daemon_.address()});
   std::string handle = absl::HexStringToBytes(maker.ReadLine());
   ASSERT_EQ(handle.size(), 64u);
   uint64_t event = OpenEvent(handle);
@@ -144,7 +144,7 @@ TEST_F(IpcEventTest, FreedMemoryIsNotReusedBeforeAnotherProcesssEventCompletes) 
   constexpr uint64_t kSize = 1 << 20;
   v1::Allocation first;
   ASSERT_TRUE(session_.Allocate(0, kSize, &first).ok());
-  Child maker({"event-make"});
+  Child maker({"event-make", daemon_.address()});
   std::string handle = absl::HexStringToBytes(maker.ReadLine());
 
   v1::FreeRequest free;
@@ -171,7 +171,7 @@ TEST_F(IpcEventTest, AKilledProcesssEventHoldsNeitherMemoryNorStreams) {
   constexpr uint64_t kSize = 1 << 20;
   v1::Allocation first;
   ASSERT_TRUE(session_.Allocate(0, kSize, &first).ok());
-  Child maker({"event-make"});
+  Child maker({"event-make", daemon_.address()});
   std::string handle = absl::HexStringToBytes(maker.ReadLine());
   v1::FreeRequest free;
   free.add_allocation_ids(first.allocation_id());

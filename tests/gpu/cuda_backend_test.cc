@@ -79,7 +79,8 @@ struct CudaBackendFactory {
     if (!backend.ok()) return absl::InternalError(backend.status().ToString());
     return std::unique_ptr<DeviceBackend>(*std::move(backend));
   }
-  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const BackendSegment& segment) {
+  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const DeviceBackend& /*backend*/,
+                                                                    const BackendSegment& segment) {
     return std::unique_ptr<testing::SegmentView>(new CudaSegmentView(segment));
   }
 };
@@ -126,14 +127,14 @@ TEST(CudaBackendTest, ReleasedSegmentIsFreedAfterTheGrace) {
   const absl::Time released = absl::Now();
   EXPECT_EQ((*backend)->FreeMemory(device), free_before);
   EXPECT_THAT((*backend)->ReleaseSegment(device, segment->address), StatusIs(absl::StatusCode::kNotFound));
-  const int early = testing::RunPeerGone(segment->handle);
+  const int early = testing::RunPeerGone(**backend, segment->handle);
   if (absl::Now() - released < grace) {
     EXPECT_EQ(early, testing::kPeerStillOpenable);
   }
-  while (testing::RunPeerGone(segment->handle) != testing::kPeerOk && absl::Now() - released < grace * 3) {
+  while (testing::RunPeerGone(**backend, segment->handle) != testing::kPeerOk && absl::Now() - released < grace * 3) {
     absl::SleepFor(absl::Milliseconds(100));
   }
-  EXPECT_EQ(testing::RunPeerGone(segment->handle), testing::kPeerOk);
+  EXPECT_EQ(testing::RunPeerGone(**backend, segment->handle), testing::kPeerOk);
   EXPECT_GE(absl::Now() - released, grace);
   // The peers' contexts are torn down by the driver after they exit: wait
   // for their memory before comparing.

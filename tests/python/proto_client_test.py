@@ -4,7 +4,8 @@
 It starts a real gpumuxd (host backend), runs a C++ libgpumux program that
 allocates shareable memory, fills it with seeded random bytes and prints a
 share token, then - speaking only the wire API generated from proto/ - opens
-a session, imports the token, maps the segment by its shared-memory name and
+a session, imports the token, fetches the segment's sealed memory file from
+the daemon's memory socket (SCM_RIGHTS on "<socket>.memfd"), maps it and
 checks every byte; it also allocates memory of its own, writes through its
 mapping, and reads PyTorch's stats keys; and it creates a stream, copies
 bytes in through the staging buffer, generates random numbers on the stream
@@ -12,8 +13,10 @@ and reads them back. Exit status 0 means it all held.
 
 usage: proto_client_test.py SOURCE_DIR GPUMUXD CPP_WRITER
 """
+import fcntl
 import mmap
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -67,7 +70,8 @@ class Session:
         self._responses = stub.Open(iter(self._queue.get, None))
         opened = next(self._responses).opened
         self.id = opened.session_id
-        self.metadata = (("gpumux-session", f"{opened.session_id}:{opened.secret}"),)
+        self.credentials = f"{opened.session_id}:{opened.secret}"
+        self.metadata = (("gpumux-session", self.credentials),)
 
     def close(self):
         self._queue.put(None)  # half-close: the daemon ends the session
@@ -75,10 +79,31 @@ class Session:
             pass
 
 
-def map_segment(handle, size):
-    assert handle.kind == common_pb2.HANDLE_KIND_HOST_SHM
-    fd = os.open("/dev/shm/" + handle.data.decode().lstrip("/"), os.O_RDWR)
+def fetch_memory_file(socket_path, session, key):
+    """The memory socket's protocol (proto/gpumux/v1/common.proto): one request
+    "gmxmem1 <session_id>:<secret> <key>", one reply "ok <size>" with the
+    descriptor, or "error <code> <message>"."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+        conn.connect(socket_path + ".memfd")
+        conn.send(f"gmxmem1 {session.credentials} {key}".encode())
+        reply, fds, _, _ = socket.recv_fds(conn, 4096, 1)
+    reply = reply.decode()
+    if not reply.startswith("ok "):
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(reply)
+    assert len(fds) == 1, reply
+    return fds[0], int(reply[3:])
+
+
+def map_segment(socket_path, session, handle, size):
+    assert handle.kind == common_pb2.HANDLE_KIND_HOST_MEMFD
+    fd, file_size = fetch_memory_file(socket_path, session, handle.data.decode())
     try:
+        assert file_size == size, (file_size, size)
+        # Sealed: nobody holding it can shrink it under a mapping.
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW, seals
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
@@ -115,7 +140,7 @@ class ProtoClientTest(unittest.TestCase):
             memory = memory_pb2_grpc.MemoryStub(self.channel)
             alloc = memory.Import(memory_pb2.ImportRequest(token=token), metadata=session.metadata).allocation
             self.assertEqual(alloc.requested_size, size)
-            segment = map_segment(alloc.segment_handle, alloc.segment_size)
+            segment = map_segment(self.socket, session, alloc.segment_handle, alloc.segment_size)
             data = segment[alloc.offset:alloc.offset + size]
             self.assertEqual(data, pattern(seed, size))
             segment.close()
@@ -130,10 +155,10 @@ class ProtoClientTest(unittest.TestCase):
         memory = memory_pb2_grpc.MemoryStub(self.channel)
         alloc = memory.Allocate(memory_pb2.AllocateRequest(device=1, size=5000), metadata=session.metadata).allocation
         self.assertEqual(alloc.size, 5120)  # PyTorch's 512-byte rounding
-        segment = map_segment(alloc.segment_handle, alloc.segment_size)
+        segment = map_segment(self.socket, session, alloc.segment_handle, alloc.segment_size)
         payload = pattern(7, 5000)
         segment[alloc.offset:alloc.offset + 5000] = payload
-        again = map_segment(alloc.segment_handle, alloc.segment_size)
+        again = map_segment(self.socket, session, alloc.segment_handle, alloc.segment_size)
         self.assertEqual(again[alloc.offset:alloc.offset + 5000], payload)
         stats = memory.GetStats(memory_pb2.GetStatsRequest(device=1), metadata=session.metadata).values
         self.assertEqual(stats["allocated_bytes.all.current"], 5120)
@@ -171,7 +196,7 @@ class ProtoClientTest(unittest.TestCase):
                                 metadata=md).allocation
         staging = copy.GetStagingBuffer(copy_pb2.GetStagingBufferRequest(min_size=size), metadata=md)
         self.assertEqual(staging.size, 2 * 1024 * 1024)
-        buffer = map_segment(staging.handle, staging.size)
+        buffer = map_segment(self.socket, session, staging.handle, staging.size)
         payload = pattern(11, size)
         buffer[:size] = payload
         copy.HostToDevice(copy_pb2.HostToDeviceRequest(

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
 #include "tests/rpc/grpc_status_matchers.h"
+#include "tests/status_matchers.h"
 #include "tests/rpc/ipc_gate.h"
 #include "tests/rpc/stream_calls.h"
 #include "tests/support/test_pattern.h"
@@ -131,25 +132,20 @@ v1::StagingRange Staging(uint64_t offset, uint64_t size) {
   return range;
 }
 
-bool ShmExists(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
-// The staging buffer mapped by name, as the client library maps it.
+// The staging buffer mapped as the client library maps it: its memory file
+// fetched from the memory socket.
 class MappedStaging {
  public:
-  explicit MappedStaging(const v1::StagingBuffer& buffer) : size_(buffer.size()) {
-    EXPECT_EQ(buffer.handle().kind(), v1::HANDLE_KIND_HOST_SHM);
-    int fd = shm_open(buffer.handle().data().c_str(), O_RDWR, 0);
-    if (fd < 0) {
-      ADD_FAILURE() << "shm_open " << buffer.handle().data() << ": " << std::strerror(errno);
+  // Fetched for `session` from the memory socket next to `socket_path`.
+  MappedStaging(const RawSession& session, const std::string& socket_path, const v1::StagingBuffer& buffer)
+      : size_(buffer.size()) {
+    EXPECT_EQ(buffer.handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
+    absl::StatusOr<SealedMemory> memory = FetchMemory(session, socket_path, buffer.handle().data(), size_);
+    if (!memory.ok()) {
+      ADD_FAILURE() << "fetch " << buffer.handle().data() << ": " << memory.status();
       return;
     }
-    void* data = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
+    void* data = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, memory->fd(), 0);
     if (data == MAP_FAILED) {
       ADD_FAILURE() << "mmap: " << std::strerror(errno);
       return;
@@ -196,9 +192,13 @@ TEST_F(CopyServiceTest, StagingBufferSizesRoundUpToTwoMiB) {
   v1::StagingBuffer first;
   ASSERT_THAT(GetStagingBuffer(session, 0, &first), GrpcIsOk());
   EXPECT_EQ(first.size(), 2 * kMiB);
-  EXPECT_EQ(first.handle().kind(), v1::HANDLE_KIND_HOST_SHM);
+  EXPECT_EQ(first.handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
   EXPECT_TRUE(first.pinned());
-  EXPECT_TRUE(ShmExists(first.handle().data()));
+  EXPECT_OK(FetchMemory(session, socket_path(), first.handle().data(), first.size()));
+  // The staging buffer is this session's alone.
+  RawSession other(channel_, "other");
+  EXPECT_THAT(FetchMemory(other, socket_path(), first.handle().data(), first.size()),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
 
   v1::StagingBuffer same;
   ASSERT_THAT(GetStagingBuffer(session, kMiB, &same), GrpcIsOk());
@@ -208,7 +208,9 @@ TEST_F(CopyServiceTest, StagingBufferSizesRoundUpToTwoMiB) {
   ASSERT_THAT(GetStagingBuffer(session, 3 * kMiB + 1, &larger), GrpcIsOk());
   EXPECT_EQ(larger.size(), 4 * kMiB);
   EXPECT_NE(larger.handle().data(), first.handle().data());
-  EXPECT_FALSE(ShmExists(first.handle().data())) << "the replaced buffer is unlinked";
+  EXPECT_THAT(FetchMemory(session, socket_path(), first.handle().data(), first.size()),
+              StatusIs(absl::StatusCode::kNotFound))
+      << "the replaced buffer can still be fetched";
 
   v1::StagingBuffer current;
   ASSERT_THAT(GetStagingBuffer(session, 0, &current), GrpcIsOk());
@@ -222,7 +224,7 @@ TEST_F(CopyServiceTest, StagingBufferCarriesBytesBothWays) {
   RawSession session(channel_, "staging");
   v1::StagingBuffer buffer;
   ASSERT_THAT(GetStagingBuffer(session, 0, &buffer), GrpcIsOk());
-  MappedStaging staging(buffer);
+  MappedStaging staging(session, socket_path(), buffer);
   ASSERT_NE(staging.data(), nullptr);
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 3 * kMiB, &a), GrpcIsOk());
@@ -255,7 +257,7 @@ TEST_F(CopyServiceTest, CopiesQueuedOnAReplacedStagingBufferStillLand) {
   RawSession session(channel_, "staging-replaced");
   v1::StagingBuffer old_buffer;
   ASSERT_THAT(GetStagingBuffer(session, 0, &old_buffer), GrpcIsOk());
-  MappedStaging old_mapping(old_buffer);  // the client keeps its mapping until it remaps
+  MappedStaging old_mapping(session, socket_path(), old_buffer);  // the client keeps its mapping until it remaps
   ASSERT_NE(old_mapping.data(), nullptr);
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 4096, &a), GrpcIsOk());
@@ -263,7 +265,7 @@ TEST_F(CopyServiceTest, CopiesQueuedOnAReplacedStagingBufferStillLand) {
   ASSERT_THAT(Upload(session, a.allocation_id(), 0, bytes), GrpcIsOk());
 
   const uint64_t stream = NewStream(session, 0);
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, stream);
   v1::DeviceToHostRequest down;
   *down.mutable_src() = At(a.allocation_id(), 0);
@@ -362,7 +364,7 @@ TEST_F(CopyServiceTest, CrossDeviceCopyWaitsForWorkQueuedOnTheSourceDevice) {
   v1::Allocation src, dst;
   ASSERT_THAT(session.Allocate(0, kMiB, &src), GrpcIsOk());
   ASSERT_THAT(session.Allocate(1, kMiB, &dst), GrpcIsOk());
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, 0);
   const std::string bytes = Pattern(kMiB, 41);
   ASSERT_THAT(Upload(session, src.allocation_id(), 0, bytes, On(0)), GrpcIsOk());  // queued behind the gate
@@ -465,7 +467,7 @@ TEST_F(CopyServiceTest, CompletionEventIsAnInterprocessEventTheClientWaitsOn) {
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 4096, &a), GrpcIsOk());
   const uint64_t stream = NewStream(session, 0);
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, stream);
   v1::CopyResponse queued;
   ASSERT_THAT(Memset(session, a.allocation_id(), 0, 4096, 0x5A, On(stream, false, /*completion_event=*/true), &queued),
@@ -473,7 +475,11 @@ TEST_F(CopyServiceTest, CompletionEventIsAnInterprocessEventTheClientWaitsOn) {
   ASSERT_NE(queued.event(), 0u);
   ASSERT_EQ(queued.event_ipc_handle().size(), kHostIpcEventHandleBytes);
 
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Open(queued.event_ipc_handle());
+  absl::StatusOr<std::string> key = HostIpcEventKey(queued.event_ipc_handle());
+  ASSERT_OK(key);
+  absl::StatusOr<SealedMemory> file = FetchMemory(session, socket_path(), *key, kHostIpcEventFileBytes);
+  ASSERT_OK(file);
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Adopt(*std::move(file), "completion");
   ASSERT_TRUE(opened.ok()) << opened.status();
   HostIpcEvent& event = **opened;
   const uint64_t generation = event.recorded();
@@ -510,7 +516,7 @@ TEST_F(CopyServiceTest, FreeRightAfterAQueuedCopyOnAnotherStreamDoesNotCorruptTh
   const uint64_t side = NewStream(session, 0);
   v1::Allocation first;
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());  // on the default stream
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, side);
   // Queued on `side` behind the gate: the block is in use there after Free.
   ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0x11, On(side)), GrpcIsOk());
@@ -542,7 +548,7 @@ TEST_F(CopyServiceTest, DestroyingAStreamKeepsItsQueuedWorkGuardingTheBlocksItUs
   const uint64_t side = NewStream(session, 0);
   v1::Allocation first;
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());  // on the default stream
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, side);
   ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0xAA, On(side)), GrpcIsOk());
   ASSERT_THAT(DestroyStream(session, 0, side), GrpcIsOk());
@@ -592,7 +598,7 @@ TEST_F(CopyServiceTest, FreeWithAWaitEventHandleHoldsTheBlockUntilTheEventComple
   RawSession session(channel_, "free-wait");
   v1::Allocation first;
   ASSERT_THAT(session.Allocate(1, 512 * 1024, &first), GrpcIsOk());
-  IpcGate client_work;  // the client's own stream still reading the block
+  IpcGate client_work(session, socket_path(), /*device=*/1);  // the client's own stream still reading the block
   v1::FreeRequest free;
   free.add_allocation_ids(first.allocation_id());
   free.add_wait_event_handles(client_work.handle());
@@ -616,7 +622,7 @@ TEST_F(CopyServiceTest, FreeWithABadWaitEventHandleFreesNothing) {
   v1::Allocation a, b;
   ASSERT_THAT(session.Allocate(0, 4096, &a), GrpcIsOk());
   ASSERT_THAT(session.Allocate(0, 4096, &b), GrpcIsOk());
-  IpcGate good;
+  IpcGate good(session, socket_path());
   good.Release();
   auto free_with = [&](const std::string& handle) {
     v1::FreeRequest request;
@@ -640,9 +646,10 @@ TEST_F(CopyServiceTest, FreeWaitingOnAGoneEventIsNotFoundAndFreesNothing) {
   ASSERT_THAT(session.Allocate(0, 4096, &a), GrpcIsOk());
   std::string gone_handle;
   {
-    IpcGate gone;
+    IpcGate gone(session, socket_path());
     gone_handle = gone.handle();
-  }  // its creator unlinked it
+    gone.Destroy();
+  }
   v1::FreeRequest request;
   request.add_allocation_ids(a.allocation_id());
   request.add_wait_event_handles(gone_handle);

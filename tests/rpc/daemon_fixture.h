@@ -31,6 +31,8 @@ class DaemonTest : public ::testing::Test {
     channel_ = grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials());
   }
 
+  const std::string& socket_path() const { return daemon_->socket_path(); }
+
   TempDir dir_;
   std::unique_ptr<Daemon> daemon_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -38,7 +38,6 @@ class DeviceServiceTest : public ::testing::Test {
     HostBackend::Options options;
     options.device_count = 2;
     options.device_memory = uint64_t{64} << 20;
-    options.shm_prefix = "/gpumuxtest";
     absl::StatusOr<std::unique_ptr<HostBackend>> host = HostBackend::Create(options);
     ASSERT_TRUE(host.ok()) << host.status();
     host_ = *std::move(host);

@@ -1,9 +1,10 @@
 #pragma once
 
-// IpcGate: an interprocess event the test itself owns, as a client process
-// would (common/host_ipc_event.h), recorded once and completed only when the
-// test calls Release. A daemon stream told to wait on it (Block) holds all
-// work queued after that until Release, which makes "work still pending"
+// IpcGate: an interprocess event of the daemon that the test records itself
+// and completes only when it calls Release, as a client recording its own
+// work would: created in `session`, its memory file fetched from the memory
+// socket and mapped here. A daemon stream told to wait on it (Block) holds
+// all work queued after that until Release, which makes "work still pending"
 // states deterministic without timing guesses. The destructor releases it,
 // so a failing test never leaves a daemon stream blocked at shutdown.
 
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "common/host_ipc_event.h"
+#include "common/memory_socket.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/stream_calls.h"
 #include "tests/support/raw_session.h"
@@ -21,21 +23,38 @@ namespace gpumux::testing {
 
 class IpcGate {
  public:
-  IpcGate() {
-    absl::StatusOr<std::unique_ptr<HostIpcEvent>> event = HostIpcEvent::Create("/gpumux-test");
+  // The daemon at `socket_path` makes the event, in `session` on `device`.
+  IpcGate(RawSession& session, const std::string& socket_path, int device = 0) : session_(session) {
+    event_id_ = NewEvent(session, device, EventKind{.interprocess = true});
+    grpc::Status got = GetIpcHandle(session, event_id_, &handle_);
+    if (!got.ok()) {
+      ADD_FAILURE() << "gate handle: " << got.error_message();
+      return;
+    }
+    absl::StatusOr<SealedMemory> memory = FetchMemory(session, socket_path, KeyOf(handle_), kHostIpcEventFileBytes);
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> event =
+        memory.ok() ? HostIpcEvent::Adopt(*std::move(memory), "gate")
+                    : absl::StatusOr<std::unique_ptr<HostIpcEvent>>(memory.status());
     if (!event.ok()) {
-      ADD_FAILURE() << "cannot create an interprocess event: " << event.status();
+      ADD_FAILURE() << "cannot map the gate's event: " << event.status();
       return;
     }
     event_ = *std::move(event);
     generation_ = event_->Record();
   }
+  // Releases; the event itself ends with its session (or Destroy).
   ~IpcGate() { Release(); }
   IpcGate(const IpcGate&) = delete;
   IpcGate& operator=(const IpcGate&) = delete;
 
+  // Destroys the daemon's event (after Release): its handle names nothing any more.
+  void Destroy() {
+    Release();
+    EXPECT_TRUE(DestroyEvent(session_, event_id_).ok());
+  }
+
   // The 64-byte handle (Event.OpenIpcHandle, Memory.Free's wait_event_handles).
-  std::string handle() const { return event_ == nullptr ? std::string() : event_->handle(); }
+  const std::string& handle() const { return handle_; }
 
   // Opens the gate's handle as an event of `session` on `device` and makes
   // `stream` (on `device`) wait on it. Returns the session's event id (0 on
@@ -58,6 +77,14 @@ class IpcGate {
   }
 
  private:
+  static std::string KeyOf(const std::string& handle) {
+    absl::StatusOr<std::string> key = HostIpcEventKey(handle);
+    return key.ok() ? *key : std::string();
+  }
+
+  RawSession& session_;
+  uint64_t event_id_ = 0;
+  std::string handle_;
   std::unique_ptr<HostIpcEvent> event_;
   uint64_t generation_ = 0;
   bool released_ = false;

@@ -122,7 +122,7 @@ TEST_F(MemoryServiceTest, AllocatesWithPyTorchRoundingAndFrees) {
   EXPECT_EQ(a.requested_size(), 1000u);
   EXPECT_EQ(a.size(), 1024u);
   EXPECT_EQ(a.segment_size(), 2u << 20);  // small pool segment
-  EXPECT_EQ(a.segment_handle().kind(), v1::HANDLE_KIND_HOST_SHM);
+  EXPECT_EQ(a.segment_handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
   EXPECT_EQ(Stat(session, 0, "allocated_bytes.all.current"), 1024);
   EXPECT_EQ(Stat(session, 0, "requested_bytes.all.current"), 1000);
   EXPECT_EQ(Stat(session, 0, "segment.small_pool.current"), 1);

@@ -142,7 +142,7 @@ TEST_F(StreamServiceTest, ForeignUnknownAndDestroyedStreamsAreNotFound) {
 TEST_F(StreamServiceTest, QueryIsFalseWhileWorkIsPendingAndTrueAfterSynchronize) {
   RawSession session(channel_, "query");
   const uint64_t stream = NewStream(session, 0);
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, stream);
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 48 << 20, &a, false, stream), GrpcIsOk());
@@ -166,7 +166,7 @@ TEST_F(StreamServiceTest, DestroyedStreamStillRunsWhatWasQueued) {
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(1, 4096, &a), GrpcIsOk());
   const uint64_t stream = NewStream(session, 1);
-  IpcGate gate;
+  IpcGate gate(session, socket_path(), /*device=*/1);
   gate.Block(session, 1, stream);
   v1::MemsetRequest memset;
   memset.mutable_dst()->set_allocation_id(a.allocation_id());
@@ -194,7 +194,7 @@ TEST_F(StreamServiceTest, WaitEventHoldsLaterWorkUntilTheEventCompletes) {
   RawSession session(channel_, "wait-event");
   const uint64_t producer = NewStream(session, 0);
   const uint64_t consumer = NewStream(session, 1);  // events may cross devices
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, producer);
   const uint64_t event = NewEvent(session, 0);
   ASSERT_THAT(RecordEvent(session, event, 0, producer), GrpcIsOk());
@@ -224,7 +224,7 @@ TEST_F(StreamServiceTest, WaitStreamOrdersAfterTheOtherStreamsWorkSoFar) {
   RawSession session(channel_, "wait-stream");
   const uint64_t blocked = NewStream(session, 0);
   const uint64_t same_device = NewStream(session, 0);
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   gate.Block(session, 0, blocked);
   ASSERT_THAT(WaitStream(session, Ref(0, same_device), Ref(0, blocked)), GrpcIsOk());
   ASSERT_THAT(WaitStream(session, Ref(1, 0), Ref(0, blocked)), GrpcIsOk());  // across devices
@@ -306,7 +306,7 @@ TEST_F(StreamServiceTest, ElapsedTimeNeedsTimingEventsThatCompleted) {
   EXPECT_THAT(ElapsedTime(session, start, end, nullptr), GrpcStatusIs(kPrecondition, HasSubstr("recorded")));
 
   const uint64_t stream = NewStream(session, 0);
-  IpcGate gate;
+  IpcGate gate(session, socket_path());
   ASSERT_THAT(RecordEvent(session, start, 0, stream), GrpcIsOk());
   gate.Block(session, 0, stream);
   ASSERT_THAT(RecordEvent(session, end, 0, stream), GrpcIsOk());
@@ -348,7 +348,7 @@ TEST_F(StreamServiceTest, AnotherSessionWaitsOnAnEventThroughItsHandle) {
   RawSession producer(channel_, "producer");
   RawSession consumer(channel_, "consumer");
   const uint64_t stream = NewStream(producer, 1);
-  IpcGate gate;
+  IpcGate gate(producer, socket_path(), /*device=*/1);
   gate.Block(producer, 1, stream);
   const uint64_t event = NewEvent(producer, 1, {.interprocess = true});
   ASSERT_THAT(RecordEvent(producer, event, 1, stream), GrpcIsOk());
@@ -458,12 +458,12 @@ TEST_F(SessionEndTest, ListSessionsCountsStreamsAndEventsUntilTheSessionEnds) {
 TEST_F(StreamServiceTest, BlockedSynchronizeCallsDoNotStopTheDaemonServing) {
   constexpr int kCalls = 40;
   RawSession session(channel_, "blocked");
-  IpcGate gate;
+  IpcGate gates[2] = {IpcGate(session, socket_path(), 0), IpcGate(session, socket_path(), 1)};
   std::vector<uint64_t> streams;
   std::vector<uint64_t> events;
   for (int i = 0; i < kCalls; ++i) {
     streams.push_back(NewStream(session, i % 2));
-    gate.Block(session, i % 2, streams.back());
+    gates[i % 2].Block(session, i % 2, streams.back());
     events.push_back(NewEvent(session, i % 2));
     ASSERT_THAT(RecordEvent(session, events.back(), i % 2, streams.back()), GrpcIsOk());
   }
@@ -489,7 +489,7 @@ TEST_F(StreamServiceTest, BlockedSynchronizeCallsDoNotStopTheDaemonServing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(returned.load(), 0) << "a Synchronize returned before its stream's work ran";
-  gate.Release();
+  for (IpcGate& gate : gates) gate.Release();
   for (std::thread& caller : callers) caller.join();
   for (const grpc::Status& status : results) EXPECT_THAT(status, GrpcIsOk());
   EXPECT_TRUE(StreamDone(session, 0, streams[0]));
@@ -499,7 +499,7 @@ TEST_F(StreamServiceTest, OneSessionsBlockedCallsDoNotStallAnothersBlockingCalls
   // More blocked calls than the daemon would ever run at once for anyone.
   constexpr int kCalls = 300;
   RawSession hog(channel_, "hog");
-  IpcGate gate;
+  IpcGate gate(hog, socket_path());
   const uint64_t stream = NewStream(hog, 0);
   gate.Block(hog, 0, stream);
   std::vector<grpc::Status> results(kCalls);
@@ -549,7 +549,7 @@ TEST_F(StreamServiceTest, ShutdownDoesNotHangOnASynchronizeThatWaitsForAnotherPr
   // The gate stands for a client process that recorded an event and hung
   // before its work completed it.
   auto session = std::make_unique<RawSession>(channel_, "hung-peer");
-  IpcGate gate;
+  IpcGate gate(*session, socket_path());
   const uint64_t stream = NewStream(*session, 0);
   gate.Block(*session, 0, stream);
   grpc::Status synchronized;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/memory_socket.h"
 #include "grpc/grpc.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_binary.h"
@@ -91,6 +92,12 @@ grpc::Status RawSession::Allocate(int device, uint64_t size, v1::Allocation* out
   grpc::Status status = memory_->Allocate(Context().get(), request, &response);
   if (out != nullptr) *out = response.allocation();
   return status;
+}
+
+absl::StatusOr<SealedMemory> FetchMemory(const RawSession& session, const std::string& socket_path,
+                                         const std::string& key, uint64_t size) {
+  MemoryFileFetcher fetcher(MemorySocketPath(socket_path), session.credentials());
+  return fetcher.Fetch(key, size);
 }
 
 grpc::Status RawSession::Free(const std::vector<uint64_t>& ids) {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "common/sealed_memory.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
@@ -31,6 +33,13 @@ class TempDir {
   std::string path_;
 };
 
+class RawSession;
+
+// The memory file under `key` fetched for `session` from the memory socket
+// next to the daemon's socket at `socket_path`, checked to be `size` bytes.
+absl::StatusOr<SealedMemory> FetchMemory(const RawSession& session, const std::string& socket_path,
+                                         const std::string& key, uint64_t size);
+
 class RawSession {
  public:
   // Opens a session on `channel`; the test fails (ADD_FAILURE) if it cannot.
@@ -40,6 +49,8 @@ class RawSession {
 
   uint64_t id() const { return id_; }
   const std::string& secret() const { return secret_; }
+  // "<id>:<secret>", the gpumux-session metadata value.
+  std::string credentials() const { return std::to_string(id_) + ":" + secret_; }
   // A context carrying this session's metadata.
   std::unique_ptr<grpc::ClientContext> Context() const;
   v1::Memory::Stub& memory() { return *memory_; }

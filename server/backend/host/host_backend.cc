@@ -1,24 +1,17 @@
 #include "server/backend/host/host_backend.h"
 
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cassert>
 #include <cerrno>
-#include <filesystem>
 #include <iterator>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
-#include "common/random_hex.h"
 #include "common/status_macros.h"
-#include "server/backend/host/shm_object.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -37,13 +30,6 @@ constexpr int kMaxDevices = 1024;
 constexpr int kMaxStreamWorkers = 256;
 
 uint64_t AlignUp(uint64_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; }
-
-// Bytes an unprivileged process may still write to the filesystem behind /dev/shm.
-absl::StatusOr<uint64_t> ShmFilesystemFreeBytes() {
-  struct statvfs fs;
-  if (statvfs("/dev/shm", &fs) != 0) return ErrnoStatus(errno, "statvfs(/dev/shm)");
-  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
-}
 
 // Returns [start, start + length) to `free_ranges`, merging it with the
 // neighbours it touches so that large segments fit again after release.
@@ -68,31 +54,6 @@ void InsertFreeRange(std::map<uint64_t, uint64_t>& free_ranges, uint64_t start, 
   free_ranges.emplace(start, length);
 }
 
-// Segments of a daemon that died without its destructor (SIGKILL, crash)
-// stay in /dev/shm. Names carry the creator's pid ("<prefix>-<pid>-..."), so
-// objects whose creator no longer exists are removed at start-up.
-void RemoveStaleObjects(const std::string& prefix) {
-  const std::string stem = prefix.substr(1) + "-";
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(stem, 0) != 0) continue;
-    size_t end = name.find('-', stem.size());
-    int pid = 0;
-    if (end == std::string::npos || !absl::SimpleAtoi(name.substr(stem.size(), end - stem.size()), &pid) ||
-        pid <= 0) {
-      continue;
-    }
-    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // creator alive (or not ours to judge)
-    if (shm_unlink(("/" + name).c_str()) == 0) ++removed;
-  }
-  if (removed > 0) {
-    spdlog::info("host backend: removed {} shared-memory objects left by gpumux processes that are gone",
-                 removed);
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& options) {
@@ -104,41 +65,18 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& 
     return absl::InvalidArgumentError(absl::StrCat(
         "host backend: device_memory ", options.device_memory, " bytes is not in [2 MiB, 4 TiB]"));
   }
-  const std::string& prefix = options.shm_prefix;
-  if (prefix.size() < 2 || prefix[0] != '/' || prefix.find('/', 1) != std::string::npos ||
-      prefix.size() > 128) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host backend: shm_prefix \"", prefix,
-        "\" must be '/' followed by 1 to 127 characters without '/', e.g. \"/gpumux\""));
-  }
   if (options.stream_workers < 1 || options.stream_workers > kMaxStreamWorkers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "host backend: stream_workers ", options.stream_workers, " is not in [1, ",
         kMaxStreamWorkers, "]"));
   }
-  RemoveStaleObjects(prefix);
-  auto backend = std::unique_ptr<HostBackend>(new HostBackend(options));
-  backend->name_stem_ = absl::StrCat(prefix, "-", getpid(), "-", RandomHex(4));
-
-  // tmpfs lets ftruncate promise more than it has; a client touching pages
-  // past the free space gets SIGBUS. Say so once, but emulating more memory
-  // than the machine has is legitimate for tests that never touch it all.
-  const uint64_t promised = static_cast<uint64_t>(options.device_count) * options.device_memory;
-  absl::StatusOr<uint64_t> shm_free = ShmFilesystemFreeBytes();
-  if (!shm_free.ok()) {
-    spdlog::warn("host backend: cannot check /dev/shm capacity: {}", shm_free.status().ToString());
-  } else if (promised > *shm_free) {
-    spdlog::warn(
-        "host backend: {} devices x {} bytes = {} bytes exceed the {} bytes free in /dev/shm; "
-        "clients that touch memory beyond it will be killed by SIGBUS (lower "
-        "--host-device-memory or enlarge /dev/shm)",
-        options.device_count, options.device_memory, promised, *shm_free);
-  }
-  return backend;
+  return std::unique_ptr<HostBackend>(new HostBackend(options));
 }
 
 HostBackend::HostBackend(const Options& options)
     : options_(options),
+      own_memory_files_(options.memory_files == nullptr ? std::make_unique<MemoryFileTable>() : nullptr),
+      memory_files_(options.memory_files != nullptr ? options.memory_files : own_memory_files_.get()),
       stream_pool_(std::make_unique<HostStreamPool>(options.stream_workers, &shutting_down_)) {
   const int workers = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 0; i < options.device_count; ++i) {
@@ -173,14 +111,13 @@ HostBackend::~HostBackend() {
   stream_pool_.reset();  // nothing is left to run: joins its threads
   {
     absl::MutexLock lock(&mu_);
-    events_.clear();  // interprocess events created here unlink their names
+    events_.clear();
+    for (const auto& [key, own] : own_ipc_events_) memory_files_->Remove(key);
+    own_ipc_events_.clear();
   }
   for (auto& device : devices_) {
     absl::MutexLock lock(&device->mu);
-    for (const auto& [address, segment] : device->segments) {
-      absl::Status status = UnlinkShmObject(segment.name);
-      if (!status.ok()) spdlog::warn("host backend: {}", status.ToString());
-    }
+    for (const auto& [address, segment] : device->segments) memory_files_->Remove(segment.key);
     device->segments.clear();
   }
 }
@@ -233,22 +170,26 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
     serial = d.next_serial++;
   }
 
-  // The object is created outside the lock (ftruncate may take a while); the
-  // reservation above keeps the address and the bytes ours meanwhile.
-  std::string name =
-      absl::StrCat(name_stem_, "-d", device.value(), "-", serial, "-", RandomHex(8));
-  absl::Status status = CreateShmObject(name, size);
+  // The file is created and backed outside the lock (fallocate touches every
+  // page); the reservation above keeps the address and the bytes ours
+  // meanwhile.
+  absl::StatusOr<SealedMemory> memory =
+      SealedMemory::Create(absl::StrCat("gpumux-d", device.value(), "-segment-", serial), size);
   absl::MutexLock lock(&d.mu);
-  if (!status.ok()) {
+  if (!memory.ok()) {
     d.used -= size;
     InsertFreeRange(d.free_ranges, address, span);
-    return status;
+    return absl::Status(memory.status().code(),
+                        absl::StrFormat("host device %d: cannot allocate %d bytes: %s", device.value(), size,
+                                        memory.status().message()));
   }
-  d.segments.emplace(address, Segment{size, name, nullptr});
+  auto shared = std::make_shared<const SealedMemory>(*std::move(memory));
+  std::string key = memory_files_->Add(shared);
+  d.segments.emplace(address, Segment{size, std::move(shared), key, nullptr});
   BackendSegment segment;
   segment.address = address;
   segment.size = size;
-  segment.handle = SegmentHandle{SegmentHandle::Kind::kHostShm, std::move(name)};
+  segment.handle = SegmentHandle{SegmentHandle::Kind::kHostMemfd, std::move(key)};
   return segment;
 }
 
@@ -262,14 +203,13 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
         "host device %d: no segment at address 0x%x", device.value(), address));
   }
   const uint64_t size = it->second.size;
-  const std::string name = std::move(it->second.name);
-  // Queued work holding the mapping keeps it; it is unmapped after the last.
+  // No session can fetch it from now on; queued work holding the mapping
+  // keeps it, and it is unmapped after the last.
+  memory_files_->Remove(it->second.key);
   d.segments.erase(it);
   d.used -= size;
   InsertFreeRange(d.free_ranges, address, AlignUp(size));
-  // The range is returned even when unlinking fails: the daemon no longer
-  // knows the object, so keeping the bytes would only leak the accounting.
-  return UnlinkShmObject(name);
+  return absl::OkStatus();
 }
 
 absl::Status HostBackend::CheckDevice(DeviceIndex device) const {
@@ -290,8 +230,8 @@ absl::StatusOr<HostBackend::HostView> HostBackend::Translate(DeviceIndex device,
     Segment& segment = it->second;
     if (offset < segment.size && bytes <= segment.size - offset) {
       if (segment.mapping == nullptr) {
-        // mmap reserves address space only; pages come as work touches them.
-        GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(segment.name, segment.size));
+        // The pages are there already (the file is backed in full).
+        GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(*segment.memory));
       }
       return HostView{segment.mapping, segment.mapping->data() + offset};
     }

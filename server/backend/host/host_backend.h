@@ -1,9 +1,12 @@
 #pragma once
 
 // HostBackend: emulated devices in host memory for machines without a GPU.
-// A segment is a POSIX shared-memory object (shm_open + ftruncate, so it
-// starts zero-filled) that another process maps by the name in its handle;
-// releasing it unlinks the object. Device addresses come from a per-device
+// A segment is a sealed memory file (common/sealed_memory.h: anonymous,
+// zero-filled, backed in full when created, so running out of memory is
+// RESOURCE_EXHAUSTED here and never a SIGBUS later, and sealed so nobody can
+// resize it) filed in the MemoryFileTable under the key its handle carries;
+// sessions fetch it from the daemon's memory socket. Releasing it removes
+// the entry; processes that mapped it keep their mappings. Device addresses come from a per-device
 // emulated address range, handed out first-fit with 2 MiB alignment so that
 // released ranges are reused as cudaMalloc tends to.
 //
@@ -37,7 +40,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/sealed_memory.h"
 #include "server/backend/device_backend.h"
+#include "server/backend/memory_file_table.h"
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_stream.h"
 #include "server/backend/host/host_stream_pool.h"
@@ -50,10 +55,10 @@ class HostBackend final : public DeviceBackend {
   struct Options {
     int device_count = 2;
     uint64_t device_memory = uint64_t{8} << 30;
-    // Prefix of shared-memory object names; a unique per-process part and a
-    // random suffix are appended. Interprocess events need one of at most 27
-    // characters (their names must fit a 64-byte handle).
-    std::string shm_prefix = "/gpumux";
+    // Where segments and interprocess events are filed for the memory
+    // socket; must outlive the backend. Null: the backend keeps its own
+    // (memory_files() gives it), as tests without a daemon do.
+    MemoryFileTable* memory_files = nullptr;
     // Worker threads running all streams' work (HostStreamPool); streams
     // beyond it take turns. Parked waits hold none.
     int stream_workers = 8;
@@ -61,17 +66,15 @@ class HostBackend final : public DeviceBackend {
 
   // Fails with INVALID_ARGUMENT for device_count outside [1, 1024],
   // device_memory outside [2 MiB, 4 TiB] (each device's emulated address span),
-  // a shm_prefix that is not '/' plus 1 to 127 characters without '/', or
-  // stream_workers outside [1, 256]. Logs
-  // a warning (no error) when the devices together exceed /dev/shm's free
-  // space: clients touching memory beyond it would get SIGBUS.
+  // or stream_workers outside [1, 256].
   static absl::StatusOr<std::unique_ptr<HostBackend>> Create(const Options& options);
   // Runs all queued work to completion (queued waits on interprocess events
-  // that live processes never complete are given up), then unlinks every
-  // segment and interprocess event still held.
+  // that live processes never complete are given up), then removes every
+  // segment and interprocess event still held from the table.
   ~HostBackend() override;
 
   absl::string_view name() const override { return "host"; }
+  MemoryFileTable& memory_files() const { return *memory_files_; }
   int device_count() const override { return static_cast<int>(devices_.size()); }
   const DeviceInfo& device_info(DeviceIndex device) const override;
   uint64_t FreeMemory(DeviceIndex device) const override;
@@ -117,7 +120,8 @@ class HostBackend final : public DeviceBackend {
  private:
   struct Segment {
     uint64_t size = 0;
-    std::string name;
+    std::shared_ptr<const SealedMemory> memory;
+    std::string key;  // in memory_files_
     // Mapped into this process on first use by queued work.
     std::shared_ptr<SegmentMapping> mapping;
   };
@@ -158,7 +162,8 @@ class HostBackend final : public DeviceBackend {
   std::vector<std::shared_ptr<HostStream>> TakeFinishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Options options_;
-  std::string name_stem_;  // options_.shm_prefix + "-<pid>-<random>"
+  std::unique_ptr<MemoryFileTable> own_memory_files_;  // when Options gave none
+  MemoryFileTable* memory_files_;
   std::vector<std::unique_ptr<Device>> devices_;
 
   // Set by the destructor: queued waits on interprocess events give up.
@@ -173,11 +178,13 @@ class HostBackend final : public DeviceBackend {
   // at once); Synchronize waits for them, creation and destruction reap them.
   std::vector<std::shared_ptr<HostStream>> retired_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<HostEvent>> events_ ABSL_GUARDED_BY(mu_);
-  // Interprocess events created here, by handle, until destroyed: opening
-  // one on another device is refused.
+  // Interprocess events created here, by memory file key, until destroyed:
+  // OpenIpcEventHandle finds them here (and refuses another device).
   struct OwnIpcEvent {
     BackendEvent event;
     DeviceIndex device;
+    std::shared_ptr<HostIpcEvent> ipc;
+    std::string handle;
   };
   absl::flat_hash_map<std::string, OwnIpcEvent> own_ipc_events_ ABSL_GUARDED_BY(mu_);
   // Pinned host ranges: start -> bytes.

@@ -160,24 +160,35 @@ absl::StatusOr<BackendEvent> HostBackend::CreateEvent(DeviceIndex device, EventF
         "an interprocess event cannot measure time: create it with enable_timing=False "
         "(CUDA requires cudaEventDisableTiming with cudaEventInterprocess)");
   }
-  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Create(options_.shm_prefix));
-  std::string handle = ipc->handle();
-  const BackendEvent event = AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> created,
+                          HostIpcEvent::Create(absl::StrCat("gpumux-d", device.value(), "-event")));
+  std::shared_ptr<HostIpcEvent> ipc = std::move(created);
+  std::string key = memory_files_->Add(ipc->memory());
+  std::string handle = MakeHostIpcEventHandle(key);
+  const BackendEvent event = AddEvent(std::make_shared<HostEvent>(device, flags, ipc, handle));
   absl::MutexLock lock(&mu_);
-  own_ipc_events_.emplace(std::move(handle), OwnIpcEvent{event, device});
+  own_ipc_events_.emplace(std::move(key), OwnIpcEvent{event, device, std::move(ipc), std::move(handle)});
   return event;
 }
 
 absl::Status HostBackend::DestroyEvent(BackendEvent event) {
-  std::shared_ptr<HostEvent> doomed;  // released outside the lock (may unlink)
+  std::shared_ptr<HostEvent> doomed;  // released outside the lock (unmaps)
+  OwnIpcEvent own_doomed;
   absl::MutexLock lock(&mu_);
   auto it = events_.find(event.value());
   if (it == events_.end()) return EventNotFound(event);
   doomed = std::move(it->second);
   events_.erase(it);
   if (doomed->ipc() != nullptr) {
-    auto own = own_ipc_events_.find(doomed->ipc()->handle());
-    if (own != own_ipc_events_.end() && own->second.event == event) own_ipc_events_.erase(own);
+    // The creator's destruction ends the handle (cudaEventDestroy's rule);
+    // events opened from it keep the block they share.
+    absl::StatusOr<std::string> key = HostIpcEventKey(doomed->ipc_handle());
+    auto own = key.ok() ? own_ipc_events_.find(*key) : own_ipc_events_.end();
+    if (own != own_ipc_events_.end() && own->second.event == event) {
+      memory_files_->Remove(own->first);
+      own_doomed = std::move(own->second);
+      own_ipc_events_.erase(own);
+    }
   }
   return absl::OkStatus();
 }
@@ -250,25 +261,32 @@ absl::StatusOr<std::string> HostBackend::GetIpcEventHandle(BackendEvent event) {
     return absl::FailedPreconditionError(absl::StrCat(
         "event ", event.value(), " is not interprocess: create it with interprocess=True to share it"));
   }
-  return e->ipc()->handle();
+  return e->ipc_handle();
 }
 
 absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
   static_assert(kIpcEventHandleBytes == kHostIpcEventHandleBytes);
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
+  std::shared_ptr<HostIpcEvent> ipc;
   {
-    // An event of this backend knows its device, as CUDA's do.
     absl::MutexLock lock(&mu_);
-    auto own = own_ipc_events_.find(handle);
-    if (own != own_ipc_events_.end() && own->second.device != device) {
+    auto own = own_ipc_events_.find(key);
+    if (own == own_ipc_events_.end()) {
+      return absl::NotFoundError(
+          "the interprocess event handle names no live event of this daemon (its creator destroyed it, "
+          "its session ended, or it came from another daemon)");
+    }
+    // An event of this backend knows its device, as CUDA's do.
+    if (own->second.device != device) {
       return absl::InvalidArgumentError(absl::StrCat("the interprocess event handle names an event of device ",
                                                      own->second.device.value(), ", not device ", device.value()));
     }
+    ipc = own->second.ipc;
   }
-  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostIpcEvent> ipc, HostIpcEvent::Open(handle));
   EventFlags flags;
   flags.interprocess = true;
-  return AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc)));
+  return AddEvent(std::make_shared<HostEvent>(device, flags, std::move(ipc), std::string(handle)));
 }
 
 }  // namespace gpumux

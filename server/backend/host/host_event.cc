@@ -18,8 +18,8 @@ int64_t SteadyNowNs() {
 
 HostEvent::HostEvent(DeviceIndex device, EventFlags flags) : device_(device), flags_(flags) {}
 
-HostEvent::HostEvent(DeviceIndex device, EventFlags flags, std::unique_ptr<HostIpcEvent> ipc)
-    : device_(device), flags_(flags), ipc_(std::move(ipc)) {}
+HostEvent::HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc, std::string handle)
+    : device_(device), flags_(flags), ipc_(std::move(ipc)), ipc_handle_(std::move(handle)) {}
 
 uint64_t HostEvent::Record() {
   if (ipc_ != nullptr) return ipc_->Record();

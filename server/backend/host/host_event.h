@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -40,13 +41,17 @@ class HostEvent {
 
   // A plain event (flags.interprocess is ignored).
   HostEvent(DeviceIndex device, EventFlags flags);
-  // An interprocess event over `ipc` (created here or opened from a handle).
-  HostEvent(DeviceIndex device, EventFlags flags, std::unique_ptr<HostIpcEvent> ipc);
+  // An interprocess event over `ipc` (created here, or another event of this
+  // backend opened from `handle`, sharing its block).
+  HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc, std::string handle);
 
   DeviceIndex device() const { return device_; }
   const EventFlags& flags() const { return flags_; }
   // Null for a plain event.
   const HostIpcEvent* ipc() const { return ipc_.get(); }
+  const std::shared_ptr<HostIpcEvent>& shared_ipc() const { return ipc_; }
+  // The interprocess handle; empty for a plain event.
+  const std::string& ipc_handle() const { return ipc_handle_; }
 
   // Starts a record; returns its generation (>= 1).
   uint64_t Record();
@@ -96,7 +101,8 @@ class HostEvent {
 
   const DeviceIndex device_;
   const EventFlags flags_;
-  const std::unique_ptr<HostIpcEvent> ipc_;
+  const std::shared_ptr<HostIpcEvent> ipc_;
+  const std::string ipc_handle_;
   mutable absl::Mutex mu_;
   mutable absl::CondVar completed_cv_;
   uint64_t recorded_ ABSL_GUARDED_BY(mu_) = 0;

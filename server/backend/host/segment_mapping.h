@@ -1,37 +1,35 @@
 #pragma once
 
-// SegmentMapping: a segment's shared-memory object mapped read-write into the
-// daemon, unmapped when the last owner goes. The host backend maps a segment
-// on first use by a copy, memset or fill, and holds the mapping through a
+// SegmentMapping: a segment's memory file mapped read-write into the daemon,
+// unmapped when the last owner goes. The host backend maps a segment on
+// first use by a copy, memset or fill, and holds the mapping through a
 // shared_ptr from every queued item, so releasing a segment never unmaps
-// memory that work is still about to touch. (client/shm_mapping.h is the
-// client's counterpart.) Immutable after creation; safe from any thread.
+// memory that work is still about to touch. The file is sealed against
+// resizing, so no client can make an access here fault. Immutable after
+// creation; safe from any thread.
 
 #include <cstdint>
 #include <memory>
-#include <string>
 
 #include "absl/status/statusor.h"
+#include "common/sealed_memory.h"
 
 namespace gpumux {
 
 class SegmentMapping {
  public:
-  // Maps `size` bytes of the object `name` (MAP_SHARED). errno-derived codes
-  // (NOT_FOUND for a missing object) on failure.
-  static absl::StatusOr<std::shared_ptr<SegmentMapping>> Map(const std::string& name, uint64_t size);
-  ~SegmentMapping();
+  // Maps all of `memory` (MAP_SHARED); mmap's errors.
+  static absl::StatusOr<std::shared_ptr<SegmentMapping>> Map(const SealedMemory& memory);
   SegmentMapping(const SegmentMapping&) = delete;
   SegmentMapping& operator=(const SegmentMapping&) = delete;
 
-  uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
+  uint8_t* data() const { return static_cast<uint8_t*>(mapping_.data()); }
+  uint64_t size() const { return mapping_.size(); }
 
  private:
-  SegmentMapping(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
+  explicit SegmentMapping(MemoryMapping mapping) : mapping_(std::move(mapping)) {}
 
-  uint8_t* data_;
-  uint64_t size_;
+  MemoryMapping mapping_;
 };
 
 }  // namespace gpumux

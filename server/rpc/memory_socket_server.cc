@@ -1,0 +1,194 @@
+#include "server/rpc/memory_socket_server.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/fd_passing.h"
+#include "common/memory_socket.h"
+#include "common/sealed_memory.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+constexpr int kListenBacklog = 256;
+constexpr int kEventsPerWait = 64;
+
+}  // namespace
+
+struct MemorySocketServer::Connection {
+  UniqueFd socket;
+  ucred peer{};
+};
+
+absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(const Options& options,
+                                                                               SessionRegistry* sessions,
+                                                                               const MemoryFileTable* memory_files) {
+  auto server = std::unique_ptr<MemorySocketServer>(new MemorySocketServer(options, sessions, memory_files));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (options.path.empty() || options.path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", options.path, "' is empty or longer than ",
+                                                   sizeof(address.sun_path) - 1, " bytes"));
+  }
+  std::memcpy(address.sun_path, options.path.data(), options.path.size());
+  server->listener_ = UniqueFd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!server->listener_.valid()) return SystemCallError(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
+  if (bind(server->listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind the memory socket ", options.path, ": ", std::strerror(errno)));
+  }
+  if (options.group.has_value() && chown(options.path.c_str(), static_cast<uid_t>(-1), *options.group) != 0) {
+    const int error = errno;
+    unlink(options.path.c_str());
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot give ", options.path, " to group ", *options.group, ": ", std::strerror(error)));
+  }
+  if (chmod(options.path.c_str(), 0660) != 0) spdlog::warn("chmod 0660 {}: {}", options.path, std::strerror(errno));
+  if (listen(server->listener_.get(), kListenBacklog) != 0) {
+    const int error = errno;
+    unlink(options.path.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.path, ": ", std::strerror(error)));
+  }
+  server->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  server->stop_event_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!server->epoll_.valid() || !server->stop_event_.valid()) {
+    const int error = errno;
+    unlink(options.path.c_str());
+    return SystemCallError(error, "epoll_create1/eventfd");
+  }
+  for (int fd : {server->listener_.get(), server->stop_event_.get()}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    if (epoll_ctl(server->epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+      const int error = errno;
+      unlink(options.path.c_str());
+      return SystemCallError(error, "epoll_ctl");
+    }
+  }
+  server->thread_ = std::thread([s = server.get()] { s->Run(); });
+  return server;
+}
+
+MemorySocketServer::~MemorySocketServer() { Stop(); }
+
+void MemorySocketServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  const uint64_t one = 1;
+  if (write(stop_event_.get(), &one, sizeof(one)) != sizeof(one)) {
+    spdlog::error("memory socket: cannot wake its thread to stop: {}", std::strerror(errno));
+  }
+  if (thread_.joinable()) thread_.join();
+  unlink(options_.path.c_str());
+}
+
+void MemorySocketServer::Run() {
+  absl::flat_hash_map<int, std::unique_ptr<Connection>> connections;
+  epoll_event events[kEventsPerWait];
+  while (true) {
+    const int ready = epoll_wait(epoll_.get(), events, kEventsPerWait, -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("memory socket: epoll_wait: {}; no more shared memory is handed out", std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < ready; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == stop_event_.get()) return;  // `connections` close with it
+      if (fd == listener_.get()) {
+        while (true) {
+          ucred peer{};
+          socklen_t length = sizeof(peer);
+          UniqueFd socket(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+          if (!socket.valid()) {
+            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+              connections_refusal_.Refuse(absl::StrCat("memory socket: accept: ", std::strerror(errno))).IgnoreError();
+            }
+            break;
+          }
+          if (connections.size() >= options_.max_connections) {
+            connections_refusal_
+                .Refuse(absl::StrCat("memory socket: ", connections.size(),
+                                     " connections are open, the most it serves; closing a new one"))
+                .IgnoreError();
+            continue;
+          }
+          if (getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+            spdlog::warn("memory socket: SO_PEERCRED: {}; closing the connection", std::strerror(errno));
+            continue;
+          }
+          epoll_event event{};
+          event.events = EPOLLIN | EPOLLRDHUP;
+          event.data.fd = socket.get();
+          if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, socket.get(), &event) != 0) {
+            connections_refusal_.Refuse(absl::StrCat("memory socket: epoll_ctl: ", std::strerror(errno))).IgnoreError();
+            continue;
+          }
+          const int key = socket.get();
+          connections[key] = std::make_unique<Connection>(Connection{std::move(socket), peer});
+        }
+        continue;
+      }
+      auto it = connections.find(fd);
+      if (it == connections.end()) continue;
+      const bool hung_up = (events[i].events & (EPOLLHUP | EPOLLERR)) != 0;
+      if (hung_up || !ServeRequests(*it->second)) {
+        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+        connections.erase(it);
+      }
+    }
+  }
+}
+
+bool MemorySocketServer::ServeRequests(Connection& connection) {
+  while (true) {
+    absl::StatusOr<PassedMessage> request = ReceiveFds(connection.socket.get());
+    if (!request.ok()) {
+      // EAGAIN: everything sent so far is answered.
+      if (absl::IsUnavailable(request.status())) return true;
+      if (!absl::IsOutOfRange(request.status())) {
+        spdlog::debug("memory socket: closing a connection of pid {}: {}", connection.peer.pid,
+                      request.status().ToString());
+      }
+      return false;
+    }
+    absl::StatusOr<std::shared_ptr<const SealedMemory>> memory =
+        Answer(request->payload, request->fds.size(), connection.peer.uid);
+    absl::Status sent;
+    if (memory.ok()) {
+      const int fd = (*memory)->fd();
+      sent = SendFds(connection.socket.get(), FormatMemoryReply(absl::OkStatus(), (*memory)->size()), {&fd, 1});
+    } else {
+      spdlog::debug("memory socket: refused pid {} uid {}: {}", connection.peer.pid, connection.peer.uid,
+                    memory.status().ToString());
+      sent = SendFds(connection.socket.get(), FormatMemoryReply(memory.status(), 0), {});
+    }
+    // A peer that does not read its replies (its buffer is full) is dropped.
+    if (!sent.ok()) return false;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const SealedMemory>> MemorySocketServer::Answer(const std::string& payload, size_t fds,
+                                                                               uid_t peer_uid) {
+  absl::StatusOr<MemoryRequest> request = ParseMemoryRequest(payload);
+  if (!request.ok()) return request.status();
+  if (fds != 0) return absl::InvalidArgumentError("a memory socket request carries no descriptors");
+  absl::StatusOr<SessionId> session = sessions_->Authenticate(request->credentials);
+  if (!session.ok()) return session.status();
+  if (absl::Status peer = sessions_->BindMemoryPeer(*session, peer_uid); !peer.ok()) return peer;
+  return memory_files_->Find(request->key, *session);
+}
+
+}  // namespace gpumux
