@@ -166,6 +166,7 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
     }
     absl::StatusOr<std::shared_ptr<const SealedMemory>> memory =
         Answer(request->payload, request->fds.size(), connection.peer.uid);
+    request->fds.clear();  // descriptors a peer attached are not kept, not even until the reply
     absl::Status sent;
     if (memory.ok()) {
       const int fd = (*memory)->fd();

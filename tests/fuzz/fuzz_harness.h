@@ -75,6 +75,9 @@ class FuzzHarness {
   // The session stream with `messages` as raw bytes (one message each),
   // half-closed after them and read to its end. Checks the status.
   grpc::Status OpenRaw(const std::vector<std::string>& messages);
+  // The session's "<id>:<secret>" and the daemon's gRPC socket path.
+  const std::string& credentials() const { return session_metadata_; }
+  const std::string& socket_path() const { return daemon_->socket_path(); }
   // A context with the session's metadata and kCallDeadline.
   std::unique_ptr<grpc::ClientContext> Context() const;
   // Prints `what` and aborts: libFuzzer saves the input as a crash.

@@ -1,0 +1,221 @@
+// The memory socket (common/memory_socket.h, server/rpc/memory_socket_server.h)
+// end to end against an in-process daemon: what it hands out, and every bad
+// request answered with the exact code and a message saying what was wrong,
+// after which the daemon (and the same connection, where the protocol
+// allows) serves on.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/fd_passing.h"
+#include "common/memory_socket.h"
+#include "common/sealed_memory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/session_registry.h"
+#include "tests/rpc/daemon_fixture.h"
+#include "tests/status_matchers.h"
+
+namespace gpumux::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One raw connection to the memory socket.
+class RawMemorySocket {
+ public:
+  explicit RawMemorySocket(const std::string& path) : socket_(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    connected_ = connect(socket_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  bool connected() const { return connected_; }
+
+  // Sends `payload` (with `fds`) and returns the reply's status; `fds_back`
+  // receives how many descriptors came with it.
+  absl::Status Ask(const std::string& payload, std::vector<int> fds = {}, size_t* fds_back = nullptr) {
+    if (absl::Status sent = SendFds(socket_.get(), payload, fds); !sent.ok()) return sent;
+    absl::StatusOr<PassedMessage> reply = ReceiveFds(socket_.get());
+    if (!reply.ok()) return reply.status();
+    if (fds_back != nullptr) *fds_back = reply->fds.size();
+    uint64_t size = 0;
+    return ParseMemoryReply(reply->payload, &size);
+  }
+  int fd() const { return socket_.get(); }
+
+ private:
+  UniqueFd socket_;
+  bool connected_ = false;
+};
+
+class MemorySocketTest : public DaemonTest {
+ protected:
+  std::string MemoryPath() const { return MemorySocketPath(socket_path()); }
+  std::string StagingKey(RawSession& session) {
+    v1::GetStagingBufferRequest request;
+    v1::StagingBuffer buffer;
+    EXPECT_TRUE(session.copy().GetStagingBuffer(session.Context().get(), request, &buffer).ok());
+    return buffer.handle().data();
+  }
+};
+
+TEST_F(MemorySocketTest, TheSocketSitsNextToTheGrpcOneWithItsMode) {
+  struct stat st {};
+  ASSERT_EQ(stat(MemoryPath().c_str(), &st), 0) << MemoryPath();
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(MemoryPath(), socket_path() + ".memfd");
+}
+
+TEST_F(MemorySocketTest, HandsAnAllocationsSegmentToItsSessionOnOneConnection) {
+  RawSession session(channel_, "fetch");
+  v1::Allocation a, b;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  ASSERT_TRUE(session.Allocate(1, 4096, &b).ok());
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  for (const v1::Allocation* allocation : {&a, &b, &a}) {
+    size_t fds = 0;
+    EXPECT_OK(socket.Ask(FormatMemoryRequest(session.credentials(), allocation->segment_handle().data()), {}, &fds));
+    EXPECT_EQ(fds, 1u);
+  }
+}
+
+TEST_F(MemorySocketTest, BadRequestsGetPreciseAnswersAndTheConnectionServesOn) {
+  RawSession session(channel_, "bad");
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  const std::string key = a.segment_handle().data();
+  const std::string credentials = session.credentials();
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  struct Case {
+    std::string payload;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"hello", kInvalid, "starts with \"gmxmem1 \""},
+      {"gmxmem2 " + credentials + " " + key, kInvalid, "starts with \"gmxmem1 \""},
+      {"gmxmem1 " + credentials, kInvalid, "<session_id>:<secret> <key>"},
+      {"gmxmem1 " + credentials + " " + key + " extra", kInvalid, "<session_id>:<secret> <key>"},
+      {"gmxmem1  " + credentials + " " + key, kInvalid, "<session_id>:<secret> <key>"},
+      {"gmxmem1 " + credentials + " " + key.substr(1), kInvalid, "32 lowercase hex digits"},
+      {"gmxmem1 " + credentials + " " + std::string(32, 'G'), kInvalid, "32 lowercase hex digits"},
+      {"gmxmem1 " + credentials + " /gpumux-1-x", kInvalid, "32 lowercase hex digits"},
+      {FormatMemoryRequest("nocolon", key), absl::StatusCode::kUnauthenticated, "malformed"},
+      {FormatMemoryRequest(absl::StrCat(session.id(), ":", std::string(32, '0')), key),
+       absl::StatusCode::kUnauthenticated, "secret does not match"},
+      {FormatMemoryRequest("999999:" + session.secret(), key), absl::StatusCode::kUnauthenticated, "not open"},
+      {FormatMemoryRequest(credentials, std::string(32, 'a')), absl::StatusCode::kNotFound,
+       "no shared memory is filed under key"},
+      {std::string("\xff\xfe\x00garbage", 10), kInvalid, "starts with"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_THAT(socket.Ask(c.payload), StatusIs(c.code, HasSubstr(c.message))) << c.payload;
+  }
+  // A request carrying descriptors: refused, and they are not kept.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  EXPECT_THAT(socket.Ask(FormatMemoryRequest(credentials, key), {pipe_fds[0]}),
+              StatusIs(kInvalid, HasSubstr("carries no descriptors")));
+  // The daemon closed its copy before it answered: the pipe has no reader.
+  close(pipe_fds[0]);
+  signal(SIGPIPE, SIG_IGN);
+  char byte = 0;
+  EXPECT_EQ(write(pipe_fds[1], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  close(pipe_fds[1]);
+  // The same connection still serves a good request.
+  EXPECT_OK(socket.Ask(FormatMemoryRequest(credentials, key)));
+  EXPECT_TRUE(session.Ping().ok());
+}
+
+TEST_F(MemorySocketTest, AnOversizedRequestClosesOnlyItsConnection) {
+  RawSession session(channel_, "oversize");
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  const std::string huge(kMaxPassedPayload + 100, 'x');
+  ASSERT_EQ(send(socket.fd(), huge.data(), huge.size(), MSG_NOSIGNAL), static_cast<ssize_t>(huge.size()));
+  char reply[16];
+  EXPECT_EQ(recv(socket.fd(), reply, sizeof(reply), 0), 0) << "the connection stayed open";
+  RawMemorySocket next(MemoryPath());
+  ASSERT_TRUE(next.connected());
+  EXPECT_OK(next.Ask(FormatMemoryRequest(session.credentials(), a.segment_handle().data())));
+}
+
+TEST_F(MemorySocketTest, AStagingBufferIsItsSessionsAlone) {
+  RawSession owner(channel_, "owner");
+  RawSession other(channel_, "other");
+  const std::string key = StagingKey(owner);
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  EXPECT_THAT(socket.Ask(FormatMemoryRequest(other.credentials(), key)),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
+  EXPECT_OK(socket.Ask(FormatMemoryRequest(owner.credentials(), key)));
+}
+
+TEST_F(MemorySocketTest, ReleasedMemoryAndEndedSessionsAreRefused) {
+  auto session = std::make_unique<RawSession>(channel_, "ending");
+  v1::Allocation a;
+  ASSERT_TRUE(session->Allocate(0, 4096, &a).ok());
+  const std::string key = a.segment_handle().data();
+  const std::string credentials = session->credentials();
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  EXPECT_OK(socket.Ask(FormatMemoryRequest(credentials, key)));
+  ASSERT_TRUE(session->Close().ok());
+  session.reset();
+  // The daemon ends the session as the stream closes; give it a moment.
+  const auto answer_within = [&](const std::string& request, absl::StatusCode code) {
+    absl::Status status;
+    for (int i = 0; i < 200; ++i) {
+      status = socket.Ask(request);
+      if (status.code() == code) break;
+      usleep(10000);
+    }
+    return status;
+  };
+  EXPECT_THAT(answer_within(FormatMemoryRequest(credentials, key), absl::StatusCode::kUnauthenticated),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("not open")));
+  // Its segment went back to the daemon with it: another session holding
+  // the key finds nothing.
+  RawSession later(channel_, "later");
+  EXPECT_THAT(answer_within(FormatMemoryRequest(later.credentials(), key), absl::StatusCode::kNotFound),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
+  class NoSink final : public NoticeSink {
+   public:
+    void SegmentReleased(DeviceIndex, SegmentId) override {}
+    void Terminate(absl::string_view) override {}
+  };
+  SessionRegistry registry;
+  absl::StatusOr<OpenedSession> opened = registry.Open(SessionInfo{.client_name = "peer"}, std::make_shared<NoSink>());
+  ASSERT_OK(opened);
+  const SessionId id = opened->info.id;
+  EXPECT_OK(registry.BindMemoryPeer(id, 1000));
+  EXPECT_OK(registry.BindMemoryPeer(id, 1000));
+  EXPECT_THAT(registry.BindMemoryPeer(id, 1001),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("a process of uid 1001 may not")));
+  EXPECT_THAT(registry.BindMemoryPeer(SessionId(id.value() + 1), 1000),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+}  // namespace
+}  // namespace gpumux::testing
