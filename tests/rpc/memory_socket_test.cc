@@ -6,9 +6,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -197,6 +199,55 @@ TEST_F(MemorySocketTest, ReleasedMemoryAndEndedSessionsAreRefused) {
   RawSession later(channel_, "later");
   EXPECT_THAT(answer_within(FormatMemoryRequest(later.credentials(), key), absl::StatusCode::kNotFound),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+// The memory socket belongs to the socket group as the gRPC socket does, and
+// a session's memory goes only to processes of the uid that fetched first:
+// another user holding the session's credentials gets PERMISSION_DENIED.
+TEST(MemorySocketPeerTest, TheSocketGroupMayConnectButStolenCredentialsAreRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to another user";
+  TempDir dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  Daemon::Options options;
+  options.socket_path = dir.path() + "/gpumux.sock";
+  options.backend = "host";
+  options.host_device_memory = uint64_t{64} << 20;
+  options.socket_group = "nogroup";
+  struct group* nogroup = getgrnam("nogroup");
+  ASSERT_NE(nogroup, nullptr);
+  const gid_t gid = nogroup->gr_gid;
+  auto daemon = Daemon::Start(options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string memory_path = MemorySocketPath(options.socket_path);
+  struct stat st {};
+  ASSERT_EQ(stat(memory_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, gid);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+
+  RawSession session(grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials()), "owner");
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  const std::string request = FormatMemoryRequest(session.credentials(), a.segment_handle().data());
+  // The owner (root) fetches first: the session's memory is root's now.
+  RawMemorySocket owner(memory_path);
+  ASSERT_TRUE(owner.connected());
+  ASSERT_OK(owner.Ask(request));
+
+  // Uid nobody in the socket group, with the session's credentials: it may
+  // connect, and is refused. The child exits with the reply's code.
+  const pid_t child = fork();
+  if (child == 0) {
+    const gid_t groups[] = {gid};
+    if (setgroups(1, groups) != 0 || setgid(1) != 0 || setuid(65534) != 0) _exit(100);
+    RawMemorySocket thief(memory_path);
+    if (!thief.connected()) _exit(101);
+    _exit(static_cast<int>(thief.Ask(request).code()));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_OK(owner.Ask(request)) << "the owner still gets its memory";
 }
 
 TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
