@@ -11,7 +11,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/byte_size.h"
 #include "common/default_address.h"
@@ -24,7 +27,8 @@ ABSL_FLAG(std::string, socket_group, "", "group that owns the socket (mode 0660)
 ABSL_FLAG(std::string, listen, "", "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
-ABSL_FLAG(std::string, host_device_memory, "8GiB", "memory of each emulated device (KiB/MiB/GiB/KB/MB/GB)");
+ABSL_FLAG(std::string, host_device_memory, "8GiB",
+          "memory of each emulated device: a number with B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
 ABSL_FLAG(int, host_stream_workers, 8, "worker threads that run all host-backend streams (1-256)");
 ABSL_FLAG(std::string, allocator_conf, "",
           "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
@@ -54,6 +58,30 @@ std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::s
   return out;
 }
 
+// --help: every flag of gpumuxd as the README spells it (dashes), with its
+// default and what it does. Abseil's own --help lists no flags of a main file.
+void PrintHelp() {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) { return a->Name() < b->Name(); });
+  std::printf(
+      "usage: gpumuxd [--flag=value ...]\n"
+      "The gpumux GPU resource daemon: serves the GPUs (or emulated host devices) to clients over gRPC on\n"
+      "a Unix socket, and their shared memory on <socket>.memfd next to it. SIGTERM or SIGINT stops it.\n\n"
+      "flags:\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::string name(flag->Name());
+    std::replace(name.begin(), name.end(), '_', '-');
+    const std::string fallback = flag->DefaultValue();
+    std::printf("  --%s\n      %s (default: %s)\n", name.c_str(), flag->Help().c_str(),
+                fallback.empty() ? "none" : fallback.c_str());
+  }
+  std::printf("  --help\n      this text\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +92,13 @@ int main(int argc, char** argv) {
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
       "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads");
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "-help") {
+      PrintHelp();
+      return 0;
+    }
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
