@@ -1,5 +1,6 @@
 #include "client/grpc_status.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpumux {
@@ -13,7 +14,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view addres
 }
 
 absl::Status UnreachableError(absl::string_view address, absl::string_view detail) {
-  return absl::UnavailableError(absl::StrCat("cannot reach gpumuxd at ", address, ": ", detail));
+  // Nothing listens there: say what to do about it.
+  const bool nobody_there = absl::StrContains(detail, "failed to connect") ||
+                            absl::StrContains(detail, "No such file") ||
+                            absl::StrContains(detail, "Connection refused");
+  return absl::UnavailableError(absl::StrCat(
+      "cannot reach gpumuxd at ", address, ": ", detail,
+      nobody_there ? "; is gpumuxd running? Start it (gpumuxd, or systemctl start gpumuxd) or point "
+                     "GPUMUX_ADDRESS (the CLI: --address) at its socket"
+                   : ""));
 }
 
 }  // namespace gpumux

@@ -380,7 +380,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
 
   spdlog::info("gpumuxd serving on unix://{} (shared memory on {}){}; backend {} with {} devices", options.socket_path,
-               s.memory_socket->path(), options.listen_address.empty() ? "" : absl::StrCat(" and observe-only TCP port ", s.tcp_port),
+               s.memory_socket->path(), options.listen_address.empty()
+                   ? ""
+                   : absl::StrCat(" and observe-only on TCP ",
+                                  options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
+                                  s.tcp_port),
                s.backend->name(), s.backend->device_count());
   for (int d = 0; d < s.backend->device_count(); ++d) {
     const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));

@@ -11,13 +11,23 @@ namespace {
 struct Command {
   const char* name;
   int (*run)(const CommandContext&, const std::vector<std::string>&);
+  const char* usage;
 };
 
 constexpr Command kCommands[] = {
-    {"devices", RunDevices},   {"stats", RunStats},       {"summary", RunSummary},
-    {"snapshot", RunSnapshot}, {"sessions", RunSessions}, {"empty-cache", RunEmptyCache},
-    {"replay", RunReplay},
+    {"devices", RunDevices, kDevicesUsage},       {"stats", RunStats, kStatsUsage},
+    {"summary", RunSummary, kSummaryUsage},       {"snapshot", RunSnapshot, kSnapshotUsage},
+    {"sessions", RunSessions, kSessionsUsage},    {"empty-cache", RunEmptyCache, kEmptyCacheUsage},
+    {"replay", RunReplay, kReplayUsage},
 };
+
+bool AsksForHelp(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    if (arg == "--") return false;
+    if (arg == "--help" || arg == "-h") return true;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -57,7 +67,12 @@ int RunCli(std::vector<std::string> args, std::ostream& out, std::ostream& err) 
   }
   args.erase(args.begin());
   for (const Command& command : kCommands) {
-    if (name == command.name) return command.run(context, args);
+    if (name != command.name) continue;
+    if (AsksForHelp(args)) {  // `gpumux stats --help`: that command's usage, to stdout
+      out << "usage: " << command.usage;
+      return kExitOk;
+    }
+    return command.run(context, args);
   }
   return UsageError(
       context, absl::StrCat(name.rfind('-', 0) == 0 ? "unknown flag " : "unknown command ", name),

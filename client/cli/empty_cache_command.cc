@@ -33,9 +33,13 @@ int RunEmptyCache(const CommandContext& context, const std::vector<std::string>&
   if (parsed->Has("device")) options.device = DeviceIndex(static_cast<int32_t>(*device));
   absl::StatusOr<ReleasedCache> result = (*client)->EmptyCache(options);
   if (!result.ok()) return ReportError(context, result.status());
-  *context.out << "released " << result->released_bytes << " bytes ("
-               << FormatTorchSize(result->released_bytes) << ") in " << result->released_segments
-               << (result->released_segments == 1 ? " segment" : " segments") << "\n";
+  if (result->released_segments == 0) {
+    *context.out << "released nothing: no cached segment was free\n";
+  } else {
+    *context.out << "released " << result->released_bytes << " bytes (" << FormatTorchSize(result->released_bytes)
+                 << ") in " << result->released_segments
+                 << (result->released_segments == 1 ? " segment" : " segments") << "\n";
+  }
   return kExitOk;
 }
 

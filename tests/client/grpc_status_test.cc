@@ -37,12 +37,17 @@ TEST(FromGrpcStatusTest, UnavailableNamesTheAddress) {
   EXPECT_THAT(FromGrpcStatus(status, "unix:///x.sock"),
               StatusIs(absl::StatusCode::kUnavailable,
                        "cannot reach gpumuxd at unix:///x.sock: failed to connect to all "
-                       "addresses; last error: UNKNOWN: unix:/x.sock: No such file or directory"));
+                       "addresses; last error: UNKNOWN: unix:/x.sock: No such file or directory; is gpumuxd "
+                       "running? Start it (gpumuxd, or systemctl start gpumuxd) or point GPUMUX_ADDRESS (the "
+                       "CLI: --address) at its socket"));
 }
 
 TEST(UnreachableErrorTest, Format) {
   EXPECT_THAT(UnreachableError("host:1234", "gone"),
               StatusIs(absl::StatusCode::kUnavailable, "cannot reach gpumuxd at host:1234: gone"));
+  // A daemon's own UNAVAILABLE gets no advice to start one.
+  EXPECT_THAT(UnreachableError("host:1234", "gpumuxd is shutting down"),
+              StatusIs(absl::StatusCode::kUnavailable, "cannot reach gpumuxd at host:1234: gpumuxd is shutting down"));
 }
 
 }  // namespace

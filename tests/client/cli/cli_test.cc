@@ -82,6 +82,19 @@ TEST(CliTest, BadCommandsAndFlagsExitTwoWithUsage) {
   EXPECT_EQ(RunGpumux({"--verbose", "devices"}).exit_code, 2);
 }
 
+TEST(CliTest, EveryCommandTakesHelp) {
+  for (const char* command : {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "replay"}) {
+    for (const char* help : {"--help", "-h"}) {
+      CliRun run = RunGpumux({command, help});
+      EXPECT_EQ(run.exit_code, 0) << command << " " << help << ": " << run.err;
+      EXPECT_THAT(run.out, StartsWith(std::string("usage: gpumux ") + command)) << command;
+      EXPECT_EQ(run.err, "") << command;
+    }
+  }
+  // After "--" it is an argument, not a request for help.
+  EXPECT_EQ(RunGpumux({"devices", "--", "--help"}).exit_code, 2);
+}
+
 TEST(CliTest, UnreachableDaemonExitsOneNamingTheAddress) {
   for (const char* command :
        {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache"}) {
@@ -214,7 +227,7 @@ TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "released 2097152 bytes (2.00 MiB) in 1 segment\n");
   run = RunHere({"empty-cache", "--device", "1"});
-  EXPECT_EQ(run.out, "released 0 bytes (0 bytes) in 0 segments\n");
+  EXPECT_EQ(run.out, "released nothing: no cached segment was free\n");
   EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(0));
 }
 
