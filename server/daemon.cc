@@ -339,8 +339,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path, " to group '",
                                                     options.socket_group, "': ", std::strerror(error)));
   }
+  // Who may connect rests on this mode: without it the daemon does not serve.
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
-    spdlog::warn("chmod 0660 {}: {}", options.socket_path, std::strerror(errno));
+    const int error = errno;
+    s.unix_server->Shutdown();
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set mode 0660 on ", options.socket_path, ": ", std::strerror(error)));
   }
   absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
       MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path), .group = socket_gid},

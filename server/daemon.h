@@ -52,7 +52,8 @@ class Daemon {
   // INVALID_ARGUMENT for bad options (a listen address without a port in
   // 0-65535, an unknown socket group, a budget of 0), UNAVAILABLE when a listener cannot bind,
   // FAILED_PRECONDITION when another daemon serves the socket or the backend
-  // is not available in this build.
+  // is not available in this build, PERMISSION_DENIED when a socket cannot
+  // be given its group or mode 0660.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Options& options);
 
   // Shuts down if still running.

@@ -3,6 +3,12 @@
 // Opening and ending a session across the registry, the memory books, the
 // streams and events, staging buffers, RNG generators and NVTX ranges, and
 // the one log line that says what an ended session left behind.
+//
+// Thread-safe: it holds no state of its own, and each book it calls locks
+// for itself; calls for different sessions run concurrently. For one
+// session, Close must come after its Open returned (the session service
+// closes only a session whose Open it saw succeed); a second Close does
+// nothing.
 
 #include <memory>
 

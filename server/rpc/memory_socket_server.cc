@@ -54,7 +54,12 @@ absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(co
     return absl::PermissionDeniedError(
         absl::StrCat("cannot give ", options.path, " to group ", *options.group, ": ", std::strerror(error)));
   }
-  if (chmod(options.path.c_str(), 0660) != 0) spdlog::warn("chmod 0660 {}: {}", options.path, std::strerror(errno));
+  if (chmod(options.path.c_str(), 0660) != 0) {
+    const int error = errno;
+    unlink(options.path.c_str());
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set mode 0660 on ", options.path, ": ", std::strerror(error)));
+  }
   if (listen(server->listener_.get(), kListenBacklog) != 0) {
     const int error = errno;
     unlink(options.path.c_str());

@@ -41,7 +41,8 @@ class MemorySocketServer {
   };
 
   // Binds, listens and starts serving. UNAVAILABLE when the socket cannot
-  // be made; PERMISSION_DENIED when it cannot be given to the group.
+  // be made; PERMISSION_DENIED when it cannot be given to the group or its
+  // mode 0660.
   static absl::StatusOr<std::unique_ptr<MemorySocketServer>> Start(const Options& options, SessionRegistry* sessions,
                                                                    const MemoryFileTable* memory_files);
   // Stop().

@@ -14,7 +14,8 @@
 namespace gpumux {
 namespace {
 
-constexpr char kDaemonVersion[] = "0.1.0";
+// CMake's PROJECT_VERSION (server/rpc/CMakeLists.txt).
+constexpr char kDaemonVersion[] = GPUMUX_VERSION;
 
 // Queues server messages on one stream: one write in flight at a time, as
 // gRPC requires; Finish waits for the write in flight.

@@ -112,7 +112,7 @@ TEST(ClientTest, ConnectOpensASessionAsRequestedAndUsesItsCredentials) {
   EXPECT_EQ(session->labels().at("namespace"), "ml");
   EXPECT_EQ(client->tenant(), "team-a");
   EXPECT_EQ(client->backend(), "host");
-  EXPECT_FALSE(client->daemon_version().empty());
+  EXPECT_EQ(client->daemon_version(), GPUMUX_PROJECT_VERSION);  // CMake's PROJECT_VERSION
   EXPECT_EQ(client->address(), daemon.address());
 
   // Session-bound calls are UNAUTHENTICATED without the secret the daemon handed out.
