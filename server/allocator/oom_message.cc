@@ -13,7 +13,9 @@ std::string FormatOomMessage(const OomReport& r) {
   std::string message = absl::StrCat(
       "CUDA out of memory. Tried to allocate ", FormatTorchSize(r.attempted_segment_size),
       ". GPU ", r.device, " has a total capacity of ", FormatTorchSize(r.device_total), " of which ",
-      FormatTorchSize(r.device_free), " is free. ", allowed, "Of the allocated memory ",
+      r.device_free.ok() ? absl::StrCat(FormatTorchSize(*r.device_free), " is free. ")
+                         : absl::StrCat("the free part is unknown (", r.device_free.status().message(), "). "),
+      allowed, "Of the allocated memory ",
       FormatTorchSize(r.device_allocated), " is allocated by PyTorch, and ",
       FormatTorchSize(unallocated),
       " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "

@@ -7,13 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace gpumux {
 
 struct OomReport {
   int device = 0;
   uint64_t attempted_segment_size = 0;  // get_allocation_size, not the request
   uint64_t device_total = 0;
-  uint64_t device_free = 0;
+  // What the backend said is free, or why it could not say.
+  absl::StatusOr<uint64_t> device_free = uint64_t{0};
   uint64_t device_allocated = 0;  // allocated_bytes.all.current, whole device
   uint64_t device_reserved = 0;   // reserved_bytes.all.current, whole device
   uint64_t client_allocated = 0;

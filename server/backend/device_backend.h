@@ -96,8 +96,10 @@ class DeviceBackend {
   virtual int device_count() const = 0;
   // Precondition: 0 <= device < device_count().
   virtual const DeviceInfo& device_info(DeviceIndex device) const = 0;
-  // Bytes the backend could still hand out on `device` (cudaMemGetInfo's free).
-  virtual uint64_t FreeMemory(DeviceIndex device) const = 0;
+  // Bytes the backend could still hand out on `device` (cudaMemGetInfo's
+  // free). INVALID_ARGUMENT for a device out of range; the CUDA error when
+  // the device cannot tell (a lost context), never a made-up 0.
+  virtual absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const = 0;
   // OK while the device works. After a sticky CUDA error (an illegal address,
   // a kernel fault, an uncorrectable ECC error) the device's context is lost
   // until the daemon restarts: this returns UNAVAILABLE saying why, and every

@@ -24,7 +24,7 @@ class ForwardingBackend : public DeviceBackend {
   absl::string_view name() const override { return target_->name(); }
   int device_count() const override { return target_->device_count(); }
   const DeviceInfo& device_info(DeviceIndex device) const override { return target_->device_info(device); }
-  uint64_t FreeMemory(DeviceIndex device) const override { return target_->FreeMemory(device); }
+  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override { return target_->FreeMemory(device); }
   absl::Status DeviceHealth(DeviceIndex device) const override { return target_->DeviceHealth(device); }
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override {
     return target_->AllocateSegment(device, size);

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/device_range.h"
 #include "server/rpc/grpc_status.h"
 
@@ -17,7 +18,8 @@ void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out
   out->set_name(info.name);
   out->set_backend(std::string(backend_->name()));
   out->set_total_memory(info.total_memory);
-  out->set_free_memory(backend_->FreeMemory(device));
+  const absl::StatusOr<uint64_t> free_memory = backend_->FreeMemory(device);
+  out->set_free_memory(free_memory.ok() ? *free_memory : 0);
   out->set_major(info.major);
   out->set_minor(info.minor);
   out->set_multi_processor_count(info.multi_processor_count);
@@ -26,7 +28,13 @@ void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out
   out->set_gencode_flags(info.gencode_flags);
   out->set_driver_version(info.driver_version);
   out->set_runtime_version(info.runtime_version);
-  const absl::Status health = backend_->DeviceHealth(device);
+  // A device that cannot say what is free is not healthy: the 0 above is
+  // explained here, not passed off as a full device.
+  absl::Status health = backend_->DeviceHealth(device);
+  if (health.ok() && !free_memory.ok()) {
+    health = absl::Status(free_memory.status().code(),
+                          absl::StrCat("free memory unknown: ", free_memory.status().message()));
+  }
   out->set_healthy(health.ok());
   out->set_health(health.ok() ? "ok" : std::string(health.message()));
 }

@@ -115,7 +115,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, DescribesEveryDevice) {
     EXPECT_FALSE(info.name.empty());
     EXPECT_GT(info.total_memory, 0u);
     EXPECT_GT(info.multi_processor_count, 0);
-    EXPECT_LE(backend.FreeMemory(DeviceIndex(i)), info.total_memory);
+    ASSERT_OK(backend.FreeMemory(DeviceIndex(i)));
+    EXPECT_LE(*backend.FreeMemory(DeviceIndex(i)), info.total_memory);
     EXPECT_OK(backend.Synchronize(DeviceIndex(i)));
   }
 }
@@ -172,11 +173,11 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SegmentsDoNotOverlap) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, MoreThanFreeMemoryIsResourceExhausted) {
   DeviceBackend& backend = *this->backend_;
-  const uint64_t free_before = backend.FreeMemory(kConformanceDevice);
+  const uint64_t free_before = *backend.FreeMemory(kConformanceDevice);
   const uint64_t too_much = (free_before / (2 * kConformanceMiB) + 1) * (2 * kConformanceMiB);
   EXPECT_THAT(backend.AllocateSegment(kConformanceDevice, too_much),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_EQ(backend.FreeMemory(kConformanceDevice), free_before);
+  EXPECT_EQ(*backend.FreeMemory(kConformanceDevice), free_before);
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, BadSizesAreInvalidArgument) {
@@ -214,17 +215,17 @@ TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedAddressIsReused) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, FreeMemoryFollowsAllocations) {
   DeviceBackend& backend = *this->backend_;
-  const uint64_t free_before = backend.FreeMemory(kConformanceDevice);
+  const uint64_t free_before = *backend.FreeMemory(kConformanceDevice);
   absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 8 * kConformanceMiB);
   ASSERT_OK(segment);
-  EXPECT_LE(backend.FreeMemory(kConformanceDevice), free_before - 8 * kConformanceMiB);
+  EXPECT_LE(*backend.FreeMemory(kConformanceDevice), free_before - 8 * kConformanceMiB);
   ASSERT_OK(backend.ReleaseSegment(kConformanceDevice, segment->address));
-  EXPECT_EQ(backend.FreeMemory(kConformanceDevice), free_before);
+  EXPECT_EQ(*backend.FreeMemory(kConformanceDevice), free_before);
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, ConcurrentAllocateAndReleaseFromTwoThreads) {
   DeviceBackend& backend = *this->backend_;
-  const uint64_t free_before = backend.FreeMemory(kConformanceDevice);
+  const uint64_t free_before = *backend.FreeMemory(kConformanceDevice);
   auto churn = [&backend](uint32_t seed, std::vector<absl::Status>* errors) {
     std::mt19937 rng(seed);
     std::vector<BackendSegment> live;
@@ -257,7 +258,7 @@ TYPED_TEST_P(DeviceBackendConformanceTest, ConcurrentAllocateAndReleaseFromTwoTh
   b.join();
   EXPECT_THAT(errors_a, ::testing::IsEmpty());
   EXPECT_THAT(errors_b, ::testing::IsEmpty());
-  EXPECT_EQ(backend.FreeMemory(kConformanceDevice), free_before);
+  EXPECT_EQ(*backend.FreeMemory(kConformanceDevice), free_before);
 }
 
 // ---- Streams, events, copies ----

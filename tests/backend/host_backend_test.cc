@@ -28,6 +28,7 @@
 namespace gpumux {
 namespace {
 
+using ::gpumux::testing::IsOkAndHolds;
 using ::gpumux::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
@@ -137,7 +138,7 @@ TEST(HostBackendTest, DescribesEmulatedDevices) {
   EXPECT_EQ(info.major, 0);
   EXPECT_EQ(info.minor, 0);
   EXPECT_EQ(info.multi_processor_count, static_cast<int>(std::thread::hardware_concurrency()));
-  EXPECT_EQ(backend->FreeMemory(DeviceIndex(1)), 256 * kMiB);
+  EXPECT_THAT(backend->FreeMemory(DeviceIndex(1)), IsOkAndHolds(256 * kMiB));
 }
 
 TEST(HostBackendTest, SegmentsAreSealedBackedMemoryFilesUnderUnguessableKeys) {
@@ -178,10 +179,10 @@ TEST(HostBackendTest, EnforcesDeviceMemoryExactly) {
   ASSERT_NE(backend, nullptr);
   absl::StatusOr<BackendSegment> big = backend->AllocateSegment(DeviceIndex(0), 64 * kMiB - 512);
   ASSERT_OK(big);
-  EXPECT_EQ(backend->FreeMemory(DeviceIndex(0)), 512u);
+  EXPECT_THAT(backend->FreeMemory(DeviceIndex(0)), IsOkAndHolds(512u));
   absl::StatusOr<BackendSegment> last = backend->AllocateSegment(DeviceIndex(0), 512);
   ASSERT_OK(last);
-  EXPECT_EQ(backend->FreeMemory(DeviceIndex(0)), 0u);
+  EXPECT_THAT(backend->FreeMemory(DeviceIndex(0)), IsOkAndHolds(0u));
   EXPECT_THAT(backend->AllocateSegment(DeviceIndex(0), 1024),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        "host device 0: cannot allocate 1024 bytes: 0 of 67108864 bytes free"));
@@ -201,7 +202,7 @@ TEST(HostBackendTest, SmallSegmentsDoNotUseUpTheLimitThroughAlignment) {
   for (int i = 0; i < 200; ++i) {
     ASSERT_OK(backend->AllocateSegment(DeviceIndex(0), 512)) << i;
   }
-  EXPECT_EQ(backend->FreeMemory(DeviceIndex(0)), 64 * kMiB - 200 * 512);
+  EXPECT_THAT(backend->FreeMemory(DeviceIndex(0)), IsOkAndHolds(64 * kMiB - 200 * 512));
 }
 
 TEST(HostBackendTest, AddressesAreAlignedPerDeviceAndLowestFirst) {
@@ -269,6 +270,8 @@ TEST(HostBackendTest, UnknownSegmentsAndDevicesAreRejected) {
                 StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(backend->Synchronize(DeviceIndex(bad)),
                 StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(backend->FreeMemory(DeviceIndex(bad)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << "a device out of range has no free memory to report, not 0";
   }
 }
 

@@ -241,11 +241,11 @@ absl::Status CudaBackend::DeviceHealth(DeviceIndex device) const {
   return d.health;
 }
 
-uint64_t CudaBackend::FreeMemory(DeviceIndex device) const {
-  if (!UseDevice(device).ok()) return 0;
+absl::StatusOr<uint64_t> CudaBackend::FreeMemory(DeviceIndex device) const {
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   size_t free = 0;
   size_t total = 0;
-  if (!Check(device, cudaMemGetInfo(&free, &total), "cudaMemGetInfo").ok()) return 0;
+  GPUMUX_RETURN_IF_ERROR(Check(device, cudaMemGetInfo(&free, &total), "cudaMemGetInfo"));
   const Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   return std::min<uint64_t>(free + d.retiring_bytes, d.info.total_memory);

@@ -84,7 +84,7 @@ class CudaBackend final : public DeviceBackend {
   int device_count() const override { return static_cast<int>(devices_.size()); }
   const DeviceInfo& device_info(DeviceIndex device) const override;
   // cudaMemGetInfo's free plus the bytes of retiring segments.
-  uint64_t FreeMemory(DeviceIndex device) const override;
+  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override;
   absl::Status DeviceHealth(DeviceIndex device) const override;
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override;
   absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override;

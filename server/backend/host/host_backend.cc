@@ -127,8 +127,8 @@ const DeviceInfo& HostBackend::device_info(DeviceIndex device) const {
   return devices_[device.value()]->info;
 }
 
-uint64_t HostBackend::FreeMemory(DeviceIndex device) const {
-  if (device.value() < 0 || device.value() >= device_count()) return 0;
+absl::StatusOr<uint64_t> HostBackend::FreeMemory(DeviceIndex device) const {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   const Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   return d.info.total_memory - d.used;

@@ -77,7 +77,7 @@ class HostBackend final : public DeviceBackend {
   MemoryFileTable& memory_files() const { return *memory_files_; }
   int device_count() const override { return static_cast<int>(devices_.size()); }
   const DeviceInfo& device_info(DeviceIndex device) const override;
-  uint64_t FreeMemory(DeviceIndex device) const override;
+  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override;
   // Emulated devices have no sticky errors: OK for every device in range.
   absl::Status DeviceHealth(DeviceIndex device) const override { return CheckDevice(device); }
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override;
