@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
   HostBackend::Options backend_options;
   backend_options.device_count = 1;
   backend_options.device_memory = device_memory;
+  backend_options.backed = false;  // addresses are all a replay needs
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend,
                           HostBackend::Create(backend_options));
   return std::unique_ptr<InProcessTarget>(new InProcessTarget(std::move(backend), options));

@@ -1,8 +1,9 @@
 #pragma once
 
 // InProcessTarget: a ReplayTarget over a CachingAllocator and a HostBackend
-// in this process, one emulated device the size of an H200 (the host backend
-// only ftruncates its shared-memory objects, so nothing is touched). Every
+// in this process, one emulated device the size of an H200 whose segments
+// are addresses only (HostBackend::Options::backed = false), so a replay
+// takes no memory for them. Every
 // replayed allocation belongs to one client; trace streams map to StreamIds.
 // Not thread-safe (a replay is one loop).
 

@@ -275,6 +275,26 @@ TEST(HostBackendTest, UnknownSegmentsAndDevicesAreRejected) {
   }
 }
 
+TEST(HostBackendTest, AnUnbackedBackendHandsOutAddressesWithoutMemory) {
+  MemoryFileTable table;
+  HostBackend::Options options = TestOptions(uint64_t{141} << 30);
+  options.memory_files = &table;
+  options.backed = false;
+  absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(options);
+  ASSERT_OK(backend);
+  // 100 GiB at once: nothing behind it, so this is instant and takes no memory.
+  absl::StatusOr<BackendSegment> huge = (*backend)->AllocateSegment(DeviceIndex(0), uint64_t{100} << 30);
+  ASSERT_OK(huge);
+  EXPECT_TRUE(huge->handle.data.empty());
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_THAT((*backend)->FreeMemory(DeviceIndex(0)), IsOkAndHolds(uint64_t{41} << 30));
+  absl::StatusOr<BackendStream> stream = (*backend)->CreateStream(DeviceIndex(0), 0);
+  ASSERT_OK(stream);
+  EXPECT_THAT((*backend)->Memset(*stream, huge->address, 1, 4096),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("no memory behind it")));
+  EXPECT_OK((*backend)->ReleaseSegment(DeviceIndex(0), huge->address));
+}
+
 TEST(HostBackendTest, ReleaseAndDestructorRemoveSegmentsFromTheTable) {
   MemoryFileTable table;
   HostBackend::Options options = TestOptions();

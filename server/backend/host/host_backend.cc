@@ -173,6 +173,11 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
   // The file is created and backed outside the lock (fallocate touches every
   // page); the reservation above keeps the address and the bytes ours
   // meanwhile.
+  if (!options_.backed) {
+    absl::MutexLock lock(&d.mu);
+    d.segments.emplace(address, Segment{size, nullptr, std::string(), nullptr});
+    return BackendSegment{address, size, SegmentHandle{SegmentHandle::Kind::kHostMemfd, std::string()}};
+  }
   absl::StatusOr<SealedMemory> memory =
       SealedMemory::Create(absl::StrCat("gpumux-d", device.value(), "-segment-", serial), size);
   absl::MutexLock lock(&d.mu);
@@ -229,6 +234,11 @@ absl::StatusOr<HostBackend::HostView> HostBackend::Translate(DeviceIndex device,
     const uint64_t offset = address - it->first;
     Segment& segment = it->second;
     if (offset < segment.size && bytes <= segment.size - offset) {
+      if (segment.memory == nullptr) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "host device %d: segment at 0x%x has no memory behind it (a backend for trace replay)",
+            device.value(), it->first));
+      }
       if (segment.mapping == nullptr) {
         // The pages are there already (the file is backed in full).
         GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(*segment.memory));

@@ -62,6 +62,11 @@ class HostBackend final : public DeviceBackend {
     // Worker threads running all streams' work (HostStreamPool); streams
     // beyond it take turns. Parked waits hold none.
     int stream_workers = 8;
+    // False: segments are device addresses only, with no memory behind them
+    // and an empty handle, for replaying allocation traces of a 141 GiB
+    // device without its memory. Copies, memsets and fills into them are
+    // FAILED_PRECONDITION.
+    bool backed = true;
   };
 
   // Fails with INVALID_ARGUMENT for device_count outside [1, 1024],
@@ -120,7 +125,7 @@ class HostBackend final : public DeviceBackend {
  private:
   struct Segment {
     uint64_t size = 0;
-    std::shared_ptr<const SealedMemory> memory;
+    std::shared_ptr<const SealedMemory> memory;  // null when !options_.backed
     std::string key;  // in memory_files_
     // Mapped into this process on first use by queued work.
     std::shared_ptr<SegmentMapping> mapping;
