@@ -8,6 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,68 @@ namespace {
 constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
 // What a receiver insists on: nobody may change the size under a mapping.
 constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+
+// The first unsigned number in the file at `path`; nullopt when it cannot
+// be read or holds none ("max").
+std::optional<uint64_t> ReadNumber(const std::string& path) {
+  std::ifstream file(path);
+  uint64_t value = 0;
+  if (file >> value) return value;
+  return std::nullopt;
+}
+
+// What the cgroup this process is in still lets it use: limit - usage, for
+// cgroup v2 ("0::/path" → memory.max, memory.current) or v1 ("N:memory:/path"
+// → memory.limit_in_bytes, memory.usage_in_bytes, at that path or at the
+// mount's root as inside a container). nullopt when unlimited or unknown.
+std::optional<uint64_t> CgroupHeadroom() {
+  std::ifstream cgroups("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroups, line)) {
+    const size_t first = line.find(':');
+    const size_t second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    std::optional<uint64_t> limit, usage;
+    if (controllers.empty()) {  // v2
+      limit = ReadNumber("/sys/fs/cgroup" + path + "/memory.max");
+      usage = ReadNumber("/sys/fs/cgroup" + path + "/memory.current");
+    } else if (controllers == "memory") {  // v1
+      for (const std::string& dir : {"/sys/fs/cgroup/memory" + path, std::string("/sys/fs/cgroup/memory")}) {
+        limit = ReadNumber(dir + "/memory.limit_in_bytes");
+        usage = ReadNumber(dir + "/memory.usage_in_bytes");
+        if (limit.has_value() && usage.has_value()) break;
+      }
+    } else {
+      continue;
+    }
+    // v1 says "no limit" with a number near 2^63.
+    if (!limit.has_value() || !usage.has_value() || *limit >= (uint64_t{1} << 62)) return std::nullopt;
+    return *limit > *usage ? *limit - *usage : 0;
+  }
+  return std::nullopt;
+}
+
+// Bytes this process may still back: MemAvailable, or the cgroup's headroom
+// when that is less. nullopt when neither can be read.
+std::optional<uint64_t> AvailableMemoryBytes() {
+  std::optional<uint64_t> available;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
+  }
+  const std::optional<uint64_t> headroom = CgroupHeadroom();
+  if (headroom.has_value() && (!available.has_value() || *headroom < *available)) available = headroom;
+  return available;
+}
 
 }  // namespace
 
@@ -61,6 +126,13 @@ absl::StatusOr<SealedMemory> SealedMemory::Create(absl::string_view name, uint64
         absl::StrCat("shared memory of ", size, " bytes: the size must be 1 byte to 1 TiB"));
   }
   const std::string label(name);
+  // Backing more than the machine (or the cgroup) has would not fail
+  // cleanly: the kernel would reclaim, then kill. Refuse it up front.
+  if (const std::optional<uint64_t> available = AvailableMemoryBytes(); available.has_value() && size > *available) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot back ", size, " bytes of shared memory (", label,
+                                                     "): only ", *available,
+                                                     " bytes of memory are available to this process"));
+  }
   UniqueFd fd(memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return SystemCallError(errno, absl::StrCat("memfd_create(", label, ")"));
   if (ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {

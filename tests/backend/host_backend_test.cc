@@ -275,6 +275,19 @@ TEST(HostBackendTest, UnknownSegmentsAndDevicesAreRejected) {
   }
 }
 
+TEST(HostBackendTest, MemoryTheMachineCannotBackIsResourceExhaustedAtAllocation) {
+  // A device larger than the machine: the segment fails when allocated (no
+  // later access can fault), and the device's books are as before.
+  std::unique_ptr<HostBackend> backend = MakeBackend(uint64_t{1} << 40);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_THAT(backend->AllocateSegment(DeviceIndex(0), uint64_t{900} << 30),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::AllOf(::testing::HasSubstr("host device 0: cannot allocate"),
+                                        ::testing::HasSubstr("bytes of memory are available"))));
+  EXPECT_THAT(backend->FreeMemory(DeviceIndex(0)), IsOkAndHolds(uint64_t{1} << 40));
+  EXPECT_OK(backend->AllocateSegment(DeviceIndex(0), 2 * kMiB));
+}
+
 TEST(HostBackendTest, AnUnbackedBackendHandsOutAddressesWithoutMemory) {
   MemoryFileTable table;
   HostBackend::Options options = TestOptions(uint64_t{141} << 30);

@@ -41,6 +41,12 @@ TEST(SealedMemoryTest, IsZeroedBackedAndCannotChangeSize) {
   EXPECT_NE(access("/dev/shm/gpumux-test", F_OK), 0);
 }
 
+TEST(SealedMemoryTest, MoreThanTheMachineHasIsResourceExhaustedAtOnce) {
+  // 1 TiB: no test machine has it available, and nothing may be touched.
+  EXPECT_THAT(SealedMemory::Create("gpumux-test-huge", uint64_t{1} << 40),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("bytes of memory are available")));
+}
+
 TEST(SealedMemoryTest, RefusesBadSizes) {
   EXPECT_THAT(SealedMemory::Create("zero", 0), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(SealedMemory::Create("huge", uint64_t{1} << 41), StatusIs(absl::StatusCode::kInvalidArgument));

@@ -117,6 +117,11 @@ class FuzzHarness {
   // Frees what the fuzzer got, resets the session's limits, remakes the
   // fixture and compares the books with the baseline.
   void CheckForLeaks();
+  // Lets every device finish its queued work, then allocates and frees a
+  // block on each, so the allocator processes the events of frees that
+  // waited on that work (PyTorch keeps such a block's requested bytes until
+  // then, as malloc's process_events retires it).
+  void Settle();
   // The session's stats and usage per device, its streams and events, and
   // the sessions listed, as text.
   std::string ReadBooks();
