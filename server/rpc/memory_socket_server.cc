@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -118,9 +119,13 @@ void MemorySocketServer::Run() {
           socklen_t length = sizeof(peer);
           UniqueFd socket(accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
           if (!socket.valid()) {
-            if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-              connections_refusal_.Refuse(absl::StrCat("memory socket: accept: ", std::strerror(errno))).IgnoreError();
+            const int error = errno;
+            if (error != EAGAIN && error != EINTR && error != ECONNABORTED) {
+              connections_refusal_.Refuse(absl::StrCat("memory socket: accept: ", std::strerror(error))).IgnoreError();
             }
+            // Out of descriptors, the connection stays queued and the
+            // listener readable: pause rather than spin until some close.
+            if (error == EMFILE || error == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
             break;
           }
           if (connections.size() >= options_.max_connections) {
