@@ -156,6 +156,15 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
 
   const std::vector<v1::SessionInfo> left = observe.Sessions();
   EXPECT_TRUE(left.empty()) << left.size() << " sessions left";
+  // A killed client's segments go back once the work it had queued ran
+  // (frees wait on it, as PyTorch's do): give the streams time to drain.
+  const auto reserved = [&] {
+    return observe.DeviceStat(0, "reserved_bytes.all.current") + observe.DeviceStat(1, "reserved_bytes.all.current");
+  };
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       reserved() != 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   for (int d = 0; d < 2; ++d) {
     EXPECT_EQ(observe.DeviceStat(d, "allocated_bytes.all.current"), 0) << "device " << d;
     EXPECT_EQ(observe.DeviceStat(d, "reserved_bytes.all.current"), 0) << "device " << d;
