@@ -148,8 +148,7 @@ absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_v
         " (open its handles with cudaIpcOpenEventHandle)"));
   }
   if (memory_files_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+    return NoMemorySocketError();
   }
   GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
   GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files_->Fetch(key, kHostIpcEventFileBytes));

@@ -27,8 +27,7 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
   switch (handle.kind()) {
     case v1::HANDLE_KIND_HOST_MEMFD: {
       if (memory_files == nullptr) {
-        return absl::FailedPreconditionError(
-            "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+        return NoMemorySocketError();
       }
       GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files->Fetch(handle.data(), size));
       GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());

@@ -25,8 +25,7 @@ absl::StatusOr<std::unique_ptr<StagingBuffer>> StagingBuffer::Map(const v1::Stag
     return absl::InternalError(
         absl::StrCat("gpumuxd offered a staging buffer of ", proto.size(), " bytes"));
   }
-  absl::StatusOr<MemoryMapping> mapping = absl::FailedPreconditionError(
-      "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+  absl::StatusOr<MemoryMapping> mapping = NoMemorySocketError();
   if (memory_files != nullptr) {
     absl::StatusOr<SealedMemory> memory = memory_files->Fetch(proto.handle().data(), proto.size());
     mapping = memory.ok() ? memory->Map() : absl::StatusOr<MemoryMapping>(memory.status());

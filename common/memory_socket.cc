@@ -43,6 +43,27 @@ absl::StatusOr<std::string> UnixSocketPathOf(absl::string_view target) {
   return std::string(path);
 }
 
+absl::StatusOr<UniqueFd> ConnectMemorySocket(absl::string_view path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", path, "' is too long"));
+  }
+  UniqueFd socket(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!socket.valid()) return SystemCallError(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
+  std::memcpy(address.sun_path, path.data(), path.size());
+  if (connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach gpumuxd's memory socket ", path, ": ", std::strerror(errno)));
+  }
+  return socket;
+}
+
+absl::Status NoMemorySocketError() {
+  return absl::FailedPreconditionError(
+      "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+}
+
 bool IsMemoryFileKey(absl::string_view key) {
   return key.size() == kMemoryFileKeyChars &&
          std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
@@ -91,18 +112,7 @@ absl::Status ParseMemoryReply(absl::string_view payload, uint64_t* size) {
 }
 
 absl::Status MemoryFileFetcher::ConnectLocked() {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (socket_path_.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", socket_path_, "' is too long"));
-  }
-  UniqueFd socket(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!socket.valid()) return SystemCallError(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
-  std::memcpy(address.sun_path, socket_path_.data(), socket_path_.size());
-  if (connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach gpumuxd's memory socket ", socket_path_, ": ", std::strerror(errno)));
-  }
+  GPUMUX_ASSIGN_OR_RETURN(UniqueFd socket, ConnectMemorySocket(socket_path_));
   if (setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &kReplyTimeout, sizeof(kReplyTimeout)) != 0) {
     return SystemCallError(errno, "setsockopt(SO_RCVTIMEO)");
   }

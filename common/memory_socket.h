@@ -45,6 +45,15 @@ std::string MemorySocketPath(absl::string_view grpc_socket_path);
 // INVALID_ARGUMENT for anything else (a TCP address has no memory socket).
 absl::StatusOr<std::string> UnixSocketPathOf(absl::string_view target);
 
+// A new connection to the memory socket at `path`. INVALID_ARGUMENT for a
+// path too long for a Unix socket; UNAVAILABLE, naming the path, when
+// nothing accepts there.
+absl::StatusOr<UniqueFd> ConnectMemorySocket(absl::string_view path);
+
+// FAILED_PRECONDITION: a client that reached gpumuxd by TCP has no memory
+// socket, so it can map nothing the daemon shares.
+absl::Status NoMemorySocketError();
+
 // True for kMemoryFileKeyChars lowercase hex digits.
 bool IsMemoryFileKey(absl::string_view key);
 

@@ -19,6 +19,10 @@ namespace gpumux {
 namespace {
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 40;
+// Below this a file cannot decide whether the machine runs out, and reading
+// /proc for it would tax every interprocess event (a copy's completion
+// event is one): only larger files are checked against what is available.
+constexpr uint64_t kCheckAvailableFrom = uint64_t{1} << 20;
 // What a receiver insists on: nobody may change the size under a mapping.
 constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
 
@@ -128,7 +132,9 @@ absl::StatusOr<SealedMemory> SealedMemory::Create(absl::string_view name, uint64
   const std::string label(name);
   // Backing more than the machine (or the cgroup) has would not fail
   // cleanly: the kernel would reclaim, then kill. Refuse it up front.
-  if (const std::optional<uint64_t> available = AvailableMemoryBytes(); available.has_value() && size > *available) {
+  if (const std::optional<uint64_t> available =
+          size >= kCheckAvailableFrom ? AvailableMemoryBytes() : std::nullopt;
+      available.has_value() && size > *available) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot back ", size, " bytes of shared memory (", label,
                                                      "): only ", *available,
                                                      " bytes of memory are available to this process"));

@@ -53,8 +53,8 @@ class SealedMemory {
   // A new memory file of `size` bytes (1 byte to 1 TiB), zero-filled, backed
   // and sealed. `name` shows in /proc/<pid>/fd and /proc/<pid>/maps only.
   // RESOURCE_EXHAUSTED when the memory is not there: more than MemAvailable
-  // or the cgroup's headroom (checked first, so the kernel is never pushed
-  // to reclaim or kill for it), fallocate's ENOSPC or ENOMEM, or a
+  // or the cgroup's headroom (checked first for files of 1 MiB and more, so
+  // the kernel is not pushed to reclaim or kill for them), fallocate's ENOSPC or ENOMEM, or a
   // descriptor limit; INVALID_ARGUMENT for a bad size.
   static absl::StatusOr<SealedMemory> Create(absl::string_view name, uint64_t size);
 

@@ -31,6 +31,14 @@ inline HostBackend::Options HostTestOptions(uint64_t device_memory = 256 * kTest
   return options;
 }
 
+// Another mapping of the event in `file`, through a descriptor of its own, as
+// another process holding the file has.
+inline absl::StatusOr<std::unique_ptr<HostIpcEvent>> AdoptEventCopy(const SealedMemory& file) {
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory copy,
+                          SealedMemory::Adopt(UniqueFd(fcntl(file.fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes));
+  return HostIpcEvent::Adopt(std::move(copy), "test");
+}
+
 // The interprocess event `handle` of the host backend `backend`, mapped as a
 // client maps it: its memory file as the memory socket hands it out.
 inline absl::StatusOr<std::unique_ptr<HostIpcEvent>> OpenBackendEvent(const DeviceBackend& backend,
@@ -40,9 +48,7 @@ inline absl::StatusOr<std::unique_ptr<HostIpcEvent>> OpenBackendEvent(const Devi
   GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<const SealedMemory> file,
                           host->memory_files().Find(key, MemoryFileTable::kAnySession));
-  GPUMUX_ASSIGN_OR_RETURN(SealedMemory copy,
-                          SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes));
-  return HostIpcEvent::Adopt(std::move(copy), "test");
+  return AdoptEventCopy(*file);
 }
 
 // A StreamWaitEvent on an interprocess event of the backend that the test has

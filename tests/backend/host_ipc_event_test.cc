@@ -43,11 +43,7 @@ constexpr auto kReply = milliseconds(5000);  // generous: the machine may be loa
 
 // Another mapping of `event`'s memory file, as another process gets it.
 std::unique_ptr<HostIpcEvent> OpenCopy(const HostIpcEvent& event) {
-  absl::StatusOr<SealedMemory> memory =
-      SealedMemory::Adopt(UniqueFd(fcntl(event.memory()->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes);
-  EXPECT_OK(memory);
-  if (!memory.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> copy = HostIpcEvent::Adopt(*std::move(memory), "copy");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> copy = AdoptEventCopy(*event.memory());
   EXPECT_OK(copy);
   return copy.ok() ? *std::move(copy) : nullptr;
 }
@@ -210,6 +206,30 @@ class HostIpcEventProcessTest : public ::testing::Test {
     gate_ = *std::move(gate);
   }
 
+  // An interprocess event of the backend on device 0, its handle, and its
+  // memory file as the memory socket hands it out (null, with a test
+  // failure, when any of it could not be had).
+  struct SharedEvent {
+    BackendEvent event;
+    std::string handle;
+    std::shared_ptr<const SealedMemory> file;
+  };
+  SharedEvent MakeSharedEvent() {
+    EventFlags flags;
+    flags.interprocess = true;
+    SharedEvent shared;
+    absl::StatusOr<BackendEvent> event = backend_->CreateEvent(kDev0, flags);
+    EXPECT_OK(event);
+    if (!event.ok()) return shared;
+    shared.event = *event;
+    absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
+    EXPECT_OK(handle);
+    if (!handle.ok()) return shared;
+    shared.handle = *handle;
+    shared.file = EventFile(*backend_, shared.handle);
+    return shared;
+  }
+
   std::unique_ptr<HostBackend> backend_;
   BackendStream stream_;
   std::unique_ptr<Gate> gate_;
@@ -220,18 +240,11 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
   const uint32_t seed = 5;
   absl::StatusOr<BackendSegment> segment = backend_->AllocateSegment(kDev0, size);
   ASSERT_OK(segment);
-  EventFlags ipc;
-  ipc.interprocess = true;
-  absl::StatusOr<BackendEvent> event = backend_->CreateEvent(kDev0, ipc);
-  ASSERT_OK(event);
-  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
-  ASSERT_OK(handle);
-
-  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
-  ASSERT_NE(file, nullptr);
+  const SharedEvent shared = MakeSharedEvent();
+  ASSERT_NE(shared.file, nullptr);
   std::shared_ptr<const SealedMemory> segment_file = PeerMemoryFile(*backend_, segment->handle);
   ASSERT_NE(segment_file, nullptr);
-  EventPeer peer({"open", absl::StrCat(file->fd())}, std::vector<int>{file->fd(), segment_file->fd()});
+  EventPeer peer({"open", absl::StrCat(shared.file->fd())}, std::vector<int>{shared.file->fd(), segment_file->fd()});
   ASSERT_TRUE(peer.started());
   ASSERT_EQ(peer.ReadLine(kReply), "opened");
   // The daemon side: data for the client, then the event, all held back.
@@ -239,7 +252,7 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
   for (uint64_t i = 0; i < size; ++i) (*data)[i] = PeerPatternByte(i, seed);
   ASSERT_OK(gate_->HoldBack(stream_));
   ASSERT_OK(backend_->CopyHostToDevice(stream_, segment->address, data->data(), size, data));
-  ASSERT_OK(backend_->RecordEvent(*event, stream_));
+  ASSERT_OK(backend_->RecordEvent(shared.event, stream_));
   ASSERT_TRUE(peer.Send("query"));
   EXPECT_EQ(peer.ReadLine(kReply), "query 0");
   ASSERT_TRUE(peer.Send("wait"));
@@ -253,16 +266,10 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
 }
 
 TEST_F(HostIpcEventProcessTest, BackendWaitsForAChildsRecord) {
-  EventFlags ipc;
-  ipc.interprocess = true;
-  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, ipc);
-  ASSERT_OK(created);
-  absl::StatusOr<std::string> created_handle = backend_->GetIpcEventHandle(*created);
-  ASSERT_OK(created_handle);
-  const std::string handle = *created_handle;
-  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, handle);
-  ASSERT_NE(file, nullptr);
-  std::unique_ptr<EventPeer> child = OpeningPeer(*file);
+  const SharedEvent shared = MakeSharedEvent();
+  ASSERT_NE(shared.file, nullptr);
+  const std::string& handle = shared.handle;
+  std::unique_ptr<EventPeer> child = OpeningPeer(*shared.file);
   EventPeer& peer = *child;
   ASSERT_TRUE(peer.started());
   ASSERT_EQ(peer.ReadLine(kReply), "opened");
@@ -310,7 +317,7 @@ TEST_F(HostIpcEventProcessTest, BackendWaitsForAChildsRecord) {
   // The child exits and the creator is destroyed: the handle names nothing
   // any more, the opened copy still works.
   EXPECT_EQ(peer.Finish(), 0);
-  ASSERT_OK(backend_->DestroyEvent(*created));
+  ASSERT_OK(backend_->DestroyEvent(shared.event));
   EXPECT_THAT(backend_->OpenIpcEventHandle(kDev0, handle), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK(backend_->RecordEvent(*opened, stream_));
   EXPECT_OK(backend_->SynchronizeEvent(*opened));
@@ -409,21 +416,14 @@ TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
   // A client records an interprocess event itself, as for its own kernels;
   // a daemon stream waits for it, with more work and an event (as the
   // allocator records) behind.
-  EventFlags flags;
-  flags.interprocess = true;
-  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, flags);
-  ASSERT_OK(created);
-  absl::StatusOr<std::string> created_handle = backend_->GetIpcEventHandle(*created);
-  ASSERT_OK(created_handle);
-  const std::string handle = *created_handle;
-  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, handle);
-  ASSERT_NE(file, nullptr);
-  std::unique_ptr<EventPeer> child = RecordingPeer(*file, 1);
+  const SharedEvent shared = MakeSharedEvent();
+  ASSERT_NE(shared.file, nullptr);
+  const std::string& handle = shared.handle;
+  std::unique_ptr<EventPeer> child = RecordingPeer(*shared.file, 1);
   ASSERT_FALSE(HasFailure());
   EventPeer& peer = *child;
   // Completes the record should a failing test stay blocked.
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Adopt(
-      *SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes), "rescue");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = AdoptEventCopy(*shared.file);
   ASSERT_OK(rescue);
 
   absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, handle);
@@ -458,20 +458,13 @@ TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
 }
 
 TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
-  EventFlags flags;
-  flags.interprocess = true;
-  absl::StatusOr<BackendEvent> event = backend_->CreateEvent(kDev0, flags);
-  ASSERT_OK(event);
-  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*event);
-  ASSERT_OK(handle);
-  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
-  ASSERT_NE(file, nullptr);
-  std::unique_ptr<EventPeer> peer = RecordingPeer(*file, 1);
+  const SharedEvent shared = MakeSharedEvent();
+  ASSERT_NE(shared.file, nullptr);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*shared.file, 1);
   ASSERT_FALSE(HasFailure());
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = HostIpcEvent::Adopt(
-      *SealedMemory::Adopt(UniqueFd(fcntl(file->fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes), "rescue");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> rescue = AdoptEventCopy(*shared.file);
   ASSERT_OK(rescue);
-  EXPECT_THAT(backend_->QueryEvent(*event), IsOkAndHolds(false));
+  EXPECT_THAT(backend_->QueryEvent(shared.event), IsOkAndHolds(false));
   bool synchronized = false;
   EXPECT_TRUE(ReturnsWithin(
       absl::Seconds(1),
@@ -480,14 +473,14 @@ TEST_F(AbandonedRecordTest, SynchronizeEventOnAKilledRecordersEventReturns) {
           std::this_thread::sleep_for(milliseconds(50));
           peer->Kill();
         });
-        EXPECT_OK(backend_->SynchronizeEvent(*event));
+        EXPECT_OK(backend_->SynchronizeEvent(shared.event));
         synchronized = true;
         killer.join();
       },
       [&] { (*rescue)->Complete(1, 1); }))
       << "SynchronizeEvent stayed blocked on a killed recorder's event";
   EXPECT_TRUE(synchronized);
-  EXPECT_THAT(backend_->QueryEvent(*event), IsOkAndHolds(true));
+  EXPECT_THAT(backend_->QueryEvent(shared.event), IsOkAndHolds(true));
 }
 
 TEST_F(AbandonedRecordTest, TheDaemonsOwnRecordOnAKilledClientsEventStillWaitsForItsStream) {
@@ -495,17 +488,11 @@ TEST_F(AbandonedRecordTest, TheDaemonsOwnRecordOnAKilledClientsEventStillWaitsFo
   // complete. The daemon then records the event on its own stream (held back
   // by the gate): that record is the daemon's, which lives, so it stays
   // pending until the stream runs it, client dead or not.
-  EventFlags flags;
-  flags.interprocess = true;
-  absl::StatusOr<BackendEvent> created = backend_->CreateEvent(kDev0, flags);
-  ASSERT_OK(created);
-  absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(*created);
-  ASSERT_OK(handle);
-  std::shared_ptr<const SealedMemory> file = EventFile(*backend_, *handle);
-  ASSERT_NE(file, nullptr);
-  std::unique_ptr<EventPeer> peer = RecordingPeer(*file, 1);
+  const SharedEvent shared = MakeSharedEvent();
+  ASSERT_NE(shared.file, nullptr);
+  std::unique_ptr<EventPeer> peer = RecordingPeer(*shared.file, 1);
   ASSERT_FALSE(HasFailure());
-  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, *handle);
+  absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, shared.handle);
   ASSERT_OK(opened);
   peer->Kill();
   EXPECT_THAT(backend_->QueryEvent(*opened), IsOkAndHolds(true));

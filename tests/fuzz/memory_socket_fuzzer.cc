@@ -12,13 +12,13 @@
 
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sys/un.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -34,16 +34,11 @@ namespace {
 constexpr absl::string_view kWriteSeedsFlag = "-write_seeds=";
 
 UniqueFd Connect(const std::string& path) {
-  UniqueFd socket(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  if (!socket.valid() || connect(socket.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    FuzzHarness::Fail(absl::StrCat("cannot connect to the memory socket ", path, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<UniqueFd> socket = ConnectMemorySocket(path);
+  if (!socket.ok()) FuzzHarness::Fail(socket.status().ToString());
   const auto deadline = absl::ToTimeval(FuzzHarness::kCallDeadline);
-  setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof(deadline));
-  return socket;
+  setsockopt(socket->get(), SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof(deadline));
+  return *std::move(socket);
 }
 
 void TestOneInput(absl::string_view input) {

@@ -57,15 +57,9 @@ TEST_F(MemoryServiceTest, SocketIsMode0660) {
 TEST(SocketGroupTest, NonRootMembersOfTheSocketGroupCanConnect) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to another user";
   TempDir dir;
-  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
-  Daemon::Options options;
-  options.socket_path = dir.path() + "/gpumux.sock";
-  options.backend = "host";
-  options.host_device_memory = uint64_t{64} << 20;
-  options.socket_group = "nogroup";
-  struct group* nogroup = getgrnam("nogroup");
-  ASSERT_NE(nogroup, nullptr);
-  const gid_t gid = nogroup->gr_gid;
+  gid_t gid = 0;
+  Daemon::Options options = NogroupSocketOptions(dir, &gid);
+  ASSERT_FALSE(HasFailure());
   auto daemon = Daemon::Start(options);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   struct stat st {};

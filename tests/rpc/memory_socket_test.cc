@@ -9,7 +9,6 @@
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,13 +35,11 @@ using ::testing::HasSubstr;
 // One raw connection to the memory socket.
 class RawMemorySocket {
  public:
-  explicit RawMemorySocket(const std::string& path) : socket_(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) {
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-    connected_ = connect(socket_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  explicit RawMemorySocket(const std::string& path) {
+    absl::StatusOr<UniqueFd> socket = ConnectMemorySocket(path);
+    if (socket.ok()) socket_ = *std::move(socket);
   }
-  bool connected() const { return connected_; }
+  bool connected() const { return socket_.valid(); }
 
   // Sends `payload` (with `fds`) and returns the reply's status; `fds_back`
   // receives how many descriptors came with it.
@@ -58,7 +55,6 @@ class RawMemorySocket {
 
  private:
   UniqueFd socket_;
-  bool connected_ = false;
 };
 
 class MemorySocketTest : public DaemonTest {
@@ -207,15 +203,9 @@ TEST_F(MemorySocketTest, ReleasedMemoryAndEndedSessionsAreRefused) {
 TEST(MemorySocketPeerTest, TheSocketGroupMayConnectButStolenCredentialsAreRefused) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to drop to another user";
   TempDir dir;
-  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
-  Daemon::Options options;
-  options.socket_path = dir.path() + "/gpumux.sock";
-  options.backend = "host";
-  options.host_device_memory = uint64_t{64} << 20;
-  options.socket_group = "nogroup";
-  struct group* nogroup = getgrnam("nogroup");
-  ASSERT_NE(nogroup, nullptr);
-  const gid_t gid = nogroup->gr_gid;
+  gid_t gid = 0;
+  const Daemon::Options options = NogroupSocketOptions(dir, &gid);
+  ASSERT_FALSE(HasFailure());
   auto daemon = Daemon::Start(options);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   const std::string memory_path = MemorySocketPath(options.socket_path);
