@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/channel.h"
+#include "client/client_impl.h"
 #include "client/cuda_free_fence.h"
 #include "client/grpc_status.h"
 #include "client/proto_conversion.h"
@@ -35,34 +36,35 @@ std::string ProcessName() {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
-  std::unique_ptr<Client> client(
-      new Client(std::string(address), CreateDaemonChannel(address), options));
-  GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*client->channel_, options.open_timeout, address));
+  std::unique_ptr<Client> client(new Client());
+  client->impl_ = std::make_unique<Impl>(*client, std::string(address), CreateDaemonChannel(address), options);
+  Impl& impl = *client->impl_;
+  GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*impl.channel_, options.open_timeout, address));
 
   v1::OpenSessionRequest request;
   request.set_client_name(options.client_name.empty() ? ProcessName() : options.client_name);
   request.set_pid(getpid());
   request.set_tenant(options.tenant);
   request.mutable_labels()->insert(options.labels.begin(), options.labels.end());
-  Client* raw = client.get();
   GPUMUX_ASSIGN_OR_RETURN(
-      client->session_,
-      SessionStream::Open(
-          *client->session_stub_, request, deadline, client->address_,
-          [raw](const v1::SessionServerMessage& notice) { raw->OnNotice(notice); }));
-  const v1::SessionOpened& opened = client->session_->opened();
-  client->session_id_ = SessionId(opened.session_id());
-  client->credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
+      impl.session_,
+      SessionStream::Open(*impl.session_stub_, request, deadline, impl.address_,
+                          [&impl](const v1::SessionServerMessage& notice) { impl.OnNotice(notice); }));
+  const v1::SessionOpened& opened = impl.session_->opened();
+  impl.session_id_ = SessionId(opened.session_id());
+  impl.credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
   // Shared memory comes from the memory socket next to the daemon's Unix
   // socket; a TCP address has none.
-  if (absl::StatusOr<std::string> path = UnixSocketPathOf(ToGrpcTarget(client->address_)); path.ok()) {
-    client->memory_files_ = std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), client->credentials_);
+  if (absl::StatusOr<std::string> path = UnixSocketPathOf(ToGrpcTarget(impl.address_)); path.ok()) {
+    impl.memory_files_ = std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), impl.credentials_);
   }
   return client;
 }
 
-Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, const Options& options)
-    : address_(std::move(address)),
+Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Channel> channel,
+                   const Options& options)
+    : self_(self),
+      address_(std::move(address)),
       channel_(std::move(channel)),
       session_stub_(v1::Session::NewStub(channel_)),
       device_stub_(v1::Device::NewStub(channel_)),
@@ -72,33 +74,49 @@ Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel, cons
       copy_stub_(v1::Copy::NewStub(channel_)),
       random_stub_(v1::Random::NewStub(channel_)),
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
+      observe_stub_(v1::Observe::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),
       max_inline_copy_(options.max_inline_copy),
       frees_([this](const FreeBatch& frees) { return SendFrees(frees); },
              options.free_batch_delay) {}
 
 Client::~Client() {
+  Impl& impl = *impl_;
   {
     // Its completion events are destroyed while the session still lives.
-    absl::MutexLock lock(&staging_mu_);
-    staging_.reset();
+    absl::MutexLock lock(&impl.staging_mu_);
+    impl.staging_.reset();
   }
-  if (session_ != nullptr) {
-    absl::Status flushed = frees_.Stop();
+  if (impl.session_ != nullptr) {
+    absl::Status flushed = impl.frees_.Stop();
     // With the session gone (or the daemon: UNAVAILABLE) the daemon has
     // released everything anyway.
-    if (!flushed.ok() && !session_->ended() && !absl::IsUnavailable(flushed)) {
+    if (!flushed.ok() && !impl.session_->ended() && !absl::IsUnavailable(flushed)) {
       spdlog::warn("gpumux: freeing queued allocations at exit failed: {}", flushed.ToString());
     }
     // The daemon drops the fences of a closed session without waiting: the
     // kernels they stand for must have finished before the memory goes.
     WaitForFreeFences();
-    session_->Close().IgnoreError();
+    impl.session_->Close().IgnoreError();
   }
-  mapper_.UnmapAll();
+  impl.mapper_.UnmapAll();
 }
 
-absl::Status Client::CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
+const std::string& Client::address() const { return impl_->address_; }
+SessionId Client::session_id() const { return impl_->session_id_; }
+const std::string& Client::tenant() const { return impl_->session_->opened().tenant(); }
+const std::string& Client::backend() const { return impl_->session_->opened().backend(); }
+const std::string& Client::daemon_version() const {
+  return impl_->session_->opened().daemon_version();
+}
+bool Client::session_ended() const {
+  return impl_->session_ == nullptr || impl_->session_->ended();
+}
+DeviceIndex Client::CurrentDevice() const { return impl_->current_.device(); }
+size_t Client::MappedSegmentCountForTest() const { return impl_->mapper_.size(); }
+uint64_t Client::OpenedMappingCountForTest() const { return impl_->mapper_.opened(); }
+
+absl::Status Client::Impl::CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
   if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
   if (session_->ended()) return SessionEndedError();
   grpc::ClientContext context;
@@ -111,12 +129,12 @@ absl::Status Client::CallWithSession(absl::FunctionRef<grpc::Status(grpc::Client
   return FromGrpcStatus(status, address_);
 }
 
-absl::Status Client::RestartedError() const {
+absl::Status Client::Impl::RestartedError() const {
   return absl::UnavailableError(absl::StrCat("session ", session_->opened().session_id(),
                                              " ended (the daemon restarted): reconnect with a new gpumux::Client"));
 }
 
-bool Client::DaemonAnswers() const {
+bool Client::Impl::DaemonAnswers() const {
   // A fresh channel: the session's may still be backing off from the old
   // daemon's end.
   std::shared_ptr<grpc::Channel> probe = CreateDaemonChannel(address_);
@@ -128,12 +146,12 @@ bool Client::DaemonAnswers() const {
   return device->GetDeviceCount(&context, request, &response).ok();
 }
 
-absl::Status Client::CheckSession() {
+absl::Status Client::Impl::CheckSession() {
   if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
   return session_->ended() ? SessionEndedError() : absl::OkStatus();
 }
 
-absl::Status Client::SessionEndedError() {
+absl::Status Client::Impl::SessionEndedError() {
   // The stream's final status says why. UNAVAILABLE: the daemon went away
   // (it shut down, or died and the stream broke); if one answers again now,
   // it is a new daemon that knows nothing of this session.
@@ -152,8 +170,8 @@ absl::Status Client::SessionEndedError() {
 absl::Status Client::Ping() {
   v1::PingRequest request;
   v1::PingResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return session_stub_->Ping(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->session_stub_->Ping(context, request, &response);
   });
 }
 
@@ -162,8 +180,8 @@ absl::Status Client::Ping() {
 absl::StatusOr<int> Client::DeviceCount() {
   v1::GetDeviceCountRequest request;
   v1::GetDeviceCountResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return device_stub_->GetDeviceCount(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->device_stub_->GetDeviceCount(context, request, &response);
   }));
   return response.count();
 }
@@ -177,19 +195,19 @@ absl::StatusOr<DeviceProperties> Client::GetDeviceProperties(DeviceIndex device)
   v1::GetDevicePropertiesRequest request;
   request.set_device(device.value());
   v1::DeviceProperties response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return device_stub_->GetDeviceProperties(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->device_stub_->GetDeviceProperties(context, request, &response);
   }));
   return FromProto(response);
 }
 
 absl::Status Client::Synchronize(DeviceIndex device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::SynchronizeRequest request;
   request.set_device(device.value());
   v1::SynchronizeResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return device_stub_->Synchronize(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->device_stub_->Synchronize(context, request, &response);
   });
 }
 
@@ -198,35 +216,35 @@ absl::Status Client::Synchronize(DeviceIndex device) {
 absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
                                               const AllocateOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, device, "the allocation"));
+                          impl_->ResolveStream(options.stream, device, "the allocation"));
   v1::AllocateRequest request;
   request.set_device(device.value());
   request.set_size(size);
   request.set_stream(stream.id().value());
   request.set_shareable(options.shareable);
-  const FreeBatch frees = frees_.Take();
+  const FreeBatch frees = impl_->frees_.Take();
   for (AllocationId id : frees.ids) request.add_free_allocation_ids(id.value());
   for (const std::string& handle : frees.wait_event_handles) request.add_free_wait_event_handles(handle);
   v1::AllocateResponse response;
-  absl::Status status = CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->Allocate(context, request, &response);
+  absl::Status status = impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->Allocate(context, request, &response);
   });
   if (!status.ok()) {
     if (!frees.ids.empty()) {
       // Whether the daemon applied the carried frees depends on where the
       // request failed. It frees all-or-nothing, so sending them again settles
       // it: NOT_FOUND means they were applied already.
-      absl::Status resent = SendFrees(frees);
+      absl::Status resent = impl_->SendFrees(frees);
       if (!resent.ok() && !absl::IsNotFound(resent) && !absl::IsUnavailable(resent)) {
         spdlog::warn("gpumux: freeing queued allocations failed: {}", resent.ToString());
       }
     }
     return status;
   }
-  return Adopt(response.allocation());
+  return impl_->Adopt(response.allocation());
 }
 
-absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
+absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocation) {
   DeviceBuffer::Info info;
   info.id = AllocationId(allocation.allocation_id());
   info.device = DeviceIndex(allocation.device());
@@ -254,7 +272,7 @@ absl::StatusOr<DeviceBuffer> Client::Adopt(const v1::Allocation& allocation) {
     EnqueueFree(info.id);
     return base.status();
   }
-  return DeviceBuffer(this, info, data);
+  return DeviceBuffer(&self_, info, data);
 }
 
 void Client::Release(DeviceBuffer&& buffer) { DeviceBuffer doomed(std::move(buffer)); }
@@ -270,9 +288,9 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
   const int cuda_device = buffer.cuda_device_;
   FreeBatch free;
   free.ids.push_back(buffer.Detach());
-  if (std::string fence = FreeFence(cuda_device); !fence.empty()) free.wait_event_handles.push_back(fence);
-  FlushFreesBeforeCall();
-  return SendFrees(free);
+  if (std::string fence = impl_->FreeFence(cuda_device); !fence.empty()) free.wait_event_handles.push_back(fence);
+  impl_->FlushFreesBeforeCall();
+  return impl_->SendFrees(free);
 }
 
 absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles) {
@@ -291,13 +309,13 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     }
     request.add_wait_event_handles(handle);
   }
-  if (std::string fence = FreeFence(buffer.cuda_device_); !fence.empty()) {
+  if (std::string fence = impl_->FreeFence(buffer.cuda_device_); !fence.empty()) {
     request.add_wait_event_handles(fence);
   }
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::FreeResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->Free(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->Free(context, request, &response);
   }));
   buffer.Detach();
   return absl::OkStatus();
@@ -310,21 +328,21 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
   // Checked here: stream 0 on the wire is the default stream of the
   // allocation's device, whichever device the caller meant.
   GPUMUX_RETURN_IF_ERROR(
-      ResolveStream(stream, buffer.device(), absl::StrCat("allocation ", ToString(buffer.id())))
+      impl_->ResolveStream(stream, buffer.device(), absl::StrCat("allocation ", ToString(buffer.id())))
           .status());
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::RecordStreamRequest request;
   request.set_allocation_id(buffer.id().value());
   request.set_stream(stream.id().value());
   v1::RecordStreamResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->RecordStream(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->RecordStream(context, request, &response);
   });
 }
 
-absl::Status Client::FlushFrees() { return frees_.Flush(); }
+absl::Status Client::FlushFrees() { return impl_->frees_.Flush(); }
 
-void Client::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
+void Client::Impl::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
   const std::string fence = FreeFence(cuda_device);
   if (frees_.Enqueue(id, fence, device)) return;
   // The batch is full, or fences of another device are queued: they leave
@@ -335,11 +353,11 @@ void Client::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
   } while (!frees_.Enqueue(id, fence, device));
 }
 
-std::string Client::FreeFence(int cuda_device) {
+std::string Client::Impl::FreeFence(int cuda_device) {
   return cuda_device < 0 ? std::string() : RecordFreeFence(cuda_device);
 }
 
-absl::Status Client::SendFrees(const FreeBatch& frees) {
+absl::Status Client::Impl::SendFrees(const FreeBatch& frees) {
   v1::FreeRequest request;
   for (AllocationId id : frees.ids) request.add_allocation_ids(id.value());
   for (const std::string& handle : frees.wait_event_handles) request.add_wait_event_handles(handle);
@@ -349,13 +367,13 @@ absl::Status Client::SendFrees(const FreeBatch& frees) {
   });
 }
 
-void Client::FlushFreesBeforeCall() {
+void Client::Impl::FlushFreesBeforeCall() {
   if (absl::Status status = frees_.Flush(); !status.ok() && !absl::IsUnavailable(status)) {
     spdlog::warn("gpumux: freeing queued allocations failed: {}", status.ToString());
   }
 }
 
-void Client::OnNotice(const v1::SessionServerMessage& notice) {
+void Client::Impl::OnNotice(const v1::SessionServerMessage& notice) {
   if (notice.has_segment_released()) {
     const v1::SegmentReleased& released = notice.segment_released();
     mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
@@ -367,25 +385,25 @@ void Client::OnNotice(const v1::SessionServerMessage& notice) {
 
 absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot share an empty DeviceBuffer");
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::ShareRequest request;
   request.set_allocation_id(buffer.id().value());
   v1::ShareResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->Share(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->Share(context, request, &response);
   }));
   return std::move(*response.mutable_token());
 }
 
 absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::ImportRequest request;
   request.set_token(std::string(token));
   v1::ImportResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->Import(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->Import(context, request, &response);
   }));
-  return Adopt(response.allocation());
+  return impl_->Adopt(response.allocation());
 }
 
 }  // namespace gpumux

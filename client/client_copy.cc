@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/parallel_copy.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
@@ -52,7 +53,7 @@ CopyOptions ChunkOptions(const CopyOptions& options, bool last) {
 
 }  // namespace
 
-bool Client::UseStaging(TransferPath path, uint64_t size) const {
+bool Client::Impl::UseStaging(TransferPath path, uint64_t size) const {
   if (size == 0) return false;  // nothing to stage
   switch (path) {
     case TransferPath::kInline:
@@ -65,7 +66,7 @@ bool Client::UseStaging(TransferPath path, uint64_t size) const {
   return size > max_inline_copy_;
 }
 
-absl::StatusOr<StagingBuffer*> Client::StagingLocked() {
+absl::StatusOr<StagingBuffer*> Client::Impl::StagingLocked() {
   if (staging_ != nullptr) return staging_.get();
   v1::GetStagingBufferRequest request;
   request.set_min_size(staging_buffer_size_);
@@ -78,8 +79,8 @@ absl::StatusOr<StagingBuffer*> Client::StagingLocked() {
 }
 
 uint64_t Client::StagingBufferSizeForTest() {
-  absl::MutexLock lock(&staging_mu_);
-  return staging_ == nullptr ? 0 : staging_->size();
+  absl::MutexLock lock(&impl_->staging_mu_);
+  return impl_->staging_ == nullptr ? 0 : impl_->staging_->size();
 }
 
 absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
@@ -88,14 +89,14 @@ absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(src, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, dst.device(), "the copy"));
+                          impl_->ResolveStream(options.stream, dst.device(), "the copy"));
   const char* bytes = static_cast<const char*>(src);
-  return UseStaging(options.path, size)
-             ? StagedHostToDevice(dst, dst_offset, bytes, size, stream, options)
-             : InlineHostToDevice(dst, dst_offset, bytes, size, stream, options);
+  return impl_->UseStaging(options.path, size)
+             ? impl_->StagedHostToDevice(dst, dst_offset, bytes, size, stream, options)
+             : impl_->InlineHostToDevice(dst, dst_offset, bytes, size, stream, options);
 }
 
-absl::StatusOr<Event> Client::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
                                                  const char* src, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
@@ -123,7 +124,7 @@ absl::StatusOr<Event> Client::InlineHostToDevice(const DeviceBuffer& dst, uint64
   return completion;
 }
 
-absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
                                                  const char* src, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
@@ -161,7 +162,7 @@ absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64
     if (waited) {
       completion = std::move(event);
     } else {
-      staging->Track(slot, std::move(event), response.event_ipc_handle(), backend() == "cuda");
+      staging->Track(slot, std::move(event), response.event_ipc_handle(), self_.backend() == "cuda");
       if (last && options.completion_event) {
         if (staging->WaitsLocally(slot)) {
           completion = staging->TakeEvent(slot);
@@ -169,7 +170,7 @@ absl::StatusOr<Event> Client::StagedHostToDevice(const DeviceBuffer& dst, uint64
           // The buffer needs the event to wait on; the caller gets another.
           EventOptions interprocess;
           interprocess.interprocess = true;
-          completion = Event(*this, interprocess);
+          completion = Event(self_, interprocess);
           GPUMUX_RETURN_IF_ERROR(completion.Record(stream));
         }
       }
@@ -186,14 +187,14 @@ absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& sr
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(dst, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, src.device(), "the copy"));
+                          impl_->ResolveStream(options.stream, src.device(), "the copy"));
   char* bytes = static_cast<char*>(dst);
-  return UseStaging(options.path, size)
-             ? StagedDeviceToHost(bytes, src, src_offset, size, stream, options)
-             : InlineDeviceToHost(bytes, src, src_offset, size, stream, options);
+  return impl_->UseStaging(options.path, size)
+             ? impl_->StagedDeviceToHost(bytes, src, src_offset, size, stream, options)
+             : impl_->InlineDeviceToHost(bytes, src, src_offset, size, stream, options);
 }
 
-absl::StatusOr<Event> Client::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
+absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
                                                  uint64_t src_offset, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
@@ -226,7 +227,7 @@ absl::StatusOr<Event> Client::InlineDeviceToHost(char* dst, const DeviceBuffer& 
   return completion;
 }
 
-absl::StatusOr<Event> Client::StagedDeviceToHost(char* dst, const DeviceBuffer& src,
+absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBuffer& src,
                                                  uint64_t src_offset, uint64_t size,
                                                  const Stream& stream, const CopyOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
@@ -265,7 +266,7 @@ absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, dst.device(), "the copy"));
+                          impl_->ResolveStream(options.stream, dst.device(), "the copy"));
   if (src.device() != dst.device()) {
     // The daemon orders the copy only after its own stream's work; the
     // source was most likely written on the source device's current stream.
@@ -277,10 +278,10 @@ absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64
   request.set_size(size);
   *request.mutable_options() = ToProto(stream, options);
   v1::CopyResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return copy_stub_->DeviceToDevice(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->copy_stub_->DeviceToDevice(context, request, &response);
   }));
-  return AdoptCompletionEvent(stream.device(), response.event(),
+  return impl_->AdoptCompletionEvent(stream.device(), response.event(),
                               std::move(*response.mutable_event_ipc_handle()));
 }
 
@@ -288,17 +289,17 @@ absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, u
                                      uint64_t size, const CopyOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, dst.device(), "the memset"));
+                          impl_->ResolveStream(options.stream, dst.device(), "the memset"));
   v1::MemsetRequest request;
   SetRange(request.mutable_dst(), dst, offset);
   request.set_size(size);
   request.set_value(value);
   *request.mutable_options() = ToProto(stream, options);
   v1::CopyResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return copy_stub_->Memset(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->copy_stub_->Memset(context, request, &response);
   }));
-  return AdoptCompletionEvent(stream.device(), response.event(),
+  return impl_->AdoptCompletionEvent(stream.device(), response.event(),
                               std::move(*response.mutable_event_ipc_handle()));
 }
 

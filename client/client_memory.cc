@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/memory_fraction.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
@@ -13,18 +14,18 @@
 namespace gpumux {
 
 absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::GetStatsRequest request;
   request.set_device(device.value());
   v1::MemoryStats response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetStats(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->GetStats(context, request, &response);
   }));
   return FromProto(response);
 }
 
-absl::StatusOr<int64_t> Client::Stat(DeviceIndex device, absl::string_view key) {
-  GPUMUX_ASSIGN_OR_RETURN(auto stats, MemoryStats(device));
+absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view key) {
+  GPUMUX_ASSIGN_OR_RETURN(auto stats, self_.MemoryStats(device));
   auto it = stats.find(std::string(key));
   if (it == stats.end()) {
     return absl::InternalError(absl::StrCat("gpumuxd's memory stats lack \"", key, "\""));
@@ -33,32 +34,32 @@ absl::StatusOr<int64_t> Client::Stat(DeviceIndex device, absl::string_view key) 
 }
 
 absl::StatusOr<int64_t> Client::MemoryAllocated(DeviceIndex device) {
-  return Stat(device, "allocated_bytes.all.current");
+  return impl_->Stat(device, "allocated_bytes.all.current");
 }
 absl::StatusOr<int64_t> Client::MaxMemoryAllocated(DeviceIndex device) {
-  return Stat(device, "allocated_bytes.all.peak");
+  return impl_->Stat(device, "allocated_bytes.all.peak");
 }
 absl::StatusOr<int64_t> Client::MemoryReserved(DeviceIndex device) {
-  return Stat(device, "reserved_bytes.all.current");
+  return impl_->Stat(device, "reserved_bytes.all.current");
 }
 absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
-  return Stat(device, "reserved_bytes.all.peak");
+  return impl_->Stat(device, "reserved_bytes.all.peak");
 }
 
 absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::GetSummaryRequest request;
   request.set_device(device.value());
   request.set_abbreviated(abbreviated);
   v1::MemorySummary response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetSummary(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->GetSummary(context, request, &response);
   }));
   return std::move(*response.mutable_text());
 }
 
 absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<DeviceIndex> device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::GetSnapshotRequest request;
   if (device.has_value()) {
     request.set_device(device->value());
@@ -66,8 +67,8 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
     request.set_all_devices(true);
   }
   v1::MemorySnapshot response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->GetSnapshot(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->GetSnapshot(context, request, &response);
   }));
   std::vector<SegmentInfo> segments;
   segments.reserve(response.segments_size());
@@ -78,29 +79,29 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
 }
 
 absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->ResetPeakStats(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->ResetPeakStats(context, request, &response);
   });
 }
 
 absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->ResetAccumulatedStats(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->ResetAccumulatedStats(context, request, &response);
   });
 }
 
 // --- Cache and limits ----------------------------------------------------------
 
 absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::EmptyCacheRequest request;
   if (options.device.has_value()) {
     request.set_device(options.device->value());
@@ -109,8 +110,8 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
   }
   request.set_all_sessions(options.all_sessions);
   v1::EmptyCacheResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->EmptyCache(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->EmptyCache(context, request, &response);
   }));
   ReleasedCache result;
   result.released_bytes = response.released_bytes();
@@ -120,18 +121,18 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
 
 absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex device) {
   GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
   request.set_device(device.value());
   request.set_fraction(fraction);
   v1::SetMemoryLimitResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->SetMemoryLimit(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
   });
 }
 
 absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
-  FlushFreesBeforeCall();
+  impl_->FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
   request.set_device(device.value());
   if (bytes == 0) {
@@ -140,8 +141,8 @@ absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
     request.set_bytes(bytes);
   }
   v1::SetMemoryLimitResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return memory_stub_->SetMemoryLimit(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
   });
 }
 

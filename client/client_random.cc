@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -15,8 +16,8 @@ absl::Status Client::ManualSeed(uint64_t seed, std::optional<DeviceIndex> device
   request.set_device(device.value_or(CurrentDevice()).value());
   request.set_seed(seed);
   v1::ManualSeedResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->ManualSeed(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->ManualSeed(context, request, &response);
   });
 }
 
@@ -25,8 +26,8 @@ absl::Status Client::ManualSeedAll(uint64_t seed) {
   request.set_all_devices(true);
   request.set_seed(seed);
   v1::ManualSeedResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->ManualSeed(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->ManualSeed(context, request, &response);
   });
 }
 
@@ -34,8 +35,8 @@ absl::StatusOr<uint64_t> Client::Seed(std::optional<DeviceIndex> device) {
   v1::SeedRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::SeedResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->Seed(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->Seed(context, request, &response);
   }));
   return response.seed();
 }
@@ -44,8 +45,8 @@ absl::StatusOr<uint64_t> Client::SeedAll() {
   v1::SeedRequest request;
   request.set_all_devices(true);
   v1::SeedResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->Seed(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->Seed(context, request, &response);
   }));
   return response.seed();
 }
@@ -54,8 +55,8 @@ absl::StatusOr<uint64_t> Client::InitialSeed(std::optional<DeviceIndex> device) 
   v1::InitialSeedRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::SeedResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->InitialSeed(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->InitialSeed(context, request, &response);
   }));
   return response.seed();
 }
@@ -64,8 +65,8 @@ absl::StatusOr<std::string> Client::GetRngState(std::optional<DeviceIndex> devic
   v1::GetRngStateRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::GetRngStateResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->GetState(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->GetState(context, request, &response);
   }));
   if (response.states_size() != 1) {
     return absl::InternalError("gpumuxd returned " + std::to_string(response.states_size()) +
@@ -79,8 +80,8 @@ absl::Status Client::SetRngState(absl::string_view state, std::optional<DeviceIn
   request.set_device(device.value_or(CurrentDevice()).value());
   request.add_states(std::string(state));
   v1::SetRngStateResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->SetState(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->SetState(context, request, &response);
   });
 }
 
@@ -88,8 +89,8 @@ absl::StatusOr<std::vector<std::string>> Client::GetRngStateAll() {
   v1::GetRngStateRequest request;
   request.set_all_devices(true);
   v1::GetRngStateResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->GetState(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->GetState(context, request, &response);
   }));
   return std::vector<std::string>(response.states().begin(), response.states().end());
 }
@@ -99,8 +100,8 @@ absl::Status Client::SetRngStateAll(absl::Span<const std::string> states) {
   request.set_all_devices(true);
   for (const std::string& state : states) request.add_states(state);
   v1::SetRngStateResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->SetState(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->SetState(context, request, &response);
   });
 }
 
@@ -112,7 +113,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
     return absl::InvalidArgumentError("the destination is an empty DeviceBuffer");
   }
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          ResolveStream(options.stream, dst.device(), "the fill"));
+                          impl_->ResolveStream(options.stream, dst.device(), "the fill"));
   v1::GenerateRequest request;
   request.mutable_dst()->set_allocation_id(dst.id().value());
   request.mutable_dst()->set_offset(offset);
@@ -134,13 +135,13 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
       distribution);
   *request.mutable_options() = ToProto(stream, options);
   v1::GenerateResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return random_stub_->Generate(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->random_stub_->Generate(context, request, &response);
   }));
   GenerateResult result;
   result.seed = response.seed();
   result.offset = response.offset();
-  result.completion = AdoptCompletionEvent(stream.device(), response.event(),
+  result.completion = impl_->AdoptCompletionEvent(stream.device(), response.event(),
                                            std::move(*response.mutable_event_ipc_handle()));
   return result;
 }

@@ -6,38 +6,39 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
 namespace gpumux {
 
-absl::StatusOr<int> Client::CachedDeviceCount() {
+absl::StatusOr<int> Client::Impl::CachedDeviceCount() {
   {
     absl::MutexLock lock(&device_count_mu_);
     if (device_count_.has_value()) return *device_count_;
   }
   // A daemon's device count never changes; two threads asking at once
   // store the same answer.
-  GPUMUX_ASSIGN_OR_RETURN(int count, DeviceCount());
+  GPUMUX_ASSIGN_OR_RETURN(int count, self_.DeviceCount());
   absl::MutexLock lock(&device_count_mu_);
   device_count_ = count;
   return count;
 }
 
 absl::Status Client::SetDevice(DeviceIndex device) {
-  GPUMUX_ASSIGN_OR_RETURN(int count, CachedDeviceCount());
+  GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
   if (device.value() < 0 || device.value() >= count) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device.value(),
                                                    " is out of range: this daemon has ", count,
                                                    " devices (0..", count - 1, ")"));
   }
-  current_.set_device(device);
+  impl_->current_.set_device(device);
   return absl::OkStatus();
 }
 
 Stream Client::CurrentStream(std::optional<DeviceIndex> device) {
-  const DeviceIndex on = device.value_or(current_.device());
-  const CurrentStreams::Entry entry = current_.stream(on);
+  const DeviceIndex on = device.value_or(impl_->current_.device());
+  const CurrentStreams::Entry entry = impl_->current_.stream(on);
   return Stream(*this, on, entry.id, entry.priority);
 }
 
@@ -47,15 +48,15 @@ absl::Status Client::SetStream(const Stream& stream) {
                                                    stream.device().value(),
                                                    " belongs to another Client"));
   }
-  current_.set_stream(stream.device(), {stream.id(), stream.priority()});
-  current_.set_device(stream.device());
+  impl_->current_.set_stream(stream.device(), {stream.id(), stream.priority()});
+  impl_->current_.set_device(stream.device());
   return absl::OkStatus();
 }
 
-absl::StatusOr<Stream> Client::ResolveStream(const std::optional<Stream>& stream,
+absl::StatusOr<Stream> Client::Impl::ResolveStream(const std::optional<Stream>& stream,
                                              DeviceIndex device, absl::string_view what) {
-  if (!stream.has_value()) return CurrentStream(device);
-  if (stream->client() != this) {
+  if (!stream.has_value()) return self_.CurrentStream(device);
+  if (stream->client() != &self_) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream->id()), " of device ",
                                                    stream->device().value(),
                                                    " belongs to another Client"));
@@ -74,8 +75,8 @@ absl::StatusOr<StreamPriorities> Client::GetStreamPriorityRange(DeviceIndex devi
   v1::GetPriorityRangeRequest request;
   request.set_device(device.value());
   v1::GetPriorityRangeResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return stream_stub_->GetPriorityRange(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->stream_stub_->GetPriorityRange(context, request, &response);
   }));
   StreamPriorities priorities;
   priorities.least = response.least();
@@ -88,8 +89,8 @@ absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
   request.set_device(device.value());
   request.set_priority(priority);
   v1::CreateStreamResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return stream_stub_->Create(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->stream_stub_->Create(context, request, &response);
   }));
   return Stream(*this, DeviceIndex(response.device()), StreamId(response.stream()),
                 response.priority());
@@ -104,8 +105,8 @@ absl::Status Client::DestroyStream(const Stream& stream) {
   v1::DestroyStreamRequest request;
   *request.mutable_stream() = ToProto(stream);
   v1::DestroyStreamResponse response;
-  return CallWithSession([&](grpc::ClientContext* context) {
-    return stream_stub_->Destroy(context, request, &response);
+  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->stream_stub_->Destroy(context, request, &response);
   });
 }
 
@@ -125,8 +126,8 @@ absl::StatusOr<Event> Client::OpenEventIpcHandle(DeviceIndex device, absl::strin
   request.set_device(device.value());
   request.set_handle(std::string(handle));
   v1::CreateEventResponse response;
-  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-    return event_stub_->OpenIpcHandle(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return impl_->event_stub_->OpenIpcHandle(context, request, &response);
   }));
   EventOptions options;
   options.interprocess = true;
@@ -134,11 +135,11 @@ absl::StatusOr<Event> Client::OpenEventIpcHandle(DeviceIndex device, absl::strin
                std::string(handle));
 }
 
-Event Client::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle) {
+Event Client::Impl::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle) {
   if (id == 0) return Event();
   EventOptions options;
   options.interprocess = true;
-  return Event(this, options, device, id, std::move(ipc_handle));
+  return Event(&self_, options, device, id, std::move(ipc_handle));
 }
 
 absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_view handle) {
@@ -147,11 +148,11 @@ absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_v
         "only host-backend events map into a process; this daemon's backend is ", backend(),
         " (open its handles with cudaIpcOpenEventHandle)"));
   }
-  if (memory_files_ == nullptr) {
+  if (impl_->memory_files_ == nullptr) {
     return NoMemorySocketError();
   }
   GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
-  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files_->Fetch(key, kHostIpcEventFileBytes));
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, impl_->memory_files_->Fetch(key, kHostIpcEventFileBytes));
   return HostIpcEvent::Adopt(std::move(memory), "gpumux-event");
 }
 

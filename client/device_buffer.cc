@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "client/client.h"
+#include "client/client_impl.h"
 
 namespace gpumux {
 
@@ -57,7 +58,7 @@ AllocationId DeviceBuffer::Detach() {
 void DeviceBuffer::Reset() {
   if (client_ == nullptr) return;
   Client* client = client_;
-  client->EnqueueFree(Detach(), device_, cuda_device_);
+  client->impl_->EnqueueFree(Detach(), device_, cuda_device_);
 }
 
 }  // namespace gpumux

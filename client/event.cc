@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -57,8 +58,8 @@ void Event::Reset() {
     v1::EventRequest request;
     request.set_event(id_);
     v1::DestroyEventResponse response;
-    absl::Status status = client_->CallWithSession([&](grpc::ClientContext* context) {
-      return client_->event_stub_->Destroy(context, request, &response);
+    absl::Status status = client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+      return client_->impl_->event_stub_->Destroy(context, request, &response);
     });
     // The session may have ended meanwhile; the daemon then released it.
     if (!status.ok() && !absl::IsUnavailable(status)) {
@@ -78,8 +79,8 @@ absl::Status Event::CreateOn(DeviceIndex device) {
   request.set_blocking(options_.blocking);
   request.set_interprocess(options_.interprocess);
   v1::CreateEventResponse response;
-  GPUMUX_RETURN_IF_ERROR(client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->Create(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->Create(context, request, &response);
   }));
   id_ = response.event();
   device_ = DeviceIndex(response.device());
@@ -103,8 +104,8 @@ absl::Status Event::Record(const Stream& stream) {
   request.set_event(id_);
   *request.mutable_stream() = ToProto(stream);
   v1::RecordEventResponse response;
-  return client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->Record(context, request, &response);
+  return client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->Record(context, request, &response);
   });
 }
 
@@ -113,8 +114,8 @@ absl::StatusOr<bool> Event::Query() const {
   v1::EventRequest request;
   request.set_event(id_);
   v1::QueryEventResponse response;
-  GPUMUX_RETURN_IF_ERROR(client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->Query(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->Query(context, request, &response);
   }));
   return response.done();
 }
@@ -124,8 +125,8 @@ absl::Status Event::Synchronize() const {
   v1::EventRequest request;
   request.set_event(id_);
   v1::SynchronizeEventResponse response;
-  return client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->Synchronize(context, request, &response);
+  return client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->Synchronize(context, request, &response);
   });
 }
 
@@ -149,8 +150,8 @@ absl::StatusOr<float> Event::ElapsedTime(const Event& end) const {
   request.set_start(id_);
   request.set_end(end.id_);
   v1::ElapsedTimeResponse response;
-  GPUMUX_RETURN_IF_ERROR(client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->ElapsedTime(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->ElapsedTime(context, request, &response);
   }));
   return response.milliseconds();
 }
@@ -162,8 +163,8 @@ absl::StatusOr<std::string> Event::IpcHandle() {
   v1::EventRequest request;
   request.set_event(id_);
   v1::GetIpcHandleResponse response;
-  GPUMUX_RETURN_IF_ERROR(client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->event_stub_->GetIpcHandle(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->event_stub_->GetIpcHandle(context, request, &response);
   }));
   ipc_handle_ = std::move(*response.mutable_handle());
   return ipc_handle_;

@@ -1,30 +1,31 @@
 #include "client/guards.h"
 
 #include "client/client.h"
+#include "client/client_impl.h"
 
 namespace gpumux {
 
 StreamGuard::StreamGuard(const Stream& stream)
     : client_(*stream.client()),
-      previous_device_(client_.current_.device()),
+      previous_device_(client_.impl_->current_.device()),
       stream_device_(stream.device()),
-      previous_on_previous_device_(client_.current_.stream(previous_device_)),
-      previous_on_stream_device_(client_.current_.stream(stream_device_)) {
-  client_.current_.set_stream(stream_device_, {stream.id(), stream.priority()});
-  client_.current_.set_device(stream_device_);
+      previous_on_previous_device_(client_.impl_->current_.stream(previous_device_)),
+      previous_on_stream_device_(client_.impl_->current_.stream(stream_device_)) {
+  client_.impl_->current_.set_stream(stream_device_, {stream.id(), stream.priority()});
+  client_.impl_->current_.set_device(stream_device_);
 }
 
 StreamGuard::~StreamGuard() {
-  client_.current_.set_stream(stream_device_, previous_on_stream_device_);
-  client_.current_.set_stream(previous_device_, previous_on_previous_device_);
-  client_.current_.set_device(previous_device_);
+  client_.impl_->current_.set_stream(stream_device_, previous_on_stream_device_);
+  client_.impl_->current_.set_stream(previous_device_, previous_on_previous_device_);
+  client_.impl_->current_.set_device(previous_device_);
 }
 
 DeviceGuard::DeviceGuard(Client& client, DeviceIndex device)
-    : client_(client), previous_device_(client.current_.device()) {
-  client_.current_.set_device(device);
+    : client_(client), previous_device_(client.impl_->current_.device()) {
+  client_.impl_->current_.set_device(device);
 }
 
-DeviceGuard::~DeviceGuard() { client_.current_.set_device(previous_device_); }
+DeviceGuard::~DeviceGuard() { client_.impl_->current_.set_device(previous_device_); }
 
 }  // namespace gpumux

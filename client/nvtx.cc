@@ -1,6 +1,7 @@
 #include "client/nvtx.h"
 
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -10,8 +11,8 @@ absl::Status Mark(Client& client, absl::string_view message) {
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   v1::NvtxMarkResponse response;
-  return client.CallWithSession([&](grpc::ClientContext* context) {
-    return client.nvtx_stub_->Mark(context, request, &response);
+  return client.impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client.impl_->nvtx_stub_->Mark(context, request, &response);
   });
 }
 
@@ -19,8 +20,8 @@ absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   v1::NvtxDepth response;
-  GPUMUX_RETURN_IF_ERROR(client.CallWithSession([&](grpc::ClientContext* context) {
-    return client.nvtx_stub_->RangePush(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client.impl_->nvtx_stub_->RangePush(context, request, &response);
   }));
   return response.depth();
 }
@@ -28,8 +29,8 @@ absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
 absl::StatusOr<int> RangePop(Client& client) {
   v1::NvtxRangePopRequest request;
   v1::NvtxDepth response;
-  GPUMUX_RETURN_IF_ERROR(client.CallWithSession([&](grpc::ClientContext* context) {
-    return client.nvtx_stub_->RangePop(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client.impl_->nvtx_stub_->RangePop(context, request, &response);
   }));
   return response.depth();
 }

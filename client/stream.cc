@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/event.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
@@ -12,8 +13,8 @@ absl::StatusOr<bool> Stream::Query() const {
   v1::StreamRequest request;
   *request.mutable_stream() = ToProto(*this);
   v1::QueryStreamResponse response;
-  GPUMUX_RETURN_IF_ERROR(client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->stream_stub_->Query(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->stream_stub_->Query(context, request, &response);
   }));
   return response.done();
 }
@@ -22,8 +23,8 @@ absl::Status Stream::Synchronize() const {
   v1::StreamRequest request;
   *request.mutable_stream() = ToProto(*this);
   v1::SynchronizeStreamResponse response;
-  return client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->stream_stub_->Synchronize(context, request, &response);
+  return client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->stream_stub_->Synchronize(context, request, &response);
   });
 }
 
@@ -37,8 +38,8 @@ absl::Status Stream::WaitEvent(const Event& event) const {
   *request.mutable_stream() = ToProto(*this);
   request.set_event(event.id());
   v1::WaitEventResponse response;
-  return client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->stream_stub_->WaitEvent(context, request, &response);
+  return client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->stream_stub_->WaitEvent(context, request, &response);
   });
 }
 
@@ -52,8 +53,8 @@ absl::Status Stream::WaitStream(const Stream& other) const {
   *request.mutable_stream() = ToProto(*this);
   *request.mutable_other() = ToProto(other);
   v1::WaitStreamResponse response;
-  return client_->CallWithSession([&](grpc::ClientContext* context) {
-    return client_->stream_stub_->WaitStream(context, request, &response);
+  return client_->impl_->CallWithSession([&](grpc::ClientContext* context) {
+    return client_->impl_->stream_stub_->WaitStream(context, request, &response);
   });
 }
 

@@ -5,7 +5,8 @@
 // every channel to the recorder alive at the time, so that client tests can
 // check the traffic between a real Client and a real daemon (which call
 // carried which frees, how many Free calls a burst took) without a scripted
-// stand-in. Recording changes no call. Thread-safe.
+// stand-in. Recording changes no call. Thread-safe. Includes the request
+// messages tests name (Requests<v1::MemsetRequest>).
 
 #include <memory>
 #include <string>
@@ -13,7 +14,10 @@
 
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "gpumux/v1/copy.pb.h"
 #include "gpumux/v1/memory.pb.h"
+#include "gpumux/v1/random.pb.h"
+#include "gpumux/v1/stream.pb.h"
 #include "grpcpp/support/status.h"
 
 namespace gpumux::testing {

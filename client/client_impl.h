@@ -1,0 +1,132 @@
+#pragma once
+
+// Client's private implementation: the gRPC channel and stubs, the session
+// stream, the free batcher, the segment mapper and the staging buffer. Only
+// libgpumux's own files include this header; client/client.h names none of
+// it, so a program using the library sees no gRPC or protobuf header.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "client/client.h"
+#include "client/current_streams.h"
+#include "client/free_batcher.h"
+#include "client/segment_mapper.h"
+#include "client/session_stream.h"
+#include "client/staging_buffer.h"
+#include "common/memory_socket.h"
+#include "gpumux/v1/copy.grpc.pb.h"
+#include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/memory.grpc.pb.h"
+#include "gpumux/v1/nvtx.grpc.pb.h"
+#include "gpumux/v1/observe.grpc.pb.h"
+#include "gpumux/v1/random.grpc.pb.h"
+#include "gpumux/v1/session.grpc.pb.h"
+#include "gpumux/v1/stream.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+
+namespace gpumux {
+
+class Client::Impl {
+ public:
+  Impl(Client& self, std::string address, std::shared_ptr<grpc::Channel> channel,
+       const Options& options);
+
+  // Runs one unary session RPC: `call(context)` with the session metadata,
+  // translated by FromGrpcStatus. UNAVAILABLE without a call once the session
+  // stream has ended.
+  absl::Status CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call);
+  // UNAVAILABLE for calls after the session stream ended, with its reason.
+  absl::Status SessionEndedError();
+  // UNAVAILABLE "session N ended (the daemon restarted): reconnect ...".
+  absl::Status RestartedError() const;
+  // True when a daemon answers at address_ now (a quick unauthenticated call).
+  bool DaemonAnswers() const;
+  absl::Status SendFrees(const FreeBatch& frees);
+  // Before a memory RPC: sends queued frees so its result reflects them. Their
+  // failure is logged and not the caller's (its own RPC reports a dead daemon).
+  void FlushFreesBeforeCall();
+  // The stat `key` of MemoryStats(device); INTERNAL when the daemon left it out.
+  absl::StatusOr<int64_t> Stat(DeviceIndex device, absl::string_view key);
+  // Maps an allocation the daemon handed out and wraps it.
+  absl::StatusOr<DeviceBuffer> Adopt(const v1::Allocation& allocation);
+  void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
+  // Queues the free of a buffer's allocation on `device`, fenced by the
+  // calling thread's CUDA work when the buffer is mapped on CUDA device
+  // `cuda_device` (-1: not mapped on CUDA; cuda_interop.h).
+  void EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device);
+  // The free fence for memory mapped on `cuda_device` (cuda_free_fence.h),
+  // or "" for -1.
+  static std::string FreeFence(int cuda_device);
+  void OnNotice(const v1::SessionServerMessage& notice);
+  // OK while the session lives, else SessionEndedError().
+  absl::Status CheckSession();
+
+  // options.stream, or the current stream of `device`; INVALID_ARGUMENT for a
+  // stream of another Client or device. `what` names the work for messages.
+  absl::StatusOr<Stream> ResolveStream(const std::optional<Stream>& stream, DeviceIndex device,
+                                       absl::string_view what);
+  // The completion event a reply named (an empty Event for id 0).
+  Event AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle);
+  // The staging buffer, obtained and mapped on first use.
+  absl::StatusOr<StagingBuffer*> StagingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(staging_mu_);
+  absl::StatusOr<Event> InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                           const char* src, uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
+                                           const char* src, uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> InlineDeviceToHost(char* dst, const DeviceBuffer& src, uint64_t src_offset,
+                                           uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  absl::StatusOr<Event> StagedDeviceToHost(char* dst, const DeviceBuffer& src, uint64_t src_offset,
+                                           uint64_t size, const Stream& stream,
+                                           const CopyOptions& options);
+  bool UseStaging(TransferPath path, uint64_t size) const;
+  // The device count, asked once.
+  absl::StatusOr<int> CachedDeviceCount();
+
+  // The Client this is the implementation of.
+  Client& self_;
+  const std::string address_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::Session::Stub> session_stub_;
+  const std::unique_ptr<v1::Device::Stub> device_stub_;
+  const std::unique_ptr<v1::Memory::Stub> memory_stub_;
+  const std::unique_ptr<v1::Stream::Stub> stream_stub_;
+  const std::unique_ptr<v1::Event::Stub> event_stub_;
+  const std::unique_ptr<v1::Copy::Stub> copy_stub_;
+  const std::unique_ptr<v1::Random::Stub> random_stub_;
+  const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
+  const std::unique_ptr<v1::Observe::Stub> observe_stub_;
+  const uint64_t staging_buffer_size_;
+  const uint64_t max_inline_copy_;
+  CurrentStreams current_;
+  absl::Mutex device_count_mu_;
+  std::optional<int> device_count_ ABSL_GUARDED_BY(device_count_mu_);
+  // Held for a whole staged copy: staged copies take turns on the buffer.
+  absl::Mutex staging_mu_;
+  std::unique_ptr<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
+  // Fetches segments, the staging buffer and events from the memory socket;
+  // null for a TCP address. Set once at Connect, before any use.
+  std::unique_ptr<MemoryFileFetcher> memory_files_;
+  // Declared before session_ so that it outlives the notices' reader thread.
+  SegmentMapper mapper_;
+  std::unique_ptr<SessionStream> session_;
+  SessionId session_id_;
+  // "<session_id>:<secret>", the gpumux-session metadata value.
+  std::string credentials_;
+  // Last member: its thread sends through everything above.
+  FreeBatcher frees_;
+};
+
+}  // namespace gpumux
