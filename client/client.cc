@@ -74,7 +74,6 @@ Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Chan
       copy_stub_(v1::Copy::NewStub(channel_)),
       random_stub_(v1::Random::NewStub(channel_)),
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
-      observe_stub_(v1::Observe::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),
       max_inline_copy_(options.max_inline_copy),
       frees_([this](const FreeBatch& frees) { return SendFrees(frees); },

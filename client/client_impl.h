@@ -27,7 +27,6 @@
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
-#include "gpumux/v1/observe.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "gpumux/v1/stream.grpc.pb.h"
@@ -107,7 +106,6 @@ class Client::Impl {
   const std::unique_ptr<v1::Copy::Stub> copy_stub_;
   const std::unique_ptr<v1::Random::Stub> random_stub_;
   const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
-  const std::unique_ptr<v1::Observe::Stub> observe_stub_;
   const uint64_t staging_buffer_size_;
   const uint64_t max_inline_copy_;
   CurrentStreams current_;

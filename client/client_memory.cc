@@ -70,12 +70,7 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->GetSnapshot(context, request, &response);
   }));
-  std::vector<SegmentInfo> segments;
-  segments.reserve(response.segments_size());
-  for (const v1::SnapshotSegment& segment : response.segments()) {
-    segments.push_back(FromProto(segment));
-  }
-  return segments;
+  return FromProto(response);
 }
 
 absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {

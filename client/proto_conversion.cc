@@ -51,6 +51,34 @@ SegmentInfo FromProto(const v1::SnapshotSegment& proto) {
   return segment;
 }
 
+std::vector<SegmentInfo> FromProto(const v1::MemorySnapshot& proto) {
+  std::vector<SegmentInfo> segments;
+  segments.reserve(proto.segments_size());
+  for (const v1::SnapshotSegment& segment : proto.segments()) segments.push_back(FromProto(segment));
+  return segments;
+}
+
+SessionInfo FromProto(const v1::SessionInfo& proto) {
+  SessionInfo session;
+  session.session_id = SessionId(proto.session_id());
+  session.client_name = proto.client_name();
+  session.pid = proto.pid();
+  session.tenant = proto.tenant();
+  session.labels.insert(proto.labels().begin(), proto.labels().end());
+  session.opened_unix_micros = proto.opened_unix_micros();
+  session.streams = proto.streams();
+  session.events = proto.events();
+  for (const v1::SessionDeviceUsage& usage : proto.devices()) {
+    session.devices.push_back({.device = usage.device(),
+                               .allocated_bytes = usage.allocated_bytes(),
+                               .reserved_bytes = usage.reserved_bytes(),
+                               .allocations = usage.allocations(),
+                               .imported_bytes = usage.imported_bytes(),
+                               .memory_limit_bytes = usage.memory_limit_bytes()});
+  }
+  return session;
+}
+
 std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto) {
   return std::map<std::string, int64_t>(proto.values().begin(), proto.values().end());
 }

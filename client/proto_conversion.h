@@ -5,15 +5,18 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "client/copy_options.h"
 #include "client/device_properties.h"
 #include "client/memory_snapshot.h"
 #include "client/random_options.h"
+#include "client/session_info.h"
 #include "client/stream.h"
 #include "gpumux/v1/common.pb.h"
 #include "gpumux/v1/copy.pb.h"
 #include "gpumux/v1/device.pb.h"
+#include "gpumux/v1/observe.pb.h"
 #include "gpumux/v1/random.pb.h"
 #include "gpumux/v1/stream.pb.h"
 
@@ -22,6 +25,8 @@ namespace gpumux {
 DeviceProperties FromProto(const v1::DeviceProperties& proto);
 BlockInfo FromProto(const v1::SnapshotBlock& proto);
 SegmentInfo FromProto(const v1::SnapshotSegment& proto);
+std::vector<SegmentInfo> FromProto(const v1::MemorySnapshot& proto);
+SessionInfo FromProto(const v1::SessionInfo& proto);
 // torch.cuda.memory_stats()'s dict: the keys as sent, sorted.
 std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto);
 

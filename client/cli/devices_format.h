@@ -5,12 +5,13 @@
 // DeviceProperties objects with byte counts as integers.
 
 #include <string>
+#include <vector>
 
-#include "gpumux/v1/device.pb.h"
+#include "client/device_properties.h"
 
 namespace gpumux {
 
-std::string FormatDevicesJson(const v1::ListDevicesResponse& devices);
-std::string FormatDevicesTable(const v1::ListDevicesResponse& devices);
+std::string FormatDevicesJson(const std::vector<DeviceProperties>& devices);
+std::string FormatDevicesTable(const std::vector<DeviceProperties>& devices);
 
 }  // namespace gpumux

@@ -3,34 +3,23 @@
 
 #include <cstdint>
 #include <limits>
-#include <memory>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
 
-#include "client/channel.h"
 #include "client/cli/commands.h"
 #include "client/cli/devices_format.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/sessions_format.h"
 #include "client/cli/snapshot_format.h"
 #include "client/cli/stats_format.h"
-#include "client/grpc_status.h"
-#include "gpumux/v1/device.grpc.pb.h"
-#include "gpumux/v1/observe.grpc.pb.h"
-#include "grpcpp/client_context.h"
+#include "client/observer.h"
 
 namespace gpumux {
 namespace {
 
 constexpr int64_t kMaxDevice = std::numeric_limits<int32_t>::max();
-// An observe call that takes longer than this means a wedged daemon.
-constexpr auto kCallTimeout = std::chrono::seconds(30);
-
-// Runs one unary call with a deadline; the status as FromGrpcStatus makes it.
-template <typename Call>
-absl::Status CallDaemon(const CommandContext& context, Call call) {
-  grpc::ClientContext client_context;
-  client_context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
-  return FromGrpcStatus(call(&client_context), context.address);
-}
 
 // --device, --session and the output switch shared by stats/summary/snapshot.
 struct ObserveArgs {
@@ -68,8 +57,10 @@ bool ParseObserveArgs(const CommandContext& context, const std::vector<std::stri
   return status.ok();
 }
 
-std::unique_ptr<v1::Observe::Stub> ObserveStub(const CommandContext& context) {
-  return v1::Observe::NewStub(CreateDaemonChannel(context.address));
+// --session as the API takes it: 0 (the default) means the whole device.
+std::optional<SessionId> SessionOf(const ObserveArgs& args) {
+  if (args.session == 0) return std::nullopt;
+  return SessionId(args.session);
 }
 
 }  // namespace
@@ -80,13 +71,9 @@ int RunDevices(const CommandContext& context, const std::vector<std::string>& ar
   if (!ParseObserveArgs(context, args, {{"json"}}, kDevicesUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  auto stub = v1::Device::NewStub(CreateDaemonChannel(context.address));
-  v1::ListDevicesResponse response;
-  absl::Status status = CallDaemon(context, [&](grpc::ClientContext* c) {
-    return stub->ListDevices(c, v1::ListDevicesRequest(), &response);
-  });
-  if (!status.ok()) return ReportError(context, status);
-  *context.out << (parsed.json ? FormatDevicesJson(response) : FormatDevicesTable(response));
+  absl::StatusOr<std::vector<DeviceProperties>> devices = Observer(context.address).ListDevices();
+  if (!devices.ok()) return ReportError(context, devices.status());
+  *context.out << (parsed.json ? FormatDevicesJson(*devices) : FormatDevicesTable(*devices));
   return kExitOk;
 }
 
@@ -97,15 +84,10 @@ int RunStats(const CommandContext& context, const std::vector<std::string>& args
                         &parsed, &exit_code)) {
     return exit_code;
   }
-  v1::ObserveStatsRequest request;
-  request.set_device(parsed.device);
-  request.set_session_id(parsed.session);
-  v1::MemoryStats response;
-  auto stub = ObserveStub(context);
-  absl::Status status = CallDaemon(
-      context, [&](grpc::ClientContext* c) { return stub->GetMemoryStats(c, request, &response); });
-  if (!status.ok()) return ReportError(context, status);
-  *context.out << (parsed.json ? FormatStatsJson(response) : FormatStatsLines(response));
+  absl::StatusOr<std::map<std::string, int64_t>> stats =
+      Observer(context.address).MemoryStats(DeviceIndex(parsed.device), SessionOf(parsed));
+  if (!stats.ok()) return ReportError(context, stats.status());
+  *context.out << (parsed.json ? FormatStatsJson(*stats) : FormatStatsLines(*stats));
   return kExitOk;
 }
 
@@ -116,17 +98,11 @@ int RunSummary(const CommandContext& context, const std::vector<std::string>& ar
                         kSummaryUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  v1::ObserveSummaryRequest request;
-  request.set_device(parsed.device);
-  request.set_session_id(parsed.session);
-  request.set_abbreviated(parsed.abbreviated);
-  v1::MemorySummary response;
-  auto stub = ObserveStub(context);
-  absl::Status status = CallDaemon(context, [&](grpc::ClientContext* c) {
-    return stub->GetMemorySummary(c, request, &response);
-  });
-  if (!status.ok()) return ReportError(context, status);
-  *context.out << response.text();
+  absl::StatusOr<std::string> summary = Observer(context.address)
+                                            .MemorySummary(DeviceIndex(parsed.device),
+                                                           SessionOf(parsed), parsed.abbreviated);
+  if (!summary.ok()) return ReportError(context, summary.status());
+  *context.out << *summary;
   return kExitOk;
 }
 
@@ -137,18 +113,13 @@ int RunSnapshot(const CommandContext& context, const std::vector<std::string>& a
                         kSnapshotUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  v1::ObserveSnapshotRequest request;
   // No --device: every device.
-  request.set_device(parsed.device);
-  request.set_all_devices(!parsed.has_device);
-  request.set_session_id(parsed.session);
-  v1::MemorySnapshot response;
-  auto stub = ObserveStub(context);
-  absl::Status status = CallDaemon(context, [&](grpc::ClientContext* c) {
-    return stub->GetMemorySnapshot(c, request, &response);
-  });
-  if (!status.ok()) return ReportError(context, status);
-  *context.out << (parsed.json ? FormatSnapshotJson(response) : FormatSnapshotTable(response));
+  const std::optional<DeviceIndex> device =
+      parsed.has_device ? std::optional<DeviceIndex>(DeviceIndex(parsed.device)) : std::nullopt;
+  absl::StatusOr<std::vector<SegmentInfo>> segments =
+      Observer(context.address).MemorySnapshot(device, SessionOf(parsed));
+  if (!segments.ok()) return ReportError(context, segments.status());
+  *context.out << (parsed.json ? FormatSnapshotJson(*segments) : FormatSnapshotTable(*segments));
   return kExitOk;
 }
 
@@ -158,13 +129,9 @@ int RunSessions(const CommandContext& context, const std::vector<std::string>& a
   if (!ParseObserveArgs(context, args, {{"json"}}, kSessionsUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  v1::ListSessionsResponse response;
-  auto stub = ObserveStub(context);
-  absl::Status status = CallDaemon(context, [&](grpc::ClientContext* c) {
-    return stub->ListSessions(c, v1::ListSessionsRequest(), &response);
-  });
-  if (!status.ok()) return ReportError(context, status);
-  *context.out << (parsed.json ? FormatSessionsJson(response) : FormatSessionsTable(response));
+  absl::StatusOr<std::vector<SessionInfo>> sessions = Observer(context.address).ListSessions();
+  if (!sessions.ok()) return ReportError(context, sessions.status());
+  *context.out << (parsed.json ? FormatSessionsJson(*sessions) : FormatSessionsTable(*sessions));
   return kExitOk;
 }
 

@@ -1,6 +1,5 @@
 #include "client/cli/sessions_format.h"
 
-#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,59 +11,54 @@
 namespace gpumux {
 namespace {
 
-// Proto maps iterate in no particular order; output is sorted by key.
-std::map<std::string, std::string> SortedLabels(const v1::SessionInfo& session) {
-  return std::map<std::string, std::string>(session.labels().begin(), session.labels().end());
-}
-
-void WriteUsage(const v1::SessionDeviceUsage& usage, JsonWriter& json) {
+void WriteUsage(const SessionDeviceUsage& usage, JsonWriter& json) {
   json.BeginObject();
   json.Key("device");
-  json.Int(usage.device());
+  json.Int(usage.device);
   json.Key("allocated_bytes");
-  json.Uint(usage.allocated_bytes());
+  json.Uint(usage.allocated_bytes);
   json.Key("reserved_bytes");
-  json.Uint(usage.reserved_bytes());
+  json.Uint(usage.reserved_bytes);
   json.Key("allocations");
-  json.Uint(usage.allocations());
+  json.Uint(usage.allocations);
   json.Key("imported_bytes");
-  json.Uint(usage.imported_bytes());
+  json.Uint(usage.imported_bytes);
   json.Key("memory_limit_bytes");
-  json.Uint(usage.memory_limit_bytes());
+  json.Uint(usage.memory_limit_bytes);
   json.EndObject();
 }
 
 }  // namespace
 
-std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions) {
+std::string FormatSessionsJson(const std::vector<SessionInfo>& sessions) {
   JsonWriter json;
   json.BeginArray();
-  for (const v1::SessionInfo& session : sessions.sessions()) {
+  for (const SessionInfo& session : sessions) {
     json.BeginObject();
     json.Key("session_id");
-    json.Uint(session.session_id());
+    json.Uint(session.session_id.value());
     json.Key("client_name");
-    json.String(session.client_name());
+    json.String(session.client_name);
     json.Key("pid");
-    json.Int(session.pid());
+    json.Int(session.pid);
     json.Key("tenant");
-    json.String(session.tenant());
+    json.String(session.tenant);
     json.Key("labels");
     json.BeginObject();
-    for (const auto& [key, value] : SortedLabels(session)) {
+    for (const auto& [key, value] : session.labels) {
       json.Key(key);
       json.String(value);
     }
     json.EndObject();
     json.Key("opened_unix_micros");
-    json.Int(session.opened_unix_micros());
+    json.Int(session.opened_unix_micros);
     json.Key("streams");
-    json.Uint(session.streams());
+    json.Uint(session.streams);
     json.Key("events");
-    json.Uint(session.events());
+    json.Uint(session.events);
     json.Key("devices");
     json.BeginArray();
-    for (const v1::SessionDeviceUsage& usage : session.devices()) WriteUsage(usage, json);
+    for (const SessionDeviceUsage& usage : session.devices) WriteUsage(usage, json);
     json.EndArray();
     json.EndObject();
   }
@@ -72,36 +66,36 @@ std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions) {
   return absl::StrCat(json.str(), "\n");
 }
 
-std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions) {
+std::string FormatSessionsTable(const std::vector<SessionInfo>& sessions) {
   TextTable table({"ID", "PID", "NAME", "TENANT", "LABELS", "STREAMS", "EVENTS", "DEVICE",
                    "ALLOCATED", "RESERVED", "ALLOCATIONS", "LIMIT"});
   for (size_t column : {0, 1, 5, 6, 7, 8, 9, 10, 11}) table.AlignRight(column);
-  for (const v1::SessionInfo& session : sessions.sessions()) {
+  for (const SessionInfo& session : sessions) {
     std::vector<std::string> head = {
-        absl::StrCat(session.session_id()),
-        absl::StrCat(session.pid()),
-        session.client_name(),
-        session.tenant().empty() ? "-" : session.tenant(),
-        session.labels().empty()
+        absl::StrCat(session.session_id.value()),
+        absl::StrCat(session.pid),
+        session.client_name,
+        session.tenant.empty() ? "-" : session.tenant,
+        session.labels.empty()
             ? "-"
-            : absl::StrJoin(SortedLabels(session), ",", absl::PairFormatter("=")),
-        absl::StrCat(session.streams()),
-        absl::StrCat(session.events())};
-    if (session.devices().empty()) {
+            : absl::StrJoin(session.labels, ",", absl::PairFormatter("=")),
+        absl::StrCat(session.streams),
+        absl::StrCat(session.events)};
+    if (session.devices.empty()) {
       head.insert(head.end(), {"-", "-", "-", "-", "-"});
       table.AddRow(std::move(head));
       continue;
     }
     bool first = true;
-    for (const v1::SessionDeviceUsage& usage : session.devices()) {
+    for (const SessionDeviceUsage& usage : session.devices) {
       std::vector<std::string> row =
           first ? head : std::vector<std::string>(head.size(), std::string());
       first = false;
       row.insert(
           row.end(),
-          {absl::StrCat(usage.device()), FormatTorchSize(usage.allocated_bytes()),
-           FormatTorchSize(usage.reserved_bytes()), absl::StrCat(usage.allocations()),
-           usage.memory_limit_bytes() == 0 ? "-" : FormatTorchSize(usage.memory_limit_bytes())});
+          {absl::StrCat(usage.device), FormatTorchSize(usage.allocated_bytes),
+           FormatTorchSize(usage.reserved_bytes), absl::StrCat(usage.allocations),
+           usage.memory_limit_bytes == 0 ? "-" : FormatTorchSize(usage.memory_limit_bytes)});
       table.AddRow(std::move(row));
     }
   }

@@ -7,12 +7,13 @@
 // and "events" as numbers, and per-device usage as a list.
 
 #include <string>
+#include <vector>
 
-#include "gpumux/v1/observe.pb.h"
+#include "client/session_info.h"
 
 namespace gpumux {
 
-std::string FormatSessionsJson(const v1::ListSessionsResponse& sessions);
-std::string FormatSessionsTable(const v1::ListSessionsResponse& sessions);
+std::string FormatSessionsJson(const std::vector<SessionInfo>& sessions);
+std::string FormatSessionsTable(const std::vector<SessionInfo>& sessions);
 
 }  // namespace gpumux

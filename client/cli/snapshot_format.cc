@@ -9,84 +9,84 @@
 namespace gpumux {
 namespace {
 
-void WriteBlock(const v1::SnapshotBlock& block, JsonWriter& json) {
+void WriteBlock(const BlockInfo& block, JsonWriter& json) {
   json.BeginObject();
   json.Key("address");
-  json.Uint(block.address());
+  json.Uint(block.address);
   json.Key("size");
-  json.Uint(block.size());
+  json.Uint(block.size);
   json.Key("requested_size");
-  json.Uint(block.requested_size());
+  json.Uint(block.requested_size);
   json.Key("state");
-  json.String(block.state());
+  json.String(block.state);
   json.Key("frames");
   json.BeginArray();
   json.EndArray();
   json.EndObject();
 }
 
-void WriteSegment(const v1::SnapshotSegment& segment, JsonWriter& json) {
+void WriteSegment(const SegmentInfo& segment, JsonWriter& json) {
   json.BeginObject();
   json.Key("device");
-  json.Int(segment.device());
+  json.Int(segment.device);
   json.Key("address");
-  json.Uint(segment.address());
+  json.Uint(segment.address);
   json.Key("total_size");
-  json.Uint(segment.total_size());
+  json.Uint(segment.total_size);
   json.Key("allocated_size");
-  json.Uint(segment.allocated_size());
+  json.Uint(segment.allocated_size);
   json.Key("active_size");
-  json.Uint(segment.active_size());
+  json.Uint(segment.active_size);
   json.Key("requested_size");
-  json.Uint(segment.requested_size());
+  json.Uint(segment.requested_size);
   json.Key("stream");
-  json.Uint(segment.stream());
+  json.Uint(segment.stream);
   json.Key("segment_type");
-  json.String(segment.segment_type());
+  json.String(segment.segment_type);
   json.Key("segment_pool_id");
   json.BeginArray();
   json.Int(0);
   json.Int(0);
   json.EndArray();
   json.Key("is_expandable");
-  json.Bool(segment.is_expandable());
+  json.Bool(segment.is_expandable);
   json.Key("frames");
   json.BeginArray();
   json.EndArray();
   json.Key("blocks");
   json.BeginArray();
-  for (const v1::SnapshotBlock& block : segment.blocks()) WriteBlock(block, json);
+  for (const BlockInfo& block : segment.blocks) WriteBlock(block, json);
   json.EndArray();
   json.Key("session_id");
-  json.Uint(segment.session_id());
+  json.Uint(segment.session_id.value());
   json.Key("segment_id");
-  json.Uint(segment.segment_id());
+  json.Uint(segment.segment_id.value());
   json.Key("shareable");
-  json.Bool(segment.shareable());
+  json.Bool(segment.shareable);
   json.EndObject();
 }
 
 }  // namespace
 
-std::string FormatSnapshotJson(const v1::MemorySnapshot& snapshot) {
+std::string FormatSnapshotJson(const std::vector<SegmentInfo>& segments) {
   JsonWriter json;
   json.BeginArray();
-  for (const v1::SnapshotSegment& segment : snapshot.segments()) WriteSegment(segment, json);
+  for (const SegmentInfo& segment : segments) WriteSegment(segment, json);
   json.EndArray();
   return absl::StrCat(json.str(), "\n");
 }
 
-std::string FormatSnapshotTable(const v1::MemorySnapshot& snapshot) {
+std::string FormatSnapshotTable(const std::vector<SegmentInfo>& segments) {
   TextTable table({"DEVICE", "SEGMENT", "SESSION", "ADDRESS", "TYPE", "TOTAL", "ALLOCATED",
                    "ACTIVE", "REQUESTED", "BLOCKS", "SHAREABLE"});
   for (size_t column : {0, 1, 2, 5, 6, 7, 8, 9}) table.AlignRight(column);
-  for (const v1::SnapshotSegment& segment : snapshot.segments()) {
-    table.AddRow({absl::StrCat(segment.device()), absl::StrCat(segment.segment_id()),
-                  absl::StrCat(segment.session_id()), absl::StrFormat("0x%x", segment.address()),
-                  segment.segment_type(), FormatTorchSize(segment.total_size()),
-                  FormatTorchSize(segment.allocated_size()), FormatTorchSize(segment.active_size()),
-                  FormatTorchSize(segment.requested_size()), absl::StrCat(segment.blocks_size()),
-                  segment.shareable() ? "yes" : "no"});
+  for (const SegmentInfo& segment : segments) {
+    table.AddRow({absl::StrCat(segment.device), absl::StrCat(segment.segment_id.value()),
+                  absl::StrCat(segment.session_id.value()), absl::StrFormat("0x%x", segment.address),
+                  segment.segment_type, FormatTorchSize(segment.total_size),
+                  FormatTorchSize(segment.allocated_size), FormatTorchSize(segment.active_size),
+                  FormatTorchSize(segment.requested_size), absl::StrCat(segment.blocks.size()),
+                  segment.shareable ? "yes" : "no"});
   }
   return table.Render();
 }

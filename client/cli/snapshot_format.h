@@ -6,12 +6,13 @@
 // line per segment.
 
 #include <string>
+#include <vector>
 
-#include "gpumux/v1/common.pb.h"
+#include "client/memory_snapshot.h"
 
 namespace gpumux {
 
-std::string FormatSnapshotJson(const v1::MemorySnapshot& snapshot);
-std::string FormatSnapshotTable(const v1::MemorySnapshot& snapshot);
+std::string FormatSnapshotJson(const std::vector<SegmentInfo>& segments);
+std::string FormatSnapshotTable(const std::vector<SegmentInfo>& segments);
 
 }  // namespace gpumux

@@ -10,14 +10,14 @@
 namespace gpumux {
 namespace {
 
-int64_t ValueOf(const v1::MemoryStats& stats, const std::string& key) {
-  auto it = stats.values().find(key);
-  return it == stats.values().end() ? 0 : it->second;
+int64_t ValueOf(const std::map<std::string, int64_t>& stats, const std::string& key) {
+  auto it = stats.find(key);
+  return it == stats.end() ? 0 : it->second;
 }
 
 }  // namespace
 
-std::string FormatStatsJson(const v1::MemoryStats& stats) {
+std::string FormatStatsJson(const std::map<std::string, int64_t>& stats) {
   JsonWriter json;
   json.BeginObject();
   for (const std::string& key : MemoryStatsKeys()) {
@@ -28,7 +28,7 @@ std::string FormatStatsJson(const v1::MemoryStats& stats) {
   return absl::StrCat(json.str(), "\n");
 }
 
-std::string FormatStatsLines(const v1::MemoryStats& stats) {
+std::string FormatStatsLines(const std::map<std::string, int64_t>& stats) {
   size_t width = 0;
   for (const std::string& key : MemoryStatsKeys()) width = std::max(width, key.size());
   std::string out;

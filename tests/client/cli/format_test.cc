@@ -1,9 +1,12 @@
-// The CLI's proto → JSON / table formatting.
+// The CLI's JSON and table formatting of the client API's types.
 
+#include <cstdint>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "client/cli/devices_format.h"
 #include "client/cli/sessions_format.h"
@@ -42,10 +45,8 @@ std::vector<std::string> ObjectKeys(const std::string& json) {
 }
 
 TEST(StatsFormatTest, JsonHasExactlyPyTorchsKeysSortedWithIntegerValues) {
-  v1::MemoryStats stats;
-  (*stats.mutable_values())["allocated_bytes.all.current"] = 1024;
-  (*stats.mutable_values())["num_ooms"] = 2;
-  (*stats.mutable_values())["not_a_torch_key"] = 5;
+  const std::map<std::string, int64_t> stats = {
+      {"allocated_bytes.all.current", 1024}, {"num_ooms", 2}, {"not_a_torch_key", 5}};
   const std::string json = FormatStatsJson(stats);
 
   std::ifstream file(GPUMUX_SOURCE_DIR "/testdata/torch_memory_stats_keys.json");
@@ -64,8 +65,7 @@ TEST(StatsFormatTest, JsonHasExactlyPyTorchsKeysSortedWithIntegerValues) {
 }
 
 TEST(StatsFormatTest, LinesAreAlignedKeyValuePairs) {
-  v1::MemoryStats stats;
-  (*stats.mutable_values())["allocated_bytes.all.current"] = 1024;
+  const std::map<std::string, int64_t> stats = {{"allocated_bytes.all.current", 1024}};
   const std::string lines = FormatStatsLines(stats);
   EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 122);
   EXPECT_THAT(lines, StartsWith("active.all.allocated "));
@@ -74,30 +74,25 @@ TEST(StatsFormatTest, LinesAreAlignedKeyValuePairs) {
   EXPECT_THAT(lines, HasSubstr("\nnum_ooms "));
 }
 
-v1::MemorySnapshot ExampleSnapshot() {
-  v1::MemorySnapshot snapshot;
-  v1::SnapshotSegment* segment = snapshot.add_segments();
-  segment->set_device(0);
-  segment->set_address(139682839003136);
-  segment->set_total_size(20971520);
-  segment->set_allocated_size(3145728);
-  segment->set_active_size(3145728);
-  segment->set_requested_size(3000000);
-  segment->set_segment_type("large");
-  segment->set_session_id(7);
-  segment->set_segment_id(3);
-  segment->set_shareable(true);
-  v1::SnapshotBlock* used = segment->add_blocks();
-  used->set_address(139682839003136);
-  used->set_size(3145728);
-  used->set_requested_size(3000000);
-  used->set_state("active_allocated");
-  used->set_session_id(7);
-  v1::SnapshotBlock* free = segment->add_blocks();
-  free->set_address(139682842148864);
-  free->set_size(17825792);
-  free->set_state("inactive");
-  return snapshot;
+std::vector<SegmentInfo> ExampleSnapshot() {
+  SegmentInfo segment;
+  segment.device = 0;
+  segment.address = 139682839003136;
+  segment.total_size = 20971520;
+  segment.allocated_size = 3145728;
+  segment.active_size = 3145728;
+  segment.requested_size = 3000000;
+  segment.segment_type = "large";
+  segment.session_id = SessionId(7);
+  segment.segment_id = SegmentId(3);
+  segment.shareable = true;
+  segment.blocks.push_back({.address = 139682839003136,
+                            .size = 3145728,
+                            .requested_size = 3000000,
+                            .state = "active_allocated",
+                            .session_id = SessionId(7)});
+  segment.blocks.push_back({.address = 139682842148864, .size = 17825792, .state = "inactive"});
+  return {segment};
 }
 
 TEST(SnapshotFormatTest, JsonIsPyTorchsSegmentListPlusGpumuxFields) {
@@ -141,7 +136,7 @@ TEST(SnapshotFormatTest, JsonIsPyTorchsSegmentListPlusGpumuxFields) {
  }
 ]
 )");
-  EXPECT_EQ(FormatSnapshotJson(v1::MemorySnapshot()), "[]\n");
+  EXPECT_EQ(FormatSnapshotJson({}), "[]\n");
 }
 
 TEST(SnapshotFormatTest, TableHasOneLinePerSegment) {
@@ -153,24 +148,23 @@ TEST(SnapshotFormatTest, TableHasOneLinePerSegment) {
 }
 
 TEST(DevicesFormatTest, TableAndJson) {
-  v1::ListDevicesResponse devices;
-  v1::DeviceProperties* device = devices.add_devices();
-  device->set_index(0);
-  device->set_name("NVIDIA H200");
-  device->set_backend("cuda");
-  device->set_total_memory(uint64_t{150} << 30);
-  device->set_free_memory(uint64_t{100} << 30);
-  device->set_major(9);
-  device->set_minor(0);
-  device->set_multi_processor_count(132);
-  device->set_pci_bus_id("00000000:19:00.0");
-  device->add_arch_list("sm_90");
-  device->add_arch_list("compute_90");
-  device->set_gencode_flags("-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90");
-  device->set_driver_version(13000);
-  device->set_runtime_version(13000);
-  device->set_healthy(true);
-  device->set_health("ok");
+  DeviceProperties device;
+  device.index = 0;
+  device.name = "NVIDIA H200";
+  device.backend = "cuda";
+  device.total_memory = uint64_t{150} << 30;
+  device.free_memory = uint64_t{100} << 30;
+  device.major = 9;
+  device.minor = 0;
+  device.multi_processor_count = 132;
+  device.pci_bus_id = "00000000:19:00.0";
+  device.arch_list = {"sm_90", "compute_90"};
+  device.gencode_flags = "-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90";
+  device.driver_version = 13000;
+  device.runtime_version = 13000;
+  device.healthy = true;
+  device.health = "ok";
+  const std::vector<DeviceProperties> devices = {device};
   EXPECT_EQ(FormatDevicesTable(devices),
             "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS  PCI               HEALTH\n"
             "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132  00000000:19:00.0  ok\n");
@@ -184,32 +178,24 @@ TEST(DevicesFormatTest, TableAndJson) {
             "  \"health\": \"ok\"\n }\n]\n");
 }
 
-v1::ListSessionsResponse ExampleSessions() {
-  v1::ListSessionsResponse sessions;
-  v1::SessionInfo* trainer = sessions.add_sessions();
-  trainer->set_session_id(7);
-  trainer->set_client_name("trainer");
-  trainer->set_pid(4242);
-  trainer->set_tenant("team-a");
-  (*trainer->mutable_labels())["pod"] = "p-1";
-  (*trainer->mutable_labels())["namespace"] = "ml";
-  trainer->set_opened_unix_micros(1700000000000000);
-  trainer->set_streams(3);
-  trainer->set_events(12);
-  v1::SessionDeviceUsage* d0 = trainer->add_devices();
-  d0->set_device(0);
-  d0->set_allocated_bytes(1024);
-  d0->set_reserved_bytes(2 << 20);
-  d0->set_allocations(1);
-  v1::SessionDeviceUsage* d1 = trainer->add_devices();
-  d1->set_device(1);
-  d1->set_reserved_bytes(20 << 20);
-  d1->set_memory_limit_bytes(uint64_t{1} << 30);
-  v1::SessionInfo* idle = sessions.add_sessions();
-  idle->set_session_id(8);
-  idle->set_client_name("idle");
-  idle->set_pid(1);
-  return sessions;
+std::vector<SessionInfo> ExampleSessions() {
+  SessionInfo trainer;
+  trainer.session_id = SessionId(7);
+  trainer.client_name = "trainer";
+  trainer.pid = 4242;
+  trainer.tenant = "team-a";
+  trainer.labels = {{"pod", "p-1"}, {"namespace", "ml"}};
+  trainer.opened_unix_micros = 1700000000000000;
+  trainer.streams = 3;
+  trainer.events = 12;
+  trainer.devices.push_back({.device = 0, .allocated_bytes = 1024, .reserved_bytes = 2 << 20, .allocations = 1});
+  trainer.devices.push_back(
+      {.device = 1, .reserved_bytes = 20 << 20, .memory_limit_bytes = uint64_t{1} << 30});
+  SessionInfo idle;
+  idle.session_id = SessionId(8);
+  idle.client_name = "idle";
+  idle.pid = 1;
+  return {trainer, idle};
 }
 
 TEST(SessionsFormatTest, TableHasARowPerSessionAndDevice) {
