@@ -34,10 +34,10 @@
 #include "absl/strings/escaping.h"
 
 #include "bench/bench_daemon.h"
-#include "bench/inprocess_target.h"
-#include "bench/trace_replay.h"
+#include "replay/inprocess_target.h"
+#include "replay/trace_replay.h"
 #include "client/client.h"
-#include "client/replay_target.h"
+#include "replay/client_target.h"
 
 namespace {
 

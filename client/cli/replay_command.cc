@@ -1,17 +1,16 @@
 // replay: a recorded PyTorch allocation trace through gpumux's allocator, in
 // this process (InProcessTarget) or through the daemon at --address
-// (ClientReplayTarget). Built when bench/'s gpumux::replay exists; otherwise
-// replay_command_unavailable.cc stands in.
+// (ClientReplayTarget), both from replay/.
 
 #include <limits>
 #include <memory>
 
-#include "bench/inprocess_target.h"
-#include "bench/trace_replay.h"
+#include "replay/inprocess_target.h"
+#include "replay/trace_replay.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/client.h"
-#include "client/replay_target.h"
+#include "replay/client_target.h"
 #include "server/allocator/allocator_config.h"
 
 namespace gpumux {

@@ -1,4 +1,4 @@
-#include "client/replay_target.h"
+#include "replay/client_target.h"
 
 #include <utility>
 

@@ -1,6 +1,6 @@
 // Replays a real PyTorch trace in-process and checks PyTorch's own figures.
 
-#include "bench/trace_replay.h"
+#include "replay/trace_replay.h"
 
 #include <zlib.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "bench/inprocess_target.h"
+#include "replay/inprocess_target.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "bench/trace_replay.h"
+#include "replay/trace_replay.h"
 #include "server/allocator/allocator_config.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/host/host_backend.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "bench/trace_replay.h"
+#include "replay/trace_replay.h"
 #include "client/client.h"
 #include "client/device_buffer.h"
 

@@ -1,4 +1,4 @@
-#include "bench/inprocess_target.h"
+#include "replay/inprocess_target.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "bench/trace_replay.h"
+#include "replay/trace_replay.h"
 
 #include <zlib.h>
 
