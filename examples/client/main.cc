@@ -1,0 +1,99 @@
+// gpumux's client example, built against an installed libgpumux: allocates
+// device memory from gpumuxd, writes it, shares it with a second process
+// that imports and reads it, and prints the daemon's memory summary.
+//
+//   client_example [ADDRESS]                  (default: $GPUMUX_ADDRESS or
+//                                              unix:///run/gpumux/gpumux.sock)
+//   client_example ADDRESS --import TOKEN     (the second process)
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "client/client.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr char kMessage[] = "hello from gpumux";
+
+int Fail(const char* what, const absl::Status& status) {
+  std::fprintf(stderr, "client_example: %s: %s\n", what, status.ToString().c_str());
+  return 1;
+}
+
+// The second process: imports the shared buffer and reads it back.
+int Import(const std::string& address, const std::string& token) {
+  absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
+  if (!client.ok()) return Fail("connect", client.status());
+  absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Import(token);
+  if (!buffer.ok()) return Fail("import", buffer.status());
+  char text[sizeof(kMessage)] = {};
+  absl::StatusOr<gpumux::Event> copied = (*client)->CopyDeviceToHost(text, *buffer, 0, sizeof(text));
+  if (!copied.ok()) return Fail("copy to host", copied.status());
+  std::printf("imported %llu bytes in session %llu: \"%s\"\n",
+              static_cast<unsigned long long>(buffer->size()),
+              static_cast<unsigned long long>((*client)->session_id().value()), text);
+  return std::strcmp(text, kMessage) == 0 ? 0 : 1;
+}
+
+// Runs this program again as the importing process; its exit status.
+int RunImporter(const std::string& address, const std::string& token) {
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), const_cast<char*>(address.c_str()), const_cast<char*>("--import"),
+                  const_cast<char*>(token.c_str()), nullptr};
+  std::fflush(stdout);
+  pid_t pid;
+  if (int error = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ); error != 0) {
+    std::fprintf(stderr, "client_example: posix_spawn: %s\n", std::strerror(error));
+    return 1;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string address = argc > 1 ? argv[1] : gpumux::DefaultAddress();
+  if (argc == 4 && std::strcmp(argv[2], "--import") == 0) return Import(address, argv[3]);
+
+  absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
+  if (!client.ok()) return Fail("connect", client.status());
+  std::printf("session %llu on gpumuxd %s (%s backend)\n",
+              static_cast<unsigned long long>((*client)->session_id().value()),
+              (*client)->daemon_version().c_str(), (*client)->backend().c_str());
+
+  // torch.empty(1 << 20, dtype=torch.uint8, device="cuda:0"), shareable.
+  gpumux::AllocateOptions options;
+  options.shareable = true;
+  absl::StatusOr<gpumux::DeviceBuffer> buffer =
+      (*client)->Allocate(1 << 20, gpumux::DeviceIndex(0), options);
+  if (!buffer.ok()) return Fail("allocate", buffer.status());
+  absl::StatusOr<gpumux::Event> written =
+      (*client)->CopyHostToDevice(*buffer, 0, kMessage, sizeof(kMessage));
+  if (!written.ok()) return Fail("copy to device", written.status());
+  if (absl::Status synced = (*client)->Synchronize(gpumux::DeviceIndex(0)); !synced.ok()) {
+    return Fail("synchronize", synced);
+  }
+
+  // A single-use token the second process redeems for its own reference.
+  absl::StatusOr<std::string> token = (*client)->Share(*buffer);
+  if (!token.ok()) return Fail("share", token.status());
+  if (int code = RunImporter(address, *token); code != 0) {
+    std::fprintf(stderr, "client_example: the importing process failed (exit %d)\n", code);
+    return 1;
+  }
+
+  absl::StatusOr<std::string> summary = (*client)->MemorySummary(gpumux::DeviceIndex(0));
+  if (!summary.ok()) return Fail("memory summary", summary.status());
+  std::printf("%s", summary->c_str());
+  return 0;
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cmake --install into a temporary prefix, then the out-of-tree client
+# example (examples/client) built three ways against what was installed:
+# find_package(gpumux) with gpumux::client and with gpumux::client_static,
+# and pkg-config gpumux. Each runs against the installed gpumuxd: allocate,
+# write, share, import from a second process, memory summary.
+#   install_test.sh SOURCE_DIR BUILD_DIR [CUDA_INCLUDE_DIR]
+set -euo pipefail
+source_dir=$1
+build_dir=$2
+cuda_include=${3:-}
+work=$(mktemp -d /tmp/gpumux-install-test-XXXXXX)
+daemon_pid=
+cleanup() {
+  if [[ -n $daemon_pid ]]; then kill "$daemon_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "install_test: $*" >&2; exit 1; }
+
+prefix=$work/prefix
+cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
+for file in bin/gpumuxd bin/gpumux lib/libgpumux.a lib/libgpumux.so include/gpumux/client/client.h \
+            include/gpumux/client/observer.h lib/cmake/gpumux/gpumuxConfig.cmake \
+            lib/cmake/gpumux/gpumuxConfigVersion.cmake lib/pkgconfig/gpumux.pc; do
+  [[ -e $prefix/$file ]] || fail "cmake --install did not install $file"
+done
+
+# The public headers resolve their includes with the installed include root
+# only, reach no gRPC or protobuf header (nor the generated wire API), and
+# compile.
+extra=()
+[[ -n $cuda_include ]] && extra=(-isystem "$cuda_include")
+all_headers=$work/all_headers.cc
+: > "$all_headers"
+for header in "$prefix"/include/gpumux/*/*.h; do
+  deps=$(c++ -std=c++20 -M -I"$prefix/include/gpumux" "${extra[@]}" -x c++ "$header") ||
+    fail "$header does not find its includes in the installed tree"
+  if grep -Eq 'grpc|google/protobuf|gpumux/v1/' <<<"$deps"; then
+    fail "$header reaches a gRPC or protobuf header: $(grep -Eo '[^ ]*(grpc|protobuf|gpumux/v1)[^ ]*' <<<"$deps" | head -3)"
+  fi
+  echo "#include \"$header\"" >> "$all_headers"
+done
+c++ -std=c++20 -fsyntax-only -I"$prefix/include/gpumux" "${extra[@]}" "$all_headers" ||
+  fail "the installed headers do not compile"
+
+# The example, three ways.
+example=$source_dir/examples/client
+cmake -S "$example" -B "$work/cmake-shared" -DCMAKE_PREFIX_PATH="$prefix" > "$work/configure.log" ||
+  { cat "$work/configure.log"; fail "find_package(gpumux) failed"; }
+cmake --build "$work/cmake-shared" > "$work/build.log" || { cat "$work/build.log"; fail "building with gpumux::client failed"; }
+cmake -S "$example" -B "$work/cmake-static" -DCMAKE_PREFIX_PATH="$prefix" -DGPUMUX_EXAMPLE_STATIC=ON \
+  > "$work/configure.log" || { cat "$work/configure.log"; fail "find_package(gpumux) failed"; }
+cmake --build "$work/cmake-static" > "$work/build.log" ||
+  { cat "$work/build.log"; fail "building with gpumux::client_static failed"; }
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+# shellcheck disable=SC2046  # pkg-config's flags are words
+c++ -std=c++20 "$example/main.cc" -o "$work/pkg-config-example" $(pkg-config --cflags --libs gpumux) \
+  -Wl,-rpath,"$prefix/lib" || fail "building with pkg-config gpumux failed"
+ldd "$work/cmake-shared/client_example" | grep -q "$prefix/lib/libgpumux.so" ||
+  fail "the gpumux::client build does not use the installed libgpumux.so"
+if ldd "$work/cmake-static/client_example" | grep -q libgpumux; then
+  fail "the gpumux::client_static build links libgpumux.so"
+fi
+
+# The installed daemon, and each build against it.
+socket=$work/gpumux.sock
+"$prefix/bin/gpumuxd" --socket="$socket" --host-device-memory=256MiB > "$work/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do [[ -S $socket ]] && break; sleep 0.1; done
+[[ -S $socket ]] || { cat "$work/daemon.log"; fail "the installed gpumuxd did not start"; }
+for program in "$work/cmake-shared/client_example" "$work/cmake-static/client_example" \
+               "$work/pkg-config-example"; do
+  out=$("$program" "unix://$socket") || { echo "$out"; fail "$program failed"; }
+  grep -q 'imported 1048576 bytes in session [0-9]*: "hello from gpumux"' <<<"$out" ||
+    { echo "$out"; fail "$program: the second process did not read what the first wrote"; }
+  grep -q 'PyTorch CUDA memory summary, device ID 0' <<<"$out" ||
+    { echo "$out"; fail "$program printed no memory summary"; }
+done
+"$prefix/bin/gpumux" --address="unix://$socket" sessions > /dev/null || fail "the installed gpumux CLI failed"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid" || { cat "$work/daemon.log"; fail "gpumuxd did not stop cleanly"; }
+daemon_pid=
+echo "install_test: installed, built three ways and ran against the installed daemon"
