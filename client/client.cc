@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "client/channel.h"
 #include "client/client_impl.h"
+#include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
 #include "client/grpc_status.h"
 #include "client/proto_conversion.h"
@@ -22,6 +23,18 @@ namespace gpumux {
 namespace {
 
 constexpr char kSessionMetadataKey[] = "gpumux-session";
+
+// Device.GetDeviceCount at `address` on a fresh channel, within `timeout`;
+// needs no session.
+absl::StatusOr<int> AskDeviceCount(absl::string_view address, absl::Duration timeout) {
+  std::unique_ptr<v1::Device::Stub> device = v1::Device::NewStub(CreateDaemonChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::GetDeviceCountRequest request;
+  v1::GetDeviceCountResponse response;
+  GPUMUX_RETURN_IF_ERROR(FromGrpcStatus(device->GetDeviceCount(&context, request, &response), address));
+  return response.count();
+}
 
 // /proc/self/comm without its newline: what `ps` shows as the process name.
 std::string ProcessName() {
@@ -136,13 +149,12 @@ absl::Status Client::Impl::RestartedError() const {
 bool Client::Impl::DaemonAnswers() const {
   // A fresh channel: the session's may still be backing off from the old
   // daemon's end.
-  std::shared_ptr<grpc::Channel> probe = CreateDaemonChannel(address_);
-  std::unique_ptr<v1::Device::Stub> device = v1::Device::NewStub(probe);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  v1::GetDeviceCountRequest request;
-  v1::GetDeviceCountResponse response;
-  return device->GetDeviceCount(&context, request, &response).ok();
+  return AskDeviceCount(address_, absl::Seconds(1)).ok();
+}
+
+bool Client::IsAvailable(absl::string_view address, absl::Duration timeout) {
+  absl::StatusOr<int> count = AskDeviceCount(address, timeout);
+  return count.ok() && *count > 0;
 }
 
 absl::Status Client::Impl::CheckSession() {
@@ -208,6 +220,61 @@ absl::Status Client::Synchronize(DeviceIndex device) {
   return impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->device_stub_->Synchronize(context, request, &response);
   });
+}
+
+absl::StatusOr<std::pair<int, int>> Client::GetDeviceCapability(std::optional<DeviceIndex> device) {
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties,
+                          GetDeviceProperties(device.value_or(CurrentDevice())));
+  return std::make_pair(properties.major, properties.minor);
+}
+
+absl::StatusOr<std::vector<std::string>> Client::GetArchList() {
+  GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
+  if (count == 0) return std::vector<std::string>();
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(DeviceIndex(0)));
+  return std::move(properties.arch_list);
+}
+
+absl::StatusOr<std::string> Client::GetGencodeFlags() {
+  GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
+  if (count == 0) return std::string();
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(DeviceIndex(0)));
+  return std::move(properties.gencode_flags);
+}
+
+absl::Status Client::Init() {
+  GPUMUX_RETURN_IF_ERROR(impl_->CachedDeviceCount().status());
+  if (impl_->memory_files_ != nullptr) GPUMUX_RETURN_IF_ERROR(impl_->memory_files_->Connect());
+  return absl::OkStatus();
+}
+
+bool Client::IsInitialized() const {
+  {
+    absl::MutexLock lock(&impl_->device_count_mu_);
+    if (!impl_->device_count_.has_value()) return false;
+  }
+  return impl_->memory_files_ == nullptr || impl_->memory_files_->connected();
+}
+
+absl::StatusOr<void*> Client::CurrentBlasHandle() {
+  GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
+  if (backend() != "cuda") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "current_blas_handle needs a CUDA daemon; this daemon's backend is ", backend()));
+  }
+  GPUMUX_ASSIGN_OR_RETURN(std::string pci_bus_id, impl_->PciBusId(CurrentDevice()));
+  return CurrentCublasHandle(pci_bus_id);
+}
+
+absl::StatusOr<std::string> Client::Impl::PciBusId(DeviceIndex device) {
+  {
+    absl::MutexLock lock(&pci_bus_ids_mu_);
+    if (auto it = pci_bus_ids_.find(device); it != pci_bus_ids_.end()) return it->second;
+  }
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, self_.GetDeviceProperties(device));
+  absl::MutexLock lock(&pci_bus_ids_mu_);
+  pci_bus_ids_[device] = properties.pci_bus_id;
+  return properties.pci_bus_id;
 }
 
 // --- Allocation ------------------------------------------------------------
@@ -403,6 +470,16 @@ absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
     return impl_->memory_stub_->Import(context, request, &response);
   }));
   return impl_->Adopt(response.allocation());
+}
+
+absl::StatusOr<CollectedMappings> Client::IpcCollect() {
+  GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
+  impl_->FlushFreesBeforeCall();
+  // Freed buffers' memory may still be in use by this process's kernels
+  // until their fences complete.
+  WaitForFreeFences();
+  const SegmentMapper::Unmapped unmapped = impl_->mapper_.UnmapUnused();
+  return CollectedMappings{.mappings = unmapped.mappings, .bytes = unmapped.bytes};
 }
 
 }  // namespace gpumux

@@ -16,11 +16,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/client_options.h"
 #include "client/copy_options.h"
@@ -55,6 +57,12 @@ class Client {
   // connection or open the session in time; the daemon's refusal otherwise.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       absl::string_view address = DefaultAddress(), const Options& options = Options());
+
+  // torch.cuda.is_available(): whether a daemon answers at `address` within
+  // `timeout` and has at least one device. Never an error: false otherwise.
+  // Opens no session.
+  static bool IsAvailable(absl::string_view address = DefaultAddress(),
+                          absl::Duration timeout = absl::Seconds(2));
 
   // Sends queued frees, ends the session (the daemon releases what it still
   // holds) and unmaps every segment. All DeviceBuffers of this client must be
@@ -96,6 +104,36 @@ class Client {
   absl::StatusOr<DeviceProperties> GetDeviceProperties(DeviceIndex device);
   // torch.cuda.synchronize(device): waits for all work queued on the device.
   absl::Status Synchronize(DeviceIndex device);
+  // torch.cuda.get_device_capability(device): {major, minor}; the host
+  // backend's devices report {0, 0}. Absent: the current device.
+  absl::StatusOr<std::pair<int, int>> GetDeviceCapability(
+      std::optional<DeviceIndex> device = std::nullopt);
+  // torch.cuda.get_arch_list(): the architectures the daemon's CUDA build
+  // carries code for ("sm_80", "sm_90", "compute_90"); empty for a daemon
+  // built without CUDA or with no device.
+  absl::StatusOr<std::vector<std::string>> GetArchList();
+  // torch.cuda.get_gencode_flags(): "-gencode compute=compute_90,code=sm_90
+  // ..." for the same build; empty as above.
+  absl::StatusOr<std::string> GetGencodeFlags();
+
+  // torch.cuda.init(): does now what calls otherwise do on first use: learns
+  // the device count (SetDevice's range check) and, on a Unix socket,
+  // connects the memory socket segments are fetched from. OK when that is
+  // done already; UNAVAILABLE when the daemon or its memory socket cannot be
+  // reached.
+  absl::Status Init();
+  // torch.cuda.is_initialized(): whether what Init does is done (by Init or
+  // by the calls that needed it).
+  bool IsInitialized() const;
+
+  // torch.cuda.current_blas_handle(): a cuBLAS handle (cublasHandle_t) for
+  // the current device and the calling thread, created on first use and
+  // bound to the thread's current CUDA stream (cuda_interop.h) on every call.
+  // cuBLAS is loaded when first asked (libcublas.so.13, .12, or libcublas.so),
+  // so clients that never ask need not have it. The handle lives until the
+  // thread exits. FAILED_PRECONDITION on the host backend, in a build without
+  // CUDA, or when cuBLAS cannot be loaded; the CUDA or cuBLAS error otherwise.
+  absl::StatusOr<void*> CurrentBlasHandle();
 
   // --- Current device and streams (client_streams.cc) ----------------------
   // Per thread and per Client, as PyTorch keeps them per thread: a thread
@@ -181,6 +219,12 @@ class Client {
   // token, NOT_FOUND for one never issued or whose allocation is gone,
   // FAILED_PRECONDITION for one already used (tokens are single-use).
   absl::StatusOr<DeviceBuffer> Import(absl::string_view token);
+  // torch.cuda.ipc_collect(): sends queued frees, waits for the free fences
+  // of this process's CUDA work, then unmaps every segment mapping no live
+  // DeviceBuffer of this client points into (cached segments of its own and
+  // segments of imports it freed); says how many mappings and bytes. A later
+  // allocation in such a segment maps it again.
+  absl::StatusOr<CollectedMappings> IpcCollect();
 
   // --- Statistics (this session's view) ----------------------------------
   // torch.cuda.memory_allocated(device): allocated_bytes.all.current.
@@ -202,6 +246,27 @@ class Client {
       std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.reset_peak_memory_stats(device)
   absl::Status ResetPeakMemoryStats(DeviceIndex device = DeviceIndex(0));
+  // torch.cuda.reset_max_memory_allocated(device): ResetPeakMemoryStats, as
+  // in PyTorch (which also warns that it resets every peak).
+  absl::Status ResetMaxMemoryAllocated(DeviceIndex device = DeviceIndex(0)) {
+    return ResetPeakMemoryStats(device);
+  }
+  // PyTorch's deprecated names of the reserved figures.
+  // torch.cuda.memory_cached(device)
+  [[deprecated("use MemoryReserved")]] absl::StatusOr<int64_t> MemoryCached(
+      DeviceIndex device = DeviceIndex(0)) {
+    return MemoryReserved(device);
+  }
+  // torch.cuda.max_memory_cached(device)
+  [[deprecated("use MaxMemoryReserved")]] absl::StatusOr<int64_t> MaxMemoryCached(
+      DeviceIndex device = DeviceIndex(0)) {
+    return MaxMemoryReserved(device);
+  }
+  // torch.cuda.reset_max_memory_cached(device)
+  [[deprecated("use ResetPeakMemoryStats")]] absl::Status ResetMaxMemoryCached(
+      DeviceIndex device = DeviceIndex(0)) {
+    return ResetPeakMemoryStats(device);
+  }
   // torch.cuda.reset_accumulated_memory_stats(device)
   absl::Status ResetAccumulatedMemoryStats(DeviceIndex device = DeviceIndex(0));
 

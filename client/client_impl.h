@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -93,6 +94,8 @@ class Client::Impl {
   bool UseStaging(TransferPath path, uint64_t size) const;
   // The device count, asked once.
   absl::StatusOr<int> CachedDeviceCount();
+  // The PCI bus id of `device`, asked once.
+  absl::StatusOr<std::string> PciBusId(DeviceIndex device);
 
   // The Client this is the implementation of.
   Client& self_;
@@ -109,8 +112,10 @@ class Client::Impl {
   const uint64_t staging_buffer_size_;
   const uint64_t max_inline_copy_;
   CurrentStreams current_;
-  absl::Mutex device_count_mu_;
+  mutable absl::Mutex device_count_mu_;
   std::optional<int> device_count_ ABSL_GUARDED_BY(device_count_mu_);
+  absl::Mutex pci_bus_ids_mu_;
+  absl::flat_hash_map<DeviceIndex, std::string> pci_bus_ids_ ABSL_GUARDED_BY(pci_bus_ids_mu_);
   // Held for a whole staged copy: staged copies take turns on the buffer.
   absl::Mutex staging_mu_;
   std::unique_ptr<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);

@@ -64,4 +64,10 @@ struct ReleasedCache {
   uint64_t released_segments = 0;
 };
 
+// What Client::IpcCollect unmapped.
+struct CollectedMappings {
+  uint64_t mappings = 0;
+  uint64_t bytes = 0;
+};
+
 }  // namespace gpumux

@@ -2,6 +2,7 @@
 // a CUDA daemon are still usable through the daemon: copies, fills) and frees
 // need no fence.
 
+#include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/local_event.h"
@@ -19,6 +20,9 @@ bool CudaDeviceVisible() { return false; }
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
 
 void WaitForFreeFences() {}
+absl::StatusOr<void*> CurrentCublasHandle(absl::string_view /*pci_bus_id*/) {
+  return absl::FailedPreconditionError("current_blas_handle needs a CUDA-enabled client build");
+}
 
 std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view /*handle*/) { return nullptr; }
 

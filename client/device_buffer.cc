@@ -50,6 +50,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 DeviceBuffer::~DeviceBuffer() { Reset(); }
 
 AllocationId DeviceBuffer::Detach() {
+  if (data_ != nullptr) client_->impl_->mapper_.Release(device_, segment_id_);
   client_ = nullptr;
   data_ = nullptr;
   return id_;

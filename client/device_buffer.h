@@ -67,7 +67,8 @@ class DeviceBuffer {
   };
 
   DeviceBuffer(Client* client, const Info& info, void* data);
-  // Gives the allocation up without freeing it; returns its id.
+  // Gives the allocation up without freeing it (and its use of the segment's
+  // mapping); returns its id.
   AllocationId Detach();
   // Queues the free of what this buffer holds and empties it.
   void Reset();

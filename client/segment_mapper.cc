@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/cuda_ipc_mapping.h"
@@ -51,8 +52,9 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
   const Key key(device, segment);
   absl::MutexLock lock(&mu_);
   if (auto it = mappings_.find(key); it != mappings_.end()) {
-    if (cuda_device != nullptr) *cuda_device = it->second->cuda_device();
-    return it->second->base();
+    if (cuda_device != nullptr) *cuda_device = it->second.mapping->cuda_device();
+    ++it->second.users;
+    return it->second.mapping->base();
   }
   // Mapping under the lock keeps two threads from mapping one segment twice;
   // a fetch and an mmap take microseconds.
@@ -64,7 +66,7 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
   }
   void* base = (*mapping)->base();
   if (cuda_device != nullptr) *cuda_device = (*mapping)->cuda_device();
-  mappings_.emplace(key, std::move(mapping).value());
+  mappings_.emplace(key, Entry{.mapping = std::move(mapping).value(), .users = 1});
   ++opened_;
   return base;
 }
@@ -75,18 +77,43 @@ void SegmentMapper::Unmap(DeviceIndex device, SegmentId segment) {
     absl::MutexLock lock(&mu_);
     auto it = mappings_.find(Key(device, segment));
     if (it == mappings_.end()) return;
-    doomed = std::move(it->second);
+    doomed = std::move(it->second.mapping);
     mappings_.erase(it);
   }
   // `doomed` unmaps here, outside the lock.
 }
 
 void SegmentMapper::UnmapAll() {
-  absl::flat_hash_map<Key, std::unique_ptr<MappedSegment>> doomed;
+  absl::flat_hash_map<Key, Entry> doomed;
   {
     absl::MutexLock lock(&mu_);
     doomed.swap(mappings_);
   }
+}
+
+void SegmentMapper::Release(DeviceIndex device, SegmentId segment) {
+  absl::MutexLock lock(&mu_);
+  auto it = mappings_.find(Key(device, segment));
+  if (it != mappings_.end() && it->second.users > 0) --it->second.users;
+}
+
+SegmentMapper::Unmapped SegmentMapper::UnmapUnused() {
+  std::vector<std::unique_ptr<MappedSegment>> doomed;
+  Unmapped unmapped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = mappings_.begin(); it != mappings_.end();) {
+      if (it->second.users != 0) {
+        ++it;
+        continue;
+      }
+      ++unmapped.mappings;
+      unmapped.bytes += it->second.mapping->size();
+      doomed.push_back(std::move(it->second.mapping));
+      mappings_.erase(it++);
+    }
+  }
+  return unmapped;  // `doomed` unmaps here, outside the lock
 }
 
 uint64_t SegmentMapper::opened() const {

@@ -38,7 +38,8 @@ class SegmentMapper {
   // `memory_files` (a TCP connection); MemoryFileFetcher::Fetch's and mmap's
   // errors.
   // `cuda_device` (may be null) receives MappedSegment::cuda_device() of the
-  // mapping.
+  // mapping. Each successful call counts one more user of the mapping, until
+  // Release.
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
                             uint64_t size, MemoryFileFetcher* memory_files, int* cuda_device = nullptr);
 
@@ -46,6 +47,17 @@ class SegmentMapper {
   // it dangle afterwards.
   void Unmap(DeviceIndex device, SegmentId segment);
   void UnmapAll();
+  // One user of the segment's mapping (a successful Map) is done with it;
+  // nothing happens when it is not mapped.
+  void Release(DeviceIndex device, SegmentId segment);
+
+  struct Unmapped {
+    uint64_t mappings = 0;
+    uint64_t bytes = 0;
+  };
+  // Unmaps every mapping without users (torch.cuda.ipc_collect) and says how
+  // many, of how many bytes.
+  Unmapped UnmapUnused();
 
   // How many segments are mapped now.
   size_t size() const;
@@ -55,9 +67,14 @@ class SegmentMapper {
 
  private:
   using Key = std::pair<DeviceIndex, SegmentId>;
+  struct Entry {
+    std::unique_ptr<MappedSegment> mapping;
+    // Successful Map calls not yet Released.
+    uint64_t users = 0;
+  };
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<Key, std::unique_ptr<MappedSegment>> mappings_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, Entry> mappings_ ABSL_GUARDED_BY(mu_);
   uint64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -120,6 +120,16 @@ absl::Status MemoryFileFetcher::ConnectLocked() {
   return absl::OkStatus();
 }
 
+absl::Status MemoryFileFetcher::Connect() {
+  absl::MutexLock lock(&mu_);
+  return socket_.valid() ? absl::OkStatus() : ConnectLocked();
+}
+
+bool MemoryFileFetcher::connected() {
+  absl::MutexLock lock(&mu_);
+  return socket_.valid();
+}
+
 absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key, uint64_t expected_size) {
   const std::string request = FormatMemoryRequest(credentials_, key);
   absl::MutexLock lock(&mu_);

@@ -88,6 +88,12 @@ class MemoryFileFetcher {
   // on one fetcher take turns on its connection.
   absl::StatusOr<SealedMemory> Fetch(absl::string_view key, uint64_t expected_size);
 
+  // Connects now unless connected (Fetch does on first use): UNAVAILABLE
+  // when the socket cannot be reached.
+  absl::Status Connect();
+  // Whether a connection is open now.
+  bool connected();
+
   const std::string& socket_path() const { return socket_path_; }
 
  private:
