@@ -16,11 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/bench_daemon.h"
+#include "bench/bench_flags.h"
 #include "client/client.h"
 
 namespace {
@@ -41,39 +43,16 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      std::string prefix = std::string(name) + "=";
-      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
-      if (arg == name && i + 1 < argc) return argv[++i];
-      return nullptr;
-    };
-    const char* v = nullptr;
-    if ((v = value("--address")) != nullptr) {
-      flags->address = v;
-    } else if ((v = value("--gpumuxd")) != nullptr) {
-      flags->gpumuxd = v;
-    } else if ((v = value("--iterations")) != nullptr) {
-      flags->iterations = std::atoi(v);
-    } else if ((v = value("--rounds")) != nullptr) {
-      flags->rounds = std::atoi(v);
-    } else if ((v = value("--size")) != nullptr) {
-      flags->size = std::strtoull(v, nullptr, 10);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
-      return false;
-    }
-  }
-  return flags->iterations > 0 && flags->rounds > 0 && flags->size > 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
+  absl::Status parsed = gpumux::bench::ParseBenchFlags(
+      argc, argv,
+      {{"address", &flags.address}, {"gpumuxd", &flags.gpumuxd}, {"iterations", &flags.iterations},
+       {"rounds", &flags.rounds}, {"size", &flags.size, 1, std::numeric_limits<int64_t>::max()}});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.message()).c_str());
     std::fprintf(stderr,
                  "usage: %s [--address A] [--gpumuxd PATH] [--iterations N] [--rounds R] [--size BYTES]\n",
                  argv[0]);

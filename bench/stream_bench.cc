@@ -32,14 +32,12 @@
 #include <vector>
 
 #include "bench/bench_daemon.h"
+#include "bench/bench_flags.h"
 #include "client/client.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
-#include "gpumux/v1/copy.grpc.pb.h"
-#include "gpumux/v1/memory.grpc.pb.h"
-#include "gpumux/v1/session.grpc.pb.h"
-#include "gpumux/v1/stream.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/support/wire_session.h"
 
 namespace {
 
@@ -77,87 +75,13 @@ void Check(const char* what, const grpc::Status& status) {
   if (!status.ok()) Die(what, status);
 }
 
-// A session over the raw stubs: the Open stream stays open while it lives.
-class Session {
- public:
-  explicit Session(const std::shared_ptr<grpc::Channel>& channel)
-      : session_(v1::Session::NewStub(channel)),
-        memory_(v1::Memory::NewStub(channel)),
-        copy_(v1::Copy::NewStub(channel)),
-        stream_(v1::Stream::NewStub(channel)),
-        event_(v1::Event::NewStub(channel)) {
-    open_ = session_->Open(&open_context_);
-    v1::SessionClientMessage open;
-    open.mutable_open()->set_client_name("gpumux_stream_bench");
-    open.mutable_open()->set_pid(getpid());
-    v1::SessionServerMessage reply;
-    if (!open_->Write(open) || !open_->Read(&reply) || !reply.has_opened()) Die("open session", open_->Finish());
-    credentials_ = std::to_string(reply.opened().session_id()) + ":" + reply.opened().secret();
-  }
-  ~Session() {
-    open_->WritesDone();
-    v1::SessionServerMessage notice;
-    while (open_->Read(&notice)) {
-    }
-    (void)open_->Finish();
-  }
-
-  std::unique_ptr<grpc::ClientContext> Context() const {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->AddMetadata("gpumux-session", credentials_);
-    return context;
-  }
-
-  const std::string& credentials() const { return credentials_; }
-  v1::Session::Stub& session() { return *session_; }
-  v1::Memory::Stub& memory() { return *memory_; }
-  v1::Copy::Stub& copy() { return *copy_; }
-  v1::Stream::Stub& stream() { return *stream_; }
-  v1::Event::Stub& event() { return *event_; }
-
- private:
-  std::unique_ptr<v1::Session::Stub> session_;
-  std::unique_ptr<v1::Memory::Stub> memory_;
-  std::unique_ptr<v1::Copy::Stub> copy_;
-  std::unique_ptr<v1::Stream::Stub> stream_;
-  std::unique_ptr<v1::Event::Stub> event_;
-  grpc::ClientContext open_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>> open_;
-  std::string credentials_;
-};
-
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      std::string prefix = std::string(name) + "=";
-      if (arg.rfind(prefix, 0) == 0) return argv[i] + prefix.size();
-      if (arg == name && i + 1 < argc) return argv[++i];
-      return nullptr;
-    };
-    const char* v = nullptr;
-    if ((v = value("--gpumuxd")) != nullptr) {
-      flags->gpumuxd = v;
-    } else if ((v = value("--size")) != nullptr) {
-      flags->size = std::strtoull(v, nullptr, 10);
-    } else if ((v = value("--rounds")) != nullptr) {
-      flags->rounds = std::atoi(v);
-    } else if ((v = value("--iterations")) != nullptr) {
-      flags->iterations = std::atoi(v);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
-      return false;
-    }
-  }
-  return flags->size > 0 && flags->size <= (uint64_t{64} << 20) && flags->rounds > 0 && flags->iterations > 0;
-}
-
 void Run(const Flags& flags, const std::string& address) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(128 << 20);
   args.SetMaxSendMessageSize(128 << 20);
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  Session s(channel);
+  gpumux::testing::WireSession s(channel, "gpumux_stream_bench");
+  if (!s.open_status().ok()) Die("open session", s.open_status());
   const uint64_t size = flags.size;
 
   v1::AllocateRequest alloc;
@@ -283,7 +207,12 @@ void Run(const Flags& flags, const std::string& address) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  if (!ParseFlags(argc, argv, &flags)) {
+  absl::Status parsed = gpumux::bench::ParseBenchFlags(
+      argc, argv,
+      {{"gpumuxd", &flags.gpumuxd}, {"size", &flags.size, 1, int64_t{64} << 20}, {"rounds", &flags.rounds},
+       {"iterations", &flags.iterations}});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(parsed.message()).c_str());
     std::fprintf(stderr, "usage: %s [--gpumuxd PATH] [--size BYTES<=64MiB] [--rounds R] [--iterations N]\n", argv[0]);
     return 2;
   }

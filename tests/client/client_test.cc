@@ -24,19 +24,15 @@
 #include "spdlog/spdlog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
+#include "tests/support/in_process_daemon.h"
 #include "tests/support/raw_session.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::RecordedCall;
-using ::gpumux::testing::RpcRecorder;
-using ::gpumux::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -54,12 +50,12 @@ ClientOptions ManualFrees() {
   return options;
 }
 
-std::unique_ptr<Client> ConnectOrDie(const InProcessDaemon& daemon,
-                                     const ClientOptions& options = ClientOptions()) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon.address(), options);
-  EXPECT_OK(client);
-  return client.ok() ? std::move(client).value() : nullptr;
-}
+class ClientTest : public DaemonClientTest {};
+
+class ClientWithManualFreesTest : public DaemonClientTest {
+ protected:
+  ClientWithManualFreesTest() : DaemonClientTest({.client = ManualFrees()}) {}
+};
 
 // Waits up to a second for `condition`.
 template <typename Condition>
@@ -94,53 +90,49 @@ std::vector<std::vector<uint64_t>> CarriedFrees(const RpcRecorder& wire, const C
 
 // --- Connecting ----------------------------------------------------------------
 
-TEST(ClientTest, ConnectOpensASessionAsRequestedAndUsesItsCredentials) {
-  InProcessDaemon daemon;
+TEST_F(ClientTest, ConnectOpensASessionAsRequestedAndUsesItsCredentials) {
   ClientOptions options;
   options.client_name = "trainer";
   options.tenant = "team-a";
   options.labels = {{"pod", "p-1"}, {"namespace", "ml"}};
-  auto client = ConnectOrDie(daemon, options);
-  ASSERT_NE(client, nullptr);
+  auto trainer = ConnectAnother(options);
+  ASSERT_NE(trainer, nullptr);
 
-  std::optional<v1::SessionInfo> session = daemon.Session(client->session_id());
+  std::optional<v1::SessionInfo> session = daemon().Session(trainer->session_id());
   ASSERT_TRUE(session.has_value());
   EXPECT_EQ(session->client_name(), "trainer");
   EXPECT_EQ(session->pid(), getpid());
   EXPECT_EQ(session->tenant(), "team-a");
   EXPECT_EQ(session->labels().at("pod"), "p-1");
   EXPECT_EQ(session->labels().at("namespace"), "ml");
-  EXPECT_EQ(client->tenant(), "team-a");
-  EXPECT_EQ(client->backend(), "host");
-  EXPECT_EQ(client->daemon_version(), GPUMUX_PROJECT_VERSION);  // CMake's PROJECT_VERSION
-  EXPECT_EQ(client->address(), daemon.address());
+  EXPECT_EQ(trainer->tenant(), "team-a");
+  EXPECT_EQ(trainer->backend(), "host");
+  EXPECT_EQ(trainer->daemon_version(), GPUMUX_PROJECT_VERSION);  // CMake's PROJECT_VERSION
+  EXPECT_EQ(trainer->address(), daemon().address());
 
   // Session-bound calls are UNAUTHENTICATED without the secret the daemon handed out.
-  EXPECT_OK(client->Ping());
-  EXPECT_OK(client->MemoryAllocated());
+  EXPECT_OK(trainer->Ping());
+  EXPECT_OK(trainer->MemoryAllocated());
 }
 
-TEST(ClientTest, ClientNameDefaultsToTheProcessNameAndTenantToTheSession) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientTest, ClientNameDefaultsToTheProcessNameAndTenantToTheSession) {
   std::ifstream comm("/proc/self/comm");
   std::string name;
   std::getline(comm, name);
   ASSERT_FALSE(name.empty());
-  std::optional<v1::SessionInfo> session = daemon.Session(client->session_id());
+  std::optional<v1::SessionInfo> session = daemon().Session(client().session_id());
   ASSERT_TRUE(session.has_value());
   EXPECT_EQ(session->client_name(), name);
-  EXPECT_EQ(client->tenant(), absl::StrCat("session-", client->session_id().value()));
+  EXPECT_EQ(client().tenant(), absl::StrCat("session-", client().session_id().value()));
 }
 
-TEST(ClientTest, ConnectToMissingDaemonIsUnavailable) {
+TEST(ClientConnectTest, ConnectToMissingDaemonIsUnavailable) {
   EXPECT_THAT(Client::Connect("/nonexistent/gpumux-test.sock"),
               StatusIs(absl::StatusCode::kUnavailable,
                        StartsWith("cannot reach gpumuxd at /nonexistent/gpumux-test.sock: ")));
 }
 
-TEST(ClientTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
+TEST(ClientConnectTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
   // A listening socket nobody accepts on: the kernel completes the connect,
   // the HTTP/2 handshake never does (a stopped or wedged daemon).
   char dir_template[] = "/tmp/gpumux-client-test-XXXXXX";
@@ -165,7 +157,7 @@ TEST(ClientTest, ConnectGivesUpOnADaemonThatNeverAnswersTheConnection) {
   std::filesystem::remove_all(dir_template);
 }
 
-TEST(ClientTest, ConnectReportsTheDaemonsRefusal) {
+TEST(ClientConnectTest, ConnectReportsTheDaemonsRefusal) {
   InProcessDaemon daemon;
   ClientOptions options;
   options.client_name = std::string(300, 'n');
@@ -177,13 +169,10 @@ TEST(ClientTest, ConnectReportsTheDaemonsRefusal) {
 
 // --- Allocating and freeing ----------------------------------------------------
 
-TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> a = client->Allocate(1000);
-  absl::StatusOr<DeviceBuffer> b = client->Allocate(100, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(1000);
+  absl::StatusOr<DeviceBuffer> b = client().Allocate(100, DeviceIndex(0));
   ASSERT_OK(a);
   ASSERT_OK(b);
   EXPECT_EQ(a->size(), 1000u);
@@ -191,7 +180,7 @@ TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   EXPECT_EQ(a->device(), DeviceIndex(0));
   EXPECT_EQ(a->segment_id(), b->segment_id());
   EXPECT_NE(a->offset(), b->offset());
-  EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
+  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
   ASSERT_NE(a->data(), nullptr);
   ASSERT_NE(b->data(), nullptr);
   EXPECT_EQ(static_cast<char*>(b->data()) - static_cast<char*>(a->data()),
@@ -200,13 +189,13 @@ TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   // The client's pointers are the daemon's segment: a mapping of the memory
   // file its handle names, fetched from the memory socket, sees the same bytes
   // at the same offsets.
-  std::vector<RecordedCall> calls = wire.Calls(client->session_id(), "Memory/Allocate");
+  std::vector<RecordedCall> calls = wire.Calls(client().session_id(), "Memory/Allocate");
   ASSERT_THAT(calls, SizeIs(2));
   const v1::Allocation& allocation = calls[1].allocation;
   ASSERT_EQ(allocation.segment_handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
-  testing::RawSession peer(grpc::CreateChannel(daemon.address(), grpc::InsecureChannelCredentials()), "peer");
+  RawSession peer(grpc::CreateChannel(daemon().address(), grpc::InsecureChannelCredentials()), "peer");
   absl::StatusOr<SealedMemory> file =
-      testing::FetchMemory(peer, daemon.socket_path(), allocation.segment_handle().data(), allocation.segment_size());
+      FetchMemory(peer, daemon().socket_path(), allocation.segment_handle().data(), allocation.segment_size());
   ASSERT_OK(file);
   void* own = mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
   ASSERT_NE(own, MAP_FAILED);
@@ -218,114 +207,95 @@ TEST(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   munmap(own, allocation.segment_size());
 }
 
-TEST(ClientTest, DroppedBufferRidesOnTheNextAllocate) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> a = client->Allocate(512);
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(512);
   ASSERT_OK(a);
   const uint64_t a_id = a->id().value();
   { DeviceBuffer dropped = std::move(a).value(); }
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));  // only queued
-  ASSERT_OK(client->Allocate(512));  // dropped at once, queued again
-  EXPECT_THAT(CarriedFrees(wire, *client), ElementsAre(IsEmpty(), ElementsAre(a_id)));
-  EXPECT_THAT(FreeCalls(wire, *client), IsEmpty());
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));  // only queued
+  ASSERT_OK(client().Allocate(512));  // dropped at once, queued again
+  EXPECT_THAT(CarriedFrees(wire, client()), ElementsAre(IsEmpty(), ElementsAre(a_id)));
+  EXPECT_THAT(FreeCalls(wire, client()), IsEmpty());
   // `a` is gone; the new one is queued.
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));
 }
 
-TEST(ClientTest, StatsReflectDroppedBuffersAtOnce) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientWithManualFreesTest, StatsReflectDroppedBuffersAtOnce) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
   ASSERT_OK(buffer);
   std::memset(buffer->data(), 0xab, buffer->size());
   const uint64_t id = buffer->id().value();
-  EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(1024));
-  client->Release(std::move(buffer).value());
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(1024));
+  client().Release(std::move(buffer).value());
   // torch: after `del x`, memory_allocated() drops; the stats call sent the free first.
-  EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_THAT(FreeCalls(wire, *client), ElementsAre(ElementsAre(id)));
-  EXPECT_THAT(client->MaxMemoryAllocated(), IsOkAndHolds(1024));
-  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats();
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
+  EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(id)));
+  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(1024));
+  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 1);
   EXPECT_EQ(stats->at("allocation.all.freed"), 1);
 }
 
-TEST(ClientTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);  // frees wait at most 1 ms for company
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
+  // client() has the default batching: frees wait at most 1 ms for company.
   RpcRecorder wire;
   uint64_t id;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
     ASSERT_OK(buffer);
     id = buffer->id().value();
   }
   EXPECT_TRUE(Eventually([&] {
-    return daemon.LiveAllocations(client->session_id()) == 0u &&
-           FreeCalls(wire, *client) == std::vector<std::vector<uint64_t>>{{id}};
+    return daemon().LiveAllocations(client().session_id()) == 0u &&
+           FreeCalls(wire, client()) == std::vector<std::vector<uint64_t>>{{id}};
   }));
 }
 
-TEST(ClientTest, BurstOfDropsBecomesOneFreeCall) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientWithManualFreesTest, BurstOfDropsBecomesOneFreeCall) {
   RpcRecorder wire;
   std::vector<DeviceBuffer> buffers;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
     ASSERT_OK(buffer);
     buffers.push_back(std::move(buffer).value());
   }
   buffers.clear();
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(5u));
-  EXPECT_OK(client->FlushFrees());
-  std::vector<std::vector<uint64_t>> frees = FreeCalls(wire, *client);
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(5u));
+  EXPECT_OK(client().FlushFrees());
+  std::vector<std::vector<uint64_t>> frees = FreeCalls(wire, client());
   ASSERT_EQ(frees.size(), 1u);
   EXPECT_EQ(frees[0].size(), 5u);
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 }
 
-TEST(ClientTest, FreeIsSynchronousAndReportsTheDaemonsAnswer) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+TEST_F(ClientWithManualFreesTest, FreeIsSynchronousAndReportsTheDaemonsAnswer) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
   ASSERT_OK(buffer);
-  EXPECT_OK(client->Free(std::move(buffer).value()));
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
-  EXPECT_THAT(client->Free(DeviceBuffer()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_OK(client().Free(std::move(buffer).value()));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
+  EXPECT_THAT(client().Free(DeviceBuffer()), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(ClientTest, FreeRejectsAnotherClientsBufferAndReleasesItToItsOwn) {
-  InProcessDaemon daemon;
-  auto a = ConnectOrDie(daemon, ManualFrees());
-  auto b = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(a, nullptr);
+TEST_F(ClientWithManualFreesTest, FreeRejectsAnotherClientsBufferAndReleasesItToItsOwn) {
+  Client* a = &client();
+  auto b = ConnectAnother(ManualFrees());
   ASSERT_NE(b, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = a->Allocate(512);
   ASSERT_OK(buffer);
   EXPECT_THAT(b->Free(std::move(buffer).value()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
   EXPECT_OK(a->FlushFrees());
-  EXPECT_THAT(daemon.LiveAllocations(a->session_id()), Optional(0u));
+  EXPECT_THAT(daemon().LiveAllocations(a->session_id()), Optional(0u));
 }
 
-TEST(ClientTest, MovingABufferTransfersOwnership) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientWithManualFreesTest, MovingABufferTransfersOwnership) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> first = client->Allocate(512);
-  absl::StatusOr<DeviceBuffer> second = client->Allocate(512);
+  absl::StatusOr<DeviceBuffer> first = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> second = client().Allocate(512);
   ASSERT_OK(first);
   ASSERT_OK(second);
   const AllocationId first_id = first->id();
@@ -340,129 +310,117 @@ TEST(ClientTest, MovingABufferTransfersOwnership) {
   // Assigning over a live buffer frees what it held.
   owner = std::move(second).value();
   EXPECT_EQ(owner.id(), second_id);
-  ASSERT_OK(client->FlushFrees());
-  EXPECT_THAT(FreeCalls(wire, *client), ElementsAre(ElementsAre(first_id.value())));
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));
+  ASSERT_OK(client().FlushFrees());
+  EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(first_id.value())));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));
 }
 
-TEST(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
-  InProcessDaemon daemon;  // 2 devices of 64 MiB
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  EXPECT_THAT(client->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->Allocate(512, DeviceIndex(9)),
+TEST_F(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
+  // The daemon has 2 devices of 64 MiB.
+  EXPECT_THAT(client().Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().Allocate(512, DeviceIndex(9)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "device 9 is out of range: this daemon has 2 devices (0..1)"));
-  absl::StatusOr<DeviceBuffer> big = client->Allocate(uint64_t{48} << 20);
+  absl::StatusOr<DeviceBuffer> big = client().Allocate(uint64_t{48} << 20);
   ASSERT_OK(big);
-  EXPECT_THAT(client->Allocate(uint64_t{32} << 20),
+  EXPECT_THAT(client().Allocate(uint64_t{32} << 20),
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
 }
 
-TEST(ClientTest, FreesCarriedOnAFailedAllocateAreNotLost) {
-  InProcessDaemon daemon;  // 2 devices of 64 MiB
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
-  const SessionId session = client->session_id();
+TEST_F(ClientWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotLost) {
+  // The daemon has 2 devices of 64 MiB.
+  const SessionId session = client().session_id();
   RpcRecorder wire;
 
   // A bad device is refused before the carried frees are applied: the client
   // sends them again on its own.
   uint64_t first;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
     ASSERT_OK(buffer);
     first = buffer->id().value();
   }
-  EXPECT_THAT(client->Allocate(512, DeviceIndex(9)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(daemon.LiveAllocations(session), Optional(0u));
+  EXPECT_THAT(client().Allocate(512, DeviceIndex(9)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon().LiveAllocations(session), Optional(0u));
   std::vector<RecordedCall> frees = wire.Calls(session, "Memory/Free");
   ASSERT_THAT(frees, SizeIs(1));
   EXPECT_EQ(frees[0].code, grpc::StatusCode::OK);
 
   // Out of memory comes after the daemon applied them: the resend's NOT_FOUND
   // says so and is swallowed.
-  absl::StatusOr<DeviceBuffer> big = client->Allocate(uint64_t{48} << 20);
+  absl::StatusOr<DeviceBuffer> big = client().Allocate(uint64_t{48} << 20);
   ASSERT_OK(big);
   uint64_t second;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
     ASSERT_OK(buffer);
     second = buffer->id().value();
   }
-  EXPECT_THAT(client->Allocate(uint64_t{32} << 20), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(daemon.LiveAllocations(session), Optional(1u));  // just `big`
+  EXPECT_THAT(client().Allocate(uint64_t{32} << 20), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(daemon().LiveAllocations(session), Optional(1u));  // just `big`
   frees = wire.Calls(session, "Memory/Free");
   ASSERT_THAT(frees, SizeIs(2));
   EXPECT_EQ(frees[1].code, grpc::StatusCode::NOT_FOUND);
-  EXPECT_THAT(CarriedFrees(wire, *client), ElementsAre(IsEmpty(), ElementsAre(first), IsEmpty(),
+  EXPECT_THAT(CarriedFrees(wire, client()), ElementsAre(IsEmpty(), ElementsAre(first), IsEmpty(),
                                                        IsEmpty(), ElementsAre(second)));
-  EXPECT_OK(client->FlushFrees());  // nothing left queued
+  EXPECT_OK(client().FlushFrees());  // nothing left queued
   EXPECT_THAT(wire.Calls(session, "Memory/Free"), SizeIs(2));
 }
 
 // --- Segments and the cache ----------------------------------------------------
 
-TEST(ClientTest, EmptyCacheReleasesAndUnmapsUnusedSegments) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientWithManualFreesTest, EmptyCacheReleasesAndUnmapsUnusedSegments) {
   {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
     ASSERT_OK(buffer);
   }
-  EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
-  absl::StatusOr<ReleasedCache> released = client->EmptyCache();
+  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
+  absl::StatusOr<ReleasedCache> released = client().EmptyCache();
   ASSERT_OK(released);
   // The queued free went first, so the segment was unused.
   EXPECT_EQ(released->released_segments, 1u);
   EXPECT_EQ(released->released_bytes, kSmallSegment);
   // The daemon's SegmentReleased notice unmaps it.
-  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 0; }));
-  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(0));
+  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 0; }));
+  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(0));
 }
 
-TEST(ClientTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
   for (DeviceIndex device : {DeviceIndex(0), DeviceIndex(1)}) {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512, device);
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, device);
     ASSERT_OK(buffer);
   }
-  ASSERT_OK(client->FlushFrees());
-  ASSERT_EQ(client->MappedSegmentCountForTest(), 2u);
+  ASSERT_OK(client().FlushFrees());
+  ASSERT_EQ(client().MappedSegmentCountForTest(), 2u);
 
   EmptyCacheOptions device_one;
   device_one.device = DeviceIndex(1);
-  ASSERT_THAT(client->EmptyCache(device_one),
+  ASSERT_THAT(client().EmptyCache(device_one),
               IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
-  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 1; }));
+  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 1; }));
   // Device 0's segment is still mapped and usable.
-  absl::StatusOr<DeviceBuffer> again = client->Allocate(512, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> again = client().Allocate(512, DeviceIndex(0));
   ASSERT_OK(again);
   static_cast<char*>(again->data())[0] = 1;
-  EXPECT_EQ(client->MappedSegmentCountForTest(), 1u);
-  client->Release(std::move(again).value());
+  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
+  client().Release(std::move(again).value());
 
   // An operator's empty-cache from another session releases this one's too.
-  auto operator_client = ConnectOrDie(daemon);
+  auto operator_client = ConnectAnother();
   ASSERT_NE(operator_client, nullptr);
-  ASSERT_OK(client->FlushFrees());
+  ASSERT_OK(client().FlushFrees());
   EmptyCacheOptions everyone;
   everyone.all_sessions = true;
   ASSERT_THAT(operator_client->EmptyCache(everyone),
               IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
-  EXPECT_TRUE(Eventually([&] { return client->MappedSegmentCountForTest() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 0; }));
 }
 
 // --- Sharing -------------------------------------------------------------------
 
-TEST(ClientTest, ImportedBufferIsTheSameMemory) {
-  InProcessDaemon daemon;
-  auto producer = ConnectOrDie(daemon);
-  auto consumer = ConnectOrDie(daemon);
-  ASSERT_NE(producer, nullptr);
+TEST_F(ClientTest, ImportedBufferIsTheSameMemory) {
+  Client* producer = &client();
+  auto consumer = ConnectAnother();
   ASSERT_NE(consumer, nullptr);
   AllocateOptions shareable;
   shareable.shareable = true;
@@ -489,18 +447,15 @@ TEST(ClientTest, ImportedBufferIsTheSameMemory) {
 
 // --- The session's life --------------------------------------------------------
 
-TEST(ClientTest, DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, ManualFrees());
-  ASSERT_NE(client, nullptr);
-  const SessionId session = client->session_id();
+TEST_F(ClientWithManualFreesTest, DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
+  const SessionId session = client().session_id();
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> kept = client->Allocate(512);
+  absl::StatusOr<DeviceBuffer> kept = client().Allocate(512);
   ASSERT_OK(kept);
   const uint64_t kept_id = kept->id().value();
-  client->Release(std::move(kept).value());
-  EXPECT_THAT(daemon.LiveAllocations(session), Optional(1u));
-  client.reset();
+  client().Release(std::move(kept).value());
+  EXPECT_THAT(daemon().LiveAllocations(session), Optional(1u));
+  DisconnectClient();
   // The queued free was sent, and applied, before the session ended.
   std::vector<RecordedCall> frees = wire.Calls(session, "Memory/Free");
   ASSERT_THAT(frees, SizeIs(1));
@@ -508,22 +463,19 @@ TEST(ClientTest, DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
   v1::FreeRequest request;
   ASSERT_TRUE(request.ParseFromString(frees[0].request));
   EXPECT_THAT(request.allocation_ids(), ElementsAre(kept_id));
-  EXPECT_TRUE(Eventually([&] { return daemon.Sessions().empty(); }));
+  EXPECT_TRUE(Eventually([&] { return daemon().Sessions().empty(); }));
 }
 
-TEST(ClientTest, CallsFailUnavailableOnceTheDaemonIsGone) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  daemon.Shutdown();
-  EXPECT_THAT(client->MemoryAllocated(),
+TEST_F(ClientTest, CallsFailUnavailableOnceTheDaemonIsGone) {
+  daemon().Shutdown();
+  EXPECT_THAT(client().MemoryAllocated(),
               StatusIs(absl::StatusCode::kUnavailable,
-                       StartsWith("cannot reach gpumuxd at " + daemon.address() + ": ")));
-  EXPECT_THAT(client->Allocate(512),
+                       StartsWith("cannot reach gpumuxd at " + daemon().address() + ": ")));
+  EXPECT_THAT(client().Allocate(512),
               StatusIs(absl::StatusCode::kUnavailable, StartsWith("cannot reach gpumuxd at ")));
-  EXPECT_THAT(client->DeviceCount(), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(client->Ping(), StatusIs(absl::StatusCode::kUnavailable));
-  client.reset();  // must not hang
+  EXPECT_THAT(client().DeviceCount(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(client().Ping(), StatusIs(absl::StatusCode::kUnavailable));
+  DisconnectClient();  // must not hang
 }
 
 // Collects warnings and worse from the default logger while it lives.
@@ -543,142 +495,129 @@ class WarningCapture {
   std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
 };
 
-TEST(ClientTest, ASessionOfARestartedDaemonSaysSoAndEndsQuietly) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> kept = client->Allocate(512);
+TEST_F(ClientTest, ASessionOfARestartedDaemonSaysSoAndEndsQuietly) {
+  absl::StatusOr<DeviceBuffer> kept = client().Allocate(512);
   ASSERT_OK(kept);
-  daemon.Restart();
+  daemon().Restart();
   const std::string restarted = "ended (the daemon restarted): reconnect";
-  EXPECT_THAT(client->Allocate(512), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
-  EXPECT_THAT(client->MemoryAllocated(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
-  EXPECT_THAT(client->Ping(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client().Allocate(512), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client().MemoryAllocated(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client().Ping(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
   WarningCapture warnings;
   *kept = DeviceBuffer();  // its free is queued, and cannot go anywhere
   absl::SleepFor(absl::Milliseconds(20));  // the background send tried it
-  client.reset();
+  DisconnectClient();
   EXPECT_THAT(warnings.lines(), IsEmpty());
 }
 
 // --- Limits, devices and statistics --------------------------------------------
 
-TEST(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoesAndCapsTheSession) {
-  InProcessDaemon daemon;  // 2 devices of 64 MiB
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  const SessionId session = client->session_id();
+TEST_F(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoesAndCapsTheSession) {
+  // The daemon has 2 devices of 64 MiB.
+  const SessionId session = client().session_id();
   RpcRecorder wire;
-  EXPECT_THAT(client->SetPerProcessMemoryFraction(1.5),
+  EXPECT_THAT(client().SetPerProcessMemoryFraction(1.5),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: 1.5. Allowed range: 0~1"));
-  EXPECT_THAT(client->SetPerProcessMemoryFraction(-0.25, DeviceIndex(1)),
+  EXPECT_THAT(client().SetPerProcessMemoryFraction(-0.25, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: -0.25. Allowed range: 0~1"));
   EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), IsEmpty());
 
   // The limits the daemon then keeps for the session, per device.
   auto limit = [&](int device) -> uint64_t {
-    std::optional<v1::SessionInfo> info = daemon.Session(session);
+    std::optional<v1::SessionInfo> info = daemon().Session(session);
     return info.has_value() && device < info->devices_size()
                ? info->devices(device).memory_limit_bytes()
                : ~uint64_t{0};
   };
-  EXPECT_OK(client->SetPerProcessMemoryFraction(0.25, DeviceIndex(1)));
+  EXPECT_OK(client().SetPerProcessMemoryFraction(0.25, DeviceIndex(1)));
   EXPECT_EQ(limit(1), uint64_t{16} << 20);
-  EXPECT_THAT(client->Allocate(uint64_t{32} << 20, DeviceIndex(1)),
+  EXPECT_THAT(client().Allocate(uint64_t{32} << 20, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
-  EXPECT_OK(client->SetMemoryLimit(1 << 20));
+  EXPECT_OK(client().SetMemoryLimit(1 << 20));
   EXPECT_EQ(limit(0), uint64_t{1} << 20);
-  EXPECT_OK(client->SetMemoryLimit(0, DeviceIndex(1)));
+  EXPECT_OK(client().SetMemoryLimit(0, DeviceIndex(1)));
   EXPECT_EQ(limit(1), 0u);
-  EXPECT_OK(client->Allocate(uint64_t{32} << 20, DeviceIndex(1)).status());
+  EXPECT_OK(client().Allocate(uint64_t{32} << 20, DeviceIndex(1)).status());
   EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), SizeIs(3));
 }
 
-TEST(ClientTest, DeviceQueries) {
-  InProcessDaemon daemon;  // 2 devices of 64 MiB
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  EXPECT_THAT(client->DeviceCount(), IsOkAndHolds(2));
-  EXPECT_THAT(client->GetDeviceName(DeviceIndex(1)),
+TEST_F(ClientTest, DeviceQueries) {
+  // The daemon has 2 devices of 64 MiB.
+  EXPECT_THAT(client().DeviceCount(), IsOkAndHolds(2));
+  EXPECT_THAT(client().GetDeviceName(DeviceIndex(1)),
               IsOkAndHolds(std::string("gpumux host device 1")));
-  absl::StatusOr<DeviceProperties> properties = client->GetDeviceProperties(DeviceIndex(0));
+  absl::StatusOr<DeviceProperties> properties = client().GetDeviceProperties(DeviceIndex(0));
   ASSERT_OK(properties);
   EXPECT_EQ(properties->index, 0);
   EXPECT_EQ(properties->total_memory, uint64_t{64} << 20);
   EXPECT_EQ(properties->free_memory, uint64_t{64} << 20);
   EXPECT_EQ(properties->backend, "host");
   EXPECT_GT(properties->multi_processor_count, 0);
-  EXPECT_THAT(client->GetDeviceProperties(DeviceIndex(5)),
+  EXPECT_THAT(client().GetDeviceProperties(DeviceIndex(5)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "device 5 is out of range: this daemon has 2 devices (0..1)"));
-  EXPECT_OK(client->Synchronize(DeviceIndex(0)));
+  EXPECT_OK(client().Synchronize(DeviceIndex(0)));
 }
 
-TEST(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000, DeviceIndex(1));
+TEST_F(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000, DeviceIndex(1));
   ASSERT_OK(buffer);
 
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats(DeviceIndex(1));
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats(DeviceIndex(1));
   ASSERT_OK(stats);
   EXPECT_EQ(stats->size(), 122u);  // PyTorch's keys
   EXPECT_EQ(stats->at("allocated_bytes.all.current"), 1024);
-  EXPECT_THAT(client->MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
-  EXPECT_THAT(client->MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(1024));
-  EXPECT_THAT(client->MaxMemoryReserved(DeviceIndex(1)), IsOkAndHolds(int64_t{kSmallSegment}));
-  EXPECT_THAT(client->MemorySummary(DeviceIndex(1), /*abbreviated=*/true),
+  EXPECT_THAT(client().MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
+  EXPECT_THAT(client().MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(1024));
+  EXPECT_THAT(client().MaxMemoryReserved(DeviceIndex(1)), IsOkAndHolds(int64_t{kSmallSegment}));
+  EXPECT_THAT(client().MemorySummary(DeviceIndex(1), /*abbreviated=*/true),
               IsOkAndHolds(HasSubstr("PyTorch CUDA memory summary, device ID 1 ")));
 
-  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client->MemorySnapshot();
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot();
   ASSERT_OK(snapshot);
   ASSERT_EQ(snapshot->size(), 1u);
   const SegmentInfo& segment = snapshot->front();
   EXPECT_EQ(segment.device, 1);
   EXPECT_EQ(segment.segment_id, buffer->segment_id());
-  EXPECT_EQ(segment.session_id, client->session_id());
+  EXPECT_EQ(segment.session_id, client().session_id());
   EXPECT_EQ(segment.segment_type, "small");
   EXPECT_EQ(segment.total_size, kSmallSegment);
   ASSERT_FALSE(segment.blocks.empty());
   EXPECT_EQ(segment.blocks[0].address, buffer->address());
   EXPECT_EQ(segment.blocks[0].requested_size, 1000u);
   EXPECT_EQ(segment.blocks[0].state, "active_allocated");
-  EXPECT_THAT(client->MemorySnapshot(DeviceIndex(0)), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(client().MemorySnapshot(DeviceIndex(0)), IsOkAndHolds(IsEmpty()));
 
-  client->Release(std::move(buffer).value());
-  EXPECT_OK(client->ResetPeakMemoryStats(DeviceIndex(1)));
-  EXPECT_THAT(client->MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(0));
-  EXPECT_OK(client->ResetAccumulatedMemoryStats(DeviceIndex(1)));
-  stats = client->MemoryStats(DeviceIndex(1));
+  client().Release(std::move(buffer).value());
+  EXPECT_OK(client().ResetPeakMemoryStats(DeviceIndex(1)));
+  EXPECT_THAT(client().MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(0));
+  EXPECT_OK(client().ResetAccumulatedMemoryStats(DeviceIndex(1)));
+  stats = client().MemoryStats(DeviceIndex(1));
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 0);
 }
 
-TEST(ClientTest, ManyThreadsAllocateAndDropConcurrently) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(ClientTest, ManyThreadsAllocateAndDropConcurrently) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i) {
-        absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512);
+        absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
         ASSERT_OK(buffer);
         static_cast<char*>(buffer->data())[0] = 1;
       }
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_THAT(client->MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client->MemoryStats();
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 200);
   EXPECT_EQ(stats->at("allocation.all.freed"), 200);
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

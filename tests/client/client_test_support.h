@@ -1,7 +1,7 @@
 #pragma once
 
-// Helpers of the client tests that run against InProcessDaemon: connecting,
-// seeded host bytes, and a Gate that holds a stream back for as long as the
+// Helpers of the client tests that run against the daemon in-process
+// (tests/support/daemon_client_test.h): seeded host bytes, and a Gate that holds a stream back for as long as the
 // test wants, so that "still pending" is a fact rather than a race.
 
 #include <chrono>
@@ -13,17 +13,9 @@
 #include "client/client.h"
 #include "common/host_ipc_event.h"
 #include "gtest/gtest.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/support/test_pattern.h"
 
 namespace gpumux::testing {
-
-inline std::unique_ptr<Client> ConnectOrDie(const InProcessDaemon& daemon,
-                                            const ClientOptions& options = ClientOptions()) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon.address(), options);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? std::move(client).value() : nullptr;
-}
 
 // `size` bytes of test_pattern.h's pattern for `seed` (never zeros).
 inline std::string Pattern(uint64_t size, uint64_t seed) {

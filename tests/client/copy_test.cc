@@ -17,21 +17,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::Gate;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::Pattern;
-using ::gpumux::testing::RpcRecorder;
-using ::gpumux::testing::StatusIs;
-using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
@@ -44,6 +36,19 @@ ClientOptions SmallStaging() {
   options.staging_buffer_size = 2 * kMiB;
   return options;
 }
+
+class CopyTest : public DaemonClientTest {};
+
+class SmallStagingCopyTest : public DaemonClientTest {
+ protected:
+  SmallStagingCopyTest() : DaemonClientTest({.client = SmallStaging()}) {}
+};
+
+// Devices of 256 MiB, for copies larger than one 64 MiB message.
+class BigDevicesCopyTest : public DaemonClientTest {
+ protected:
+  BigDevicesCopyTest() : DaemonClientTest({.daemon = {.device_memory = 256 * kMiB}}) {}
+};
 
 CopyOptions Via(TransferPath path) {
   CopyOptions options;
@@ -65,27 +70,27 @@ std::string PathName(TransferPath path) {
 
 // (device, path up, path down): every pairing, so that each direction of
 // each path is checked against the other.
-class CopyRoundTripTest
-    : public ::testing::TestWithParam<std::tuple<int, TransferPath, TransferPath>> {};
+class CopyRoundTripTest : public DaemonClientTest,
+                          public ::testing::WithParamInterface<std::tuple<int, TransferPath, TransferPath>> {
+ protected:
+  CopyRoundTripTest() : DaemonClientTest({.client = SmallStaging()}) {}
+};
 
 TEST_P(CopyRoundTripTest, RandomBytesSurviveAtUnalignedSizesAndOffsets) {
   const auto [device_index, up, down] = GetParam();
   const DeviceIndex device(device_index);
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
   uint64_t seed = 1000 * device_index + 10 * static_cast<int>(up) + static_cast<int>(down);
   for (uint64_t size : {uint64_t{1}, uint64_t{7}, uint64_t{4095}, kMiB + 3, 3 * kMiB + 513}) {
     for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{513}}) {
       SCOPED_TRACE(absl::StrCat("size ", size, " offset ", offset));
-      absl::StatusOr<DeviceBuffer> buffer = client->Allocate(offset + size + 11, device);
+      absl::StatusOr<DeviceBuffer> buffer = client().Allocate(offset + size + 11, device);
       ASSERT_OK(buffer);
       CopyOptions wait;
       wait.wait = true;
-      ASSERT_OK(client->Memset(*buffer, 0, 0xa5, buffer->size(), wait).status());
+      ASSERT_OK(client().Memset(*buffer, 0, 0xa5, buffer->size(), wait).status());
       const std::string sent = Pattern(size, ++seed);
-      ASSERT_OK(client->CopyHostToDevice(*buffer, offset, sent.data(), size, Via(up)).status());
-      ASSERT_OK(client->CurrentStream(device).Synchronize());
+      ASSERT_OK(client().CopyHostToDevice(*buffer, offset, sent.data(), size, Via(up)).status());
+      ASSERT_OK(client().CurrentStream(device).Synchronize());
       // The bytes are in the daemon's memory (seen through this process's
       // mapping of the segment), and nothing around them was touched.
       const char* mapped = static_cast<const char*>(buffer->data());
@@ -95,7 +100,7 @@ TEST_P(CopyRoundTripTest, RandomBytesSurviveAtUnalignedSizesAndOffsets) {
 
       std::string received(size + 2, '\x01');
       ASSERT_OK(
-          client->CopyDeviceToHost(received.data() + 1, *buffer, offset, size, Via(down)).status());
+          client().CopyDeviceToHost(received.data() + 1, *buffer, offset, size, Via(down)).status());
       EXPECT_TRUE(received.substr(1, size) == sent);
       EXPECT_EQ(received.front(), '\x01');
       EXPECT_EQ(received.back(), '\x01');
@@ -115,25 +120,24 @@ INSTANTIATE_TEST_SUITE_P(
                           PathName(std::get<2>(param_info.param)));
     });
 
-TEST(CopyTest, AutoGoesInlineUpToTheLimitAndStagesAbove) {
-  InProcessDaemon daemon;
+TEST_F(CopyTest, AutoGoesInlineUpToTheLimitAndStagesAbove) {
   ClientOptions options = SmallStaging();
   options.max_inline_copy = 4096;
-  auto client = ConnectOrDie(daemon, options);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(3 * kMiB);
+  auto inline_up_to_4k = ConnectAnother(options);
+  ASSERT_NE(inline_up_to_4k, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = inline_up_to_4k->Allocate(3 * kMiB);
   ASSERT_OK(buffer);
   const std::string bytes = Pattern(3 * kMiB, 3);
   RpcRecorder wire;
-  const SessionId session = client->session_id();
-  ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), 4096).status());
+  const SessionId session = inline_up_to_4k->session_id();
+  ASSERT_OK(inline_up_to_4k->CopyHostToDevice(*buffer, 0, bytes.data(), 4096).status());
   auto calls = wire.Requests<v1::HostToDeviceRequest>(session, "Copy/HostToDevice");
   ASSERT_THAT(calls, SizeIs(1));
   EXPECT_TRUE(calls[0].has_data());
   EXPECT_THAT(wire.Calls(session, "Copy/GetStagingBuffer"), IsEmpty());  // not needed yet
 
   // 3 MiB through 1 MiB halves: three calls, alternating halves.
-  ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB).status());
+  ASSERT_OK(inline_up_to_4k->CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB).status());
   calls = wire.Requests<v1::HostToDeviceRequest>(session, "Copy/HostToDevice");
   ASSERT_THAT(calls, SizeIs(4));
   for (int i = 1; i < 4; ++i) {
@@ -144,29 +148,28 @@ TEST(CopyTest, AutoGoesInlineUpToTheLimitAndStagesAbove) {
   }
   EXPECT_THAT(wire.Calls(session, "Copy/GetStagingBuffer"), SizeIs(1));
   std::string back(3 * kMiB, '\0');
-  ASSERT_OK(client->CopyDeviceToHost(back.data(), *buffer, 0, 3 * kMiB).status());
+  ASSERT_OK(inline_up_to_4k->CopyDeviceToHost(back.data(), *buffer, 0, 3 * kMiB).status());
   EXPECT_TRUE(back == bytes);
   EXPECT_THAT(wire.Calls(session, "Copy/GetStagingBuffer"), SizeIs(1));  // mapped once
 }
 
-TEST(CopyTest, TheStagingBufferIsRoundedTo2MiBAndAtMost4GiB) {
-  InProcessDaemon daemon;
+TEST_F(CopyTest, TheStagingBufferIsRoundedTo2MiBAndAtMost4GiB) {
   ClientOptions options;
   options.staging_buffer_size = 3 * kMiB;
-  auto client = ConnectOrDie(daemon, options);
+  auto rounded = ConnectAnother(options);
   options.staging_buffer_size = (uint64_t{4} << 30) + 1;
-  auto greedy = ConnectOrDie(daemon, options);
-  ASSERT_NE(client, nullptr);
+  auto greedy = ConnectAnother(options);
+  ASSERT_NE(rounded, nullptr);
   ASSERT_NE(greedy, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = rounded->Allocate(4096);
   absl::StatusOr<DeviceBuffer> other = greedy->Allocate(4096);
   ASSERT_OK(buffer);
   ASSERT_OK(other);
   const std::string bytes = Pattern(4096, 31);
-  EXPECT_EQ(client->StagingBufferSizeForTest(), 0u);
-  ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), 4096, Via(TransferPath::kStaging))
+  EXPECT_EQ(rounded->StagingBufferSizeForTest(), 0u);
+  ASSERT_OK(rounded->CopyHostToDevice(*buffer, 0, bytes.data(), 4096, Via(TransferPath::kStaging))
                 .status());
-  EXPECT_EQ(client->StagingBufferSizeForTest(), 4 * kMiB);
+  EXPECT_EQ(rounded->StagingBufferSizeForTest(), 4 * kMiB);
   EXPECT_THAT(greedy->CopyHostToDevice(*other, 0, bytes.data(), 4096, Via(TransferPath::kStaging)),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(greedy->StagingBufferSizeForTest(), 0u);
@@ -175,156 +178,136 @@ TEST(CopyTest, TheStagingBufferIsRoundedTo2MiBAndAtMost4GiB) {
       greedy->CopyHostToDevice(*other, 0, bytes.data(), 4096, Via(TransferPath::kInline)).status());
 }
 
-TEST(CopyTest, InlineCopiesAbove64MiBAreSplit) {
-  InProcessDaemon::Options big;
-  big.device_memory = 256 * kMiB;
-  InProcessDaemon daemon(big);
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(BigDevicesCopyTest, InlineCopiesAbove64MiBAreSplit) {
   constexpr uint64_t kSize = 64 * kMiB + 4097;
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(kSize, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kSize, DeviceIndex(1));
   ASSERT_OK(buffer);
   const std::string bytes = Pattern(kSize, 64);
   RpcRecorder wire;
   CopyOptions inline_wait = Via(TransferPath::kInline);
   inline_wait.wait = true;
-  ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), kSize, inline_wait).status());
-  auto ups = wire.Requests<v1::HostToDeviceRequest>(client->session_id(), "Copy/HostToDevice");
+  ASSERT_OK(client().CopyHostToDevice(*buffer, 0, bytes.data(), kSize, inline_wait).status());
+  auto ups = wire.Requests<v1::HostToDeviceRequest>(client().session_id(), "Copy/HostToDevice");
   ASSERT_THAT(ups, SizeIs(2));
   EXPECT_EQ(ups[0].data().size(), 64 * kMiB);  // a full 64 MiB message each way
   EXPECT_FALSE(ups[0].options().wait());
   EXPECT_TRUE(ups[1].options().wait());
   std::string back(kSize, '\0');
-  ASSERT_OK(client->CopyDeviceToHost(back.data(), *buffer, 0, kSize, Via(TransferPath::kInline))
+  ASSERT_OK(client().CopyDeviceToHost(back.data(), *buffer, 0, kSize, Via(TransferPath::kInline))
                 .status());
   EXPECT_TRUE(back == bytes);
-  EXPECT_THAT(wire.Calls(client->session_id(), "Copy/DeviceToHost"), SizeIs(2));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/DeviceToHost"), SizeIs(2));
 }
 
-TEST(CopyTest, DeviceToDeviceWithinAndAcrossDevices) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(CopyTest, DeviceToDeviceWithinAndAcrossDevices) {
   constexpr uint64_t kSize = 100 * 1024 + 3;
-  absl::StatusOr<DeviceBuffer> a = client->Allocate(kSize, DeviceIndex(0));
-  absl::StatusOr<DeviceBuffer> b = client->Allocate(kSize + 100, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> c = client->Allocate(kSize, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(kSize, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> b = client().Allocate(kSize + 100, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> c = client().Allocate(kSize, DeviceIndex(1));
   ASSERT_OK(a);
   ASSERT_OK(b);
   ASSERT_OK(c);
   const std::string bytes = Pattern(kSize, 8);
   // Held back on device 0's current stream: the copy to device 1 waits for
   // it, as PyTorch's copy_ across devices does.
-  Gate gate(*client);
-  ASSERT_OK(gate.Hold(client->CurrentStream(DeviceIndex(0))));
-  ASSERT_OK(client->CopyHostToDevice(*a, 0, bytes.data(), kSize).status());
+  Gate gate(client());
+  ASSERT_OK(gate.Hold(client().CurrentStream(DeviceIndex(0))));
+  ASSERT_OK(client().CopyHostToDevice(*a, 0, bytes.data(), kSize).status());
   RpcRecorder wire;
   std::thread opener([&] {
     absl::SleepFor(absl::Milliseconds(50));
     gate.Open();
   });
-  ASSERT_OK(client->CopyDeviceToDevice(*b, 37, *a, 0, kSize).status());  // 0 -> 1
+  ASSERT_OK(client().CopyDeviceToDevice(*b, 37, *a, 0, kSize).status());  // 0 -> 1
   opener.join();
-  auto waits = wire.Requests<v1::WaitStreamRequest>(client->session_id(), "Stream/WaitStream");
+  auto waits = wire.Requests<v1::WaitStreamRequest>(client().session_id(), "Stream/WaitStream");
   ASSERT_THAT(waits, SizeIs(1));
   EXPECT_EQ(waits[0].stream().device(), 1);
   EXPECT_EQ(waits[0].other().device(), 0);
-  ASSERT_OK(client->CopyDeviceToDevice(*c, 1, *b, 38, kSize - 1).status());  // within 1
-  ASSERT_OK(client->Synchronize(DeviceIndex(1)));
+  ASSERT_OK(client().CopyDeviceToDevice(*c, 1, *b, 38, kSize - 1).status());  // within 1
+  ASSERT_OK(client().Synchronize(DeviceIndex(1)));
   EXPECT_TRUE(std::string(static_cast<char*>(b->data()) + 37, kSize) == bytes);
   EXPECT_TRUE(std::string(static_cast<char*>(c->data()) + 1, kSize - 2) ==
               bytes.substr(1, kSize - 2));
   // Overlapping ranges of one buffer move like memmove.
   std::string expected(static_cast<char*>(b->data()), kSize + 100);
   std::memmove(expected.data() + 10, expected.data(), 5000);
-  ASSERT_OK(client->CopyDeviceToDevice(*b, 10, *b, 0, 5000).status());
-  ASSERT_OK(client->Synchronize(DeviceIndex(1)));
+  ASSERT_OK(client().CopyDeviceToDevice(*b, 10, *b, 0, 5000).status());
+  ASSERT_OK(client().Synchronize(DeviceIndex(1)));
   EXPECT_TRUE(std::string(static_cast<char*>(b->data()), kSize + 100) == expected);
 }
 
-TEST(CopyTest, MemsetSetsExactlyTheRange) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(10000, DeviceIndex(1));
+TEST_F(CopyTest, MemsetSetsExactlyTheRange) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(10000, DeviceIndex(1));
   ASSERT_OK(buffer);
   const std::string bytes = Pattern(10000, 4);
-  ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), 10000).status());
+  ASSERT_OK(client().CopyHostToDevice(*buffer, 0, bytes.data(), 10000).status());
   CopyOptions wait;
   wait.wait = true;
-  ASSERT_OK(client->Memset(*buffer, 333, 0xee, 4097, wait).status());
+  ASSERT_OK(client().Memset(*buffer, 333, 0xee, 4097, wait).status());
   std::string expected = bytes;
   expected.replace(333, 4097, std::string(4097, '\xee'));
   EXPECT_TRUE(std::string(static_cast<char*>(buffer->data()), 10000) == expected);
-  ASSERT_OK(client->Memset(*buffer, 0, 0, 0, wait).status());  // zero bytes: nothing
+  ASSERT_OK(client().Memset(*buffer, 0, 0, 0, wait).status());  // zero bytes: nothing
   EXPECT_TRUE(std::string(static_cast<char*>(buffer->data()), 10000) == expected);
 }
 
-TEST(CopyTest, ZeroByteCopiesSucceedAndCopyNothing) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(16);
+TEST_F(CopyTest, ZeroByteCopiesSucceedAndCopyNothing) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(16);
   ASSERT_OK(buffer);
   for (TransferPath path : {TransferPath::kInline, TransferPath::kStaging}) {
-    EXPECT_OK(client->CopyHostToDevice(*buffer, 16, nullptr, 0, Via(path)).status());
-    EXPECT_OK(client->CopyDeviceToHost(nullptr, *buffer, 16, 0, Via(path)).status());
+    EXPECT_OK(client().CopyHostToDevice(*buffer, 16, nullptr, 0, Via(path)).status());
+    EXPECT_OK(client().CopyDeviceToHost(nullptr, *buffer, 16, 0, Via(path)).status());
   }
-  EXPECT_OK(client->CopyDeviceToDevice(*buffer, 0, *buffer, 16, 0).status());
+  EXPECT_OK(client().CopyDeviceToDevice(*buffer, 0, *buffer, 16, 0).status());
 }
 
-TEST(CopyTest, WaitReturnsAfterTheCopyCompleted) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(SmallStagingCopyTest, WaitReturnsAfterTheCopyCompleted) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(3 * kMiB);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(3 * kMiB);
   ASSERT_OK(buffer);
   const std::string bytes = Pattern(3 * kMiB, 12);
   for (TransferPath path : {TransferPath::kInline, TransferPath::kStaging}) {
     CopyOptions options = Via(path);
     options.stream = *stream;
     options.wait = true;
-    ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), bytes.size(), options).status());
+    ASSERT_OK(client().CopyHostToDevice(*buffer, 0, bytes.data(), bytes.size(), options).status());
     EXPECT_THAT(stream->Query(), IsOkAndHolds(true)) << PathName(path);
     EXPECT_TRUE(std::string(static_cast<char*>(buffer->data()), bytes.size()) == bytes);
-    ASSERT_OK(client->Memset(*buffer, 0, 0, bytes.size(), options).status());
+    ASSERT_OK(client().Memset(*buffer, 0, 0, bytes.size(), options).status());
     EXPECT_THAT(stream->Query(), IsOkAndHolds(true));
     EXPECT_EQ(static_cast<char*>(buffer->data())[bytes.size() - 1], 0);
   }
 }
 
-TEST(CopyTest, CompletionEventsAreInterprocessEventsOfTheCopysStream) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(SmallStagingCopyTest, CompletionEventsAreInterprocessEventsOfTheCopysStream) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(3 * kMiB, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> other = client->Allocate(3 * kMiB, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(3 * kMiB, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> other = client().Allocate(3 * kMiB, DeviceIndex(1));
   ASSERT_OK(buffer);
   ASSERT_OK(other);
   const std::string bytes = Pattern(3 * kMiB, 13);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions options;
   options.stream = *stream;
   options.completion_event = true;
   RpcRecorder wire;
   absl::StatusOr<Event> inline_done =
-      client->CopyHostToDevice(*buffer, 0, bytes.data(), 4096, options);
+      client().CopyHostToDevice(*buffer, 0, bytes.data(), 4096, options);
   ASSERT_OK(inline_done);
   // Two chunks, one per staging half: a third would wait for the first,
   // which waits for the gate.
   options.path = TransferPath::kStaging;
   absl::StatusOr<Event> staged_done =
-      client->CopyHostToDevice(*buffer, 0, bytes.data(), 2 * kMiB, options);
+      client().CopyHostToDevice(*buffer, 0, bytes.data(), 2 * kMiB, options);
   ASSERT_OK(staged_done);
   options.path = TransferPath::kAuto;
   absl::StatusOr<Event> copy_done =
-      client->CopyDeviceToDevice(*other, 0, *buffer, 0, 2 * kMiB, options);
-  absl::StatusOr<Event> memset_done = client->Memset(*buffer, 0, 9, 10, options);
+      client().CopyDeviceToDevice(*other, 0, *buffer, 0, 2 * kMiB, options);
+  absl::StatusOr<Event> memset_done = client().Memset(*buffer, 0, 9, 10, options);
   ASSERT_OK(copy_done);
   ASSERT_OK(memset_done);
   for (const Event* event : {&*inline_done, &*staged_done, &*copy_done, &*memset_done}) {
@@ -336,7 +319,7 @@ TEST(CopyTest, CompletionEventsAreInterprocessEventsOfTheCopysStream) {
   absl::StatusOr<std::string> handle = staged_done->IpcHandle();  // came with the reply
   ASSERT_OK(handle);
   EXPECT_EQ(handle->size(), 64u);
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/GetIpcHandle"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/GetIpcHandle"), IsEmpty());
 
   gate.Open();
   ASSERT_OK(memset_done->Synchronize());
@@ -347,65 +330,59 @@ TEST(CopyTest, CompletionEventsAreInterprocessEventsOfTheCopysStream) {
               bytes.substr(0, 2 * kMiB));
 
   // Without asking: an empty Event.
-  absl::StatusOr<Event> none = client->Memset(*buffer, 0, 1, 1);
+  absl::StatusOr<Event> none = client().Memset(*buffer, 0, 1, 1);
   ASSERT_OK(none);
   EXPECT_FALSE(none->created());
   EXPECT_EQ(none->client(), nullptr);
 }
 
-TEST(CopyTest, AStagedCopyWaitsUntilTheQueuedOneHasReadTheBuffer) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(SmallStagingCopyTest, AStagedCopyWaitsUntilTheQueuedOneHasReadTheBuffer) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> first = client->Allocate(kMiB);
-  absl::StatusOr<DeviceBuffer> second = client->Allocate(kMiB);
+  absl::StatusOr<DeviceBuffer> first = client().Allocate(kMiB);
+  absl::StatusOr<DeviceBuffer> second = client().Allocate(kMiB);
   ASSERT_OK(first);
   ASSERT_OK(second);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions staged = Via(TransferPath::kStaging);
   staged.stream = *stream;
   // Queued behind the gate, reading staging half 0 once it runs; the source
   // may be overwritten at once.
   std::string source = Pattern(kMiB, 1);
-  ASSERT_OK(client->CopyHostToDevice(*first, 0, source.data(), kMiB, staged).status());
+  ASSERT_OK(client().CopyHostToDevice(*first, 0, source.data(), kMiB, staged).status());
   source = Pattern(kMiB, 2);
   // The next staged copy needs half 0 again: it waits for the first one,
   // through the mapped interprocess event rather than RPCs.
   RpcRecorder wire;
   std::atomic<bool> returned{false};
   std::thread second_copy([&] {
-    EXPECT_OK(client->CopyHostToDevice(*second, 0, source.data(), kMiB, staged).status());
+    EXPECT_OK(client().CopyHostToDevice(*second, 0, source.data(), kMiB, staged).status());
     returned = true;
   });
   absl::SleepFor(absl::Milliseconds(150));
   EXPECT_FALSE(returned);
   gate.Open();
   second_copy.join();
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/Synchronize"), IsEmpty());
-  EXPECT_THAT(wire.Calls(client->session_id(), "Copy/HostToDevice"), SizeIs(1));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/Synchronize"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(1));
   ASSERT_OK(stream->Synchronize());
   EXPECT_TRUE(std::string(static_cast<char*>(first->data()), kMiB) == Pattern(kMiB, 1));
   EXPECT_TRUE(std::string(static_cast<char*>(second->data()), kMiB) == Pattern(kMiB, 2));
 }
 
-TEST(CopyTest, ManyThreadsCopyThroughOneStagingBuffer) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
+TEST_F(SmallStagingCopyTest, ManyThreadsCopyThroughOneStagingBuffer) {
   constexpr uint64_t kSize = 2 * kMiB + 77;
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      absl::StatusOr<DeviceBuffer> buffer = client->Allocate(kSize, DeviceIndex(t % 2));
+      absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kSize, DeviceIndex(t % 2));
       ASSERT_OK(buffer);
       for (int round = 0; round < 5; ++round) {
         const std::string bytes = Pattern(kSize, 100 * t + round + 1);
-        ASSERT_OK(client->CopyHostToDevice(*buffer, 0, bytes.data(), kSize).status());
+        ASSERT_OK(client().CopyHostToDevice(*buffer, 0, bytes.data(), kSize).status());
         std::string back(kSize, '\0');
-        ASSERT_OK(client->CopyDeviceToHost(back.data(), *buffer, 0, kSize).status());
+        ASSERT_OK(client().CopyDeviceToHost(back.data(), *buffer, 0, kSize).status());
         ASSERT_TRUE(back == bytes) << "thread " << t << " round " << round;
       }
     });
@@ -415,12 +392,9 @@ TEST(CopyTest, ManyThreadsCopyThroughOneStagingBuffer) {
 
 // --- Errors ----------------------------------------------------------------------
 
-TEST(CopyTest, RangesOutsideTheAllocationAreOutOfRange) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon, SmallStaging());
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);  // 1024 allocated
-  absl::StatusOr<DeviceBuffer> other = client->Allocate(1000);
+TEST_F(SmallStagingCopyTest, RangesOutsideTheAllocationAreOutOfRange) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);  // 1024 allocated
+  absl::StatusOr<DeviceBuffer> other = client().Allocate(1000);
   ASSERT_OK(buffer);
   ASSERT_OK(other);
   const std::string bytes = Pattern(3 * kMiB, 5);
@@ -428,85 +402,79 @@ TEST(CopyTest, RangesOutsideTheAllocationAreOutOfRange) {
   constexpr uint64_t kHuge = std::numeric_limits<uint64_t>::max() - 10;
   RpcRecorder wire;
   // Checked by the daemon, against the requested size (not the rounded one).
-  EXPECT_THAT(client->CopyHostToDevice(*buffer, 1, bytes.data(), 1000, Via(TransferPath::kInline)),
+  EXPECT_THAT(client().CopyHostToDevice(*buffer, 1, bytes.data(), 1000, Via(TransferPath::kInline)),
               StatusIs(absl::StatusCode::kOutOfRange));
   EXPECT_THAT(
-      client->CopyHostToDevice(*buffer, kHuge, bytes.data(), 20, Via(TransferPath::kInline)),
+      client().CopyHostToDevice(*buffer, kHuge, bytes.data(), 20, Via(TransferPath::kInline)),
       StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyHostToDevice(*buffer, 1001, bytes.data(), 0, Via(TransferPath::kInline)),
+  EXPECT_THAT(client().CopyHostToDevice(*buffer, 1001, bytes.data(), 0, Via(TransferPath::kInline)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyDeviceToHost(out, *buffer, 999, 2, Via(TransferPath::kInline)),
+  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, 999, 2, Via(TransferPath::kInline)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyDeviceToHost(out, *buffer, kHuge, 20, Via(TransferPath::kInline)),
+  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, kHuge, 20, Via(TransferPath::kInline)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyDeviceToDevice(*other, 0, *buffer, 500, 501),
+  EXPECT_THAT(client().CopyDeviceToDevice(*other, 0, *buffer, 500, 501),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyDeviceToDevice(*other, 500, *buffer, 0, 501),
+  EXPECT_THAT(client().CopyDeviceToDevice(*other, 500, *buffer, 0, 501),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->CopyDeviceToDevice(*other, 0, *buffer, kHuge, 20),
+  EXPECT_THAT(client().CopyDeviceToDevice(*other, 0, *buffer, kHuge, 20),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->Memset(*buffer, 0, 1, 1001), StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->Memset(*buffer, kHuge, 1, 20), StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Copy/HostToDevice"), SizeIs(3));
+  EXPECT_THAT(client().Memset(*buffer, 0, 1, 1001), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client().Memset(*buffer, kHuge, 1, 20), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(3));
   // Staged copies are checked here first: a copy of several chunks copies
   // nothing when it does not fit.
   EXPECT_THAT(
-      client->CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB, Via(TransferPath::kStaging)),
-      StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("does not fit")));
-  EXPECT_THAT(client->CopyDeviceToHost(out, *buffer, 10, 1000, Via(TransferPath::kStaging)),
+      client().CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB, Via(TransferPath::kStaging)),
+      StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("does not fit")));
+  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, 10, 1000, Via(TransferPath::kStaging)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Copy/HostToDevice"), SizeIs(3));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Copy/DeviceToHost"), SizeIs(2));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(3));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/DeviceToHost"), SizeIs(2));
   // Nothing was written anywhere.
   EXPECT_EQ(std::string(static_cast<char*>(buffer->data()), 1000), std::string(1000, '\0'));
 }
 
-TEST(CopyTest, AnotherSessionsAllocationsAreNotFound) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(CopyTest, AnotherSessionsAllocationsAreNotFound) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> mine = client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> mine = client().Allocate(4096);
   absl::StatusOr<DeviceBuffer> theirs = other->Allocate(4096);
   ASSERT_OK(mine);
   ASSERT_OK(theirs);
   const std::string bytes = Pattern(4096, 6);
   char out[4096];
   for (TransferPath path : {TransferPath::kInline, TransferPath::kStaging}) {
-    EXPECT_THAT(client->CopyHostToDevice(*theirs, 0, bytes.data(), 4096, Via(path)),
+    EXPECT_THAT(client().CopyHostToDevice(*theirs, 0, bytes.data(), 4096, Via(path)),
                 StatusIs(absl::StatusCode::kNotFound));
-    EXPECT_THAT(client->CopyDeviceToHost(out, *theirs, 0, 4096, Via(path)),
+    EXPECT_THAT(client().CopyDeviceToHost(out, *theirs, 0, 4096, Via(path)),
                 StatusIs(absl::StatusCode::kNotFound));
   }
-  EXPECT_THAT(client->CopyDeviceToDevice(*mine, 0, *theirs, 0, 4096),
+  EXPECT_THAT(client().CopyDeviceToDevice(*mine, 0, *theirs, 0, 4096),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client->CopyDeviceToDevice(*theirs, 0, *mine, 0, 4096),
+  EXPECT_THAT(client().CopyDeviceToDevice(*theirs, 0, *mine, 0, 4096),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client->Memset(*theirs, 0, 1, 10), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(client().Memset(*theirs, 0, 1, 10), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(std::string(static_cast<char*>(theirs->data()), 4096), std::string(4096, '\0'));
 }
 
-TEST(CopyTest, EmptyBuffersAndNullPointersAreInvalid) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(64);
+TEST_F(CopyTest, EmptyBuffersAndNullPointersAreInvalid) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(64);
   ASSERT_OK(buffer);
   char bytes[64] = {1};
   DeviceBuffer empty;
-  EXPECT_THAT(client->CopyHostToDevice(empty, 0, bytes, 1),
+  EXPECT_THAT(client().CopyHostToDevice(empty, 0, bytes, 1),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->CopyDeviceToHost(bytes, empty, 0, 1),
+  EXPECT_THAT(client().CopyDeviceToHost(bytes, empty, 0, 1),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->CopyDeviceToDevice(*buffer, 0, empty, 0, 1),
+  EXPECT_THAT(client().CopyDeviceToDevice(*buffer, 0, empty, 0, 1),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->Memset(empty, 0, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->CopyHostToDevice(*buffer, 0, nullptr, 1),
+  EXPECT_THAT(client().Memset(empty, 0, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().CopyHostToDevice(*buffer, 0, nullptr, 1),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->CopyDeviceToHost(nullptr, *buffer, 0, 1),
+  EXPECT_THAT(client().CopyDeviceToHost(nullptr, *buffer, 0, 1),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

@@ -14,22 +14,14 @@
 #include "gtest/gtest.h"
 #include "tests/client/client_child.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
+#include "tests/support/in_process_daemon.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ClientChild;
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::Gate;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::Pattern;
-using ::gpumux::testing::RpcRecorder;
-using ::gpumux::testing::StatusIs;
-using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Optional;
 using ::testing::SizeIs;
@@ -53,41 +45,37 @@ std::optional<uint32_t> LiveEvents(const InProcessDaemon& daemon, SessionId sess
   return info->events();
 }
 
-TEST(EventTest, CreatedOnTheDeviceOfTheFirstStreamItIsRecordedOn) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+class EventTest : public DaemonClientTest {};
+
+TEST_F(EventTest, CreatedOnTheDeviceOfTheFirstStreamItIsRecordedOn) {
   RpcRecorder wire;
-  Event event(*client, Timing());
+  Event event(client(), Timing());
   EXPECT_FALSE(event.created());
   EXPECT_EQ(event.device(), std::nullopt);
   EXPECT_THAT(event.Query(), IsOkAndHolds(true));  // never recorded
   EXPECT_OK(event.Synchronize());
   EXPECT_OK(event.Wait());
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/Create"), IsEmpty());
-  EXPECT_THAT(LiveEvents(daemon, client->session_id()), Optional(0u));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/Create"), IsEmpty());
+  EXPECT_THAT(LiveEvents(daemon(), client().session_id()), Optional(0u));
 
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
   ASSERT_OK(event.Record(*stream));
   EXPECT_TRUE(event.created());
   EXPECT_EQ(event.device(), DeviceIndex(1));
-  EXPECT_THAT(LiveEvents(daemon, client->session_id()), Optional(1u));
+  EXPECT_THAT(LiveEvents(daemon(), client().session_id()), Optional(1u));
   ASSERT_OK(event.Synchronize());
   EXPECT_THAT(event.Query(), IsOkAndHolds(true));
   ASSERT_OK(event.Record(*stream));  // re-recording creates nothing new
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/Create"), SizeIs(1));
-  auto created = wire.Requests<v1::CreateEventRequest>(client->session_id(), "Event/Create");
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/Create"), SizeIs(1));
+  auto created = wire.Requests<v1::CreateEventRequest>(client().session_id(), "Event/Create");
   EXPECT_TRUE(created[0].enable_timing());
   EXPECT_FALSE(created[0].interprocess());
   EXPECT_EQ(created[0].device(), 1);
 }
 
-TEST(EventTest, ACreatedEventNeverRecordedIsComplete) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Event> event = client->CreateEvent(DeviceIndex(1), Timing());
+TEST_F(EventTest, ACreatedEventNeverRecordedIsComplete) {
+  absl::StatusOr<Event> event = client().CreateEvent(DeviceIndex(1), Timing());
   ASSERT_OK(event);
   EXPECT_TRUE(event->created());
   EXPECT_EQ(event->device(), DeviceIndex(1));
@@ -95,54 +83,45 @@ TEST(EventTest, ACreatedEventNeverRecordedIsComplete) {
   EXPECT_OK(event->Synchronize());
 }
 
-TEST(EventTest, RecordWithoutAStreamUsesTheCurrentOne) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(EventTest, RecordWithoutAStreamUsesTheCurrentOne) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
   RpcRecorder wire;
-  Event event(*client);
+  Event event(client());
   {
     StreamGuard guard(*stream);
     ASSERT_OK(event.Record());
   }
   EXPECT_EQ(event.device(), DeviceIndex(1));
-  auto records = wire.Requests<v1::RecordEventRequest>(client->session_id(), "Event/Record");
+  auto records = wire.Requests<v1::RecordEventRequest>(client().session_id(), "Event/Record");
   ASSERT_THAT(records, SizeIs(1));
   EXPECT_EQ(records[0].stream().stream(), stream->id().value());
   EXPECT_EQ(records[0].stream().device(), 1);
 }
 
-TEST(EventTest, RecordingOnAnotherDevicesStreamIsRefused) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(EventTest, RecordingOnAnotherDevicesStreamIsRefused) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<Event> event = client->CreateEvent(DeviceIndex(0));
+  absl::StatusOr<Event> event = client().CreateEvent(DeviceIndex(0));
   ASSERT_OK(event);
-  absl::StatusOr<Stream> one = client->CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(one);
   EXPECT_THAT(event->Record(*one), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(event->Record(client->DefaultStream(DeviceIndex(1))),
+  EXPECT_THAT(event->Record(client().DefaultStream(DeviceIndex(1))),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(event->Record(other->DefaultStream(DeviceIndex(0))),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
-  EXPECT_OK(event->Record(client->DefaultStream(DeviceIndex(0))));
-  EXPECT_THAT(Event().Record(client->DefaultStream(DeviceIndex(0))),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("another Client")));
+  EXPECT_OK(event->Record(client().DefaultStream(DeviceIndex(0))));
+  EXPECT_THAT(Event().Record(client().DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(EventTest, ElapsedTimeMeasuresHowLongAStreamWasHeld) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(EventTest, ElapsedTimeMeasuresHowLongAStreamWasHeld) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  Gate gate(*client);
-  Event start(*client, Timing());
-  Event end(*client, Timing());
+  Gate gate(client());
+  Event start(client(), Timing());
+  Event end(client(), Timing());
   const absl::Time before = absl::Now();
   ASSERT_OK(start.Record(*stream));
   ASSERT_OK(gate.Hold(*stream));
@@ -162,154 +141,134 @@ TEST(EventTest, ElapsedTimeMeasuresHowLongAStreamWasHeld) {
   EXPECT_FLOAT_EQ(*backwards, -*elapsed);
 }
 
-TEST(EventTest, ElapsedTimeNeedsTimingEventsThatWereRecorded) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  Stream stream = client->DefaultStream(DeviceIndex(0));
+TEST_F(EventTest, ElapsedTimeNeedsTimingEventsThatWereRecorded) {
+  Stream stream = client().DefaultStream(DeviceIndex(0));
   RpcRecorder wire;
-  Event never(*client, Timing());
-  Event also_never(*client, Timing());
+  Event never(client(), Timing());
+  Event also_never(client(), Timing());
   // Never created: PyTorch's check, made here.
   EXPECT_THAT(never.ElapsedTime(also_never),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "Both events must be recorded before calculating elapsed time."));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/ElapsedTime"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/ElapsedTime"), IsEmpty());
   EXPECT_THAT(Event().ElapsedTime(never), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   // Created but never recorded: the daemon's.
-  absl::StatusOr<Event> created = client->CreateEvent(DeviceIndex(0), Timing());
+  absl::StatusOr<Event> created = client().CreateEvent(DeviceIndex(0), Timing());
   ASSERT_OK(created);
-  Event recorded(*client, Timing());
+  Event recorded(client(), Timing());
   ASSERT_OK(recorded.Record(stream));
   ASSERT_OK(recorded.Synchronize());
   EXPECT_THAT(created->ElapsedTime(recorded), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(recorded.ElapsedTime(*created), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   // Without enable_timing, even when recorded and complete.
-  Event plain(*client);
+  Event plain(client());
   ASSERT_OK(plain.Record(stream));
   ASSERT_OK(plain.Synchronize());
   EXPECT_THAT(plain.ElapsedTime(recorded),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("enable_timing")));
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("enable_timing")));
   EXPECT_THAT(recorded.ElapsedTime(plain), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/ElapsedTime"), SizeIs(4));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/ElapsedTime"), SizeIs(4));
 }
 
-TEST(EventTest, InterprocessEventsCannotTime) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(EventTest, InterprocessEventsCannotTime) {
   EventOptions both;
   both.enable_timing = true;
   both.interprocess = true;
-  EXPECT_THAT(client->CreateEvent(DeviceIndex(0), both),
+  EXPECT_THAT(client().CreateEvent(DeviceIndex(0), both),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  Event lazy(*client, both);
-  EXPECT_THAT(lazy.Record(client->DefaultStream(DeviceIndex(0))),
+  Event lazy(client(), both);
+  EXPECT_THAT(lazy.Record(client().DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(lazy.created());
-  EXPECT_THAT(client->CreateEvent(DeviceIndex(3)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().CreateEvent(DeviceIndex(3)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(EventTest, DestroyingAnEventDestroysItOnTheDaemon) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  const SessionId session = client->session_id();
+TEST_F(EventTest, DestroyingAnEventDestroysItOnTheDaemon) {
+  const SessionId session = client().session_id();
   {
-    absl::StatusOr<Event> first = client->CreateEvent(DeviceIndex(0));
-    absl::StatusOr<Event> second = client->CreateEvent(DeviceIndex(1), Interprocess());
+    absl::StatusOr<Event> first = client().CreateEvent(DeviceIndex(0));
+    absl::StatusOr<Event> second = client().CreateEvent(DeviceIndex(1), Interprocess());
     ASSERT_OK(first);
     ASSERT_OK(second);
-    EXPECT_THAT(LiveEvents(daemon, session), Optional(2u));
+    EXPECT_THAT(LiveEvents(daemon(), session), Optional(2u));
     Event moved = std::move(*first);
     EXPECT_FALSE(first->created());
-    EXPECT_THAT(LiveEvents(daemon, session), Optional(2u));
+    EXPECT_THAT(LiveEvents(daemon(), session), Optional(2u));
     moved = std::move(*second);  // the first is destroyed
-    EXPECT_THAT(LiveEvents(daemon, session), Optional(1u));
+    EXPECT_THAT(LiveEvents(daemon(), session), Optional(1u));
   }
-  EXPECT_THAT(LiveEvents(daemon, session), Optional(0u));
+  EXPECT_THAT(LiveEvents(daemon(), session), Optional(0u));
 }
 
-TEST(EventTest, NothingIsSentOnceTheSessionHasEnded) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Event> event = client->CreateEvent(DeviceIndex(0));
+TEST_F(EventTest, NothingIsSentOnceTheSessionHasEnded) {
+  absl::StatusOr<Event> event = client().CreateEvent(DeviceIndex(0));
   ASSERT_OK(event);
-  daemon.Shutdown();
+  daemon().Shutdown();
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (!client->session_ended() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_TRUE(client->session_ended());
+  while (!client().session_ended() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(client().session_ended());
   EXPECT_THAT(event->Query(), StatusIs(absl::StatusCode::kUnavailable));
   RpcRecorder wire;
   *event = Event();
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/Destroy"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/Destroy"), IsEmpty());
 }
 
-TEST(EventTest, IpcHandleIsCreatedOnTheCurrentDeviceAndCached) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(EventTest, IpcHandleIsCreatedOnTheCurrentDeviceAndCached) {
   RpcRecorder wire;
-  Event event(*client, Interprocess());
+  Event event(client(), Interprocess());
   absl::StatusOr<std::string> handle;
   {
-    DeviceGuard guard(*client, DeviceIndex(1));
+    DeviceGuard guard(client(), DeviceIndex(1));
     handle = event.IpcHandle();
   }
   ASSERT_OK(handle);
   EXPECT_EQ(handle->size(), 64u);
   EXPECT_EQ(event.device(), DeviceIndex(1));
   EXPECT_THAT(event.IpcHandle(), IsOkAndHolds(*handle));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/GetIpcHandle"), SizeIs(1));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/GetIpcHandle"), SizeIs(1));
   // The session itself may open it too: a second event of the same capture.
-  absl::StatusOr<Event> reopened = client->OpenEventIpcHandle(DeviceIndex(1), *handle);
+  absl::StatusOr<Event> reopened = client().OpenEventIpcHandle(DeviceIndex(1), *handle);
   ASSERT_OK(reopened);
   EXPECT_NE(reopened->id(), event.id());
   EXPECT_THAT(reopened->IpcHandle(), IsOkAndHolds(*handle));
   EXPECT_THAT(reopened->Query(), IsOkAndHolds(true));
 
-  Event plain(*client);
+  Event plain(client());
   EXPECT_THAT(plain.IpcHandle(), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(Event().IpcHandle(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(EventTest, OpeningAnIpcHandleChecksItsLengthAsPyTorchDoes) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(EventTest, OpeningAnIpcHandleChecksItsLengthAsPyTorchDoes) {
   RpcRecorder wire;
-  EXPECT_THAT(client->OpenEventIpcHandle(DeviceIndex(0), std::string(63, 'x')),
+  EXPECT_THAT(client().OpenEventIpcHandle(DeviceIndex(0), std::string(63, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "cudaIpcEventHandle_t expects byte-like object of size 64, but got 63"));
-  EXPECT_THAT(client->OpenEventIpcHandle(DeviceIndex(0), ""),
+  EXPECT_THAT(client().OpenEventIpcHandle(DeviceIndex(0), ""),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "cudaIpcEventHandle_t expects byte-like object of size 64, but got 0"));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Event/OpenIpcHandle"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Event/OpenIpcHandle"), IsEmpty());
   // 64 bytes that name no event: the daemon's.
-  EXPECT_THAT(client->OpenEventIpcHandle(DeviceIndex(0), std::string(64, 'x')),
+  EXPECT_THAT(client().OpenEventIpcHandle(DeviceIndex(0), std::string(64, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument));
 
   // A handle whose event is gone.
   std::string handle;
   {
-    absl::StatusOr<Event> event = client->CreateEvent(DeviceIndex(0), Interprocess());
+    absl::StatusOr<Event> event = client().CreateEvent(DeviceIndex(0), Interprocess());
     ASSERT_OK(event);
     absl::StatusOr<std::string> got = event->IpcHandle();
     ASSERT_OK(got);
     handle = *got;
   }
-  EXPECT_THAT(client->OpenEventIpcHandle(DeviceIndex(0), handle),
+  EXPECT_THAT(client().OpenEventIpcHandle(DeviceIndex(0), handle),
               StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
-  InProcessDaemon daemon;
-  auto producer = ConnectOrDie(daemon);
-  auto consumer = ConnectOrDie(daemon);
-  ASSERT_NE(producer, nullptr);
+TEST_F(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
+  Client* producer = &client();
+  auto consumer = ConnectAnother();
   ASSERT_NE(consumer, nullptr);
   absl::StatusOr<Stream> producing = producer->CreateStream(DeviceIndex(0));
   ASSERT_OK(producing);
@@ -355,13 +314,11 @@ TEST(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
   std::string bytes(kSize, '\0');
   ASSERT_OK(consumer->CopyDeviceToHost(bytes.data(), *copy, 0, kSize).status());
   EXPECT_TRUE(bytes == pattern);
-  EXPECT_THAT(LiveEvents(daemon, consumer->session_id()), Optional(1u));
+  EXPECT_THAT(LiveEvents(daemon(), consumer->session_id()), Optional(1u));
 }
 
-TEST(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
-  InProcessDaemon daemon;
-  auto producer = ConnectOrDie(daemon);
-  ASSERT_NE(producer, nullptr);
+TEST_F(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
+  Client* producer = &client();
   absl::StatusOr<Stream> producing = producer->CreateStream(DeviceIndex(0));
   ASSERT_OK(producing);
   AllocateOptions shareable;
@@ -383,7 +340,7 @@ TEST(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
   absl::StatusOr<std::string> token = producer->Share(*shared);
   ASSERT_OK(token);
 
-  ClientChild child({"wait-copy", daemon.address(), absl::BytesToHexString(*handle), *token,
+  ClientChild child({"wait-copy", daemon().address(), absl::BytesToHexString(*handle), *token,
                      std::to_string(kSize), "99"});
   EXPECT_EQ(child.ReadLine(), "pending");
   EXPECT_EQ(child.ReadLine(), "queued");
@@ -395,4 +352,4 @@ TEST(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

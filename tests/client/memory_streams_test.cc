@@ -10,209 +10,182 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::Gate;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::RpcRecorder;
-using ::gpumux::testing::StatusIs;
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::Optional;
-using ::testing::SizeIs;
 
 constexpr uint64_t kBlock = 4096;
 
-TEST(MemoryStreamsTest, AllocationsComeFromTheirStreamsSegments) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+class MemoryStreamsTest : public DaemonClientTest {};
+
+TEST_F(MemoryStreamsTest, AllocationsComeFromTheirStreamsSegments) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
   AllocateOptions on_stream;
   on_stream.stream = *stream;
-  absl::StatusOr<DeviceBuffer> mine = client->Allocate(kBlock, DeviceIndex(1), on_stream);
-  absl::StatusOr<DeviceBuffer> default_one = client->Allocate(kBlock, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> mine = client().Allocate(kBlock, DeviceIndex(1), on_stream);
+  absl::StatusOr<DeviceBuffer> default_one = client().Allocate(kBlock, DeviceIndex(1));
   ASSERT_OK(mine);
   ASSERT_OK(default_one);
   // PyTorch: a segment serves one stream, so the two share none.
   EXPECT_NE(mine->segment_id(), default_one->segment_id());
-  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client->MemorySnapshot(DeviceIndex(1));
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot(DeviceIndex(1));
   ASSERT_OK(snapshot);
-  ASSERT_THAT(*snapshot, SizeIs(2));
+  ASSERT_THAT(*snapshot, ::testing::SizeIs(2));
   EXPECT_NE((*snapshot)[0].stream, (*snapshot)[1].stream);
 }
 
-TEST(MemoryStreamsTest, RecordStreamDelaysReuseUntilTheStreamsWorkCompleted) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> side = client->CreateStream(DeviceIndex(0));
+TEST_F(MemoryStreamsTest, RecordStreamDelaysReuseUntilTheStreamsWorkCompleted) {
+  absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*side));  // pending work on the side stream
-  ASSERT_OK(client->RecordStream(*used, *side));
-  ASSERT_OK(client->Free(std::move(*used)));
+  ASSERT_OK(client().RecordStream(*used, *side));
+  ASSERT_OK(client().Free(std::move(*used)));
 
-  absl::StatusOr<DeviceBuffer> meanwhile = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(side->Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
 
-TEST(MemoryStreamsTest, WithoutRecordStreamTheBlockIsReusedAtOnce) {
+TEST_F(MemoryStreamsTest, WithoutRecordStreamTheBlockIsReusedAtOnce) {
   // The control for the test above: the same steps without record_stream.
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> side = client->CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*side));
-  ASSERT_OK(client->Free(std::move(*used)));
-  absl::StatusOr<DeviceBuffer> again = client->Allocate(kBlock);
+  ASSERT_OK(client().Free(std::move(*used)));
+  absl::StatusOr<DeviceBuffer> again = client().Allocate(kBlock);
   ASSERT_OK(again);
   EXPECT_EQ(again->address(), address);
 }
 
-TEST(MemoryStreamsTest, WorkOnAnotherStreamIsRecordedOnTheAllocation) {
+TEST_F(MemoryStreamsTest, WorkOnAnotherStreamIsRecordedOnTheAllocation) {
   // The Copy contract: freeing right after queuing work on another stream
   // is safe without an explicit record_stream.
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> side = client->CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*side));
   CopyOptions on_side;
   on_side.stream = *side;
-  ASSERT_OK(client->Memset(*used, 0, 0x12, kBlock, on_side).status());
-  ASSERT_OK(client->Free(std::move(*used)));
-  absl::StatusOr<DeviceBuffer> meanwhile = client->Allocate(kBlock);
+  ASSERT_OK(client().Memset(*used, 0, 0x12, kBlock, on_side).status());
+  ASSERT_OK(client().Free(std::move(*used)));
+  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(side->Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
 
-TEST(MemoryStreamsTest, RecordStreamErrors) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(MemoryStreamsTest, RecordStreamErrors) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(kBlock, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kBlock, DeviceIndex(0));
   absl::StatusOr<DeviceBuffer> theirs = other->Allocate(kBlock, DeviceIndex(0));
   ASSERT_OK(buffer);
   ASSERT_OK(theirs);
   RpcRecorder wire;
-  EXPECT_THAT(client->RecordStream(*buffer, client->DefaultStream(DeviceIndex(1))),
+  EXPECT_THAT(client().RecordStream(*buffer, client().DefaultStream(DeviceIndex(1))),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device 1")));
-  EXPECT_THAT(client->RecordStream(*buffer, other->DefaultStream(DeviceIndex(0))),
+  EXPECT_THAT(client().RecordStream(*buffer, other->DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
-  EXPECT_THAT(client->RecordStream(DeviceBuffer(), client->DefaultStream(DeviceIndex(0))),
+  EXPECT_THAT(client().RecordStream(DeviceBuffer(), client().DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Memory/RecordStream"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Memory/RecordStream"), ::testing::IsEmpty());
   // The daemon's: another session's allocation, a stream it does not know.
-  EXPECT_THAT(client->RecordStream(*theirs, client->DefaultStream(DeviceIndex(0))),
+  EXPECT_THAT(client().RecordStream(*theirs, client().DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client->RecordStream(*buffer, Stream(*client, DeviceIndex(0), StreamId(777))),
+  EXPECT_THAT(client().RecordStream(*buffer, Stream(client(), DeviceIndex(0), StreamId(777))),
               StatusIs(absl::StatusCode::kNotFound));
-  absl::StatusOr<Stream> one = client->CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(one);
   // The daemon's own device check, for a created stream named on device 0.
-  EXPECT_THAT(client->RecordStream(*buffer, Stream(*client, DeviceIndex(0), one->id())),
+  EXPECT_THAT(client().RecordStream(*buffer, Stream(client(), DeviceIndex(0), one->id())),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_OK(client->RecordStream(*buffer, client->DefaultStream(DeviceIndex(0))));
+  EXPECT_OK(client().RecordStream(*buffer, client().DefaultStream(DeviceIndex(0))));
 }
 
-TEST(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> side = client->CreateStream(DeviceIndex(0));
+TEST_F(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
+  absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*side));
   EventOptions interprocess;
   interprocess.interprocess = true;
-  Event last_use(*client, interprocess);
+  Event last_use(client(), interprocess);
   ASSERT_OK(last_use.Record(*side));
   absl::StatusOr<std::string> handle = last_use.IpcHandle();
   ASSERT_OK(handle);
   RpcRecorder wire;
-  ASSERT_OK(client->Free(std::move(*used), {*handle}));
+  ASSERT_OK(client().Free(std::move(*used), {*handle}));
   EXPECT_FALSE(used->valid());
-  auto frees = wire.Requests<v1::FreeRequest>(client->session_id(), "Memory/Free");
-  ASSERT_THAT(frees, SizeIs(1));
-  EXPECT_THAT(frees[0].wait_event_handles(), ElementsAre(*handle));
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
+  auto frees = wire.Requests<v1::FreeRequest>(client().session_id(), "Memory/Free");
+  ASSERT_THAT(frees, ::testing::SizeIs(1));
+  EXPECT_THAT(frees[0].wait_event_handles(), ::testing::ElementsAre(*handle));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 
-  absl::StatusOr<DeviceBuffer> meanwhile = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(last_use.Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
 
-TEST(MemoryStreamsTest, FreeWithBadHandlesLeavesTheBufferAsItWas) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(MemoryStreamsTest, FreeWithBadHandlesLeavesTheBufferAsItWas) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kBlock);
   ASSERT_OK(buffer);
   RpcRecorder wire;
   const std::vector<std::string> short_handle = {std::string(63, 'h')};
-  EXPECT_THAT(client->Free(std::move(*buffer), short_handle),
+  EXPECT_THAT(client().Free(std::move(*buffer), short_handle),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "cudaIpcEventHandle_t expects byte-like object of size 64, but got 63"));
-  EXPECT_THAT(wire.Calls(client->session_id(), "Memory/Free"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Memory/Free"), ::testing::IsEmpty());
   ASSERT_TRUE(buffer->valid());
   // 64 bytes that name no event: the daemon refuses and frees nothing.
   const std::vector<std::string> bogus = {std::string(64, 'h')};
-  EXPECT_THAT(client->Free(std::move(*buffer), bogus),
+  EXPECT_THAT(client().Free(std::move(*buffer), bogus),
               StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_TRUE(buffer->valid());
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(1u));
-  EXPECT_THAT(client->Free(DeviceBuffer(), {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));
+  EXPECT_THAT(client().Free(DeviceBuffer(), {}), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(other->Free(std::move(*buffer), {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
   ASSERT_TRUE(buffer->valid());
-  EXPECT_OK(client->Free(std::move(*buffer), {}));  // no handles: a plain free
-  EXPECT_THAT(daemon.LiveAllocations(client->session_id()), Optional(0u));
+  EXPECT_OK(client().Free(std::move(*buffer), {}));  // no handles: a plain free
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

@@ -9,95 +9,75 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::StatusIs;
+class NvtxTest : public DaemonClientTest {};
 
-TEST(NvtxTest, PushAndPopReportDepths) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  EXPECT_THAT(nvtx::RangePush(*client, "epoch"), IsOkAndHolds(0));
-  EXPECT_THAT(nvtx::RangePush(*client, "step"), IsOkAndHolds(1));
-  EXPECT_OK(nvtx::Mark(*client, "checkpoint"));
-  EXPECT_THAT(nvtx::RangePush(*client, "forward"), IsOkAndHolds(2));
-  EXPECT_THAT(nvtx::RangePop(*client), IsOkAndHolds(2));
-  EXPECT_THAT(nvtx::RangePop(*client), IsOkAndHolds(1));
-  EXPECT_THAT(nvtx::RangePop(*client), IsOkAndHolds(0));
-  EXPECT_THAT(nvtx::RangePop(*client), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(nvtx::RangePush(*client, ""), IsOkAndHolds(0));  // empty messages are fine
+TEST_F(NvtxTest, PushAndPopReportDepths) {
+  EXPECT_THAT(nvtx::RangePush(client(), "epoch"), IsOkAndHolds(0));
+  EXPECT_THAT(nvtx::RangePush(client(), "step"), IsOkAndHolds(1));
+  EXPECT_OK(nvtx::Mark(client(), "checkpoint"));
+  EXPECT_THAT(nvtx::RangePush(client(), "forward"), IsOkAndHolds(2));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(2));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(1));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(0));
+  EXPECT_THAT(nvtx::RangePop(client()), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(nvtx::RangePush(client(), ""), IsOkAndHolds(0));  // empty messages are fine
 }
 
-TEST(NvtxTest, SessionsHaveStacksOfTheirOwn) {
-  InProcessDaemon daemon;
-  auto a = ConnectOrDie(daemon);
-  auto b = ConnectOrDie(daemon);
-  ASSERT_NE(a, nullptr);
+TEST_F(NvtxTest, SessionsHaveStacksOfTheirOwn) {
+  Client* a = &client();
+  auto b = ConnectAnother();
   ASSERT_NE(b, nullptr);
   ASSERT_OK(nvtx::RangePush(*a, "a").status());
   EXPECT_THAT(nvtx::RangePop(*b), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(nvtx::RangePush(*b, "b"), IsOkAndHolds(0));
 }
 
-TEST(NvtxTest, MessagesAreLimitedTo4096Bytes) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  EXPECT_OK(nvtx::Mark(*client, std::string(4096, 'm')));
-  EXPECT_THAT(nvtx::Mark(*client, std::string(4097, 'm')),
+TEST_F(NvtxTest, MessagesAreLimitedTo4096Bytes) {
+  EXPECT_OK(nvtx::Mark(client(), std::string(4096, 'm')));
+  EXPECT_THAT(nvtx::Mark(client(), std::string(4097, 'm')),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(nvtx::RangePush(*client, std::string(4097, 'r')),
+  EXPECT_THAT(nvtx::RangePush(client(), std::string(4097, 'r')),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(nvtx::RangePop(*client), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(nvtx::RangePop(client()), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(NvtxTest, RangesNestAtMost1024Deep) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(NvtxTest, RangesNestAtMost1024Deep) {
   for (int depth = 0; depth < 1024; ++depth) {
-    ASSERT_THAT(nvtx::RangePush(*client, "r"), IsOkAndHolds(depth));
+    ASSERT_THAT(nvtx::RangePush(client(), "r"), IsOkAndHolds(depth));
   }
-  EXPECT_THAT(nvtx::RangePush(*client, "one too many"),
+  EXPECT_THAT(nvtx::RangePush(client(), "one too many"),
               StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(nvtx::RangePop(*client), IsOkAndHolds(1023));
-  EXPECT_THAT(nvtx::RangePush(*client, "again"), IsOkAndHolds(1023));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(1023));
+  EXPECT_THAT(nvtx::RangePush(client(), "again"), IsOkAndHolds(1023));
 }
 
-TEST(NvtxTest, RangesPopWhenTheirScopeEnds) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(NvtxTest, RangesPopWhenTheirScopeEnds) {
   {
-    nvtx::Range outer(*client, "outer");
+    nvtx::Range outer(client(), "outer");
     EXPECT_THAT(outer.depth(), IsOkAndHolds(0));
     {
-      nvtx::Range inner(*client, "inner");
+      nvtx::Range inner(client(), "inner");
       EXPECT_THAT(inner.depth(), IsOkAndHolds(1));
     }
-    nvtx::Range sibling(*client, "sibling");
+    nvtx::Range sibling(client(), "sibling");
     EXPECT_THAT(sibling.depth(), IsOkAndHolds(1));
-    nvtx::Range refused(*client, std::string(5000, 'x'));  // not opened: nothing to pop
+    nvtx::Range refused(client(), std::string(5000, 'x'));  // not opened: nothing to pop
     EXPECT_THAT(refused.depth(), StatusIs(absl::StatusCode::kInvalidArgument));
   }
-  EXPECT_THAT(nvtx::RangePop(*client), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(nvtx::RangePop(client()), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-TEST(NvtxTest, CallsFailUnavailableOnceTheDaemonIsGone) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  daemon.Shutdown();
-  EXPECT_THAT(nvtx::Mark(*client, "late"), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(nvtx::RangePush(*client, "late"), StatusIs(absl::StatusCode::kUnavailable));
+TEST_F(NvtxTest, CallsFailUnavailableOnceTheDaemonIsGone) {
+  daemon().Shutdown();
+  EXPECT_THAT(nvtx::Mark(client(), "late"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(nvtx::RangePush(client(), "late"), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

@@ -8,33 +8,41 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/in_process_daemon.h"
+#include "tests/support/daemon_client_test.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
 
-using ::gpumux::testing::InProcessDaemon;
+using ::gpumux::testing::DaemonClientTest;
 using ::gpumux::testing::StatusIs;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-class ObserverTest : public ::testing::Test {
+// The daemon alone: the observer opens no session, the tests their own.
+class ObserverTest : public DaemonClientTest {
  protected:
-  InProcessDaemon daemon_;
-  Observer observer_{daemon_.address()};
+  ObserverTest() : DaemonClientTest({.connect = false}) {}
+  void SetUp() override {
+    DaemonClientTest::SetUp();
+    observer_ = std::make_unique<Observer>(daemon().address());
+  }
+  Observer& observer() { return *observer_; }
+
+ private:
+  std::unique_ptr<Observer> observer_;
 };
 
 TEST_F(ObserverTest, ListsDevicesAndOpensNoSession) {
-  absl::StatusOr<std::vector<DeviceProperties>> devices = observer_.ListDevices();
+  absl::StatusOr<std::vector<DeviceProperties>> devices = observer().ListDevices();
   ASSERT_TRUE(devices.ok()) << devices.status();
   ASSERT_THAT(*devices, SizeIs(2));
   EXPECT_EQ((*devices)[1].index, 1);
   EXPECT_EQ((*devices)[0].backend, "host");
   EXPECT_EQ((*devices)[0].total_memory, uint64_t{64} << 20);
-  absl::StatusOr<std::vector<SessionInfo>> sessions = observer_.ListSessions();
+  absl::StatusOr<std::vector<SessionInfo>> sessions = observer().ListSessions();
   ASSERT_TRUE(sessions.ok()) << sessions.status();
   EXPECT_THAT(*sessions, IsEmpty());
 }
@@ -44,16 +52,16 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   options.client_name = "observed";
   options.tenant = "team-a";
   options.labels = {{"pod", "p-1"}};
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_.address(), options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(4096, DeviceIndex(1));
+  std::unique_ptr<Client> client = ConnectAnother(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096, DeviceIndex(1));
   ASSERT_TRUE(buffer.ok()) << buffer.status();
 
-  absl::StatusOr<std::vector<SessionInfo>> sessions = observer_.ListSessions();
+  absl::StatusOr<std::vector<SessionInfo>> sessions = observer().ListSessions();
   ASSERT_TRUE(sessions.ok()) << sessions.status();
   ASSERT_THAT(*sessions, SizeIs(1));
   const SessionInfo& session = (*sessions)[0];
-  EXPECT_EQ(session.session_id, (*client)->session_id());
+  EXPECT_EQ(session.session_id, client->session_id());
   EXPECT_EQ(session.client_name, "observed");
   EXPECT_EQ(session.tenant, "team-a");
   EXPECT_EQ(session.labels.at("pod"), "p-1");
@@ -66,35 +74,35 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   EXPECT_EQ(session.devices[1].reserved_bytes, uint64_t{2} << 20);
   EXPECT_EQ(session.devices[1].allocations, 1u);
 
-  absl::StatusOr<std::map<std::string, int64_t>> device_stats = observer_.MemoryStats(DeviceIndex(1));
+  absl::StatusOr<std::map<std::string, int64_t>> device_stats = observer().MemoryStats(DeviceIndex(1));
   ASSERT_TRUE(device_stats.ok()) << device_stats.status();
   EXPECT_EQ(device_stats->at("allocated_bytes.all.current"), 4096);
   EXPECT_THAT(*device_stats, SizeIs(122));
   absl::StatusOr<std::map<std::string, int64_t>> session_stats =
-      observer_.MemoryStats(DeviceIndex(0), (*client)->session_id());
+      observer().MemoryStats(DeviceIndex(0), client->session_id());
   ASSERT_TRUE(session_stats.ok()) << session_stats.status();
   EXPECT_EQ(session_stats->at("allocated_bytes.all.current"), 0);
 
-  absl::StatusOr<std::string> summary = observer_.MemorySummary(DeviceIndex(1), std::nullopt, true);
+  absl::StatusOr<std::string> summary = observer().MemorySummary(DeviceIndex(1), std::nullopt, true);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_THAT(*summary, HasSubstr("PyTorch CUDA memory summary, device ID 1"));
 
-  absl::StatusOr<std::vector<SegmentInfo>> all = observer_.MemorySnapshot();
+  absl::StatusOr<std::vector<SegmentInfo>> all = observer().MemorySnapshot();
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_THAT(*all, SizeIs(1));
   EXPECT_EQ((*all)[0].device, 1);
-  EXPECT_EQ((*all)[0].session_id, (*client)->session_id());
+  EXPECT_EQ((*all)[0].session_id, client->session_id());
   EXPECT_THAT((*all)[0].blocks, Contains(::testing::Field(&BlockInfo::state, "active_allocated")));
-  absl::StatusOr<std::vector<SegmentInfo>> device0 = observer_.MemorySnapshot(DeviceIndex(0));
+  absl::StatusOr<std::vector<SegmentInfo>> device0 = observer().MemorySnapshot(DeviceIndex(0));
   ASSERT_TRUE(device0.ok()) << device0.status();
   EXPECT_THAT(*device0, IsEmpty());
 }
 
 TEST_F(ObserverTest, RefusesAnUnknownSessionAndDevice) {
-  EXPECT_THAT(observer_.MemoryStats(DeviceIndex(0), SessionId(999)),
+  EXPECT_THAT(observer().MemoryStats(DeviceIndex(0), SessionId(999)),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(observer_.MemoryStats(DeviceIndex(7)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(observer_.MemorySnapshot(DeviceIndex(7)),
+  EXPECT_THAT(observer().MemoryStats(DeviceIndex(7)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(observer().MemorySnapshot(DeviceIndex(7)),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -14,19 +14,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::StatusIs;
 using ::testing::HasSubstr;
-using ::testing::Lt;
-using ::testing::SizeIs;
 
 std::string State(uint64_t seed, uint64_t offset) {
   std::string state(16, '\0');
@@ -61,17 +55,16 @@ std::string Bytes(const DeviceBuffer& buffer, uint64_t offset, uint64_t size) {
   return std::string(static_cast<const char*>(buffer.data()) + offset, size);
 }
 
-TEST(RandomTest, TheSameSeedGivesTheSameBitsAsTheReference) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> first = client->Allocate(4096 + 3, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> second = client->Allocate(4096 + 3, DeviceIndex(1));
+class RandomTest : public DaemonClientTest {};
+
+TEST_F(RandomTest, TheSameSeedGivesTheSameBitsAsTheReference) {
+  absl::StatusOr<DeviceBuffer> first = client().Allocate(4096 + 3, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> second = client().Allocate(4096 + 3, DeviceIndex(1));
   ASSERT_OK(first);
   ASSERT_OK(second);
-  ASSERT_OK(client->ManualSeed(1234, DeviceIndex(1)));
+  ASSERT_OK(client().ManualSeed(1234, DeviceIndex(1)));
   absl::StatusOr<GenerateResult> drawn =
-      client->Generate(*first, 3, Dtype::kInt32, 1024, Bits(), Wait());
+      client().Generate(*first, 3, Dtype::kInt32, 1024, Bits(), Wait());
   ASSERT_OK(drawn);
   EXPECT_EQ(drawn->seed, 1234u);
   EXPECT_EQ(drawn->offset, 0u);
@@ -83,23 +76,20 @@ TEST(RandomTest, TheSameSeedGivesTheSameBitsAsTheReference) {
   EXPECT_TRUE(Bytes(*first, 3, 4096) == expected);
   EXPECT_NE(expected, std::string(4096, '\0'));
 
-  ASSERT_OK(client->ManualSeed(1234, DeviceIndex(1)));
-  ASSERT_OK(client->Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
+  ASSERT_OK(client().ManualSeed(1234, DeviceIndex(1)));
+  ASSERT_OK(client().Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
   EXPECT_TRUE(Bytes(*second, 3, 4096) == expected);
-  ASSERT_OK(client->ManualSeed(4321, DeviceIndex(1)));
-  ASSERT_OK(client->Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
+  ASSERT_OK(client().ManualSeed(4321, DeviceIndex(1)));
+  ASSERT_OK(client().Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
   EXPECT_FALSE(Bytes(*second, 3, 4096) == expected);
 }
 
-TEST(RandomTest, UniformAndNormalFillsMatchTheReference) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(8 * 1000);
+TEST_F(RandomTest, UniformAndNormalFillsMatchTheReference) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(8 * 1000);
   ASSERT_OK(buffer);
-  ASSERT_OK(client->ManualSeed(7));
+  ASSERT_OK(client().ManualSeed(7));
   absl::StatusOr<GenerateResult> uniform =
-      client->Generate(*buffer, 0, Dtype::kFloat32, 1000, Uniform{-2.0, 3.0}, Wait());
+      client().Generate(*buffer, 0, Dtype::kFloat32, 1000, Uniform{-2.0, 3.0}, Wait());
   ASSERT_OK(uniform);
   RngRequest request;
   request.dtype = RngDtype::kF32;
@@ -116,7 +106,7 @@ TEST(RandomTest, UniformAndNormalFillsMatchTheReference) {
   }
 
   absl::StatusOr<GenerateResult> normal =
-      client->Generate(*buffer, 0, Dtype::kFloat64, 1000, Normal{10.0, 0.5}, Wait());
+      client().Generate(*buffer, 0, Dtype::kFloat64, 1000, Normal{10.0, 0.5}, Wait());
   ASSERT_OK(normal);
   EXPECT_GT(normal->offset, uniform->offset);
   std::vector<double> samples(1000);
@@ -133,23 +123,20 @@ TEST(RandomTest, UniformAndNormalFillsMatchTheReference) {
   for (int i = 0; i < 1000; ++i) ASSERT_NEAR(samples[i], reference[i], 1e-9) << i;
 }
 
-TEST(RandomTest, OffsetsAdvanceInMultiplesOfFour) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1 << 16);
+TEST_F(RandomTest, OffsetsAdvanceInMultiplesOfFour) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1 << 16);
   ASSERT_OK(buffer);
-  ASSERT_OK(client->ManualSeed(99));
-  EXPECT_THAT(client->GetRngState(), IsOkAndHolds(State(99, 0)));
+  ASSERT_OK(client().ManualSeed(99));
+  EXPECT_THAT(client().GetRngState(), IsOkAndHolds(State(99, 0)));
   uint64_t previous = 0;
   for (uint64_t elements :
        {uint64_t{1}, uint64_t{3}, uint64_t{5}, uint64_t{1000}, uint64_t{4097}}) {
     for (Dtype dtype : {Dtype::kUInt8, Dtype::kFloat16, Dtype::kInt64}) {
       absl::StatusOr<GenerateResult> drawn =
-          client->Generate(*buffer, 0, dtype, elements, Bits(), Wait());
+          client().Generate(*buffer, 0, dtype, elements, Bits(), Wait());
       ASSERT_OK(drawn);
       EXPECT_EQ(drawn->offset, previous);  // drawn from the state before the call
-      absl::StatusOr<std::string> state = client->GetRngState();
+      absl::StatusOr<std::string> state = client().GetRngState();
       ASSERT_OK(state);
       const uint64_t offset = OffsetOf(*state);
       EXPECT_GT(offset, previous);
@@ -159,122 +146,107 @@ TEST(RandomTest, OffsetsAdvanceInMultiplesOfFour) {
   }
 }
 
-TEST(RandomTest, StateRoundTripsAndReplaysTheSameValues) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4000, DeviceIndex(1));
+TEST_F(RandomTest, StateRoundTripsAndReplaysTheSameValues) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4000, DeviceIndex(1));
   ASSERT_OK(buffer);
-  ASSERT_OK(client->Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{}, Wait()).status());
-  absl::StatusOr<std::string> saved = client->GetRngState(DeviceIndex(1));
+  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{}, Wait()).status());
+  absl::StatusOr<std::string> saved = client().GetRngState(DeviceIndex(1));
   ASSERT_OK(saved);
-  EXPECT_THAT(*saved, SizeIs(16));
-  ASSERT_OK(client->Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
+  EXPECT_THAT(*saved, ::testing::SizeIs(16));
+  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
   const std::string first = Bytes(*buffer, 0, 4000);
-  ASSERT_OK(client->SetRngState(*saved, DeviceIndex(1)));
-  EXPECT_THAT(client->GetRngState(DeviceIndex(1)), IsOkAndHolds(*saved));
-  ASSERT_OK(client->Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
+  ASSERT_OK(client().SetRngState(*saved, DeviceIndex(1)));
+  EXPECT_THAT(client().GetRngState(DeviceIndex(1)), IsOkAndHolds(*saved));
+  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
   EXPECT_TRUE(Bytes(*buffer, 0, 4000) == first);
 
   // 8 bytes: the seed alone, offset 0.
-  ASSERT_OK(client->SetRngState(saved->substr(0, 8), DeviceIndex(1)));
-  EXPECT_THAT(client->GetRngState(DeviceIndex(1)),
+  ASSERT_OK(client().SetRngState(saved->substr(0, 8), DeviceIndex(1)));
+  EXPECT_THAT(client().GetRngState(DeviceIndex(1)),
               IsOkAndHolds(saved->substr(0, 8) + std::string(8, '\0')));
-  EXPECT_THAT(client->SetRngState("12345", DeviceIndex(1)),
+  EXPECT_THAT(client().SetRngState("12345", DeviceIndex(1)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RNG state is wrong size")));
   EXPECT_THAT(
-      client->SetRngState(State(5, 6), DeviceIndex(1)),
+      client().SetRngState(State(5, 6), DeviceIndex(1)),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("offset must be a multiple of 4")));
 }
 
-TEST(RandomTest, SeedsPerDeviceAndForAll) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  ASSERT_OK(client->ManualSeed(11, DeviceIndex(0)));
+TEST_F(RandomTest, SeedsPerDeviceAndForAll) {
+  ASSERT_OK(client().ManualSeed(11, DeviceIndex(0)));
   {
-    DeviceGuard guard(*client, DeviceIndex(1));
-    ASSERT_OK(client->ManualSeed(22));  // the current device
-    EXPECT_THAT(client->InitialSeed(), IsOkAndHolds(22u));
+    DeviceGuard guard(client(), DeviceIndex(1));
+    ASSERT_OK(client().ManualSeed(22));  // the current device
+    EXPECT_THAT(client().InitialSeed(), IsOkAndHolds(22u));
   }
-  EXPECT_THAT(client->InitialSeed(), IsOkAndHolds(11u));
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(1)), IsOkAndHolds(22u));
+  EXPECT_THAT(client().InitialSeed(), IsOkAndHolds(11u));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(22u));
 
-  absl::StatusOr<uint64_t> fresh = client->Seed(DeviceIndex(1));
+  absl::StatusOr<uint64_t> fresh = client().Seed(DeviceIndex(1));
   ASSERT_OK(fresh);
-  EXPECT_THAT(*fresh, Lt(uint64_t{1} << 53));
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(1)), IsOkAndHolds(*fresh));
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(0)), IsOkAndHolds(11u));
+  EXPECT_THAT(*fresh, ::testing::Lt(uint64_t{1} << 53));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(*fresh));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(11u));
 
-  absl::StatusOr<uint64_t> everywhere = client->SeedAll();
+  absl::StatusOr<uint64_t> everywhere = client().SeedAll();
   ASSERT_OK(everywhere);
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(0)), IsOkAndHolds(*everywhere));
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(1)), IsOkAndHolds(*everywhere));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(*everywhere));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(*everywhere));
 
-  ASSERT_OK(client->ManualSeedAll(5));
-  absl::StatusOr<std::vector<std::string>> states = client->GetRngStateAll();
+  ASSERT_OK(client().ManualSeedAll(5));
+  absl::StatusOr<std::vector<std::string>> states = client().GetRngStateAll();
   ASSERT_OK(states);
   EXPECT_THAT(*states, ::testing::ElementsAre(State(5, 0), State(5, 0)));
 
   // Sessions have generators of their own.
-  auto other = ConnectOrDie(daemon);
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
   ASSERT_OK(other->ManualSeed(6));
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(0)), IsOkAndHolds(5u));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(5u));
 }
 
-TEST(RandomTest, SetStateAllNeedsOneStatePerDevice) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(RandomTest, SetStateAllNeedsOneStatePerDevice) {
   const std::vector<std::string> states = {State(1, 8), State(2, 16)};
-  ASSERT_OK(client->SetRngStateAll(states));
-  EXPECT_THAT(client->GetRngStateAll(), IsOkAndHolds(states));
-  EXPECT_THAT(client->GetRngState(DeviceIndex(1)), IsOkAndHolds(State(2, 16)));
+  ASSERT_OK(client().SetRngStateAll(states));
+  EXPECT_THAT(client().GetRngStateAll(), IsOkAndHolds(states));
+  EXPECT_THAT(client().GetRngState(DeviceIndex(1)), IsOkAndHolds(State(2, 16)));
   const std::vector<std::string> one = {State(3, 0)};
-  EXPECT_THAT(client->SetRngStateAll(one), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->GetRngStateAll(), IsOkAndHolds(states));  // unchanged
+  EXPECT_THAT(client().SetRngStateAll(one), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().GetRngStateAll(), IsOkAndHolds(states));  // unchanged
 }
 
-TEST(RandomTest, GenerateErrors) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(RandomTest, GenerateErrors) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
   absl::StatusOr<DeviceBuffer> theirs = other->Allocate(1000);
   ASSERT_OK(buffer);
   ASSERT_OK(theirs);
-  ASSERT_OK(client->ManualSeed(1));
-  EXPECT_THAT(client->Generate(*buffer, 0, Dtype::kFloat32, 251, Uniform{}),
+  ASSERT_OK(client().ManualSeed(1));
+  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 251, Uniform{}),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->Generate(*buffer, 4, Dtype::kFloat32, 250, Uniform{}),
+  EXPECT_THAT(client().Generate(*buffer, 4, Dtype::kFloat32, 250, Uniform{}),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client->Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{1.0, 1.0}),
+  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{1.0, 1.0}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->Generate(*buffer, 0, Dtype::kInt32, 10, Normal{}),
+  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kInt32, 10, Normal{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->Generate(*buffer, 0, Dtype::kFloat32, 0, Uniform{}),
+  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 0, Uniform{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->Generate(*theirs, 0, Dtype::kFloat32, 10, Uniform{}),
+  EXPECT_THAT(client().Generate(*theirs, 0, Dtype::kFloat32, 10, Uniform{}),
               StatusIs(absl::StatusCode::kNotFound));
   // Refused requests leave the generator where it was.
-  EXPECT_THAT(client->GetRngState(), IsOkAndHolds(State(1, 0)));
-  EXPECT_THAT(client->ManualSeed(1, DeviceIndex(2)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->GetRngState(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().GetRngState(), IsOkAndHolds(State(1, 0)));
+  EXPECT_THAT(client().ManualSeed(1, DeviceIndex(2)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().GetRngState(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(RandomTest, GenerateReturnsACompletionEventWhenAsked) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1 << 20, DeviceIndex(1));
+TEST_F(RandomTest, GenerateReturnsACompletionEventWhenAsked) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1 << 20, DeviceIndex(1));
   ASSERT_OK(buffer);
   CopyOptions options;
   options.completion_event = true;
   absl::StatusOr<GenerateResult> drawn =
-      client->Generate(*buffer, 0, Dtype::kFloat32, 1 << 18, Uniform{}, options);
+      client().Generate(*buffer, 0, Dtype::kFloat32, 1 << 18, Uniform{}, options);
   ASSERT_OK(drawn);
   ASSERT_TRUE(drawn->completion.created());
   EXPECT_EQ(drawn->completion.device(), DeviceIndex(1));
@@ -285,4 +257,4 @@ TEST(RandomTest, GenerateReturnsACompletionEventWhenAsked) {
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

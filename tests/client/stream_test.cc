@@ -14,22 +14,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
-#include "tests/client/in_process_daemon.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
+#include "tests/support/in_process_daemon.h"
 
-namespace gpumux {
+namespace gpumux::testing {
 namespace {
 
-using ::gpumux::testing::ConnectOrDie;
-using ::gpumux::testing::Gate;
-using ::gpumux::testing::InProcessDaemon;
-using ::gpumux::testing::IsOkAndHolds;
-using ::gpumux::testing::Pattern;
-using ::gpumux::testing::RpcRecorder;
-using ::gpumux::testing::StatusIs;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -48,19 +40,23 @@ std::string Read(Client& client, const DeviceBuffer& buffer, uint64_t offset, ui
   return bytes;
 }
 
-TEST(StreamTest, CreateClampsThePriorityIntoTheDevicesRange) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<StreamPriorities> range = client->GetStreamPriorityRange(DeviceIndex(0));
+class StreamTest : public DaemonClientTest {};
+
+class BigDevicesStreamTest : public DaemonClientTest {
+ protected:
+  BigDevicesStreamTest() : DaemonClientTest({.daemon = BigDevices()}) {}
+};
+
+TEST_F(StreamTest, CreateClampsThePriorityIntoTheDevicesRange) {
+  absl::StatusOr<StreamPriorities> range = client().GetStreamPriorityRange(DeviceIndex(0));
   ASSERT_OK(range);
   EXPECT_EQ(range->least, 0);  // the host backend reports Hopper's range
   EXPECT_EQ(range->greatest, -5);
 
-  absl::StatusOr<Stream> high = client->CreateStream(DeviceIndex(0), -100);
-  absl::StatusOr<Stream> low = client->CreateStream(DeviceIndex(1), 100);
-  absl::StatusOr<Stream> middle = client->CreateStream(DeviceIndex(1), -2);
-  absl::StatusOr<Stream> plain = client->CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> high = client().CreateStream(DeviceIndex(0), -100);
+  absl::StatusOr<Stream> low = client().CreateStream(DeviceIndex(1), 100);
+  absl::StatusOr<Stream> middle = client().CreateStream(DeviceIndex(1), -2);
+  absl::StatusOr<Stream> plain = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(high);
   ASSERT_OK(low);
   ASSERT_OK(middle);
@@ -73,41 +69,36 @@ TEST(StreamTest, CreateClampsThePriorityIntoTheDevicesRange) {
   EXPECT_EQ(plain->priority(), 0);
   EXPECT_NE(high->id(), StreamId(0));
   EXPECT_NE(high->id(), plain->id());
-  EXPECT_EQ(high->client(), client.get());
+  EXPECT_EQ(high->client(), &client());
   EXPECT_THAT(high->Query(), IsOkAndHolds(true));
 
-  EXPECT_THAT(client->GetStreamPriorityRange(DeviceIndex(2)),
+  EXPECT_THAT(client().GetStreamPriorityRange(DeviceIndex(2)),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client->CreateStream(DeviceIndex(7)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().CreateStream(DeviceIndex(7)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(StreamTest, DefaultStreamsNeedNoRpcAndCannotBeDestroyed) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(StreamTest, DefaultStreamsNeedNoRpcAndCannotBeDestroyed) {
   RpcRecorder wire;
-  Stream default_one = client->DefaultStream(DeviceIndex(1));
+  Stream default_one = client().DefaultStream(DeviceIndex(1));
   EXPECT_EQ(default_one.id(), StreamId(0));
   EXPECT_EQ(default_one.device(), DeviceIndex(1));
   EXPECT_TRUE(default_one.is_default());
-  EXPECT_THAT(wire.Calls(client->session_id(), "Stream/Create"), IsEmpty());
+  EXPECT_THAT(wire.Calls(client().session_id(), "Stream/Create"), ::testing::IsEmpty());
   EXPECT_THAT(default_one.Query(), IsOkAndHolds(true));
   EXPECT_OK(default_one.Synchronize());
-  EXPECT_THAT(client->DestroyStream(default_one), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client().DestroyStream(default_one), StatusIs(absl::StatusCode::kInvalidArgument));
 
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  EXPECT_OK(client->DestroyStream(*stream));
-  EXPECT_THAT(client->DestroyStream(*stream), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(client().DestroyStream(*stream));
+  EXPECT_THAT(client().DestroyStream(*stream), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(stream->Query(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(stream->Synchronize(), StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST(StreamTest, HandlesCompareByClientDeviceAndId) {
-  InProcessDaemon daemon;
-  auto a = ConnectOrDie(daemon);
-  auto b = ConnectOrDie(daemon);
-  ASSERT_NE(a, nullptr);
+TEST_F(StreamTest, HandlesCompareByClientDeviceAndId) {
+  Client* a = &client();
+  auto b = ConnectAnother();
   ASSERT_NE(b, nullptr);
   absl::StatusOr<Stream> stream = a->CreateStream(DeviceIndex(0), -1);
   ASSERT_OK(stream);
@@ -118,11 +109,9 @@ TEST(StreamTest, HandlesCompareByClientDeviceAndId) {
   EXPECT_FALSE(*stream == a->DefaultStream(DeviceIndex(0)));
 }
 
-TEST(StreamTest, StreamsOfOthersOrOfAnotherDeviceAreRefusedByTheDaemon) {
-  InProcessDaemon daemon;
-  auto a = ConnectOrDie(daemon);
-  auto b = ConnectOrDie(daemon);
-  ASSERT_NE(a, nullptr);
+TEST_F(StreamTest, StreamsOfOthersOrOfAnotherDeviceAreRefusedByTheDaemon) {
+  Client* a = &client();
+  auto b = ConnectAnother();
   ASSERT_NE(b, nullptr);
   absl::StatusOr<Stream> theirs = b->CreateStream(DeviceIndex(0));
   ASSERT_OK(theirs);
@@ -143,16 +132,13 @@ TEST(StreamTest, StreamsOfOthersOrOfAnotherDeviceAreRefusedByTheDaemon) {
   EXPECT_THAT(a->DestroyStream(*theirs), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(StreamTest, WorkOnOneStreamCompletesInOrder) {
-  InProcessDaemon daemon(BigDevices());
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(BigDevicesStreamTest, WorkOnOneStreamCompletesInOrder) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
   constexpr uint64_t kBig = 128 * kMiB;
-  absl::StatusOr<DeviceBuffer> source = client->Allocate(kBig);
-  absl::StatusOr<DeviceBuffer> big = client->Allocate(kBig);
-  absl::StatusOr<DeviceBuffer> tail = client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> source = client().Allocate(kBig);
+  absl::StatusOr<DeviceBuffer> big = client().Allocate(kBig);
+  absl::StatusOr<DeviceBuffer> tail = client().Allocate(4096);
   ASSERT_OK(source);
   ASSERT_OK(big);
   ASSERT_OK(tail);
@@ -160,38 +146,35 @@ TEST(StreamTest, WorkOnOneStreamCompletesInOrder) {
   CopyOptions staged;
   staged.path = TransferPath::kStaging;
   staged.wait = true;
-  ASSERT_OK(client->CopyHostToDevice(*source, 0, pattern.data(), kBig, staged).status());
+  ASSERT_OK(client().CopyHostToDevice(*source, 0, pattern.data(), kBig, staged).status());
 
   // A large copy, a small copy of its last bytes and a memset that overlaps
   // them, queued back to back: each sees what the one before wrote.
   CopyOptions on_stream;
   on_stream.stream = *stream;
   for (int round = 0; round < 3; ++round) {
-    ASSERT_OK(client->Memset(*big, 0, 0, kBig, on_stream).status());
-    ASSERT_OK(client->CopyDeviceToDevice(*big, 0, *source, 0, kBig, on_stream).status());
-    ASSERT_OK(client->CopyDeviceToDevice(*tail, 0, *big, kBig - 4096, 4096, on_stream).status());
-    ASSERT_OK(client->Memset(*tail, 4000, 0x5a, 96, on_stream).status());
+    ASSERT_OK(client().Memset(*big, 0, 0, kBig, on_stream).status());
+    ASSERT_OK(client().CopyDeviceToDevice(*big, 0, *source, 0, kBig, on_stream).status());
+    ASSERT_OK(client().CopyDeviceToDevice(*tail, 0, *big, kBig - 4096, 4096, on_stream).status());
+    ASSERT_OK(client().Memset(*tail, 4000, 0x5a, 96, on_stream).status());
     ASSERT_OK(stream->Synchronize());
     EXPECT_THAT(stream->Query(), IsOkAndHolds(true));
     std::string expected = pattern.substr(kBig - 4096);
     expected.replace(4000, 96, std::string(96, '\x5a'));
-    ASSERT_EQ(Read(*client, *tail, 0, 4096), expected) << "round " << round;
+    ASSERT_EQ(Read(client(), *tail, 0, 4096), expected) << "round " << round;
   }
 }
 
-TEST(StreamTest, QueryIsFalseWhilePendingAndTrueAfterSynchronize) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, QueryIsFalseWhilePendingAndTrueAfterSynchronize) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096, DeviceIndex(1));
   ASSERT_OK(buffer);
-  Gate gate(*client);  // an event of device 0 holds a stream of device 1
+  Gate gate(client());  // an event of device 0 holds a stream of device 1
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions on_stream;
   on_stream.stream = *stream;
-  ASSERT_OK(client->Memset(*buffer, 0, 0x77, 4096, on_stream).status());
+  ASSERT_OK(client().Memset(*buffer, 0, 0x77, 4096, on_stream).status());
   EXPECT_THAT(stream->Query(), IsOkAndHolds(false));
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[0], 0);  // not yet run
 
@@ -209,62 +192,53 @@ TEST(StreamTest, QueryIsFalseWhilePendingAndTrueAfterSynchronize) {
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[4095], 0x77);
 }
 
-TEST(StreamTest, StreamsRunIndependently) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> held = client->CreateStream(DeviceIndex(0));
-  absl::StatusOr<Stream> free_running = client->CreateStream(DeviceIndex(0));
+TEST_F(StreamTest, StreamsRunIndependently) {
+  absl::StatusOr<Stream> held = client().CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> free_running = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(held);
   ASSERT_OK(free_running);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
   ASSERT_OK(buffer);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*held));
   CopyOptions options;
   options.stream = *free_running;
-  ASSERT_OK(client->Memset(*buffer, 0, 0x42, 4096, options).status());
+  ASSERT_OK(client().Memset(*buffer, 0, 0x42, 4096, options).status());
   EXPECT_OK(free_running->Synchronize());
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[100], 0x42);
   // The session's default stream is another stream again.
-  EXPECT_OK(client->DefaultStream(DeviceIndex(0)).Synchronize());
+  EXPECT_OK(client().DefaultStream(DeviceIndex(0)).Synchronize());
   EXPECT_THAT(held->Query(), IsOkAndHolds(false));
   gate.Open();
   EXPECT_OK(held->Synchronize());
 }
 
-TEST(StreamTest, DestroyingAStreamLetsItsQueuedWorkComplete) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(StreamTest, DestroyingAStreamLetsItsQueuedWorkComplete) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
   ASSERT_OK(buffer);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions options;
   options.stream = *stream;
-  ASSERT_OK(client->Memset(*buffer, 0, 0x66, 4096, options).status());
-  ASSERT_OK(client->DestroyStream(*stream));  // returns at once
-  EXPECT_EQ(daemon.Session(client->session_id())->streams(), 0u);
+  ASSERT_OK(client().Memset(*buffer, 0, 0x66, 4096, options).status());
+  ASSERT_OK(client().DestroyStream(*stream));  // returns at once
+  EXPECT_EQ(daemon().Session(client().session_id())->streams(), 0u);
   gate.Open();
-  ASSERT_OK(client->Synchronize(DeviceIndex(0)));
+  ASSERT_OK(client().Synchronize(DeviceIndex(0)));
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[4095], 0x66);
 }
 
-TEST(StreamTest, DeviceSynchronizeWaitsForEveryStreamOfTheDevice) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, DeviceSynchronizeWaitsForEveryStreamOfTheDevice) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*stream));
-  EXPECT_OK(client->Synchronize(DeviceIndex(0)));  // another device: nothing to wait for
+  EXPECT_OK(client().Synchronize(DeviceIndex(0)));  // another device: nothing to wait for
   std::atomic<bool> synchronized{false};
   std::thread waiter([&] {
-    EXPECT_OK(client->Synchronize(DeviceIndex(1)));
+    EXPECT_OK(client().Synchronize(DeviceIndex(1)));
     synchronized = true;
   });
   absl::SleepFor(absl::Milliseconds(100));
@@ -274,14 +248,11 @@ TEST(StreamTest, DeviceSynchronizeWaitsForEveryStreamOfTheDevice) {
   EXPECT_THAT(stream->Query(), IsOkAndHolds(true));
 }
 
-TEST(StreamTest, CreatingStreamsStopsAtTheSessionsLimit) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(StreamTest, CreatingStreamsStopsAtTheSessionsLimit) {
   absl::Status status;
   std::vector<Stream> streams;
   while (streams.size() < 4096) {
-    absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(streams.size() % 2));
+    absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(streams.size() % 2));
     if (!stream.ok()) {
       status = stream.status();
       break;
@@ -290,126 +261,111 @@ TEST(StreamTest, CreatingStreamsStopsAtTheSessionsLimit) {
   }
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_GT(streams.size(), 0u);
-  EXPECT_EQ(daemon.Session(client->session_id())->streams(), streams.size());
+  EXPECT_EQ(daemon().Session(client().session_id())->streams(), streams.size());
   // Destroyed streams make room again.
-  ASSERT_OK(client->DestroyStream(streams.back()));
-  EXPECT_OK(client->CreateStream(DeviceIndex(0)).status());
+  ASSERT_OK(client().DestroyStream(streams.back()));
+  EXPECT_OK(client().CreateStream(DeviceIndex(0)).status());
 }
 
-TEST(StreamTest, WaitEventMakesAnotherStreamSeeTheFirstStreamsData) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> first = client->CreateStream(DeviceIndex(0));
-  absl::StatusOr<Stream> second = client->CreateStream(DeviceIndex(0), -3);
+TEST_F(StreamTest, WaitEventMakesAnotherStreamSeeTheFirstStreamsData) {
+  absl::StatusOr<Stream> first = client().CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> second = client().CreateStream(DeviceIndex(0), -3);
   ASSERT_OK(first);
   ASSERT_OK(second);
-  absl::StatusOr<DeviceBuffer> staging = client->Allocate(64 * 1024);
-  absl::StatusOr<DeviceBuffer> result = client->Allocate(64 * 1024);
+  absl::StatusOr<DeviceBuffer> staging = client().Allocate(64 * 1024);
+  absl::StatusOr<DeviceBuffer> result = client().Allocate(64 * 1024);
   ASSERT_OK(staging);
   ASSERT_OK(result);
   const std::string pattern = Pattern(64 * 1024, 21);
 
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*first));
   CopyOptions on_first;
   on_first.stream = *first;
   ASSERT_OK(
-      client->CopyHostToDevice(*staging, 0, pattern.data(), pattern.size(), on_first).status());
+      client().CopyHostToDevice(*staging, 0, pattern.data(), pattern.size(), on_first).status());
   absl::StatusOr<Event> written = first->RecordEvent();
   ASSERT_OK(written);
   ASSERT_OK(second->WaitEvent(*written));
   CopyOptions on_second;
   on_second.stream = *second;
   ASSERT_OK(
-      client->CopyDeviceToDevice(*result, 0, *staging, 0, pattern.size(), on_second).status());
+      client().CopyDeviceToDevice(*result, 0, *staging, 0, pattern.size(), on_second).status());
   EXPECT_THAT(second->Query(), IsOkAndHolds(false));
   EXPECT_THAT(written->Query(), IsOkAndHolds(false));
 
   gate.Open();
   ASSERT_OK(second->Synchronize());
   EXPECT_THAT(written->Query(), IsOkAndHolds(true));
-  EXPECT_TRUE(Read(*client, *result, 0, pattern.size()) == pattern);
+  EXPECT_TRUE(Read(client(), *result, 0, pattern.size()) == pattern);
 }
 
-TEST(StreamTest, WaitEventWorksAcrossDevices) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> on_zero = client->CreateStream(DeviceIndex(0));
-  absl::StatusOr<Stream> on_one = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, WaitEventWorksAcrossDevices) {
+  absl::StatusOr<Stream> on_zero = client().CreateStream(DeviceIndex(0));
+  absl::StatusOr<Stream> on_one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(on_zero);
   ASSERT_OK(on_one);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*on_zero));
   absl::StatusOr<Event> marker = on_zero->RecordEvent();
   ASSERT_OK(marker);
   EXPECT_EQ(marker->device(), DeviceIndex(0));
   ASSERT_OK(on_one->WaitEvent(*marker));
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, DeviceIndex(1));
   ASSERT_OK(buffer);
   CopyOptions options;
   options.stream = *on_one;
-  ASSERT_OK(client->Memset(*buffer, 0, 0x31, 512, options).status());
+  ASSERT_OK(client().Memset(*buffer, 0, 0x31, 512, options).status());
   EXPECT_THAT(on_one->Query(), IsOkAndHolds(false));
   gate.Open();
   ASSERT_OK(on_one->Synchronize());
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[511], 0x31);
 }
 
-TEST(StreamTest, WaitStreamWaitsForWorkQueuedSoFar) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> producer = client->CreateStream(DeviceIndex(1));
-  absl::StatusOr<Stream> consumer = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, WaitStreamWaitsForWorkQueuedSoFar) {
+  absl::StatusOr<Stream> producer = client().CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> consumer = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(producer);
   ASSERT_OK(consumer);
-  absl::StatusOr<DeviceBuffer> a = client->Allocate(1000, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> b = client->Allocate(1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> b = client().Allocate(1000, DeviceIndex(1));
   ASSERT_OK(a);
   ASSERT_OK(b);
   const std::string pattern = Pattern(1000, 5);
-  Gate gate(*client);
+  Gate gate(client());
   ASSERT_OK(gate.Hold(*producer));
   CopyOptions on_producer;
   on_producer.stream = *producer;
-  ASSERT_OK(client->CopyHostToDevice(*a, 0, pattern.data(), 1000, on_producer).status());
+  ASSERT_OK(client().CopyHostToDevice(*a, 0, pattern.data(), 1000, on_producer).status());
   ASSERT_OK(consumer->WaitStream(*producer));
   CopyOptions on_consumer;
   on_consumer.stream = *consumer;
-  ASSERT_OK(client->CopyDeviceToDevice(*b, 0, *a, 0, 1000, on_consumer).status());
+  ASSERT_OK(client().CopyDeviceToDevice(*b, 0, *a, 0, 1000, on_consumer).status());
   EXPECT_THAT(consumer->Query(), IsOkAndHolds(false));
   gate.Open();
   ASSERT_OK(consumer->Synchronize());
-  EXPECT_EQ(Read(*client, *b, 0, 1000), pattern);
+  EXPECT_EQ(Read(client(), *b, 0, 1000), pattern);
 }
 
-TEST(StreamTest, NeverRecordedEventsAddNoWait) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(0));
+TEST_F(StreamTest, NeverRecordedEventsAddNoWait) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
   RpcRecorder wire;
-  Event lazy(*client);
+  Event lazy(client());
   EXPECT_OK(stream->WaitEvent(lazy));  // not even created: no RPC
-  EXPECT_THAT(wire.Calls(client->session_id(), "Stream/WaitEvent"), IsEmpty());
-  absl::StatusOr<Event> created = client->CreateEvent(DeviceIndex(1));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Stream/WaitEvent"), ::testing::IsEmpty());
+  absl::StatusOr<Event> created = client().CreateEvent(DeviceIndex(1));
   ASSERT_OK(created);
   EXPECT_OK(stream->WaitEvent(*created));  // created, never recorded: the daemon adds no wait
-  EXPECT_THAT(wire.Calls(client->session_id(), "Stream/WaitEvent"), SizeIs(1));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Stream/WaitEvent"), SizeIs(1));
   EXPECT_THAT(stream->Query(), IsOkAndHolds(true));
   EXPECT_OK(stream->Synchronize());
 }
 
-TEST(StreamTest, RecordEventIntoAGivenEvent) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, RecordEventIntoAGivenEvent) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
-  Event event(*client);
+  Event event(client());
   EXPECT_FALSE(event.created());
   ASSERT_OK(stream->RecordEvent(event));
   EXPECT_TRUE(event.created());
@@ -420,113 +376,98 @@ TEST(StreamTest, RecordEventIntoAGivenEvent) {
 
 // --- Current device and stream -------------------------------------------------
 
-TEST(StreamTest, ThreadsStartOnDeviceZeroWithDefaultStreams) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-  EXPECT_EQ(client->CurrentStream(), client->DefaultStream(DeviceIndex(0)));
-  EXPECT_EQ(client->CurrentStream(DeviceIndex(1)), client->DefaultStream(DeviceIndex(1)));
+TEST_F(StreamTest, ThreadsStartOnDeviceZeroWithDefaultStreams) {
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+  EXPECT_EQ(client().CurrentStream(), client().DefaultStream(DeviceIndex(0)));
+  EXPECT_EQ(client().CurrentStream(DeviceIndex(1)), client().DefaultStream(DeviceIndex(1)));
 }
 
-TEST(StreamTest, SetDeviceChecksTheRangeAndSetStreamTheOwner) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(StreamTest, SetDeviceChecksTheRangeAndSetStreamTheOwner) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  EXPECT_THAT(client->SetDevice(DeviceIndex(2)),
+  EXPECT_THAT(client().SetDevice(DeviceIndex(2)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "device 2 is out of range: this daemon has 2 devices (0..1)"));
-  EXPECT_THAT(client->SetDevice(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-  ASSERT_OK(client->SetDevice(DeviceIndex(1)));
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(1));
-  EXPECT_EQ(client->CurrentStream(), client->DefaultStream(DeviceIndex(1)));
+  EXPECT_THAT(client().SetDevice(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+  ASSERT_OK(client().SetDevice(DeviceIndex(1)));
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+  EXPECT_EQ(client().CurrentStream(), client().DefaultStream(DeviceIndex(1)));
   EXPECT_EQ(other->CurrentDevice(), DeviceIndex(0));  // each Client its own
 
   absl::StatusOr<Stream> theirs = other->CreateStream(DeviceIndex(0));
   ASSERT_OK(theirs);
-  EXPECT_THAT(client->SetStream(*theirs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
-  absl::StatusOr<Stream> mine = client->CreateStream(DeviceIndex(0));
+  EXPECT_THAT(client().SetStream(*theirs),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("another Client")));
+  absl::StatusOr<Stream> mine = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(mine);
-  ASSERT_OK(client->SetStream(*mine));  // also makes its device current, as PyTorch does
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-  EXPECT_EQ(client->CurrentStream(), *mine);
-  EXPECT_EQ(client->CurrentStream(DeviceIndex(1)), client->DefaultStream(DeviceIndex(1)));
+  ASSERT_OK(client().SetStream(*mine));  // also makes its device current, as PyTorch does
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+  EXPECT_EQ(client().CurrentStream(), *mine);
+  EXPECT_EQ(client().CurrentStream(DeviceIndex(1)), client().DefaultStream(DeviceIndex(1)));
 }
 
-TEST(StreamTest, StreamGuardSetsAndRestoresStreamsAndDevice) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> zero = client->CreateStream(DeviceIndex(0), -1);
-  absl::StatusOr<Stream> one = client->CreateStream(DeviceIndex(1));
-  absl::StatusOr<Stream> one_more = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, StreamGuardSetsAndRestoresStreamsAndDevice) {
+  absl::StatusOr<Stream> zero = client().CreateStream(DeviceIndex(0), -1);
+  absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> one_more = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(zero);
   ASSERT_OK(one);
   ASSERT_OK(one_more);
-  ASSERT_OK(client->SetStream(*zero));
+  ASSERT_OK(client().SetStream(*zero));
   {
     StreamGuard outer(*one);
-    EXPECT_EQ(client->CurrentDevice(), DeviceIndex(1));
-    EXPECT_EQ(client->CurrentStream(), *one);
-    EXPECT_EQ(client->CurrentStream(DeviceIndex(0)), *zero);
+    EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+    EXPECT_EQ(client().CurrentStream(), *one);
+    EXPECT_EQ(client().CurrentStream(DeviceIndex(0)), *zero);
     {
       StreamGuard inner(*one_more);
-      EXPECT_EQ(client->CurrentStream(), *one_more);
-      DeviceGuard device(*client, DeviceIndex(0));
-      EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-      EXPECT_EQ(client->CurrentStream(), *zero);
-      EXPECT_EQ(client->CurrentStream().priority(), -1);
+      EXPECT_EQ(client().CurrentStream(), *one_more);
+      DeviceGuard device(client(), DeviceIndex(0));
+      EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+      EXPECT_EQ(client().CurrentStream(), *zero);
+      EXPECT_EQ(client().CurrentStream().priority(), -1);
     }
-    EXPECT_EQ(client->CurrentDevice(), DeviceIndex(1));
-    EXPECT_EQ(client->CurrentStream(), *one);
+    EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+    EXPECT_EQ(client().CurrentStream(), *one);
   }
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-  EXPECT_EQ(client->CurrentStream(), *zero);
-  EXPECT_EQ(client->CurrentStream(DeviceIndex(1)), client->DefaultStream(DeviceIndex(1)));
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+  EXPECT_EQ(client().CurrentStream(), *zero);
+  EXPECT_EQ(client().CurrentStream(DeviceIndex(1)), client().DefaultStream(DeviceIndex(1)));
 }
 
-TEST(StreamTest, CurrentDeviceAndStreamArePerThread) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> one = client->CreateStream(DeviceIndex(1));
-  absl::StatusOr<Stream> zero = client->CreateStream(DeviceIndex(0));
+TEST_F(StreamTest, CurrentDeviceAndStreamArePerThread) {
+  absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> zero = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(one);
   ASSERT_OK(zero);
   StreamGuard guard(*one);
   std::thread other([&] {
-    EXPECT_EQ(client->CurrentDevice(), DeviceIndex(0));
-    EXPECT_EQ(client->CurrentStream(DeviceIndex(1)), client->DefaultStream(DeviceIndex(1)));
+    EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+    EXPECT_EQ(client().CurrentStream(DeviceIndex(1)), client().DefaultStream(DeviceIndex(1)));
     StreamGuard own(*zero);
-    EXPECT_EQ(client->CurrentStream(), *zero);
+    EXPECT_EQ(client().CurrentStream(), *zero);
   });
   other.join();
-  EXPECT_EQ(client->CurrentDevice(), DeviceIndex(1));
-  EXPECT_EQ(client->CurrentStream(), *one);
-  EXPECT_EQ(client->CurrentStream(DeviceIndex(0)), client->DefaultStream(DeviceIndex(0)));
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+  EXPECT_EQ(client().CurrentStream(), *one);
+  EXPECT_EQ(client().CurrentStream(DeviceIndex(0)), client().DefaultStream(DeviceIndex(0)));
 }
 
-TEST(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
-  absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
+TEST_F(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
+  absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
   RpcRecorder wire;
   {
     StreamGuard guard(*stream);
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512, client->CurrentDevice());
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, client().CurrentDevice());
     ASSERT_OK(buffer);
-    ASSERT_OK(client->Memset(*buffer, 0, 1, 512).status());
-    ASSERT_OK(client->ManualSeed(3));  // the current device's generator
+    ASSERT_OK(client().Memset(*buffer, 0, 1, 512).status());
+    ASSERT_OK(client().ManualSeed(3));  // the current device's generator
   }
-  absl::StatusOr<DeviceBuffer> outside = client->Allocate(512, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> outside = client().Allocate(512, DeviceIndex(1));
   ASSERT_OK(outside);
-  const SessionId session = client->session_id();
+  const SessionId session = client().session_id();
   auto allocations = wire.Requests<v1::AllocateRequest>(session, "Memory/Allocate");
   ASSERT_THAT(allocations, SizeIs(2));
   EXPECT_EQ(allocations[0].stream(), stream->id().value());
@@ -538,47 +479,44 @@ TEST(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
   auto seeds = wire.Requests<v1::ManualSeedRequest>(session, "Random/ManualSeed");
   ASSERT_THAT(seeds, SizeIs(1));
   EXPECT_EQ(seeds[0].device(), 1);
-  EXPECT_THAT(client->InitialSeed(DeviceIndex(1)), IsOkAndHolds(3u));
+  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(3u));
 }
 
-TEST(StreamTest, AStreamOfAnotherDeviceOrClientIsRefusedForWork) {
-  InProcessDaemon daemon;
-  auto client = ConnectOrDie(daemon);
-  auto other = ConnectOrDie(daemon);
-  ASSERT_NE(client, nullptr);
+TEST_F(StreamTest, AStreamOfAnotherDeviceOrClientIsRefusedForWork) {
+  auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(512, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, DeviceIndex(0));
   ASSERT_OK(buffer);
   CopyOptions wrong_device;
-  wrong_device.stream = client->DefaultStream(DeviceIndex(1));
-  EXPECT_THAT(client->Memset(*buffer, 0, 1, 512, wrong_device),
+  wrong_device.stream = client().DefaultStream(DeviceIndex(1));
+  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, wrong_device),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "stream 0 is on device 1, but the memset is on device 0; use a stream of "
                        "device 0"));
   AllocateOptions allocate_wrong;
-  allocate_wrong.stream = client->DefaultStream(DeviceIndex(1));
-  EXPECT_THAT(client->Allocate(512, DeviceIndex(0), allocate_wrong),
+  allocate_wrong.stream = client().DefaultStream(DeviceIndex(1));
+  EXPECT_THAT(client().Allocate(512, DeviceIndex(0), allocate_wrong),
               StatusIs(absl::StatusCode::kInvalidArgument));
   CopyOptions foreign;
   foreign.stream = other->DefaultStream(DeviceIndex(0));
-  EXPECT_THAT(client->Memset(*buffer, 0, 1, 512, foreign),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
+  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, foreign),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("another Client")));
   // A stream of device 1 named as one of device 0: the daemon's check.
-  absl::StatusOr<Stream> one = client->CreateStream(DeviceIndex(1));
+  absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(one);
   CopyOptions misnamed;
-  misnamed.stream = Stream(*client, DeviceIndex(0), one->id());
-  EXPECT_THAT(client->Memset(*buffer, 0, 1, 512, misnamed),
+  misnamed.stream = Stream(client(), DeviceIndex(0), one->id());
+  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, misnamed),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // A stream the daemon does not know for this session.
   CopyOptions unknown;
-  unknown.stream = Stream(*client, DeviceIndex(0), StreamId(4242));
-  EXPECT_THAT(client->Memset(*buffer, 0, 1, 512, unknown), StatusIs(absl::StatusCode::kNotFound));
+  unknown.stream = Stream(client(), DeviceIndex(0), StreamId(4242));
+  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, unknown), StatusIs(absl::StatusCode::kNotFound));
   AllocateOptions allocate_unknown;
-  allocate_unknown.stream = Stream(*client, DeviceIndex(0), StreamId(4242));
-  EXPECT_THAT(client->Allocate(512, DeviceIndex(0), allocate_unknown),
+  allocate_unknown.stream = Stream(client(), DeviceIndex(0), StreamId(4242));
+  EXPECT_THAT(client().Allocate(512, DeviceIndex(0), allocate_unknown),
               StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace
-}  // namespace gpumux
+}  // namespace gpumux::testing

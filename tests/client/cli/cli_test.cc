@@ -11,12 +11,14 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/in_process_daemon.h"
+#include "tests/support/daemon_client_test.h"
+#include "tests/support/in_process_daemon.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
 
+using ::gpumux::testing::DaemonClientTest;
 using ::gpumux::testing::InProcessDaemon;
 using ::gpumux::testing::IsOkAndHolds;
 using ::testing::HasSubstr;
@@ -106,20 +108,15 @@ TEST(CliTest, UnreachableDaemonExitsOneNamingTheAddress) {
   }
 }
 
-class CliDaemonTest : public ::testing::Test {
+// The daemon alone: each test connects the clients it needs.
+class CliDaemonTest : public DaemonClientTest {
  protected:
+  CliDaemonTest() : DaemonClientTest({.connect = false}) {}
+
   CliRun RunHere(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--address", daemon_.socket_path()});
+    args.insert(args.begin(), {"--address", daemon().socket_path()});
     return RunGpumux(std::move(args));
   }
-
-  std::unique_ptr<Client> Connect(const ClientOptions& options = ClientOptions()) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_.address(), options);
-    EXPECT_OK(client);
-    return client.ok() ? std::move(client).value() : nullptr;
-  }
-
-  InProcessDaemon daemon_;  // 2 host devices of 64 MiB
 };
 
 TEST_F(CliDaemonTest, Devices) {
@@ -139,7 +136,7 @@ TEST_F(CliDaemonTest, Devices) {
 TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {
   ClientOptions options;
   options.free_batch_delay = absl::InfiniteDuration();
-  auto client = Connect(options);
+  auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000, DeviceIndex(1));
   ASSERT_OK(buffer);
@@ -168,7 +165,7 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   ClientOptions options;
   options.client_name = "trainer";
   options.labels = {{"pod", "p-1"}};
-  auto client = Connect(options);
+  auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
   ASSERT_OK(buffer);
@@ -216,7 +213,7 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
 TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
   ClientOptions options;
   options.free_batch_delay = absl::InfiniteDuration();
-  auto client = Connect(options);
+  auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
   {
     absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);

@@ -1,4 +1,4 @@
-#include "tests/client/in_process_daemon.h"
+#include "tests/support/in_process_daemon.h"
 
 #include <stdlib.h>
 
