@@ -128,6 +128,9 @@ TEST_F(EventTest, ElapsedTimeMeasuresHowLongAStreamWasHeld) {
   ASSERT_OK(end.Record(*stream));
   // Not completed yet: CUDA's cudaErrorNotReady.
   EXPECT_THAT(start.ElapsedTime(end), StatusIs(absl::StatusCode::kFailedPrecondition));
+  // The stream is held from when `start` completed (on a loaded machine its
+  // worker may reach it late).
+  ASSERT_OK(start.Synchronize());
   absl::SleepFor(absl::Milliseconds(150));
   gate.Open();
   ASSERT_OK(end.Synchronize());
