@@ -304,7 +304,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
-  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), s.memory.get(), &s.sessions, &s.executor);
+  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
   s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), backend->device_count(), &s.sessions,
                                                      &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
 #include "common/status_macros.h"
-#include "server/rpc/copy_service.h"
+#include "server/rpc/copy_proto.h"
 #include "server/rpc/serve_session_call.h"
 
 namespace gpumux {
