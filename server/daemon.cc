@@ -42,6 +42,7 @@
 #include "server/rpc/blocking_executor.h"
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
+#include "server/rpc/event_service.h"
 #include "server/rpc/memory_service.h"
 #include "server/rpc/memory_socket_server.h"
 #include "server/rpc/nvtx_service.h"
