@@ -18,29 +18,12 @@
 #include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/local_event.h"
+#include "common/cuda_status.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
 namespace {
-
-absl::Status CudaError(cudaError_t error, absl::string_view what) {
-  cudaGetLastError();  // a failed call must not surface in the next one
-  std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
-  switch (error) {
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidResourceHandle:
-    case cudaErrorMapBufferObjectFailed:
-    case cudaErrorInvalidDevice:
-      return absl::InvalidArgumentError(std::move(message));
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(std::move(message));
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-      return absl::UnavailableError(std::move(message));
-    default:
-      return absl::InternalError(std::move(message));
-  }
-}
 
 // Makes `device` current on this thread for a scope, restoring the caller's.
 class DeviceScope {
@@ -66,7 +49,7 @@ class DeviceScope {
 absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
   if (pci_bus_id.empty()) {
     int current = 0;
-    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return CudaError(e, "cudaGetDevice");
+    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return CudaStatus(e, "cudaGetDevice");
     return current;
   }
   static absl::Mutex mu(absl::kConstInit);
@@ -75,10 +58,10 @@ absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
   if (auto it = cache->find(pci_bus_id); it != cache->end()) return it->second;
   int device = -1;
   const std::string bus_id(pci_bus_id);
-  if (cudaError_t e = cudaDeviceGetByPCIBusId(&device, bus_id.c_str()); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (",
-                                            cudaGetErrorName(e), "); check CUDA_VISIBLE_DEVICES"));
+  if (absl::Status found = CudaStatus(cudaDeviceGetByPCIBusId(&device, bus_id.c_str()), "cudaDeviceGetByPCIBusId");
+      !found.ok()) {
+    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (", found.message(),
+                                            "); check CUDA_VISIBLE_DEVICES"));
   }
   cache->emplace(bus_id, device);
   return device;
@@ -90,7 +73,7 @@ class CudaIpcMapping final : public MappedSegment {
   ~CudaIpcMapping() override {
     DeviceScope scope(device_);
     if (cudaError_t e = cudaIpcCloseMemHandle(base_); e != cudaSuccess) {
-      spdlog::warn("gpumux: {}", CudaError(e, "cudaIpcCloseMemHandle").ToString());
+      spdlog::warn("gpumux: {}", CudaStatus(e, "cudaIpcCloseMemHandle").ToString());
     }
   }
   void* base() const override { return base_; }
@@ -109,11 +92,7 @@ thread_local cudaStream_t t_current_stream = cudaStreamLegacy;
 
 bool CudaDeviceVisible() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return count > 0;
+  return CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount").ok() && count > 0;
 }
 
 absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle, uint64_t size,
@@ -129,12 +108,12 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_v
   absl::StatusOr<int> device = ResolveDevice(pci_bus_id);
   if (!device.ok()) return device.status();
   DeviceScope scope(*device);
-  if (scope.status() != cudaSuccess) return CudaError(scope.status(), "cudaSetDevice");
+  if (scope.status() != cudaSuccess) return CudaStatus(scope.status(), "cudaSetDevice");
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
   void* base = nullptr;
   if (cudaError_t e = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
-    return CudaError(e, "cudaIpcOpenMemHandle");
+    return CudaStatus(e, "cudaIpcOpenMemHandle");
   }
   return std::unique_ptr<MappedSegment>(new CudaIpcMapping(base, size, *device));
 }
@@ -165,7 +144,7 @@ void WaitForFreeFences() {
   }
   for (cudaEvent_t event : events) {
     if (cudaError_t e = cudaEventSynchronize(event); e != cudaSuccess) {
-      spdlog::warn("gpumux: {}", CudaError(e, "waiting for a free fence").ToString());
+      spdlog::warn("gpumux: {}", CudaStatus(e, "waiting for a free fence").ToString());
     }
   }
 }
@@ -175,7 +154,7 @@ std::string RecordFreeFence(int cuda_device) {
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (scope.status() == cudaSuccess && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-    cudaGetLastError();  // e.g. the legacy stream while another captures: the record below reports it
+    ResetCudaError();  // e.g. the legacy stream while another captures: the record below reports it
   }
   if (capture != cudaStreamCaptureStatusNone) {
     // A record during graph capture is not a record, and synchronizing would
@@ -209,7 +188,7 @@ std::string RecordFreeFence(int cuda_device) {
   if (error == cudaSuccess) return fence.handle;
   // Without a fence the memory may be reused only once this device is idle.
   spdlog::warn("gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead", cuda_device,
-               CudaError(error, "recording the free fence").ToString());
+               CudaStatus(error, "recording the free fence").ToString());
   cudaDeviceSynchronize();
   return "";
 }
@@ -225,8 +204,10 @@ class CudaLocalEvent final : public LocalEvent {
     for (int round = 0;; ++round) {
       const cudaError_t e = cudaEventQuery(event_.get());
       if (e == cudaSuccess) return HostIpcRecordState::kCompleted;
-      cudaGetLastError();  // cudaErrorNotReady too would surface in the caller's next launch
-      if (e != cudaErrorNotReady) return HostIpcRecordState::kAbandoned;
+      if (!CudaNotReady(e)) {
+        ResetCudaError();
+        return HostIpcRecordState::kAbandoned;
+      }
       if (std::chrono::steady_clock::now() >= deadline) return HostIpcRecordState::kPending;
       if (round < 32) {
         std::this_thread::yield();
@@ -261,7 +242,7 @@ absl::StatusOr<CudaIpcEvent> CudaIpcEvent::Open(absl::string_view handle) {
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
   cudaEvent_t event = nullptr;
   if (cudaError_t e = cudaIpcOpenEventHandle(&event, ipc); e != cudaSuccess) {
-    absl::Status status = CudaError(e, "cudaIpcOpenEventHandle");
+    absl::Status status = CudaStatus(e, "cudaIpcOpenEventHandle");
     return absl::InvalidArgumentError(status.message());
   }
   return CudaIpcEvent(event);
@@ -283,23 +264,20 @@ CudaIpcEvent::~CudaIpcEvent() {
 
 absl::Status CudaIpcEvent::Wait(cudaStream_t stream) const {
   if (cudaError_t e = cudaStreamWaitEvent(stream, event_, 0); e != cudaSuccess) {
-    return CudaError(e, "cudaStreamWaitEvent");
+    return CudaStatus(e, "cudaStreamWaitEvent");
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaIpcEvent::Synchronize() const {
-  if (cudaError_t e = cudaEventSynchronize(event_); e != cudaSuccess) return CudaError(e, "cudaEventSynchronize");
+  if (cudaError_t e = cudaEventSynchronize(event_); e != cudaSuccess) return CudaStatus(e, "cudaEventSynchronize");
   return absl::OkStatus();
 }
 
 absl::StatusOr<bool> CudaIpcEvent::Query() const {
   const cudaError_t e = cudaEventQuery(event_);
-  if (e == cudaErrorNotReady) {
-    cudaGetLastError();  // not an error; must not surface in the caller's next launch
-    return false;
-  }
-  if (e != cudaSuccess) return CudaError(e, "cudaEventQuery");
+  if (CudaNotReady(e)) return false;
+  GPUMUX_RETURN_IF_ERROR(CudaStatus(e, "cudaEventQuery"));
   return true;
 }
 

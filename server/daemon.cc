@@ -42,6 +42,7 @@
 #include "server/rpc/blocking_executor.h"
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
+#include "server/rpc/event_service.h"
 #include "server/rpc/memory_service.h"
 #include "server/rpc/memory_socket_server.h"
 #include "server/rpc/nvtx_service.h"
@@ -304,9 +305,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
-  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), s.memory.get(), &s.sessions, &s.executor);
-  s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), backend->device_count(), &s.sessions,
-                                                     &s.executor);
+  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
+  s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);

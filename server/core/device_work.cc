@@ -67,6 +67,14 @@ absl::StatusOr<WorkDone> DeviceWork::DeviceToDevice(SessionId session, const Ran
   });
 }
 
+bool DeviceWork::DeviceToDeviceWaits(SessionId session, AllocationId dst, AllocationId src,
+                                     const WorkOptions& options) const {
+  if (options.wait) return true;
+  absl::StatusOr<AllocationView> to = memory_->Lookup(session, dst);
+  absl::StatusOr<AllocationView> from = memory_->Lookup(session, src);
+  return to.ok() && from.ok() && to->device != from->device;
+}
+
 absl::StatusOr<WorkDone> DeviceWork::HostToDevice(SessionId session, AllocationId dst, uint64_t offset,
                                                   absl::string_view data, const WorkOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckInlineSize(data.size()));

@@ -63,6 +63,12 @@ class DeviceWork {
   // of that stream to delay its reuse).
   absl::StatusOr<WorkDone> DeviceToDevice(SessionId session, const RangeUse& dst, AllocationId src,
                                           uint64_t src_offset, const WorkOptions& options);
+  // Whether DeviceToDevice from `src` to `dst` waits for its copy, and so
+  // must run where blocking is allowed: when `options` asks it to, or when
+  // the two are live allocations of the session on different devices. False
+  // otherwise (an allocation that is not the session's fails the call at
+  // once).
+  bool DeviceToDeviceWaits(SessionId session, AllocationId dst, AllocationId src, const WorkOptions& options) const;
   // INVALID_ARGUMENT above kMaxInlineBytes.
   absl::StatusOr<WorkDone> HostToDevice(SessionId session, AllocationId dst, uint64_t offset, absl::string_view data,
                                         const WorkOptions& options);

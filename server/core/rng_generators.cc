@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/device_range.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 
@@ -25,30 +27,35 @@ void RngGenerators::AddSession(SessionId session) {
   states_.emplace(session, std::move(states));
 }
 
-RngState& RngGenerators::StateLocked(SessionId session, DeviceIndex device, RngState* scratch) {
+absl::StatusOr<RngState*> RngGenerators::StateLocked(SessionId session, DeviceIndex device, RngState* scratch) {
+  // The check guards the index below: `device` is request data.
+  GPUMUX_RETURN_IF_ERROR(CheckDeviceInRange(device, device_count_));
   auto it = states_.find(session);
   if (it == states_.end()) {
     *scratch = RngState{NonDeterministicSeed(), 0};
-    return *scratch;
+    return scratch;
   }
-  return it->second[static_cast<size_t>(device.value())];
+  return &it->second[static_cast<size_t>(device.value())];
 }
 
-void RngGenerators::ManualSeed(SessionId session, DeviceIndex device, uint64_t seed) {
+absl::Status RngGenerators::ManualSeed(SessionId session, DeviceIndex device, uint64_t seed) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  StateLocked(session, device, &scratch) = RngState{seed, 0};
+  GPUMUX_ASSIGN_OR_RETURN(RngState* state, StateLocked(session, device, &scratch));
+  *state = RngState{seed, 0};
+  return absl::OkStatus();
 }
 
 void RngGenerators::ManualSeedAll(SessionId session, uint64_t seed) {
   absl::MutexLock lock(&mu_);
-  RngState scratch;
-  for (int d = 0; d < device_count_; ++d) StateLocked(session, DeviceIndex(d), &scratch) = RngState{seed, 0};
+  auto it = states_.find(session);
+  if (it == states_.end()) return;  // nothing kept for a session not added
+  for (RngState& state : it->second) state = RngState{seed, 0};
 }
 
-uint64_t RngGenerators::Seed(SessionId session, DeviceIndex device) {
+absl::StatusOr<uint64_t> RngGenerators::Seed(SessionId session, DeviceIndex device) {
   uint64_t seed = NonDeterministicSeed();
-  ManualSeed(session, device, seed);
+  GPUMUX_RETURN_IF_ERROR(ManualSeed(session, device, seed));
   return seed;
 }
 
@@ -58,25 +65,53 @@ uint64_t RngGenerators::SeedAll(SessionId session) {
   return seed;
 }
 
-uint64_t RngGenerators::InitialSeed(SessionId session, DeviceIndex device) {
+absl::StatusOr<uint64_t> RngGenerators::InitialSeed(SessionId session, DeviceIndex device) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  return StateLocked(session, device, &scratch).seed;
+  GPUMUX_ASSIGN_OR_RETURN(RngState* state, StateLocked(session, device, &scratch));
+  return state->seed;
 }
 
-std::string RngGenerators::GetState(SessionId session, DeviceIndex device) {
-  RngState state;
-  {
-    absl::MutexLock lock(&mu_);
-    RngState scratch;
-    state = StateLocked(session, device, &scratch);
-  }
+namespace {
+
+// 16 bytes: seed then offset, little-endian.
+std::string StateBytes(const RngState& state) {
   std::string bytes(16, '\0');
   for (int i = 0; i < 8; ++i) {
     bytes[static_cast<size_t>(i)] = static_cast<char>(state.seed >> (8 * i));
     bytes[static_cast<size_t>(8 + i)] = static_cast<char>(state.offset >> (8 * i));
   }
   return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RngGenerators::GetState(SessionId session, DeviceIndex device) {
+  RngState state;
+  {
+    absl::MutexLock lock(&mu_);
+    RngState scratch;
+    GPUMUX_ASSIGN_OR_RETURN(RngState* found, StateLocked(session, device, &scratch));
+    state = *found;
+  }
+  return StateBytes(state);
+}
+
+std::vector<std::string> RngGenerators::GetStateAll(SessionId session) {
+  std::vector<RngState> states;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = states_.find(session);
+    if (it != states_.end()) {
+      states = it->second;
+    } else {
+      for (int d = 0; d < device_count_; ++d) states.push_back(RngState{NonDeterministicSeed(), 0});
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(states.size());
+  for (const RngState& state : states) out.push_back(StateBytes(state));
+  return out;
 }
 
 namespace {
@@ -102,7 +137,8 @@ absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl
   if (!state.ok()) return state.status();
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  StateLocked(session, device, &scratch) = *state;
+  GPUMUX_ASSIGN_OR_RETURN(RngState* slot, StateLocked(session, device, &scratch));
+  *slot = *state;
   return absl::OkStatus();
 }
 
@@ -118,16 +154,16 @@ absl::Status RngGenerators::SetStateAll(SessionId session, absl::Span<const std:
     parsed.push_back(*state);
   }
   absl::MutexLock lock(&mu_);
-  RngState scratch;
-  for (int d = 0; d < device_count_; ++d)
-    StateLocked(session, DeviceIndex(d), &scratch) = parsed[static_cast<size_t>(d)];
+  auto it = states_.find(session);
+  if (it != states_.end()) it->second = std::move(parsed);  // nothing kept for a session not added
   return absl::OkStatus();
 }
 
 absl::StatusOr<RngState> RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  RngState& state = StateLocked(session, device, &scratch);
+  GPUMUX_ASSIGN_OR_RETURN(RngState* found, StateLocked(session, device, &scratch));
+  RngState& state = *found;
   if (increment > std::numeric_limits<uint64_t>::max() - state.offset) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the RNG offset ", state.offset, " of device ", device.value(), " cannot advance by ", increment,

@@ -8,7 +8,9 @@
 // PyTorch's default CUDA generators, with a non-deterministic seed.
 // Generators exist from AddSession to RemoveSession; a call for a session
 // not added (one that just ended) changes nothing and keeps nothing: it acts
-// on a fresh generator thrown away afterwards. Thread-safe.
+// on a fresh generator thrown away afterwards. Every call naming a device
+// checks it first: INVALID_ARGUMENT (CheckDeviceInRange's message) for one
+// outside [0, device_count), changing nothing. Thread-safe.
 
 #include <cstdint>
 #include <string>
@@ -37,17 +39,19 @@ class RngGenerators {
   void AddSession(SessionId session);
 
   // torch.cuda.manual_seed / manual_seed_all: offset back to 0.
-  void ManualSeed(SessionId session, DeviceIndex device, uint64_t seed);
+  absl::Status ManualSeed(SessionId session, DeviceIndex device, uint64_t seed);
   void ManualSeedAll(SessionId session, uint64_t seed);
   // torch.cuda.seed / seed_all: a fresh 53-bit seed, returned. seed_all
   // seeds every device with the same value, as PyTorch does.
-  uint64_t Seed(SessionId session, DeviceIndex device);
+  absl::StatusOr<uint64_t> Seed(SessionId session, DeviceIndex device);
   uint64_t SeedAll(SessionId session);
   // torch.cuda.initial_seed: the last seed set.
-  uint64_t InitialSeed(SessionId session, DeviceIndex device);
+  absl::StatusOr<uint64_t> InitialSeed(SessionId session, DeviceIndex device);
 
   // get_rng_state: 16 bytes, seed then offset, little-endian.
-  std::string GetState(SessionId session, DeviceIndex device);
+  absl::StatusOr<std::string> GetState(SessionId session, DeviceIndex device);
+  // get_rng_state_all: GetState of every device, in device order.
+  std::vector<std::string> GetStateAll(SessionId session);
   // set_rng_state: 16 bytes, or 8 (seed only, offset 0). INVALID_ARGUMENT
   // "RNG state is wrong size" or "offset must be a multiple of 4".
   absl::Status SetState(SessionId session, DeviceIndex device, absl::string_view state);
@@ -66,8 +70,9 @@ class RngGenerators {
 
  private:
   // The session's generator for `device`, or `*scratch` (freshly seeded)
-  // for a session not added.
-  RngState& StateLocked(SessionId session, DeviceIndex device, RngState* scratch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // for a session not added; INVALID_ARGUMENT for a device out of range.
+  absl::StatusOr<RngState*> StateLocked(SessionId session, DeviceIndex device, RngState* scratch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_count_;
   absl::Mutex mu_;

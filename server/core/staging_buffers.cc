@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/sealed_memory.h"
 #include "common/status_macros.h"
-#include "server/backend/host/segment_mapping.h"
 #include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
 
@@ -15,8 +15,7 @@ namespace gpumux {
 // books or a queued copy) lets go.
 class StagingBuffers::Buffer {
  public:
-  Buffer(DeviceBackend* backend, MemoryFileTable* memory_files, std::string key, std::shared_ptr<SegmentMapping> mapping,
-         bool pinned)
+  Buffer(DeviceBackend* backend, MemoryFileTable* memory_files, std::string key, MemoryMapping mapping, bool pinned)
       : backend_(backend),
         memory_files_(memory_files),
         key_(std::move(key)),
@@ -24,7 +23,7 @@ class StagingBuffers::Buffer {
         pinned_(pinned) {}
   ~Buffer() {
     if (pinned_) {
-      absl::Status unpinned = backend_->UnpinHostMemory(mapping_->data());
+      absl::Status unpinned = backend_->UnpinHostMemory(mapping_.data());
       if (!unpinned.ok()) spdlog::warn("unpin staging buffer: {}", unpinned.ToString());
     }
     memory_files_->Remove(key_);
@@ -32,15 +31,15 @@ class StagingBuffers::Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  StagingBufferInfo info() const { return StagingBufferInfo{key_, mapping_->size(), pinned_}; }
-  uint8_t* data() const { return mapping_->data(); }
-  uint64_t size() const { return mapping_->size(); }
+  StagingBufferInfo info() const { return StagingBufferInfo{key_, mapping_.size(), pinned_}; }
+  uint8_t* data() const { return static_cast<uint8_t*>(mapping_.data()); }
+  uint64_t size() const { return mapping_.size(); }
 
  private:
   DeviceBackend* backend_;
   MemoryFileTable* memory_files_;
   std::string key_;
-  std::shared_ptr<SegmentMapping> mapping_;
+  MemoryMapping mapping_;  // unmapped after ~Buffer unpinned it
   bool pinned_;
 };
 
@@ -71,8 +70,8 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   }
   // Creating, backing, mapping and pinning take a while: not under the lock.
   GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, SealedMemory::Create(label, size));
-  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<SegmentMapping> mapping, SegmentMapping::Map(memory));
-  absl::Status pin = backend_->PinHostMemory(mapping->data(), size);
+  GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
+  absl::Status pin = backend_->PinHostMemory(mapping.data(), size);
   if (!pin.ok()) spdlog::warn("staging buffer {} stays unpinned: {}", label, pin.ToString());
   std::string key = memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)), session);
   auto buffer = std::make_shared<Buffer>(backend_, memory_files_, std::move(key), std::move(mapping), pin.ok());

@@ -3,30 +3,17 @@
 #include <string>
 
 #include "common/status_macros.h"
+#include "server/rpc/copy_proto.h"
 #include "server/rpc/serve_session_call.h"
 
 namespace gpumux {
-namespace {
-
-RangeUse Range(const v1::DeviceRange& range, uint64_t size) {
-  return RangeUse{AllocationId(range.allocation_id()), range.offset(), size};
-}
-
-}  // namespace
-
-WorkOptions FromProto(const v1::CopyOptions& options) {
-  return WorkOptions{StreamId(options.stream()), options.wait(), options.completion_event()};
-}
 
 grpc::ServerUnaryReactor* CopyService::GetStagingBuffer(grpc::CallbackServerContext* context,
                                                         const v1::GetStagingBufferRequest* request,
                                                         v1::StagingBuffer* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(StagingBufferInfo info, staging_->Get(session, request->min_size()));
-    response->mutable_handle()->set_kind(v1::HANDLE_KIND_HOST_MEMFD);
-    response->mutable_handle()->set_data(info.key);
-    response->set_size(info.size);
-    response->set_pinned(info.pinned);
+    ToProto(info, response);
     return absl::OkStatus();
   });
 }
@@ -34,20 +21,16 @@ grpc::ServerUnaryReactor* CopyService::GetStagingBuffer(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* CopyService::DeviceToDevice(grpc::CallbackServerContext* context,
                                                       const v1::DeviceToDeviceRequest* request,
                                                       v1::CopyResponse* response) {
-  // A copy across devices waits for itself (see DeviceWork), so it blocks.
-  bool blocking = request->options().wait();
-  if (!blocking) {
-    absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
-    if (session.ok()) {
-      absl::StatusOr<AllocationView> dst = memory_->Lookup(*session, AllocationId(request->dst().allocation_id()));
-      absl::StatusOr<AllocationView> src = memory_->Lookup(*session, AllocationId(request->src().allocation_id()));
-      blocking = dst.ok() && src.ok() && dst->device != src->device;
-    }
-  }
+  // Without a session the call fails at once, wherever it runs.
+  absl::StatusOr<SessionId> caller = AuthenticateCall(*context, *sessions_);
+  const bool blocking =
+      caller.ok() && work_->DeviceToDeviceWaits(*caller, AllocationId(request->dst().allocation_id()),
+                                                AllocationId(request->src().allocation_id()),
+                                                FromProto(request->options()));
   return ServeSessionCallBlockingIf(
       blocking, context, *sessions_, *executor_, [work = work_, request, response](SessionId session) -> absl::Status {
         GPUMUX_ASSIGN_OR_RETURN(
-            WorkDone done, work->DeviceToDevice(session, Range(request->dst(), request->size()),
+            WorkDone done, work->DeviceToDevice(session, FromProto(request->dst(), request->size()),
                                                 AllocationId(request->src().allocation_id()), request->src().offset(),
                                                 FromProto(request->options())));
         SetCompletionEvent(done, response);
@@ -69,7 +52,7 @@ grpc::ServerUnaryReactor* CopyService::HostToDevice(grpc::CallbackServerContext*
             done = work->HostToDevice(session, dst, request->dst().offset(), request->data(), options);
             break;
           case v1::HostToDeviceRequest::kStaging:
-            done = work->HostToDeviceFromStaging(session, Range(request->dst(), request->staging().size()),
+            done = work->HostToDeviceFromStaging(session, FromProto(request->dst(), request->staging().size()),
                                                  request->staging().offset(), options);
             break;
           case v1::HostToDeviceRequest::SOURCE_NOT_SET:
@@ -84,6 +67,7 @@ grpc::ServerUnaryReactor* CopyService::HostToDevice(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* CopyService::DeviceToHost(grpc::CallbackServerContext* context,
                                                     const v1::DeviceToHostRequest* request,
                                                     v1::DeviceToHostResponse* response) {
+  // DeviceWork::DeviceToHost (inline bytes) always waits for its copy.
   const bool blocking =
       request->options().wait() || request->destination_case() == v1::DeviceToHostRequest::kInlineSize;
   return ServeSessionCallBlockingIf(
@@ -92,11 +76,11 @@ grpc::ServerUnaryReactor* CopyService::DeviceToHost(grpc::CallbackServerContext*
         absl::StatusOr<WorkDone> done;
         switch (request->destination_case()) {
           case v1::DeviceToHostRequest::kInlineSize:
-            done = work->DeviceToHost(session, Range(request->src(), request->inline_size()), options,
+            done = work->DeviceToHost(session, FromProto(request->src(), request->inline_size()), options,
                                       response->mutable_data());
             break;
           case v1::DeviceToHostRequest::kStaging:
-            done = work->DeviceToHostIntoStaging(session, Range(request->src(), request->staging().size()),
+            done = work->DeviceToHostIntoStaging(session, FromProto(request->src(), request->staging().size()),
                                                  request->staging().offset(), options);
             break;
           case v1::DeviceToHostRequest::DESTINATION_NOT_SET:
@@ -113,7 +97,7 @@ grpc::ServerUnaryReactor* CopyService::Memset(grpc::CallbackServerContext* conte
   return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_,
                                     [work = work_, request, response](SessionId session) -> absl::Status {
                                       GPUMUX_ASSIGN_OR_RETURN(
-                                          WorkDone done, work->Memset(session, Range(request->dst(), request->size()),
+                                          WorkDone done, work->Memset(session, FromProto(request->dst(), request->size()),
                                                                       request->value(), FromProto(request->options())));
                                       SetCompletionEvent(done, response);
                                       return absl::OkStatus();

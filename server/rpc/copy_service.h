@@ -1,36 +1,23 @@
 #pragma once
 
 // gpumux.v1.Copy: a thin adapter from the wire to DeviceWork and the staging
-// buffers. Calls that wait (wait=true, inline device-to-host, copies across
-// devices) run on the blocking executor, the rest on gRPC's threads.
+// buffers; conversion lives in copy_proto.h. Calls that wait (wait=true,
+// inline device-to-host, copies across devices: DeviceWork says which) run
+// on the blocking executor, the rest on gRPC's threads.
 
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "server/core/device_work.h"
-#include "server/core/memory_manager.h"
 #include "server/core/session_registry.h"
 #include "server/core/staging_buffers.h"
 #include "server/rpc/blocking_executor.h"
 
 namespace gpumux {
 
-// CopyOptions on the wire to WorkOptions.
-WorkOptions FromProto(const v1::CopyOptions& options);
-
-// The completion event of `done`, if any, into a reply's `event` and
-// `event_ipc_handle` fields.
-template <typename Response>
-void SetCompletionEvent(const WorkDone& done, Response* response) {
-  if (!done.event.has_value()) return;
-  response->set_event(done.event->id.value());
-  response->set_event_ipc_handle(done.event->ipc_handle);
-}
-
 class CopyService final : public v1::Copy::CallbackService {
  public:
   // All must outlive the service.
-  CopyService(DeviceWork* work, StagingBuffers* staging, MemoryManager* memory, const SessionRegistry* sessions,
-              BlockingExecutor* executor)
-      : work_(work), staging_(staging), memory_(memory), sessions_(sessions), executor_(executor) {}
+  CopyService(DeviceWork* work, StagingBuffers* staging, const SessionRegistry* sessions, BlockingExecutor* executor)
+      : work_(work), staging_(staging), sessions_(sessions), executor_(executor) {}
 
   grpc::ServerUnaryReactor* GetStagingBuffer(grpc::CallbackServerContext* context,
                                              const v1::GetStagingBufferRequest* request,
@@ -50,7 +37,6 @@ class CopyService final : public v1::Copy::CallbackService {
  private:
   DeviceWork* work_;
   StagingBuffers* staging_;
-  MemoryManager* memory_;
   const SessionRegistry* sessions_;
   BlockingExecutor* executor_;
 };

@@ -3,10 +3,10 @@
 #include <optional>
 #include <vector>
 
-#include "absl/time/time.h"
 #include "common/memory_summary.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/memory_proto.h"
+#include "server/rpc/observe_proto.h"
 
 namespace gpumux {
 namespace {
@@ -26,26 +26,8 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, const
 grpc::ServerUnaryReactor* ObserveService::ListSessions(grpc::CallbackServerContext* context,
                                                        const v1::ListSessionsRequest* /*request*/,
                                                        v1::ListSessionsResponse* response) {
-  for (const SessionInfo& info : sessions_->List()) {
-    v1::SessionInfo* out = response->add_sessions();
-    out->set_session_id(info.id.value());
-    out->set_client_name(info.client_name);
-    out->set_pid(info.pid);
-    out->set_tenant(info.tenant);
-    out->mutable_labels()->insert(info.labels.begin(), info.labels.end());
-    out->set_opened_unix_micros(absl::ToUnixMicros(info.opened));
-    StreamCounts counts = streams_->Counts(info.id);
-    out->set_streams(static_cast<uint32_t>(counts.streams));
-    out->set_events(static_cast<uint32_t>(counts.events));
-    for (const SessionDeviceUsage& usage : memory_->Usage(info.id)) {
-      v1::SessionDeviceUsage* u = out->add_devices();
-      u->set_device(usage.device.value());
-      u->set_allocated_bytes(usage.allocated_bytes);
-      u->set_reserved_bytes(usage.reserved_bytes);
-      u->set_allocations(usage.allocations);
-      u->set_imported_bytes(usage.imported_bytes);
-      u->set_memory_limit_bytes(usage.limit_bytes);
-    }
+  for (const SessionOverview& overview : ListSessionOverviews(*sessions_, *streams_, *memory_)) {
+    ToProto(overview, response->add_sessions());
   }
   return FinishWith(context, absl::OkStatus());
 }

@@ -1,7 +1,9 @@
 #pragma once
 
 // gpumux.v1.Observe: the read-only operator view of sessions and memory,
-// device-wide or per session. Needs no session; served over TCP too.
+// device-wide or per session, from the core (ListSessionOverviews,
+// MemoryManager); conversion lives in observe_proto.h and memory_proto.h.
+// Needs no session; served over TCP too.
 
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "server/core/memory_manager.h"
@@ -12,7 +14,7 @@ namespace gpumux {
 
 class ObserveService final : public v1::Observe::CallbackService {
  public:
-  // Both must outlive the service.
+  // All must outlive the service.
   ObserveService(const MemoryManager* memory, const StreamManager* streams, const SessionRegistry* sessions)
       : memory_(memory), streams_(streams), sessions_(sessions) {}
 

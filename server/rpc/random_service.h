@@ -1,7 +1,8 @@
 #pragma once
 
 // gpumux.v1.Random: a thin adapter from the wire to RngGenerators (state)
-// and DeviceWork (fills). Generate with wait runs on the blocking executor.
+// and DeviceWork (fills); conversion lives in random_proto.h. Generate with
+// wait runs on the blocking executor.
 
 #include "gpumux/v1/random.grpc.pb.h"
 #include "server/core/device_work.h"
@@ -14,9 +15,8 @@ namespace gpumux {
 class RandomService final : public v1::Random::CallbackService {
  public:
   // All must outlive the service.
-  RandomService(RngGenerators* rng, DeviceWork* work, int device_count, const SessionRegistry* sessions,
-                BlockingExecutor* executor)
-      : rng_(rng), work_(work), device_count_(device_count), sessions_(sessions), executor_(executor) {}
+  RandomService(RngGenerators* rng, DeviceWork* work, const SessionRegistry* sessions, BlockingExecutor* executor)
+      : rng_(rng), work_(work), sessions_(sessions), executor_(executor) {}
 
   grpc::ServerUnaryReactor* ManualSeed(grpc::CallbackServerContext* context, const v1::ManualSeedRequest* request,
                                        v1::ManualSeedResponse* response) override;
@@ -34,7 +34,6 @@ class RandomService final : public v1::Random::CallbackService {
  private:
   RngGenerators* rng_;
   DeviceWork* work_;
-  const int device_count_;
   const SessionRegistry* sessions_;
   BlockingExecutor* executor_;
 };

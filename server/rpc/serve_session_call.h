@@ -3,6 +3,8 @@
 // The shape of every unary RPC that acts for a session: authenticate the
 // call, run the body for that session, finish with its status.
 
+#include <utility>
+
 #include "absl/status/statusor.h"
 #include "common/ids.h"
 #include "grpcpp/server_context.h"
@@ -34,6 +36,18 @@ grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// Runs `body(session)` on `executor` and finishes `reactor` with its status.
+// Keyed by session, so one session's blocked calls never hold back another's.
+template <typename Body>
+void FinishOnExecutor(grpc::ServerUnaryReactor* reactor, const SessionRegistry& sessions, BlockingExecutor& executor,
+                      SessionId session, Body body) {
+  absl::Status started =
+      executor.Run(session.value(), [reactor, &sessions, session, body = std::move(body)]() mutable {
+        reactor->Finish(FinishStatus(sessions, body(session)));
+      });
+  if (!started.ok()) reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
+}
+
 // As ServeSessionCall, but `body` runs on `executor`, for bodies that may
 // block. `body` must capture by value: the handler's frame is gone when it
 // runs (the request and response it points to live until Finish).
@@ -47,12 +61,7 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(session.status()));
     return reactor;
   }
-  // Keyed by session, so one session's blocked calls never hold back another's.
-  absl::Status started =
-      executor.Run(session->value(), [reactor, &sessions, id = *session, body = std::move(body)]() mutable {
-        reactor->Finish(FinishStatus(sessions, body(id)));
-      });
-  if (!started.ok()) reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
+  FinishOnExecutor(reactor, sessions, executor, *session, std::move(body));
   return reactor;
 }
 
@@ -63,6 +72,24 @@ grpc::ServerUnaryReactor* ServeSessionCallBlockingIf(bool blocking, grpc::Callba
                                                      Body body) {
   if (blocking) return ServeBlockingSessionCall(context, sessions, executor, std::move(body));
   return ServeSessionCall(context, sessions, std::move(body));
+}
+
+// A synchronize: answered on the gRPC thread when `query(session)` (returning
+// absl::StatusOr<bool>) says the work is done or fails, else `wait(session)`
+// runs on `executor`. `wait` must capture by value, as for
+// ServeBlockingSessionCall.
+template <typename Query, typename Wait>
+grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
+                                           BlockingExecutor& executor, Query query, Wait wait) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  absl::StatusOr<bool> done = session.ok() ? query(*session) : session.status();
+  if (!done.ok() || *done) {
+    reactor->Finish(FinishStatus(sessions, done.status()));
+    return reactor;
+  }
+  FinishOnExecutor(reactor, sessions, executor, *session, std::move(wait));
+  return reactor;
 }
 
 }  // namespace gpumux

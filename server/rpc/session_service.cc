@@ -10,6 +10,7 @@
 #include "server/core/notice_sink.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/session_auth.h"
+#include "server/rpc/session_proto.h"
 
 namespace gpumux {
 namespace {
@@ -63,13 +64,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
                                                 "the first message on a session stream must be `open`"));
       return;
     }
-    const v1::OpenSessionRequest& open = request_.open();
-    SessionInfo info;
-    info.client_name = open.client_name();
-    info.pid = open.pid();
-    info.tenant = open.tenant();
-    info.labels.insert(open.labels().begin(), open.labels().end());
-    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(std::move(info), std::make_shared<Sink>(self_));
+    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(FromProto(request_.open()), std::make_shared<Sink>(self_));
     if (!opened.ok()) {
       EndSession("open refused", ToGrpcStatus(opened.status()));
       return;
@@ -80,9 +75,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
     }
     v1::SessionServerMessage reply;
     v1::SessionOpened* msg = reply.mutable_opened();
-    msg->set_session_id(opened->info.id.value());
-    msg->set_secret(opened->secret);
-    msg->set_tenant(opened->info.tenant);
+    ToProto(*opened, msg);
     msg->set_backend(backend_name_);
     msg->set_daemon_version(kDaemonVersion);
     Send(std::move(reply));
@@ -119,12 +112,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
    public:
     explicit Sink(std::weak_ptr<SessionReactor> reactor) : reactor_(std::move(reactor)) {}
     void SegmentReleased(DeviceIndex device, SegmentId segment) override {
-      if (auto reactor = reactor_.lock()) {
-        v1::SessionServerMessage msg;
-        msg.mutable_segment_released()->set_device(device.value());
-        msg.mutable_segment_released()->set_segment_id(segment.value());
-        reactor->Send(std::move(msg));
-      }
+      if (auto reactor = reactor_.lock()) reactor->Send(SegmentReleasedMessage(device, segment));
     }
     void Terminate(absl::string_view reason) override {
       if (auto reactor = reactor_.lock()) {

@@ -3,7 +3,8 @@
 // gpumux.v1.Session: the long-lived Open stream that is a session's life, and
 // Ping. One reactor per stream; when the stream ends for any reason (the
 // client half-closes, crashes or is killed, or the server shuts down) the
-// session is closed and everything it held is released.
+// session is closed and everything it held is released. Conversion lives in
+// session_proto.h.
 
 #include "gpumux/v1/session.grpc.pb.h"
 #include "server/core/session_lifecycle.h"

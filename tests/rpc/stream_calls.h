@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/rpc/grpc_status_matchers.h"
 #include "tests/support/raw_session.h"
 
 namespace gpumux::testing {
@@ -163,6 +164,22 @@ inline grpc::Status OpenIpcHandle(RawSession& session, int device, const std::st
   grpc::Status status = session.event().OpenIpcHandle(session.Context().get(), request, &response);
   if (event != nullptr) *event = response.event();
   return status;
+}
+
+// Whether the stream's queued work ran (the query itself must succeed).
+inline bool StreamDone(RawSession& session, int device, uint64_t stream) {
+  bool done = false;
+  grpc::Status status = QueryStream(session, device, stream, &done);
+  EXPECT_THAT(status, GrpcIsOk());
+  return done;
+}
+
+// Whether the event completed (the query itself must succeed).
+inline bool EventDone(RawSession& session, uint64_t event) {
+  bool done = false;
+  grpc::Status status = QueryEvent(session, event, &done);
+  EXPECT_THAT(status, GrpcIsOk());
+  return done;
 }
 
 }  // namespace gpumux::testing

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/cuda_status.h"
 #include "common/rng_fill.h"
 #include "common/status_macros.h"
-#include "server/backend/cuda/cuda_status.h"
 #include "server/backend/cuda/fill_random_kernel.h"
 #include "spdlog/spdlog.h"
 
@@ -41,10 +41,7 @@ constexpr absl::Duration kKeepAlivePoll = absl::Microseconds(200);
 
 int CudaBackend::VisibleDeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
+  if (!CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount").ok()) return 0;
   return count;
 }
 
@@ -55,12 +52,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& 
     return absl::InvalidArgumentError("CUDA backend: release_grace must not be negative");
   }
   int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return absl::UnavailableError(
-        absl::StrCat("no CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error), " (",
-                     cudaGetErrorString(error), ")"));
+  if (absl::Status counted = CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !counted.ok()) {
+    return absl::UnavailableError(absl::StrCat("no CUDA device: ", counted.message()));
   }
   if (count == 0) return absl::UnavailableError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
   std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
@@ -218,10 +211,7 @@ absl::Status CudaBackend::Check(DeviceIndex device, int error, absl::string_view
   const auto e = static_cast<cudaError_t>(error);
   if (e == cudaSuccess) return absl::OkStatus();
   absl::Status status = CudaStatus(e, absl::StrCat("CUDA device ", device.value(), ": ", what));
-  if (!IsStickyCudaError(e)) {
-    cudaGetLastError();  // a non-sticky error must not surface in a later call
-    return status;
-  }
+  if (!IsStickyCudaError(e)) return status;
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   if (d.health.ok()) {
@@ -262,13 +252,13 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
   void* data = nullptr;
   cudaError_t error = cudaMalloc(&data, reserved);
   if (error == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
+    ResetCudaError();
     // Retiring segments give way to a tenant that needs the memory now.
     FreeRetiring(d, absl::InfiniteFuture());
     error = cudaMalloc(&data, reserved);
   }
   if (error == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
+    ResetCudaError();
     size_t free = 0;
     size_t total = 0;
     cudaMemGetInfo(&free, &total);
@@ -356,7 +346,7 @@ void CudaBackend::ReapKeepAlives() {
     absl::MutexLock lock(&reaper_mu_);
     if (keep_alives_.empty()) return;
     auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(),
-                                  [](const KeepAlive& k) { return NotReady(cudaEventQuery(k.done)); });
+                                  [](const KeepAlive& k) { return CudaNotReady(cudaEventQuery(k.done)); });
     std::move(pending, keep_alives_.end(), std::back_inserter(done));
     keep_alives_.erase(pending, keep_alives_.end());
   }

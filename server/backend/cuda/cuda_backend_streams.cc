@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_status.h"
 #include "common/status_macros.h"
 #include "server/backend/cuda/cuda_backend.h"
-#include "server/backend/cuda/cuda_status.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -64,7 +64,7 @@ absl::Status CudaBackend::Wait(DeviceIndex device, absl::string_view what, Query
   for (;;) {
     const cudaError_t error = static_cast<cudaError_t>(query());
     if (error == cudaSuccess) return absl::OkStatus();
-    if (!NotReady(error)) return Check(device, error, what);
+    if (!CudaNotReady(error)) return Check(device, error, what);
     if (abandon_waits_.load(std::memory_order_relaxed)) {
       return absl::UnavailableError(
           absl::StrCat("gpumuxd is shutting down: gave up waiting (", what, ") on CUDA device ", device.value()));
@@ -111,7 +111,7 @@ absl::Status CudaBackend::Synchronize(DeviceIndex device) {
 
 void CudaBackend::PruneDrainingLocked() {
   auto keep = std::partition(draining_.begin(), draining_.end(),
-                             [](const Draining& d) { return NotReady(cudaEventQuery(d.done.get())); });
+                             [](const Draining& d) { return CudaNotReady(cudaEventQuery(d.done.get())); });
   draining_.erase(keep, draining_.end());
 }
 
@@ -171,7 +171,7 @@ absl::StatusOr<bool> CudaBackend::QueryStream(BackendStream stream) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   const cudaError_t error = cudaStreamQuery(s.get());
-  if (NotReady(error)) return false;
+  if (CudaNotReady(error)) return false;
   GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaStreamQuery"));
   return true;
 }
@@ -271,7 +271,7 @@ absl::StatusOr<bool> CudaBackend::QueryEvent(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
   GPUMUX_RETURN_IF_ERROR(UseDevice(e.device));
   const cudaError_t error = cudaEventQuery(e.object->event);
-  if (NotReady(error)) return false;
+  if (CudaNotReady(error)) return false;
   GPUMUX_RETURN_IF_ERROR(Check(e.device, error, "cudaEventQuery"));
   return true;
 }
@@ -306,7 +306,7 @@ absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEven
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   float ms = 0;
   const cudaError_t error = cudaEventElapsedTime(&ms, s.object->event, e.object->event);
-  if (NotReady(error)) {
+  if (CudaNotReady(error)) {
     return absl::FailedPreconditionError(
         "Both events must have completed before calculating elapsed time (cudaErrorNotReady); "
         "synchronize the end event first.");

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cuda_status.h"
 #include "common/status_macros.h"
 #include "server/backend/cuda/cuda_backend.h"
 #include "server/backend/cuda/fill_random_kernel.h"
@@ -90,7 +91,7 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
   void* temporary = nullptr;
   const cudaError_t error = cudaMalloc(&temporary, bytes);
   if (error == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
+    ResetCudaError();
     return absl::ResourceExhaustedError(absl::StrCat("CUDA device ", s.device.value(), ": no ", bytes,
                                                      " bytes free for an overlapping copy's temporary"));
   }
@@ -176,14 +177,10 @@ absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {
   // Portable: pinned for every device's context, not only the current one.
   const cudaError_t error = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
   if (error == cudaErrorHostMemoryAlreadyRegistered) {
-    cudaGetLastError();
+    ResetCudaError();
     return absl::AlreadyExistsError("host memory in this range is already pinned");
   }
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return absl::InvalidArgumentError(absl::StrCat("cudaHostRegister(", bytes, " bytes): ", cudaGetErrorName(error),
-                                                   " (", cudaGetErrorString(error), ")"));
-  }
+  GPUMUX_RETURN_IF_ERROR(CudaStatus(error, absl::StrCat("cudaHostRegister(", bytes, " bytes)")));
   absl::MutexLock lock(&mu_);
   pinned_.emplace(data, bytes);
   return absl::OkStatus();
@@ -195,13 +192,7 @@ absl::Status CudaBackend::UnpinHostMemory(void* data) {
     absl::MutexLock lock(&mu_);
     if (pinned_.erase(data) == 0) return absl::NotFoundError("host memory at this address is not pinned");
   }
-  const cudaError_t error = cudaHostUnregister(data);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return absl::InternalError(
-        absl::StrCat("cudaHostUnregister: ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
-  }
-  return absl::OkStatus();
+  return CudaStatus(cudaHostUnregister(data), "cudaHostUnregister");
 }
 
 }  // namespace gpumux

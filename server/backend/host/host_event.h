@@ -32,6 +32,7 @@
 #include "common/host_ipc_event.h"
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/sealed_memory.h"
+#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

@@ -1,4 +1,7 @@
-#include "server/backend/cuda/cuda_status.h"
+#include "common/cuda_status.h"
+
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,8 +27,19 @@ bool IsStickyCudaError(cudaError_t error) {
   }
 }
 
+void ResetCudaError() { static_cast<void>(cudaGetLastError()); }
+
+bool CudaNotReady(cudaError_t error) {
+  if (error != cudaErrorNotReady) return false;
+  ResetCudaError();
+  return true;
+}
+
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  // A sticky error stays whatever this does; any other must not surface in
+  // a later call.
+  ResetCudaError();
   std::string message =
       absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")");
   switch (error) {

@@ -1,0 +1,20 @@
+#include "server/core/session_overview.h"
+
+#include <utility>
+
+namespace gpumux {
+
+std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& sessions, const StreamManager& streams,
+                                                  const MemoryManager& memory) {
+  std::vector<SessionOverview> out;
+  for (SessionInfo& info : sessions.List()) {
+    SessionOverview overview;
+    overview.counts = streams.Counts(info.id);
+    overview.devices = memory.Usage(info.id);
+    overview.info = std::move(info);
+    out.push_back(std::move(overview));
+  }
+  return out;
+}
+
+}  // namespace gpumux
