@@ -28,4 +28,7 @@ DeviceGuard::DeviceGuard(Client& client, DeviceIndex device)
 
 DeviceGuard::~DeviceGuard() { client_.impl_->current_.set_device(previous_device_); }
 
+DeviceOf::DeviceOf(Client& client, const DeviceBuffer& buffer)
+    : guard_(client, buffer.valid() ? buffer.device() : client.CurrentDevice()) {}
+
 }  // namespace gpumux

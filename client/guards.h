@@ -1,12 +1,14 @@
 #pragma once
 
 // RAII guards of a Client's per-thread current device and stream:
-// StreamGuard is torch.cuda.stream(s), DeviceGuard is torch.cuda.device(d).
+// StreamGuard is torch.cuda.stream(s), DeviceGuard is torch.cuda.device(d),
+// DeviceOf is torch.cuda.device_of(x).
 // Each restores on destruction exactly what it changed. A guard belongs to the
 // thread that made it (the state it changes is that thread's) and must be
 // destroyed there, in reverse order of creation, before its Client.
 
 #include "client/current_streams.h"
+#include "client/device_buffer.h"
 #include "client/stream.h"
 #include "common/ids.h"
 
@@ -45,6 +47,20 @@ class DeviceGuard {
  private:
   Client& client_;
   const DeviceIndex previous_device_;
+};
+
+class DeviceOf {
+ public:
+  // Makes `buffer`'s device current; an empty buffer changes nothing, as a
+  // CPU tensor does in PyTorch.
+  DeviceOf(Client& client, const DeviceBuffer& buffer);
+  // Restores the previous current device.
+  ~DeviceOf() = default;
+  DeviceOf(const DeviceOf&) = delete;
+  DeviceOf& operator=(const DeviceOf&) = delete;
+
+ private:
+  DeviceGuard guard_;
 };
 
 }  // namespace gpumux

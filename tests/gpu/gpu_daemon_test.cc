@@ -4,6 +4,7 @@
 // SIGKILLed client's memory. Skips where no CUDA device is visible.
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@ namespace {
 
 using ::gpumux::testing::Child;
 using ::gpumux::testing::DaemonProcess;
+using ::gpumux::testing::IsOkAndHolds;
 using ::gpumux::testing::TestBinary;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -194,6 +196,54 @@ TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
   }
   ASSERT_OK(client_->FlushFrees());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
+
+// torch.cuda.current_blas_handle(): a handle of this thread bound to its
+// current CUDA stream; cuBLAS runs on the daemon's memory (y = 3x + y).
+TEST_F(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  constexpr int kCount = 1 << 16;
+  std::vector<float> x(kCount), y(kCount, 2.0f);
+  for (int i = 0; i < kCount; ++i) x[i] = static_cast<float>(i);
+  absl::StatusOr<DeviceBuffer> dx = client_->Allocate(kCount * sizeof(float), kDevice);
+  absl::StatusOr<DeviceBuffer> dy = client_->Allocate(kCount * sizeof(float), kDevice);
+  ASSERT_OK(dx);
+  ASSERT_OK(dy);
+  ASSERT_OK(client_->CopyHostToDevice(*dx, 0, x.data(), kCount * sizeof(float), {.wait = true}));
+  ASSERT_OK(client_->CopyHostToDevice(*dy, 0, y.data(), kCount * sizeof(float), {.wait = true}));
+  void* handle = nullptr;
+  {
+    CudaStreamGuard guard(stream);
+    absl::StatusOr<void*> current = client_->CurrentBlasHandle();
+    if (absl::IsFailedPrecondition(current.status())) GTEST_SKIP() << current.status();
+    ASSERT_OK(current);
+    handle = *current;
+    // The library libgpumux loaded, for this test's own cuBLAS calls.
+    void* cublas = nullptr;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
+      if ((cublas = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) != nullptr) break;
+    }
+    ASSERT_NE(cublas, nullptr);
+    auto get_stream = reinterpret_cast<int (*)(void*, cudaStream_t*)>(dlsym(cublas, "cublasGetStream_v2"));
+    auto saxpy = reinterpret_cast<int (*)(void*, int, const float*, const float*, int, float*, int)>(
+        dlsym(cublas, "cublasSaxpy_v2"));
+    ASSERT_NE(get_stream, nullptr);
+    ASSERT_NE(saxpy, nullptr);
+    cudaStream_t bound = nullptr;
+    ASSERT_EQ(get_stream(handle, &bound), 0);
+    EXPECT_EQ(bound, stream);
+    const float alpha = 3.0f;
+    ASSERT_EQ(saxpy(handle, kCount, &alpha, static_cast<const float*>(dx->data()), 1,
+                    static_cast<float*>(dy->data()), 1),
+              0);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  }
+  ASSERT_OK(client_->CopyDeviceToHost(y.data(), *dy, 0, kCount * sizeof(float)));
+  for (int i = 0; i < kCount; i += 997) ASSERT_EQ(y[i], 3.0f * i + 2.0f) << "at " << i;
+  // The same handle for this thread and device, now bound to the default.
+  EXPECT_THAT(client_->CurrentBlasHandle(), IsOkAndHolds(handle));
   cudaStreamDestroy(stream);
 }
 
