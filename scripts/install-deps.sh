@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
   python3 python3-grpcio python3-grpc-tools
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
 )
 missing=()
 for p in "${packages[@]}"; do

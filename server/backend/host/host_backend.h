@@ -46,7 +46,6 @@
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_stream.h"
 #include "server/backend/host/host_stream_pool.h"
-#include "server/backend/host/layer_check.h"
 #include "server/backend/host/segment_mapping.h"
 
 namespace gpumux {

@@ -32,7 +32,6 @@
 #include "common/host_ipc_event.h"
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
-#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

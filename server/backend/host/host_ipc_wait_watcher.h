@@ -25,7 +25,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
 #include "server/backend/host/host_event.h"
-#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

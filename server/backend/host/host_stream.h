@@ -26,7 +26,6 @@
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
 #include "server/backend/host/host_event.h"
-#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

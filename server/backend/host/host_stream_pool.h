@@ -28,7 +28,6 @@
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_ipc_wait_watcher.h"
 #include "server/backend/host/host_stream.h"
-#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 

@@ -13,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "common/sealed_memory.h"
-#include "server/backend/host/layer_check.h"
 
 namespace gpumux {
 
