@@ -20,7 +20,8 @@ namespace gpumux::bench {
 // (bench/../server/gpumuxd).
 inline std::string DefaultDaemonPath() {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  if (std::filesystem::exists(self.parent_path() / "gpumuxd")) return (self.parent_path() / "gpumuxd").string();
+  if (std::filesystem::exists(self.parent_path() / "gpumuxd"))
+    return (self.parent_path() / "gpumuxd").string();
   return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
 }
 

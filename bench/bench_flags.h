@@ -31,17 +31,21 @@ struct BenchFlag {
 inline absl::Status ParseBenchFlags(int argc, char** argv, const std::vector<BenchFlag>& flags) {
   std::vector<FlagSpec> specs;
   for (const BenchFlag& flag : flags) specs.push_back({flag.name, /*takes_value=*/true});
-  GPUMUX_ASSIGN_OR_RETURN(ParsedArgs args, ParseFlags(std::vector<std::string>(argv + 1, argv + argc), specs));
-  if (!args.positional.empty()) return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", args.positional[0]));
+  GPUMUX_ASSIGN_OR_RETURN(ParsedArgs args,
+                          ParseFlags(std::vector<std::string>(argv + 1, argv + argc), specs));
+  if (!args.positional.empty())
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument ", args.positional[0]));
   for (const BenchFlag& flag : flags) {
     if (std::string* const* text = std::get_if<std::string*>(&flag.value)) {
       **text = args.Get(flag.name).value_or(**text);
     } else if (int* const* number = std::get_if<int*>(&flag.value)) {
-      GPUMUX_ASSIGN_OR_RETURN(int64_t value, IntFlag(args, flag.name, **number, flag.min, flag.max));
+      GPUMUX_ASSIGN_OR_RETURN(int64_t value,
+                              IntFlag(args, flag.name, **number, flag.min, flag.max));
       **number = static_cast<int>(value);
     } else {
       uint64_t* size = std::get<uint64_t*>(flag.value);
-      GPUMUX_ASSIGN_OR_RETURN(int64_t value, IntFlag(args, flag.name, static_cast<int64_t>(*size), flag.min, flag.max));
+      GPUMUX_ASSIGN_OR_RETURN(
+          int64_t value, IntFlag(args, flag.name, static_cast<int64_t>(*size), flag.min, flag.max));
       *size = static_cast<uint64_t>(value);
     }
   }

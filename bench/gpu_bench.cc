@@ -34,10 +34,10 @@
 #include "absl/strings/escaping.h"
 
 #include "bench/bench_daemon.h"
-#include "replay/inprocess_target.h"
-#include "replay/trace_replay.h"
 #include "client/client.h"
 #include "replay/client_target.h"
+#include "replay/inprocess_target.h"
+#include "replay/trace_replay.h"
 
 namespace {
 
@@ -89,7 +89,8 @@ bool AllocateFree(gpumux::Client& client) {
   }
   for (int round = 0; round < 5 && ok; ++round) {
     for (int i = 0; i < 1000; ++i) noop.push_back(TimeUs([&] { ok &= client.Ping().ok(); }));
-    for (int i = 0; i < 1000; ++i) pair.push_back(TimeUs([&] { ok &= client.Allocate(size).ok(); }));
+    for (int i = 0; i < 1000; ++i)
+      pair.push_back(TimeUs([&] { ok &= client.Allocate(size).ok(); }));
     ok &= client.FlushFrees().ok();
     for (int i = 0; i < 1000; ++i) {
       sync_pair.push_back(TimeUs([&] {
@@ -119,7 +120,8 @@ bool AllocateFree(gpumux::Client& client) {
 
 bool Replays(gpumux::Client& client, const std::string& testdata) {
   for (const TorchFigures& trace : kTraces) {
-    absl::StatusOr<std::vector<gpumux::TraceEvent>> events = gpumux::LoadTrace(testdata + "/" + trace.file);
+    absl::StatusOr<std::vector<gpumux::TraceEvent>> events =
+        gpumux::LoadTrace(testdata + "/" + trace.file);
     if (!Check(events.status(), trace.file)) return false;
     absl::StatusOr<std::unique_ptr<gpumux::InProcessTarget>> host =
         gpumux::InProcessTarget::Create(gpumux::AllocatorOptions());
@@ -137,19 +139,28 @@ bool Replays(gpumux::Client& client, const std::string& testdata) {
     const uint64_t opened = client.OpenedMappingCountForTest() - opened_before;
     const double allocations = static_cast<double>(on_cuda->operations) / 2;
     const char* n = trace.name;
-    std::printf("replay_%s_peak_requested_cuda=%lld\n", n, static_cast<long long>(on_cuda->peak_requested));
-    std::printf("replay_%s_peak_reserved_cuda=%lld\n", n, static_cast<long long>(on_cuda->peak_reserved));
-    std::printf("replay_%s_peak_reserved_host=%lld\n", n, static_cast<long long>(on_host->peak_reserved));
-    std::printf("replay_%s_device_allocs_cuda=%lld\n", n, static_cast<long long>(on_cuda->device_allocs));
-    std::printf("replay_%s_peak_requested_cuda_over_torch=%.4f\n", n,
-                static_cast<double>(on_cuda->peak_requested) / static_cast<double>(trace.peak_requested));
-    std::printf("replay_%s_peak_reserved_cuda_over_torch=%.4f\n", n,
-                static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(trace.peak_reserved));
-    std::printf("replay_%s_peak_reserved_cuda_over_host=%.4f\n", n,
-                static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(on_host->peak_reserved));
-    std::printf("replay_%s_ops_per_second_cuda=%.0f\n", n, static_cast<double>(on_cuda->operations) / on_cuda->seconds);
+    std::printf("replay_%s_peak_requested_cuda=%lld\n", n,
+                static_cast<long long>(on_cuda->peak_requested));
+    std::printf("replay_%s_peak_reserved_cuda=%lld\n", n,
+                static_cast<long long>(on_cuda->peak_reserved));
+    std::printf("replay_%s_peak_reserved_host=%lld\n", n,
+                static_cast<long long>(on_host->peak_reserved));
+    std::printf("replay_%s_device_allocs_cuda=%lld\n", n,
+                static_cast<long long>(on_cuda->device_allocs));
+    std::printf(
+        "replay_%s_peak_requested_cuda_over_torch=%.4f\n", n,
+        static_cast<double>(on_cuda->peak_requested) / static_cast<double>(trace.peak_requested));
+    std::printf(
+        "replay_%s_peak_reserved_cuda_over_torch=%.4f\n", n,
+        static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(trace.peak_reserved));
+    std::printf(
+        "replay_%s_peak_reserved_cuda_over_host=%.4f\n", n,
+        static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(on_host->peak_reserved));
+    std::printf("replay_%s_ops_per_second_cuda=%.0f\n", n,
+                static_cast<double>(on_cuda->operations) / on_cuda->seconds);
     std::printf("replay_%s_ipc_opens=%llu\n", n, static_cast<unsigned long long>(opened));
-    std::printf("replay_%s_ipc_cache_hit_rate=%.4f\n", n, 1.0 - static_cast<double>(opened) / allocations);
+    std::printf("replay_%s_ipc_cache_hit_rate=%.4f\n", n,
+                1.0 - static_cast<double>(opened) / allocations);
   }
   return true;
 }
@@ -176,7 +187,8 @@ bool Copies(gpumux::Client& client) {
   void* device_a = nullptr;
   void* device_b = nullptr;
   if (!Check(cudaMallocHost(&pinned, bytes), "cudaMallocHost") ||
-      !Check(cudaMalloc(&device_a, d2d_bytes), "cudaMalloc") || !Check(cudaMalloc(&device_b, d2d_bytes), "cudaMalloc")) {
+      !Check(cudaMalloc(&device_a, d2d_bytes), "cudaMalloc") ||
+      !Check(cudaMalloc(&device_b, d2d_bytes), "cudaMalloc")) {
     return false;
   }
   std::vector<char> pageable(bytes, 1);
@@ -196,7 +208,8 @@ bool Copies(gpumux::Client& client) {
   absl::StatusOr<gpumux::DeviceBuffer> staged_target = client.Allocate(bytes);
   absl::StatusOr<gpumux::DeviceBuffer> a = client.Allocate(d2d_bytes);
   absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(d2d_bytes);
-  if (!Check(staged_target.status(), "allocate") || !Check(a.status(), "allocate") || !Check(b.status(), "allocate")) {
+  if (!Check(staged_target.status(), "allocate") || !Check(a.status(), "allocate") ||
+      !Check(b.status(), "allocate")) {
     return false;
   }
   gpumux::CopyOptions staged;
@@ -234,7 +247,8 @@ bool MappingCost(gpumux::Client& client) {
   shareable.shareable = true;
   std::vector<double> fresh;
   for (int i = 0; i < 200; ++i) {
-    fresh.push_back(TimeUs([&] { (void)client.Allocate(2 * kMiB, gpumux::DeviceIndex(0), shareable); }));
+    fresh.push_back(
+        TimeUs([&] { (void)client.Allocate(2 * kMiB, gpumux::DeviceIndex(0), shareable); }));
   }
   std::vector<double> cached;
   for (int i = 0; i < 200; ++i) cached.push_back(TimeUs([&] { (void)client.Allocate(2 * kMiB); }));
@@ -252,13 +266,17 @@ int ProbeRecorder() {
   cudaEvent_t event = nullptr;
   cudaIpcEventHandle_t handle;
   if (!Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate") ||
-      !Check(cudaLaunchHostFunc(stream, [](void*) { sleep(30); }, nullptr), "cudaLaunchHostFunc") ||
-      !Check(cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming), "cudaEventCreate") ||
+      !Check(cudaLaunchHostFunc(
+                 stream, [](void*) { sleep(30); }, nullptr),
+             "cudaLaunchHostFunc") ||
+      !Check(cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming),
+             "cudaEventCreate") ||
       !Check(cudaEventRecord(event, stream), "cudaEventRecord") ||
       !Check(cudaIpcGetEventHandle(&handle, event), "cudaIpcGetEventHandle")) {
     return 1;
   }
-  std::printf("%s\n", absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(&handle), sizeof(handle)))
+  std::printf("%s\n", absl::BytesToHexString(
+                          absl::string_view(reinterpret_cast<const char*>(&handle), sizeof(handle)))
                           .c_str());
   std::fflush(stdout);
   pause();
@@ -321,9 +339,12 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--probe-recorder") == 0) return ProbeRecorder();
   std::string address, gpumuxd = gpumux::bench::DefaultDaemonPath(), testdata;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--address") == 0) address = argv[i + 1];
-    else if (std::strcmp(argv[i], "--gpumuxd") == 0) gpumuxd = argv[i + 1];
-    else if (std::strcmp(argv[i], "--testdata") == 0) testdata = argv[i + 1];
+    if (std::strcmp(argv[i], "--address") == 0)
+      address = argv[i + 1];
+    else if (std::strcmp(argv[i], "--gpumuxd") == 0)
+      gpumuxd = argv[i + 1];
+    else if (std::strcmp(argv[i], "--testdata") == 0)
+      testdata = argv[i + 1];
   }
   if (testdata.empty()) {
     const char* env = std::getenv("GPUMUX_TESTDATA");
@@ -336,7 +357,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<gpumux::bench::BenchDaemon> daemon;
   if (address.empty()) {
-    daemon = std::make_unique<gpumux::bench::BenchDaemon>(gpumuxd, std::vector<std::string>{"--backend=cuda"});
+    daemon = std::make_unique<gpumux::bench::BenchDaemon>(
+        gpumuxd, std::vector<std::string>{"--backend=cuda"});
     address = daemon->address();
   }
   int rc = 0;

@@ -44,7 +44,8 @@ using gpumux::testing::ReadProcessFigures;
 
 // Answers Session.Ping and nothing else: the floor of a gRPC round trip.
 class TrivialPingService final : public gpumux::v1::Session::CallbackService {
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const gpumux::v1::PingRequest*,
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const gpumux::v1::PingRequest*,
                                  gpumux::v1::PingResponse*) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -56,14 +57,16 @@ double Micros(Clock::duration d) { return std::chrono::duration<double, std::mic
 
 // One client process: prints "<kind> <microseconds>" per operation and
 // "error <kind>" per failure.
-int RunClient(const std::string& address, const std::string& ping_address, double seconds, uint64_t seed) {
+int RunClient(const std::string& address, const std::string& ping_address, double seconds,
+              uint64_t seed) {
   auto connected = gpumux::Client::Connect(address);
   if (!connected.ok()) {
     std::fprintf(stderr, "load client: %s\n", connected.status().ToString().c_str());
     return 1;
   }
   gpumux::Client& client = **connected;
-  auto trivial = gpumux::v1::Session::NewStub(grpc::CreateChannel(ping_address, grpc::InsecureChannelCredentials()));
+  auto trivial = gpumux::v1::Session::NewStub(
+      grpc::CreateChannel(ping_address, grpc::InsecureChannelCredentials()));
   absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(1 << 20);
   absl::StatusOr<gpumux::Stream> stream = client.CreateStream(gpumux::DeviceIndex(0));
   if (!buffer.ok() || !stream.ok()) return 1;
@@ -71,8 +74,10 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
   std::vector<char> host(4096, 'x');
   std::mt19937_64 rng(seed);
   std::string out;
-  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  static const char* const kKinds[] = {"allocate", "memset", "h2d_4k", "event", "sync", "stats", "ping"};
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(seconds));
+  static const char* const kKinds[] = {"allocate", "memset", "h2d_4k", "event",
+                                       "sync",     "stats",  "ping"};
   while (Clock::now() < end) {
     const int kind = static_cast<int>(rng() % 7);
     const auto start = Clock::now();
@@ -87,7 +92,8 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
         status = client.Memset(*buffer, 0, 1, buffer->size(), {.wait = true}).status();
         break;
       case 2:
-        status = client.CopyHostToDevice(*buffer, 0, host.data(), host.size(), {.wait = true}).status();
+        status =
+            client.CopyHostToDevice(*buffer, 0, host.data(), host.size(), {.wait = true}).status();
         break;
       case 3:
         status = event.Record(*stream);
@@ -137,8 +143,8 @@ int RunLoad(const gpumux::bench::BenchDaemon& daemon, int clients, double second
       close(out[0]);
       const std::string seconds_arg = std::to_string(seconds), seed = std::to_string(i + 1);
       std::string a = daemon.address(), p = "unix://" + ping_socket;
-      execl(self.c_str(), self.c_str(), "--client", a.c_str(), p.c_str(), seconds_arg.c_str(), seed.c_str(),
-            static_cast<char*>(nullptr));
+      execl(self.c_str(), self.c_str(), "--client", a.c_str(), p.c_str(), seconds_arg.c_str(),
+            seed.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
     close(out[1]);
@@ -166,18 +172,21 @@ int RunLoad(const gpumux::bench::BenchDaemon& daemon, int clients, double second
   long gpumux_ops = 0, total_errors = 0;
   for (auto& [kind, values] : samples) {
     if (kind != "trivial_ping") gpumux_ops += static_cast<long>(values.size());
-    std::printf("%s_p50_us=%.1f\n%s_p99_us=%.1f\n", kind.c_str(), Percentile(values, 0.5), kind.c_str(),
-                Percentile(values, 0.99));
+    std::printf("%s_p50_us=%.1f\n%s_p99_us=%.1f\n", kind.c_str(), Percentile(values, 0.5),
+                kind.c_str(), Percentile(values, 0.99));
   }
   for (auto& [kind, count] : errors) {
     std::printf("%s_errors=%ld\n", kind.c_str(), count);
     total_errors += count;
   }
   const double trivial_per_s = static_cast<double>(samples["trivial_ping"].size()) / seconds;
-  std::printf("load_clients=%d\nload_seconds=%.0f\ngpumux_ops_per_s=%.0f\ntrivial_pings_per_s=%.0f\nerrors=%ld\n",
-              clients, seconds, static_cast<double>(gpumux_ops) / seconds, trivial_per_s, total_errors);
-  std::printf("ping_over_trivial_ping_p50=%.2f\n",
-              Percentile(samples["ping"], 0.5) / std::max(1e-9, Percentile(samples["trivial_ping"], 0.5)));
+  std::printf(
+      "load_clients=%d\nload_seconds=%.0f\ngpumux_ops_per_s=%.0f\ntrivial_pings_per_s=%.0f\nerrors="
+      "%ld\n",
+      clients, seconds, static_cast<double>(gpumux_ops) / seconds, trivial_per_s, total_errors);
+  std::printf(
+      "ping_over_trivial_ping_p50=%.2f\n",
+      Percentile(samples["ping"], 0.5) / std::max(1e-9, Percentile(samples["trivial_ping"], 0.5)));
   return total_errors == 0 ? 0 : 1;
 }
 
@@ -198,11 +207,13 @@ int RunMemory(const gpumux::bench::BenchDaemon& daemon, int sessions) {
   }
   usleep(200000);
   const ProcessFigures used = ReadProcessFigures(daemon.pid());
-  std::printf("memory_sessions=%d\nrss_kib_per_idle_session=%.1f\nrss_kib_per_session_with_streams=%.1f\n"
-              "threads_base=%lld\nthreads_idle_sessions=%lld\nthreads_sessions_with_streams=%lld\n",
-              sessions, static_cast<double>(idle.rss_kb - base.rss_kb) / sessions,
-              static_cast<double>(used.rss_kb - base.rss_kb) / sessions, static_cast<long long>(base.threads),
-              static_cast<long long>(idle.threads), static_cast<long long>(used.threads));
+  std::printf(
+      "memory_sessions=%d\nrss_kib_per_idle_session=%.1f\nrss_kib_per_session_with_streams=%.1f\n"
+      "threads_base=%lld\nthreads_idle_sessions=%lld\nthreads_sessions_with_streams=%lld\n",
+      sessions, static_cast<double>(idle.rss_kb - base.rss_kb) / sessions,
+      static_cast<double>(used.rss_kb - base.rss_kb) / sessions,
+      static_cast<long long>(base.threads), static_cast<long long>(idle.threads),
+      static_cast<long long>(used.threads));
   return 0;
 }
 
@@ -221,11 +232,13 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   {
-    gpumux::bench::BenchDaemon daemon(gpumux::bench::DefaultDaemonPath(), {"--backend=host", "--host-devices=2"});
+    gpumux::bench::BenchDaemon daemon(gpumux::bench::DefaultDaemonPath(),
+                                      {"--backend=host", "--host-devices=2"});
     rc |= RunLoad(daemon, clients, seconds);
   }
   {
-    gpumux::bench::BenchDaemon daemon(gpumux::bench::DefaultDaemonPath(), {"--backend=host", "--host-devices=2"});
+    gpumux::bench::BenchDaemon daemon(gpumux::bench::DefaultDaemonPath(),
+                                      {"--backend=host", "--host-devices=2"});
     rc |= RunMemory(daemon, sessions);
   }
   return rc;

@@ -49,19 +49,24 @@ int main(int argc, char** argv) {
   Flags flags;
   absl::Status parsed = gpumux::bench::ParseBenchFlags(
       argc, argv,
-      {{"address", &flags.address}, {"gpumuxd", &flags.gpumuxd}, {"iterations", &flags.iterations},
-       {"rounds", &flags.rounds}, {"size", &flags.size, 1, std::numeric_limits<int64_t>::max()}});
+      {{"address", &flags.address},
+       {"gpumuxd", &flags.gpumuxd},
+       {"iterations", &flags.iterations},
+       {"rounds", &flags.rounds},
+       {"size", &flags.size, 1, std::numeric_limits<int64_t>::max()}});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\n", std::string(parsed.message()).c_str());
-    std::fprintf(stderr,
-                 "usage: %s [--address A] [--gpumuxd PATH] [--iterations N] [--rounds R] [--size BYTES]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s [--address A] [--gpumuxd PATH] [--iterations N] [--rounds R] [--size BYTES]\n",
+        argv[0]);
     return 2;
   }
   std::unique_ptr<gpumux::bench::BenchDaemon> daemon;
   if (flags.address.empty()) {
     daemon = std::make_unique<gpumux::bench::BenchDaemon>(
-        flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd, std::vector<std::string>{});
+        flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd,
+        std::vector<std::string>{});
     flags.address = daemon->address();
   }
 

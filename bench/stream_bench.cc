@@ -95,11 +95,15 @@ void Run(const Flags& flags, const std::string& address) {
   v1::StagingBuffer staging;
   Check("staging buffer", s.copy().GetStagingBuffer(s.Context().get(), staging_request, &staging));
   absl::StatusOr<std::string> socket_path = gpumux::UnixSocketPathOf(address);
-  if (!socket_path.ok()) Die("staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::string(socket_path.status().message())));
+  if (!socket_path.ok())
+    Die("staging buffer",
+        grpc::Status(grpc::StatusCode::INTERNAL, std::string(socket_path.status().message())));
   gpumux::MemoryFileFetcher fetcher(gpumux::MemorySocketPath(*socket_path), s.credentials());
-  absl::StatusOr<gpumux::SealedMemory> file = fetcher.Fetch(staging.handle().data(), staging.size());
+  absl::StatusOr<gpumux::SealedMemory> file =
+      fetcher.Fetch(staging.handle().data(), staging.size());
   if (!file.ok()) {
-    Die("fetch staging buffer", grpc::Status(grpc::StatusCode::INTERNAL, std::string(file.status().message())));
+    Die("fetch staging buffer",
+        grpc::Status(grpc::StatusCode::INTERNAL, std::string(file.status().message())));
   }
   void* mapped = mmap(nullptr, staging.size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
   if (mapped == MAP_FAILED) {
@@ -132,18 +136,25 @@ void Run(const Flags& flags, const std::string& address) {
   v1::StreamRequest sync;  // default stream of device 0
 
   auto client = gpumux::Client::Connect(address, {.client_name = "gpumux_stream_bench_client"});
-  if (!client.ok()) Die("connect libgpumux", grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(client.status().message())));
+  if (!client.ok())
+    Die("connect libgpumux",
+        grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(client.status().message())));
   auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
-  if (!buffer.ok()) Die("libgpumux allocate", grpc::Status(grpc::StatusCode::INTERNAL, std::string(buffer.status().message())));
+  if (!buffer.ok())
+    Die("libgpumux allocate",
+        grpc::Status(grpc::StatusCode::INTERNAL, std::string(buffer.status().message())));
   const gpumux::CopyOptions library_copy{.wait = true, .path = gpumux::TransferPath::kStaging};
   auto library_h2d = [&] {
-    auto copied_by_library = (*client)->CopyHostToDevice(*buffer, 0, source.data(), size, library_copy);
+    auto copied_by_library =
+        (*client)->CopyHostToDevice(*buffer, 0, source.data(), size, library_copy);
     if (!copied_by_library.ok()) {
-      Die("libgpumux copy", grpc::Status(grpc::StatusCode::INTERNAL, std::string(copied_by_library.status().message())));
+      Die("libgpumux copy", grpc::Status(grpc::StatusCode::INTERNAL,
+                                         std::string(copied_by_library.status().message())));
     }
   };
 
-  std::vector<double> memcpy_us, inline_us, staged_us, library_us, noop_us, record_query_us, sync_us;
+  std::vector<double> memcpy_us, inline_us, staged_us, library_us, noop_us, record_query_us,
+      sync_us;
   v1::CopyResponse copied;
   // Warm-up: page faults in the daemon's mappings, connection, streams.
   for (int i = 0; i < 3; ++i) {
@@ -155,8 +166,9 @@ void Run(const Flags& flags, const std::string& address) {
   for (int round = 0; round < flags.rounds; ++round) {
     for (int i = 0; i < 5; ++i) {
       memcpy_us.push_back(TimeUs([&] { std::memcpy(memcpy_target.data(), source.data(), size); }));
-      inline_us.push_back(
-          TimeUs([&] { Check("inline copy", s.copy().HostToDevice(s.Context().get(), inline_copy, &copied)); }));
+      inline_us.push_back(TimeUs([&] {
+        Check("inline copy", s.copy().HostToDevice(s.Context().get(), inline_copy, &copied));
+      }));
       staged_us.push_back(TimeUs([&] {
         std::memcpy(staging_bytes, source.data(), size);
         Check("staged copy", s.copy().HostToDevice(s.Context().get(), staged_copy, &copied));
@@ -166,7 +178,8 @@ void Run(const Flags& flags, const std::string& address) {
     for (int i = 0; i < flags.iterations; ++i) {
       v1::PingRequest ping;
       v1::PingResponse pong;
-      noop_us.push_back(TimeUs([&] { Check("ping", s.session().Ping(s.Context().get(), ping, &pong)); }));
+      noop_us.push_back(
+          TimeUs([&] { Check("ping", s.session().Ping(s.Context().get(), ping, &pong)); }));
     }
     for (int i = 0; i < flags.iterations; ++i) {
       v1::RecordEventResponse recorded;
@@ -178,16 +191,21 @@ void Run(const Flags& flags, const std::string& address) {
     }
     for (int i = 0; i < flags.iterations; ++i) {
       v1::SynchronizeStreamResponse synced;
-      sync_us.push_back(TimeUs([&] { Check("synchronize", s.stream().Synchronize(s.Context().get(), sync, &synced)); }));
+      sync_us.push_back(TimeUs(
+          [&] { Check("synchronize", s.stream().Synchronize(s.Context().get(), sync, &synced)); }));
     }
   }
   munmap(mapped, staging.size());
 
   // Throughput in GB/s (1e9 bytes per second) from each kind's median time.
-  auto gbps = [&](const std::vector<double>& us) { return static_cast<double>(size) / (Median(us) * 1e3); };
-  const double memcpy_gbps = gbps(memcpy_us), inline_gbps = gbps(inline_us), staged_gbps = gbps(staged_us);
+  auto gbps = [&](const std::vector<double>& us) {
+    return static_cast<double>(size) / (Median(us) * 1e3);
+  };
+  const double memcpy_gbps = gbps(memcpy_us), inline_gbps = gbps(inline_us),
+               staged_gbps = gbps(staged_us);
   const double library_gbps = gbps(library_us);
-  const double noop = Median(noop_us), record_query = Median(record_query_us), synced = Median(sync_us);
+  const double noop = Median(noop_us), record_query = Median(record_query_us),
+               synced = Median(sync_us);
   std::printf("copy_size=%llu\n", static_cast<unsigned long long>(size));
   std::printf("memcpy_gbps=%.2f\n", memcpy_gbps);
   std::printf("h2d_inline_gbps=%.2f\n", inline_gbps);
@@ -207,17 +225,21 @@ void Run(const Flags& flags, const std::string& address) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  absl::Status parsed = gpumux::bench::ParseBenchFlags(
-      argc, argv,
-      {{"gpumuxd", &flags.gpumuxd}, {"size", &flags.size, 1, int64_t{64} << 20}, {"rounds", &flags.rounds},
-       {"iterations", &flags.iterations}});
+  absl::Status parsed = gpumux::bench::ParseBenchFlags(argc, argv,
+                                                       {{"gpumuxd", &flags.gpumuxd},
+                                                        {"size", &flags.size, 1, int64_t{64} << 20},
+                                                        {"rounds", &flags.rounds},
+                                                        {"iterations", &flags.iterations}});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\n", std::string(parsed.message()).c_str());
-    std::fprintf(stderr, "usage: %s [--gpumuxd PATH] [--size BYTES<=64MiB] [--rounds R] [--iterations N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s [--gpumuxd PATH] [--size BYTES<=64MiB] [--rounds R] [--iterations N]\n",
+                 argv[0]);
     return 2;
   }
-  gpumux::bench::BenchDaemon daemon(flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd,
-                                    {"--backend=host"});
+  gpumux::bench::BenchDaemon daemon(
+      flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd,
+      {"--backend=host"});
   daemon_pid = daemon.pid();
   Run(flags, daemon.address());
   return 0;

@@ -32,7 +32,8 @@ absl::StatusOr<int> AskDeviceCount(absl::string_view address, absl::Duration tim
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetDeviceCountRequest request;
   v1::GetDeviceCountResponse response;
-  GPUMUX_RETURN_IF_ERROR(FromGrpcStatus(device->GetDeviceCount(&context, request, &response), address));
+  GPUMUX_RETURN_IF_ERROR(
+      FromGrpcStatus(device->GetDeviceCount(&context, request, &response), address));
   return response.count();
 }
 
@@ -50,7 +51,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
   std::unique_ptr<Client> client(new Client());
-  client->impl_ = std::make_unique<Impl>(*client, std::string(address), CreateDaemonChannel(address), options);
+  client->impl_ =
+      std::make_unique<Impl>(*client, std::string(address), CreateDaemonChannel(address), options);
   Impl& impl = *client->impl_;
   GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*impl.channel_, options.open_timeout, address));
 
@@ -59,17 +61,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   request.set_pid(getpid());
   request.set_tenant(options.tenant);
   request.mutable_labels()->insert(options.labels.begin(), options.labels.end());
-  GPUMUX_ASSIGN_OR_RETURN(
-      impl.session_,
-      SessionStream::Open(*impl.session_stub_, request, deadline, impl.address_,
-                          [&impl](const v1::SessionServerMessage& notice) { impl.OnNotice(notice); }));
+  GPUMUX_ASSIGN_OR_RETURN(impl.session_,
+                          SessionStream::Open(*impl.session_stub_, request, deadline, impl.address_,
+                                              [&impl](const v1::SessionServerMessage& notice) {
+                                                impl.OnNotice(notice);
+                                              }));
   const v1::SessionOpened& opened = impl.session_->opened();
   impl.session_id_ = SessionId(opened.session_id());
   impl.credentials_ = absl::StrCat(opened.session_id(), ":", opened.secret());
   // Shared memory comes from the memory socket next to the daemon's Unix
   // socket; a TCP address has none.
   if (absl::StatusOr<std::string> path = UnixSocketPathOf(ToGrpcTarget(impl.address_)); path.ok()) {
-    impl.memory_files_ = std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), impl.credentials_);
+    impl.memory_files_ =
+        std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), impl.credentials_);
   }
   return client;
 }
@@ -128,7 +132,8 @@ DeviceIndex Client::CurrentDevice() const { return impl_->current_.device(); }
 size_t Client::MappedSegmentCountForTest() const { return impl_->mapper_.size(); }
 uint64_t Client::OpenedMappingCountForTest() const { return impl_->mapper_.opened(); }
 
-absl::Status Client::Impl::CallWithSession(absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
+absl::Status Client::Impl::CallWithSession(
+    absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
   if (session_ == nullptr) return absl::FailedPreconditionError("the client has no session");
   if (session_->ended()) return SessionEndedError();
   grpc::ClientContext context;
@@ -137,13 +142,15 @@ absl::Status Client::Impl::CallWithSession(absl::FunctionRef<grpc::Status(grpc::
   // Our own credentials refused while our stream still looks open: the
   // daemon answering is not the one that opened the session.
   if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) return RestartedError();
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && session_->ended()) return SessionEndedError();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && session_->ended())
+    return SessionEndedError();
   return FromGrpcStatus(status, address_);
 }
 
 absl::Status Client::Impl::RestartedError() const {
-  return absl::UnavailableError(absl::StrCat("session ", session_->opened().session_id(),
-                                             " ended (the daemon restarted): reconnect with a new gpumux::Client"));
+  return absl::UnavailableError(
+      absl::StrCat("session ", session_->opened().session_id(),
+                   " ended (the daemon restarted): reconnect with a new gpumux::Client"));
 }
 
 bool Client::Impl::DaemonAnswers() const {
@@ -169,9 +176,10 @@ absl::Status Client::Impl::SessionEndedError() {
   absl::Status final_status = session_->Close();
   if (absl::IsUnavailable(final_status)) {
     if (DaemonAnswers()) return RestartedError();
-    return UnreachableError(address_, absl::StrCat("session ", session_->opened().session_id(),
-                                                   " ended when it stopped (", final_status.message(),
-                                                   "); reconnect with a new gpumux::Client once it runs again"));
+    return UnreachableError(
+        address_, absl::StrCat("session ", session_->opened().session_id(),
+                               " ended when it stopped (", final_status.message(),
+                               "); reconnect with a new gpumux::Client once it runs again"));
   }
   return UnreachableError(
       address_, final_status.ok() ? std::string("gpumuxd ended the session")
@@ -290,7 +298,8 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
   request.set_shareable(options.shareable);
   const FreeBatch frees = impl_->frees_.Take();
   for (AllocationId id : frees.ids) request.add_free_allocation_ids(id.value());
-  for (const std::string& handle : frees.wait_event_handles) request.add_free_wait_event_handles(handle);
+  for (const std::string& handle : frees.wait_event_handles)
+    request.add_free_wait_event_handles(handle);
   v1::AllocateResponse response;
   absl::Status status = impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->Allocate(context, request, &response);
@@ -328,8 +337,9 @@ absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocatio
                      ") outside its segment of ", allocation.segment_size(), " bytes"));
   }
   void* data = nullptr;
-  absl::StatusOr<void*> base = mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
-                                           allocation.segment_size(), memory_files_.get(), &info.cuda_device);
+  absl::StatusOr<void*> base =
+      mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
+                  allocation.segment_size(), memory_files_.get(), &info.cuda_device);
   if (base.ok()) {
     data = static_cast<char*>(*base) + allocation.offset();
   } else if (!absl::IsUnimplemented(base.status())) {
@@ -354,7 +364,8 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
   const int cuda_device = buffer.cuda_device_;
   FreeBatch free;
   free.ids.push_back(buffer.Detach());
-  if (std::string fence = impl_->FreeFence(cuda_device); !fence.empty()) free.wait_event_handles.push_back(fence);
+  if (std::string fence = impl_->FreeFence(cuda_device); !fence.empty())
+    free.wait_event_handles.push_back(fence);
   impl_->FlushFreesBeforeCall();
   return impl_->SendFrees(free);
 }
@@ -393,9 +404,10 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
   }
   // Checked here: stream 0 on the wire is the default stream of the
   // allocation's device, whichever device the caller meant.
-  GPUMUX_RETURN_IF_ERROR(
-      impl_->ResolveStream(stream, buffer.device(), absl::StrCat("allocation ", ToString(buffer.id())))
-          .status());
+  GPUMUX_RETURN_IF_ERROR(impl_
+                             ->ResolveStream(stream, buffer.device(),
+                                             absl::StrCat("allocation ", ToString(buffer.id())))
+                             .status());
   impl_->FlushFreesBeforeCall();
   v1::RecordStreamRequest request;
   request.set_allocation_id(buffer.id().value());

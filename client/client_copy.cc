@@ -97,8 +97,9 @@ absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t
 }
 
 absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
-                                                 const char* src, uint64_t size,
-                                                 const Stream& stream, const CopyOptions& options) {
+                                                       const char* src, uint64_t size,
+                                                       const Stream& stream,
+                                                       const CopyOptions& options) {
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
   }
@@ -125,8 +126,9 @@ absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, 
 }
 
 absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
-                                                 const char* src, uint64_t size,
-                                                 const Stream& stream, const CopyOptions& options) {
+                                                       const char* src, uint64_t size,
+                                                       const Stream& stream,
+                                                       const CopyOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
   absl::MutexLock lock(&staging_mu_);
   GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
@@ -162,7 +164,8 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
     if (waited) {
       completion = std::move(event);
     } else {
-      staging->Track(slot, std::move(event), response.event_ipc_handle(), self_.backend() == "cuda");
+      staging->Track(slot, std::move(event), response.event_ipc_handle(),
+                     self_.backend() == "cuda");
       if (last && options.completion_event) {
         if (staging->WaitsLocally(slot)) {
           completion = staging->TakeEvent(slot);
@@ -195,8 +198,9 @@ absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& sr
 }
 
 absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
-                                                 uint64_t src_offset, uint64_t size,
-                                                 const Stream& stream, const CopyOptions& options) {
+                                                       uint64_t src_offset, uint64_t size,
+                                                       const Stream& stream,
+                                                       const CopyOptions& options) {
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
   }
@@ -228,8 +232,9 @@ absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBu
 }
 
 absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBuffer& src,
-                                                 uint64_t src_offset, uint64_t size,
-                                                 const Stream& stream, const CopyOptions& options) {
+                                                       uint64_t src_offset, uint64_t size,
+                                                       const Stream& stream,
+                                                       const CopyOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
   absl::MutexLock lock(&staging_mu_);
   GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
@@ -282,7 +287,7 @@ absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64
     return impl_->copy_stub_->DeviceToDevice(context, request, &response);
   }));
   return impl_->AdoptCompletionEvent(stream.device(), response.event(),
-                              std::move(*response.mutable_event_ipc_handle()));
+                                     std::move(*response.mutable_event_ipc_handle()));
 }
 
 absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, uint8_t value,
@@ -300,7 +305,7 @@ absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, u
     return impl_->copy_stub_->Memset(context, request, &response);
   }));
   return impl_->AdoptCompletionEvent(stream.device(), response.event(),
-                              std::move(*response.mutable_event_ipc_handle()));
+                                     std::move(*response.mutable_event_ipc_handle()));
 }
 
 }  // namespace gpumux

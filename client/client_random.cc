@@ -142,7 +142,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
   result.seed = response.seed();
   result.offset = response.offset();
   result.completion = impl_->AdoptCompletionEvent(stream.device(), response.event(),
-                                           std::move(*response.mutable_event_ipc_handle()));
+                                                  std::move(*response.mutable_event_ipc_handle()));
   return result;
 }
 

@@ -54,7 +54,7 @@ absl::Status Client::SetStream(const Stream& stream) {
 }
 
 absl::StatusOr<Stream> Client::Impl::ResolveStream(const std::optional<Stream>& stream,
-                                             DeviceIndex device, absl::string_view what) {
+                                                   DeviceIndex device, absl::string_view what) {
   if (!stream.has_value()) return self_.CurrentStream(device);
   if (stream->client() != &self_) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream->id()), " of device ",
@@ -144,15 +144,16 @@ Event Client::Impl::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::s
 
 absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_view handle) {
   if (backend() != "host") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "only host-backend events map into a process; this daemon's backend is ", backend(),
-        " (open its handles with cudaIpcOpenEventHandle)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("only host-backend events map into a process; this daemon's backend is ",
+                     backend(), " (open its handles with cudaIpcOpenEventHandle)"));
   }
   if (impl_->memory_files_ == nullptr) {
     return NoMemorySocketError();
   }
   GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
-  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, impl_->memory_files_->Fetch(key, kHostIpcEventFileBytes));
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory,
+                          impl_->memory_files_->Fetch(key, kHostIpcEventFileBytes));
   return HostIpcEvent::Adopt(std::move(memory), "gpumux-event");
 }
 

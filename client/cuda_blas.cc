@@ -35,12 +35,15 @@ absl::StatusOr<Cublas> OpenCublas() {
     Cublas cublas;
     cublas.create = reinterpret_cast<decltype(cublas.create)>(dlsym(library, "cublasCreate_v2"));
     cublas.destroy = reinterpret_cast<decltype(cublas.destroy)>(dlsym(library, "cublasDestroy_v2"));
-    cublas.set_stream = reinterpret_cast<decltype(cublas.set_stream)>(dlsym(library, "cublasSetStream_v2"));
-    cublas.status_name = reinterpret_cast<decltype(cublas.status_name)>(dlsym(library, "cublasGetStatusName"));
+    cublas.set_stream =
+        reinterpret_cast<decltype(cublas.set_stream)>(dlsym(library, "cublasSetStream_v2"));
+    cublas.status_name =
+        reinterpret_cast<decltype(cublas.status_name)>(dlsym(library, "cublasGetStatusName"));
     if (cublas.create == nullptr || cublas.destroy == nullptr || cublas.set_stream == nullptr ||
         cublas.status_name == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(name, " lacks cublasCreate_v2, cublasDestroy_v2, ",
-                                                        "cublasSetStream_v2 or cublasGetStatusName"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, " lacks cublasCreate_v2, cublasDestroy_v2, ",
+                       "cublasSetStream_v2 or cublasGetStatusName"));
     }
     return cublas;  // the library stays loaded for the process's lifetime
   }
@@ -74,15 +77,18 @@ thread_local ThreadHandles t_handles;
 
 absl::Status CudaCallError(cudaError_t error, absl::string_view what) {
   cudaGetLastError();  // a non-sticky error must not surface in the next call
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
 }
 
 // cublasCreate_v2 on CUDA device `device`, the thread's current device left
 // as it was.
 absl::StatusOr<cublasHandle_t> CreateHandle(const Cublas& cublas, int device) {
   int previous = 0;
-  if (cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) return CudaCallError(e, "cudaGetDevice");
-  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaCallError(e, "cudaSetDevice");
+  if (cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess)
+    return CudaCallError(e, "cudaGetDevice");
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
+    return CudaCallError(e, "cudaSetDevice");
   cublasHandle_t handle = nullptr;
   const cublasStatus_t created = cublas.create(&handle);
   cudaSetDevice(previous);
@@ -111,7 +117,8 @@ absl::StatusOr<void*> CurrentCublasHandle(absl::string_view pci_bus_id) {
     }
     handle = *created;
   }
-  if (cublasStatus_t set = cublas.set_stream(handle, CurrentCudaStream()); set != CUBLAS_STATUS_SUCCESS) {
+  if (cublasStatus_t set = cublas.set_stream(handle, CurrentCudaStream());
+      set != CUBLAS_STATUS_SUCCESS) {
     return CublasError(cublas, set, "cublasSetStream_v2");
   }
   return static_cast<void*>(handle);

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,7 +34,8 @@ class DeviceScope {
   }
   ~DeviceScope() {
     int current = -1;
-    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_)
+      cudaSetDevice(previous_);
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
@@ -49,7 +50,8 @@ class DeviceScope {
 absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
   if (pci_bus_id.empty()) {
     int current = 0;
-    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess) return CudaStatus(e, "cudaGetDevice");
+    if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess)
+      return CudaStatus(e, "cudaGetDevice");
     return current;
   }
   static absl::Mutex mu(absl::kConstInit);
@@ -58,10 +60,11 @@ absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
   if (auto it = cache->find(pci_bus_id); it != cache->end()) return it->second;
   int device = -1;
   const std::string bus_id(pci_bus_id);
-  if (absl::Status found = CudaStatus(cudaDeviceGetByPCIBusId(&device, bus_id.c_str()), "cudaDeviceGetByPCIBusId");
+  if (absl::Status found =
+          CudaStatus(cudaDeviceGetByPCIBusId(&device, bus_id.c_str()), "cudaDeviceGetByPCIBusId");
       !found.ok()) {
-    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (", found.message(),
-                                            "); check CUDA_VISIBLE_DEVICES"));
+    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (",
+                                            found.message(), "); check CUDA_VISIBLE_DEVICES"));
   }
   cache->emplace(bus_id, device);
   return device;
@@ -69,7 +72,8 @@ absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
 
 class CudaIpcMapping final : public MappedSegment {
  public:
-  CudaIpcMapping(void* base, uint64_t size, int device) : base_(base), size_(size), device_(device) {}
+  CudaIpcMapping(void* base, uint64_t size, int device)
+      : base_(base), size_(size), device_(device) {}
   ~CudaIpcMapping() override {
     DeviceScope scope(device_);
     if (cudaError_t e = cudaIpcCloseMemHandle(base_); e != cudaSuccess) {
@@ -95,15 +99,18 @@ bool CudaDeviceVisible() {
   return CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount").ok() && count > 0;
 }
 
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle, uint64_t size,
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle,
+                                                                  uint64_t size,
                                                                   absl::string_view pci_bus_id) {
   if (!CudaDeviceVisible()) {
     return absl::UnimplementedError(
-        "cannot map CUDA IPC memory: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES, driver?)");
+        "cannot map CUDA IPC memory: no CUDA device is visible to this process "
+        "(CUDA_VISIBLE_DEVICES, driver?)");
   }
   if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC memory handle has ", sizeof(cudaIpcMemHandle_t),
-                                                   " bytes, not ", handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC memory handle has ",
+                                                   sizeof(cudaIpcMemHandle_t), " bytes, not ",
+                                                   handle.size()));
   }
   absl::StatusOr<int> device = ResolveDevice(pci_bus_id);
   if (!device.ok()) return device.status();
@@ -112,7 +119,8 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_v
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
   void* base = nullptr;
-  if (cudaError_t e = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+  if (cudaError_t e = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess);
+      e != cudaSuccess) {
     return CudaStatus(e, "cudaIpcOpenMemHandle");
   }
   return std::unique_ptr<MappedSegment>(new CudaIpcMapping(base, size, *device));
@@ -127,7 +135,8 @@ struct Fence {
 
 // One event per (device, stream id), for the life of the process.
 ABSL_CONST_INIT absl::Mutex fences_mu(absl::kConstInit);
-absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>& Fences() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
+absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>& Fences()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
   static auto* fences = new absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>();
   return *fences;
 }
@@ -159,8 +168,10 @@ std::string RecordFreeFence(int cuda_device) {
   if (capture != cudaStreamCaptureStatusNone) {
     // A record during graph capture is not a record, and synchronizing would
     // break the capture: as in PyTorch, memory a graph uses must outlive it.
-    spdlog::warn("gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no fence",
-                 cuda_device);
+    spdlog::warn(
+        "gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no "
+        "fence",
+        cuda_device);
     return "";
   }
   unsigned long long stream_id = 0;
@@ -187,8 +198,9 @@ std::string RecordFreeFence(int cuda_device) {
   }
   if (error == cudaSuccess) return fence.handle;
   // Without a fence the memory may be reused only once this device is idle.
-  spdlog::warn("gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead", cuda_device,
-               CudaStatus(error, "recording the free fence").ToString());
+  spdlog::warn(
+      "gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead",
+      cuda_device, CudaStatus(error, "recording the free fence").ToString());
   cudaDeviceSynchronize();
   return "";
 }
@@ -235,8 +247,9 @@ cudaStream_t CurrentCudaStream() { return t_current_stream; }
 
 absl::StatusOr<CudaIpcEvent> CudaIpcEvent::Open(absl::string_view handle) {
   if (handle.size() != sizeof(cudaIpcEventHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC event handle has ", sizeof(cudaIpcEventHandle_t),
-                                                   " bytes, not ", handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC event handle has ",
+                                                   sizeof(cudaIpcEventHandle_t), " bytes, not ",
+                                                   handle.size()));
   }
   cudaIpcEventHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
@@ -248,7 +261,8 @@ absl::StatusOr<CudaIpcEvent> CudaIpcEvent::Open(absl::string_view handle) {
   return CudaIpcEvent(event);
 }
 
-CudaIpcEvent::CudaIpcEvent(CudaIpcEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+CudaIpcEvent::CudaIpcEvent(CudaIpcEvent&& other) noexcept
+    : event_(std::exchange(other.event_, nullptr)) {}
 
 CudaIpcEvent& CudaIpcEvent::operator=(CudaIpcEvent&& other) noexcept {
   if (this != &other) {
@@ -270,7 +284,8 @@ absl::Status CudaIpcEvent::Wait(cudaStream_t stream) const {
 }
 
 absl::Status CudaIpcEvent::Synchronize() const {
-  if (cudaError_t e = cudaEventSynchronize(event_); e != cudaSuccess) return CudaStatus(e, "cudaEventSynchronize");
+  if (cudaError_t e = cudaEventSynchronize(event_); e != cudaSuccess)
+    return CudaStatus(e, "cudaEventSynchronize");
   return absl::OkStatus();
 }
 

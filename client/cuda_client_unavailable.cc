@@ -9,9 +9,8 @@
 
 namespace gpumux {
 
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view /*handle*/,
-                                                                  uint64_t /*size*/,
-                                                                  absl::string_view /*pci_bus_id*/) {
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(
+    absl::string_view /*handle*/, uint64_t /*size*/, absl::string_view /*pci_bus_id*/) {
   return absl::UnimplementedError("CUDA IPC mapping needs a CUDA-enabled client build");
 }
 

@@ -31,7 +31,9 @@ cudaStream_t CurrentCudaStream();
 // Sets the calling thread's current CUDA stream for a scope.
 class CudaStreamGuard {
  public:
-  explicit CudaStreamGuard(cudaStream_t stream) : previous_(CurrentCudaStream()) { SetCurrentCudaStream(stream); }
+  explicit CudaStreamGuard(cudaStream_t stream) : previous_(CurrentCudaStream()) {
+    SetCurrentCudaStream(stream);
+  }
   ~CudaStreamGuard() { SetCurrentCudaStream(previous_); }
   CudaStreamGuard(const CudaStreamGuard&) = delete;
   CudaStreamGuard& operator=(const CudaStreamGuard&) = delete;

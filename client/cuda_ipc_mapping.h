@@ -25,7 +25,8 @@ namespace gpumux {
 // (the caller keeps the allocation, without a pointer) without CUDA support,
 // "CUDA IPC mapping needs a CUDA-enabled client build", and when this
 // process sees no CUDA device, "no CUDA device is visible to this process".
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle, uint64_t size,
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle,
+                                                                  uint64_t size,
                                                                   absl::string_view pci_bus_id);
 
 // Whether this process sees a CUDA device (always false without CUDA

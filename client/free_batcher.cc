@@ -12,7 +12,8 @@ FreeBatcher::FreeBatcher(SendFn send, absl::Duration delay)
 
 FreeBatcher::~FreeBatcher() { Stop().IgnoreError(); }
 
-bool FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle, DeviceIndex fence_device) {
+bool FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle,
+                          DeviceIndex fence_device) {
   absl::MutexLock lock(&mu_);
   if (queue_.ids.size() >= kMaxFreeIdsPerRequest) return false;
   if (wait_event_handle.empty()) {
@@ -22,7 +23,8 @@ bool FreeBatcher::Enqueue(AllocationId id, absl::string_view wait_event_handle, 
   if (!queue_.wait_event_handles.empty() && fence_device != fence_device_) return false;
   // A thread's fences are one event per CUDA stream: few distinct handles.
   bool known = false;
-  for (const std::string& handle : queue_.wait_event_handles) known = known || handle == wait_event_handle;
+  for (const std::string& handle : queue_.wait_event_handles)
+    known = known || handle == wait_event_handle;
   if (!known && queue_.wait_event_handles.size() >= kMaxWaitEventHandlesPerRequest) return false;
   queue_.ids.push_back(id);
   fence_device_ = fence_device;

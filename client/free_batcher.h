@@ -48,7 +48,8 @@ class FreeBatcher {
   // device (`fence_device`): a fence of another device than those queued is
   // refused (false, nothing queued); Flush, then enqueue it again. So is any
   // free past a request's bounds (common/request_limits.h): a full batch.
-  bool Enqueue(AllocationId id, absl::string_view wait_event_handle = {}, DeviceIndex fence_device = DeviceIndex());
+  bool Enqueue(AllocationId id, absl::string_view wait_event_handle = {},
+               DeviceIndex fence_device = DeviceIndex());
 
   // Hands everything queued to the caller, who carries it on a request of its
   // own. Waits for a background send in flight first, so the caller's request

@@ -20,9 +20,10 @@ absl::Status UnreachableError(absl::string_view address, absl::string_view detai
                             absl::StrContains(detail, "Connection refused");
   return absl::UnavailableError(absl::StrCat(
       "cannot reach gpumuxd at ", address, ": ", detail,
-      nobody_there ? "; is gpumuxd running? Start it (gpumuxd, or systemctl start gpumuxd) or point "
-                     "GPUMUX_ADDRESS (the CLI: --address) at its socket"
-                   : ""));
+      nobody_there
+          ? "; is gpumuxd running? Start it (gpumuxd, or systemctl start gpumuxd) or point "
+            "GPUMUX_ADDRESS (the CLI: --address) at its socket"
+          : ""));
 }
 
 }  // namespace gpumux

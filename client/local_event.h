@@ -29,7 +29,8 @@ class LocalEvent {
 // CUDA; otherwise the event's file comes from `memory_files` (may be null).
 // Null when this process cannot open it (a CUDA handle in a build without
 // CUDA, one CUDA rejects, no memory socket); the caller then waits by RPC.
-std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda, MemoryFileFetcher* memory_files);
+std::unique_ptr<LocalEvent> OpenLocalEvent(absl::string_view handle, bool cuda,
+                                           MemoryFileFetcher* memory_files);
 
 // The CUDA half of OpenLocalEvent: cuda_client.cc, or null from
 // cuda_client_unavailable.cc.

@@ -50,7 +50,8 @@ absl::StatusOr<std::vector<DeviceProperties>> Observer::ListDevices() {
   }));
   std::vector<DeviceProperties> devices;
   devices.reserve(response.devices_size());
-  for (const v1::DeviceProperties& device : response.devices()) devices.push_back(FromProto(device));
+  for (const v1::DeviceProperties& device : response.devices())
+    devices.push_back(FromProto(device));
   return devices;
 }
 
@@ -91,8 +92,8 @@ absl::StatusOr<std::string> Observer::MemorySummary(DeviceIndex device,
   return std::move(*response.mutable_text());
 }
 
-absl::StatusOr<std::vector<SegmentInfo>> Observer::MemorySnapshot(std::optional<DeviceIndex> device,
-                                                                  std::optional<SessionId> session) {
+absl::StatusOr<std::vector<SegmentInfo>> Observer::MemorySnapshot(
+    std::optional<DeviceIndex> device, std::optional<SessionId> session) {
   v1::ObserveSnapshotRequest request;
   request.set_device(device.value_or(DeviceIndex(0)).value());
   request.set_all_devices(!device.has_value());

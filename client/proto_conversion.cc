@@ -54,7 +54,8 @@ SegmentInfo FromProto(const v1::SnapshotSegment& proto) {
 std::vector<SegmentInfo> FromProto(const v1::MemorySnapshot& proto) {
   std::vector<SegmentInfo> segments;
   segments.reserve(proto.segments_size());
-  for (const v1::SnapshotSegment& segment : proto.segments()) segments.push_back(FromProto(segment));
+  for (const v1::SnapshotSegment& segment : proto.segments())
+    segments.push_back(FromProto(segment));
   return segments;
 }
 

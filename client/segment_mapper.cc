@@ -23,7 +23,8 @@ class MemoryFileSegment final : public MappedSegment {
   MemoryMapping mapping_;
 };
 
-absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle, uint64_t size,
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle,
+                                                           uint64_t size,
                                                            MemoryFileFetcher* memory_files) {
   switch (handle.kind()) {
     case v1::HANDLE_KIND_HOST_MEMFD: {

@@ -41,7 +41,8 @@ class SegmentMapper {
   // mapping. Each successful call counts one more user of the mapping, until
   // Release.
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
-                            uint64_t size, MemoryFileFetcher* memory_files, int* cuda_device = nullptr);
+                            uint64_t size, MemoryFileFetcher* memory_files,
+                            int* cuda_device = nullptr);
 
   // Unmaps the segment; nothing happens when it is not mapped. Pointers into
   // it dangle afterwards.

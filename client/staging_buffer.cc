@@ -34,7 +34,8 @@ absl::StatusOr<std::unique_ptr<StagingBuffer>> StagingBuffer::Map(const v1::Stag
     return absl::Status(mapping.status().code(), absl::StrCat("cannot map the staging buffer: ",
                                                               mapping.status().message()));
   }
-  return std::unique_ptr<StagingBuffer>(new StagingBuffer(*std::move(mapping), proto.pinned(), memory_files));
+  return std::unique_ptr<StagingBuffer>(
+      new StagingBuffer(*std::move(mapping), proto.pinned(), memory_files));
 }
 
 void StagingBuffer::Track(int slot, Event event, absl::string_view ipc_handle, bool cuda) {

@@ -21,9 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/event.h"
+#include "client/local_event.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
-#include "client/local_event.h"
 #include "gpumux/v1/copy.pb.h"
 
 namespace gpumux {

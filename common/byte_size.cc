@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "common/byte_size.h"
+#include "absl/strings/string_view.h"
 
 #include <cmath>
 #include <cstdio>
@@ -39,7 +39,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   std::string unit = absl::AsciiStrToLower(absl::StripAsciiWhitespace(s.substr(digits)));
   auto invalid = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "invalid size '", text, "': expected a number with an optional unit B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"));
+        "invalid size '", text,
+        "': expected a number with an optional unit B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"));
   };
   if (number.empty()) return invalid();
   for (const Unit& u : kUnits) {
@@ -49,7 +50,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
       // Integers stay exact; only overflow needs care.
       uint64_t factor = static_cast<uint64_t>(u.factor);
       if (whole != 0 && factor > UINT64_MAX / whole) {
-        return absl::InvalidArgumentError(absl::StrCat("size '", text, "' does not fit in 64 bits"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("size '", text, "' does not fit in 64 bits"));
       }
       return whole * factor;
     }

@@ -11,7 +11,8 @@ namespace gpumux {
 
 std::string DefaultSocketPath() {
   if (geteuid() != 0) {
-    if (const char* runtime = std::getenv("XDG_RUNTIME_DIR"); runtime != nullptr && *runtime != '\0') {
+    if (const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+        runtime != nullptr && *runtime != '\0') {
       return absl::StrCat(runtime, "/gpumux.sock");
     }
   }

@@ -11,8 +11,9 @@ namespace gpumux {
 // INVALID_ARGUMENT naming the valid range when `device` is not in [0, count).
 inline absl::Status CheckDeviceInRange(DeviceIndex device, int count) {
   if (device.value() >= 0 && device.value() < count) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("device ", device.value(), " is out of range: this daemon has ",
-                                                 count, count == 1 ? " device (0)" : " devices (0..",
+  return absl::InvalidArgumentError(absl::StrCat("device ", device.value(),
+                                                 " is out of range: this daemon has ", count,
+                                                 count == 1 ? " device (0)" : " devices (0..",
                                                  count == 1 ? "" : absl::StrCat(count - 1, ")")));
 }
 

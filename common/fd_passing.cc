@@ -22,9 +22,9 @@ union ControlBuffer {
 
 absl::Status SendFds(int socket, absl::string_view payload, absl::Span<const int> fds) {
   if (payload.empty() || payload.size() > kMaxPassedPayload || fds.size() > kMaxPassedFds) {
-    return absl::InvalidArgumentError(absl::StrCat("a descriptor message carries 1 to ", kMaxPassedPayload,
-                                                   " bytes and at most ", kMaxPassedFds, " descriptors, not ",
-                                                   payload.size(), " bytes and ", fds.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a descriptor message carries 1 to ", kMaxPassedPayload, " bytes and at most ",
+        kMaxPassedFds, " descriptors, not ", payload.size(), " bytes and ", fds.size()));
   }
   iovec io{const_cast<char*>(payload.data()), payload.size()};
   msghdr message{};
@@ -46,7 +46,8 @@ absl::Status SendFds(int socket, absl::string_view payload, absl::Span<const int
   } while (sent < 0 && errno == EINTR);
   if (sent < 0) return SystemCallError(errno, "sendmsg");
   if (static_cast<size_t>(sent) != payload.size()) {
-    return absl::UnavailableError(absl::StrCat("sendmsg sent ", sent, " of ", payload.size(), " bytes"));
+    return absl::UnavailableError(
+        absl::StrCat("sendmsg sent ", sent, " of ", payload.size(), " bytes"));
   }
   return absl::OkStatus();
 }
@@ -67,7 +68,8 @@ absl::StatusOr<PassedMessage> ReceiveFds(int socket) {
   } while (got < 0 && errno == EINTR);
   if (got < 0) return SystemCallError(errno, "recvmsg");
   // Whatever arrived is ours to close, even when the message is refused.
-  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr; header = CMSG_NXTHDR(&message, header)) {
+  for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+       header = CMSG_NXTHDR(&message, header)) {
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
@@ -78,8 +80,9 @@ absl::StatusOr<PassedMessage> ReceiveFds(int socket) {
   }
   if (got == 0) return absl::OutOfRangeError("the peer closed the socket");
   if ((message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a descriptor message over ", kMaxPassedPayload, " bytes or ",
-                                                   kMaxPassedFds, " descriptors was cut short"));
+    return absl::InvalidArgumentError(absl::StrCat("a descriptor message over ", kMaxPassedPayload,
+                                                   " bytes or ", kMaxPassedFds,
+                                                   " descriptors was cut short"));
   }
   received.payload.resize(static_cast<size_t>(got));
   return received;

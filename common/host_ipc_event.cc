@@ -80,8 +80,7 @@ uint64_t SelfIdentity() {
   if (seen != 0 && static_cast<uint32_t>(seen >> 32) == pid) return seen;
   struct stat st;
   // Namespace inodes are 32-bit (the kernel's proc_inum).
-  const uint32_t inode =
-      stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0;
+  const uint32_t inode = stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0;
   const uint64_t identity = uint64_t{pid} << 32 | inode;
   cached.store(identity, std::memory_order_relaxed);
   return identity;
@@ -117,7 +116,8 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 std::string MakeHostIpcEventHandle(absl::string_view key) {
   std::string handle(kHostIpcEventHandleBytes, '\0');
-  handle.replace(0, kHostIpcEventHandleTag.size(), kHostIpcEventHandleTag.data(), kHostIpcEventHandleTag.size());
+  handle.replace(0, kHostIpcEventHandleTag.size(), kHostIpcEventHandleTag.data(),
+                 kHostIpcEventHandleTag.size());
   handle.replace(kHostIpcEventHandleTag.size(), key.size(), key.data(), key.size());
   return handle;
 }
@@ -135,12 +135,14 @@ absl::StatusOr<std::string> HostIpcEventKey(absl::string_view handle) {
   absl::string_view padding = handle.substr(kHostIpcEventHandleTag.size() + kHostIpcEventKeyChars);
   if (!IsLowerHex(key) || padding.find_first_not_of('\0') != absl::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat("interprocess event handle holds no key of ",
-                                                   kHostIpcEventKeyChars, " hex digits followed by zeros"));
+                                                   kHostIpcEventKeyChars,
+                                                   " hex digits followed by zeros"));
   }
   return std::string(key);
 }
 
-HostIpcEvent::HostIpcEvent(std::string name, std::shared_ptr<const SealedMemory> memory, MemoryMapping mapping)
+HostIpcEvent::HostIpcEvent(std::string name, std::shared_ptr<const SealedMemory> memory,
+                           MemoryMapping mapping)
     : name_(std::move(name)),
       memory_(std::move(memory)),
       mapping_(std::move(mapping)),
@@ -154,24 +156,28 @@ absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Create(absl::string_
   // the magic last lets an adopter trust the rest.
   block->version = kBlockVersion;
   block->magic.store(kBlockMagic, std::memory_order_release);
-  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(
-      std::string(label), std::make_shared<const SealedMemory>(std::move(memory)), std::move(mapping)));
+  return std::unique_ptr<HostIpcEvent>(
+      new HostIpcEvent(std::string(label), std::make_shared<const SealedMemory>(std::move(memory)),
+                       std::move(mapping)));
 }
 
-absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Adopt(SealedMemory memory, absl::string_view label) {
+absl::StatusOr<std::unique_ptr<HostIpcEvent>> HostIpcEvent::Adopt(SealedMemory memory,
+                                                                  absl::string_view label) {
   if (memory.size() != kHostIpcEventFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat("a memory file of ", memory.size(),
-                                                   " bytes is not an interprocess event (", kHostIpcEventFileBytes,
-                                                   " bytes)"));
+                                                   " bytes is not an interprocess event (",
+                                                   kHostIpcEventFileBytes, " bytes)"));
   }
   GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
   auto* block = static_cast<HostIpcEventBlock*>(mapping.data());
-  if (block->magic.load(std::memory_order_acquire) != kBlockMagic || block->version != kBlockVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("memory file ", label, " holds no interprocess event of layout version ", kBlockVersion));
+  if (block->magic.load(std::memory_order_acquire) != kBlockMagic ||
+      block->version != kBlockVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory file ", label, " holds no interprocess event of layout version ", kBlockVersion));
   }
-  return std::unique_ptr<HostIpcEvent>(new HostIpcEvent(
-      std::string(label), std::make_shared<const SealedMemory>(std::move(memory)), std::move(mapping)));
+  return std::unique_ptr<HostIpcEvent>(
+      new HostIpcEvent(std::string(label), std::make_shared<const SealedMemory>(std::move(memory)),
+                       std::move(mapping)));
 }
 
 HostIpcEvent::~HostIpcEvent() = default;

@@ -118,7 +118,8 @@ class HostIpcEvent {
   // The event in `memory`, a memory file received from the daemon (or from
   // a process that created it). INVALID_ARGUMENT when it is not
   // kHostIpcEventFileBytes long or holds no event of this layout version.
-  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Adopt(SealedMemory memory, absl::string_view label);
+  static absl::StatusOr<std::unique_ptr<HostIpcEvent>> Adopt(SealedMemory memory,
+                                                             absl::string_view label);
 
   // Unmaps the block and closes the file.
   ~HostIpcEvent();

@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "common/json_writer.h"
+#include "absl/strings/string_view.h"
 
 #include <charconv>
 #include <cmath>
@@ -67,11 +67,21 @@ void JsonWriter::WriteEscaped(absl::string_view value) {
   out_.push_back('"');
   for (unsigned char c : value) {
     switch (c) {
-      case '"': out_.append("\\\""); break;
-      case '\\': out_.append("\\\\"); break;
-      case '\n': out_.append("\\n"); break;
-      case '\r': out_.append("\\r"); break;
-      case '\t': out_.append("\\t"); break;
+      case '"':
+        out_.append("\\\"");
+        break;
+      case '\\':
+        out_.append("\\\\");
+        break;
+      case '\n':
+        out_.append("\\n");
+        break;
+      case '\r':
+        out_.append("\\r");
+        break;
+      case '\t':
+        out_.append("\\t");
+        break;
       default:
         if (c < 0x20) {
           char buf[8];

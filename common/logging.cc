@@ -1,5 +1,5 @@
-#include "absl/strings/string_view.h"
 #include "common/logging.h"
+#include "absl/strings/string_view.h"
 
 #include <string>
 
@@ -14,15 +14,16 @@ void InitLogging(absl::string_view program) {
 }
 
 absl::Status SetLogLevel(absl::string_view level) {
-  static constexpr absl::string_view kNames[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  static constexpr absl::string_view kNames[] = {"trace", "debug",    "info", "warn",
+                                                 "error", "critical", "off"};
   for (absl::string_view name : kNames) {
     if (level == name) {
       spdlog::set_level(spdlog::level::from_str(std::string(name)));
       return absl::OkStatus();
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown log level '", level, "'; use trace, debug, info, warn, error, critical or off"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown log level '", level, "'; use trace, debug, info, warn, error, critical or off"));
 }
 
 }  // namespace gpumux

@@ -38,7 +38,8 @@ absl::StatusOr<std::string> UnixSocketPathOf(absl::string_view target) {
   }
   if (path.empty() || (path == target && path.front() != '/')) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", target, "' is not a Unix socket address: shared memory is handed out on the Unix socket only"));
+        "'", target,
+        "' is not a Unix socket address: shared memory is handed out on the Unix socket only"));
   }
   return std::string(path);
 }
@@ -61,12 +62,14 @@ absl::StatusOr<UniqueFd> ConnectMemorySocket(absl::string_view path) {
 
 absl::Status NoMemorySocketError() {
   return absl::FailedPreconditionError(
-      "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix socket");
+      "this client reached gpumuxd by TCP, which hands out no shared memory: connect by its Unix "
+      "socket");
 }
 
 bool IsMemoryFileKey(absl::string_view key) {
-  return key.size() == kMemoryFileKeyChars &&
-         std::all_of(key.begin(), key.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return key.size() == kMemoryFileKeyChars && std::all_of(key.begin(), key.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 std::string FormatMemoryRequest(absl::string_view credentials, absl::string_view key) {
@@ -80,19 +83,20 @@ absl::StatusOr<MemoryRequest> ParseMemoryRequest(absl::string_view payload) {
         absl::StrCat("a memory socket request starts with \"", kMemoryRequestVersion, " \""));
   }
   if (words.size() != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a memory socket request is \"", kMemoryRequestVersion, " <session_id>:<secret> <key>\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a memory socket request is \"", kMemoryRequestVersion, " <session_id>:<secret> <key>\""));
   }
   if (!IsMemoryFileKey(words[2])) {
-    return absl::InvalidArgumentError(absl::StrCat("a memory file key is ", kMemoryFileKeyChars,
-                                                   " lowercase hex digits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a memory file key is ", kMemoryFileKeyChars, " lowercase hex digits"));
   }
   return MemoryRequest{std::string(words[1]), std::string(words[2])};
 }
 
 std::string FormatMemoryReply(const absl::Status& status, uint64_t size) {
   if (status.ok()) return absl::StrCat("ok ", size);
-  std::string reply = absl::StrCat("error ", static_cast<int>(status.code()), " ", status.message());
+  std::string reply =
+      absl::StrCat("error ", static_cast<int>(status.code()), " ", status.message());
   if (reply.size() > kMaxPassedPayload) reply.resize(kMaxPassedPayload);
   return reply;
 }
@@ -103,8 +107,8 @@ absl::Status ParseMemoryReply(absl::string_view payload, uint64_t* size) {
   } else if (absl::ConsumePrefix(&payload, "error ")) {
     const size_t space = payload.find(' ');
     int code = 0;
-    if (space != absl::string_view::npos && absl::SimpleAtoi(payload.substr(0, space), &code) && code > 0 &&
-        code <= static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    if (space != absl::string_view::npos && absl::SimpleAtoi(payload.substr(0, space), &code) &&
+        code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)) {
       return absl::Status(static_cast<absl::StatusCode>(code), payload.substr(space + 1));
     }
   }
@@ -113,7 +117,8 @@ absl::Status ParseMemoryReply(absl::string_view payload, uint64_t* size) {
 
 absl::Status MemoryFileFetcher::ConnectLocked() {
   GPUMUX_ASSIGN_OR_RETURN(UniqueFd socket, ConnectMemorySocket(socket_path_));
-  if (setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &kReplyTimeout, sizeof(kReplyTimeout)) != 0) {
+  if (setsockopt(socket.get(), SOL_SOCKET, SO_RCVTIMEO, &kReplyTimeout, sizeof(kReplyTimeout)) !=
+      0) {
     return SystemCallError(errno, "setsockopt(SO_RCVTIMEO)");
   }
   socket_ = std::move(socket);
@@ -130,7 +135,8 @@ bool MemoryFileFetcher::connected() {
   return socket_.valid();
 }
 
-absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key, uint64_t expected_size) {
+absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key,
+                                                      uint64_t expected_size) {
   const std::string request = FormatMemoryRequest(credentials_, key);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PassedMessage> reply;
@@ -146,14 +152,14 @@ absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key, uin
   }
   if (!reply.ok()) {
     // EAGAIN after kReplyTimeout reads "Resource temporarily unavailable".
-    return absl::UnavailableError(
-        absl::StrCat("gpumuxd's memory socket ", socket_path_, " failed: ", reply.status().message()));
+    return absl::UnavailableError(absl::StrCat("gpumuxd's memory socket ", socket_path_,
+                                               " failed: ", reply.status().message()));
   }
   uint64_t size = 0;
   GPUMUX_RETURN_IF_ERROR(ParseMemoryReply(reply->payload, &size));
   if (reply->fds.size() != 1) {
-    return absl::InternalError(
-        absl::StrCat("gpumuxd's memory socket answered with ", reply->fds.size(), " descriptors instead of 1"));
+    return absl::InternalError(absl::StrCat("gpumuxd's memory socket answered with ",
+                                            reply->fds.size(), " descriptors instead of 1"));
   }
   if (size != expected_size) {
     return absl::InvalidArgumentError(absl::StrCat("the memory file under key ", key, " has ", size,

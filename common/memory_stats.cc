@@ -9,13 +9,15 @@ constexpr const char* kPoolNames[] = {"all", "small_pool", "large_pool"};
 
 template <typename F>
 void ForEachStatArray(DeviceStats& s, F f) {
-  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                       &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+  for (StatArray* a :
+       {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
+        &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
     for (Stat& stat : *a) f(stat);
   }
 }
 
-void AddStat(std::vector<std::pair<std::string, int64_t>>& out, const std::string& prefix, const Stat& s) {
+void AddStat(std::vector<std::pair<std::string, int64_t>>& out, const std::string& prefix,
+             const Stat& s) {
   out.emplace_back(prefix + ".current", s.current);
   out.emplace_back(prefix + ".peak", s.peak);
   out.emplace_back(prefix + ".allocated", s.allocated);
@@ -41,10 +43,14 @@ std::vector<std::pair<std::string, int64_t>> FlattenMemoryStats(const DeviceStat
   std::vector<std::pair<std::string, int64_t>> out;
   out.reserve(122);
   const std::pair<const char*, const StatArray*> families[] = {
-      {"allocation", &s.allocation},         {"segment", &s.segment},
-      {"active", &s.active},                 {"inactive_split", &s.inactive_split},
-      {"allocated_bytes", &s.allocated_bytes}, {"reserved_bytes", &s.reserved_bytes},
-      {"active_bytes", &s.active_bytes},     {"inactive_split_bytes", &s.inactive_split_bytes},
+      {"allocation", &s.allocation},
+      {"segment", &s.segment},
+      {"active", &s.active},
+      {"inactive_split", &s.inactive_split},
+      {"allocated_bytes", &s.allocated_bytes},
+      {"reserved_bytes", &s.reserved_bytes},
+      {"active_bytes", &s.active_bytes},
+      {"inactive_split_bytes", &s.inactive_split_bytes},
       {"requested_bytes", &s.requested_bytes},
   };
   for (const auto& [name, array] : families) {

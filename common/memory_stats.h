@@ -36,15 +36,15 @@ enum StatType : int { kAggregate = 0, kSmallPool = 1, kLargePool = 2 };
 using StatArray = std::array<Stat, 3>;
 
 struct DeviceStats {
-  StatArray allocation;            // blocks handed to clients
-  StatArray segment;               // segments obtained from the backend
-  StatArray active;                // allocated or waiting on stream events
-  StatArray inactive_split;        // free blocks inside split segments
+  StatArray allocation;      // blocks handed to clients
+  StatArray segment;         // segments obtained from the backend
+  StatArray active;          // allocated or waiting on stream events
+  StatArray inactive_split;  // free blocks inside split segments
   StatArray allocated_bytes;
   StatArray reserved_bytes;
   StatArray active_bytes;
   StatArray inactive_split_bytes;
-  StatArray requested_bytes;       // unrounded sizes asked for
+  StatArray requested_bytes;  // unrounded sizes asked for
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
   Stat oversize_allocations;

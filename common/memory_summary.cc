@@ -40,7 +40,8 @@ using Formatter = std::string (*)(int64_t, double);
 
 }  // namespace
 
-std::string FormatMemorySummary(const std::map<std::string, int64_t>& stats, int device, bool abbreviated) {
+std::string FormatMemorySummary(const std::map<std::string, int64_t>& stats, int device,
+                                bool abbreviated) {
   auto get = [&](const std::string& key) -> int64_t {
     auto it = stats.find(key);
     return it == stats.end() ? 0 : it->second;
@@ -69,17 +70,20 @@ std::string FormatMemorySummary(const std::map<std::string, int64_t>& stats, int
 
   std::vector<std::string> lines;
   lines.push_back(std::string(75, '='));
-  lines.push_back(absl::StrFormat(" %16s PyTorch CUDA memory summary, device ID %-17d ", "", device));
+  lines.push_back(
+      absl::StrFormat(" %16s PyTorch CUDA memory summary, device ID %-17d ", "", device));
   lines.push_back(std::string(75, '-'));
   lines.push_back(absl::StrFormat("  %9s CUDA OOMs: %-12d | %6s cudaMalloc retries: %-8d  ", "",
                                   get("num_ooms"), "", get("num_alloc_retries")));
   lines.push_back(std::string(75, '='));
   lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
 
-  auto row = [&](const std::string& label, const std::string& prefix, const int64_t* pref, Formatter format) {
+  auto row = [&](const std::string& label, const std::string& prefix, const int64_t* pref,
+                 Formatter format) {
     std::string line = absl::StrFormat(" %-21s ", label);
     for (int f = 0; f < 4; ++f) {
-      absl::StrAppend(&line, "| ", format(get(absl::StrCat(prefix, kFields[f])), static_cast<double>(pref[f])),
+      absl::StrAppend(&line, "| ",
+                      format(get(absl::StrCat(prefix, kFields[f])), static_cast<double>(pref[f])),
                       " ");
     }
     lines.push_back(std::move(line));

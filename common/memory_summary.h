@@ -12,7 +12,8 @@
 namespace gpumux {
 
 // `stats` holds the 122 keys of FlattenMemoryStats; a missing key reads as 0.
-std::string FormatMemorySummary(const std::map<std::string, int64_t>& stats, int device, bool abbreviated);
+std::string FormatMemorySummary(const std::map<std::string, int64_t>& stats, int device,
+                                bool abbreviated);
 std::string FormatMemorySummary(const DeviceStats& stats, int device, bool abbreviated);
 
 }  // namespace gpumux

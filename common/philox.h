@@ -129,14 +129,16 @@ GPUMUX_HOST_DEVICE inline PhiloxBlock Philox4x32(const uint32_t counter[4], cons
 // Block `block` of the stream for `seed`: counter {lo32(block), hi32(block),
 // 0, 0}, key {lo32(seed), hi32(seed)}.
 GPUMUX_HOST_DEVICE inline PhiloxBlock PhiloxStreamBlock(uint64_t seed, uint64_t block) {
-  const uint32_t counter[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u};
+  const uint32_t counter[4] = {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u,
+                               0u};
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
   return Philox4x32(counter, key);
 }
 
 // Word `index` of a call made at generator offset `offset` (a multiple of 4).
 // One Philox block per call: kernels should take four words per block instead.
-GPUMUX_HOST_DEVICE inline uint32_t PhiloxStreamWord(uint64_t seed, uint64_t offset, uint64_t index) {
+GPUMUX_HOST_DEVICE inline uint32_t PhiloxStreamWord(uint64_t seed, uint64_t offset,
+                                                    uint64_t index) {
   return PhiloxStreamBlock(seed, offset / 4 + index / 4).words[index % 4];
 }
 
@@ -162,7 +164,8 @@ GPUMUX_HOST_DEVICE inline uint64_t Unit53Bits(uint32_t w0, uint32_t w1) {
 
 // Unit53Bits(w0, w1) * 2^-53: a double in [0, 1 - 2^-53], exact.
 GPUMUX_HOST_DEVICE inline double UnitDoubleFromWords(uint32_t w0, uint32_t w1) {
-  return static_cast<double>(Unit53Bits(w0, w1)) * 1.1102230246251565404236316680908203125e-16;  // 2^-53
+  return static_cast<double>(Unit53Bits(w0, w1)) *
+         1.1102230246251565404236316680908203125e-16;  // 2^-53
 }
 
 // ---- f16 and bf16 conversions, round to nearest even.
@@ -178,7 +181,7 @@ GPUMUX_HOST_DEVICE inline uint16_t FloatToHalfBits(float f) {
     return static_cast<uint16_t>(sign | 0x7C00u | nan_bits);
   }
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-  if (abs >= 0x38800000u) {                                               // >= 2^-14: normal
+  if (abs >= 0x38800000u) {                                              // >= 2^-14: normal
     uint32_t h = (abs - 0x38000000u) >> 13;  // rebias exponent 127 -> 15, keep 10 bits
     const uint32_t rest = abs & 0x1FFFu;
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent
@@ -231,7 +234,8 @@ GPUMUX_HOST_DEVICE inline float UniformFloatFromWord(uint32_t word, float low, f
   return r >= high ? low : r;
 }
 
-GPUMUX_HOST_DEVICE inline double UniformDoubleFromWords(uint32_t w0, uint32_t w1, double low, double high) {
+GPUMUX_HOST_DEVICE inline double UniformDoubleFromWords(uint32_t w0, uint32_t w1, double low,
+                                                        double high) {
   const double r = fma(UnitDoubleFromWords(w0, w1), high - low, low);
   return r >= high ? low : r;
 }
@@ -255,31 +259,38 @@ GPUMUX_HOST_DEVICE inline int32_t UniformInt32FromWord(uint32_t word, int32_t lo
   return static_cast<int32_t>(static_cast<uint32_t>(low) + draw);
 }
 
-GPUMUX_HOST_DEVICE inline int64_t UniformInt64FromWords(uint32_t w0, uint32_t w1, int64_t low, uint64_t range) {
+GPUMUX_HOST_DEVICE inline int64_t UniformInt64FromWords(uint32_t w0, uint32_t w1, int64_t low,
+                                                        uint64_t range) {
   const uint64_t bits = static_cast<uint64_t>(w0) | (static_cast<uint64_t>(w1) << 32);
   const uint64_t draw = range == 0 ? bits : bits % range;
   return static_cast<int64_t>(static_cast<uint64_t>(low) + draw);
 }
 
 // range in [1, 256], low + range <= 256.
-GPUMUX_HOST_DEVICE inline uint8_t UniformUint8FromWord(uint32_t word, uint32_t low, uint32_t range) {
+GPUMUX_HOST_DEVICE inline uint8_t UniformUint8FromWord(uint32_t word, uint32_t low,
+                                                       uint32_t range) {
   return static_cast<uint8_t>(low + word % range);
 }
 
 // ---- Normal (Box-Muller) on an element pair; stddev >= 0.
 
-GPUMUX_HOST_DEVICE inline FloatPair NormalFloatPairFromWords(uint32_t w0, uint32_t w1, float mean, float stddev) {
-  const float u1 = static_cast<float>(static_cast<uint64_t>(w0) + 1u) * 2.3283064365386963e-10f;  // 2^-32
+GPUMUX_HOST_DEVICE inline FloatPair NormalFloatPairFromWords(uint32_t w0, uint32_t w1, float mean,
+                                                             float stddev) {
+  const float u1 =
+      static_cast<float>(static_cast<uint64_t>(w0) + 1u) * 2.3283064365386963e-10f;  // 2^-32
   const float u2 = static_cast<float>(w1) * 2.3283064365386963e-10f;
   const float radius = sqrtf(-2.0f * logf(u1));
   const float theta = 6.28318530717958647692f * u2;
-  return FloatPair{fmaf(stddev, radius * cosf(theta), mean), fmaf(stddev, radius * sinf(theta), mean)};
+  return FloatPair{fmaf(stddev, radius * cosf(theta), mean),
+                   fmaf(stddev, radius * sinf(theta), mean)};
 }
 
 // Element 2m's words (a0, a1) and element 2m+1's words (b0, b1).
-GPUMUX_HOST_DEVICE inline DoublePair NormalDoublePairFromWords(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1,
+GPUMUX_HOST_DEVICE inline DoublePair NormalDoublePairFromWords(uint32_t a0, uint32_t a1,
+                                                               uint32_t b0, uint32_t b1,
                                                                double mean, double stddev) {
-  const double u1 = static_cast<double>(Unit53Bits(a0, a1) + 1u) * 1.1102230246251565404236316680908203125e-16;
+  const double u1 =
+      static_cast<double>(Unit53Bits(a0, a1) + 1u) * 1.1102230246251565404236316680908203125e-16;
   const double u2 = UnitDoubleFromWords(b0, b1);
   const double radius = sqrt(-2.0 * log(u1));
   const double theta = 6.28318530717958647692528676655900577 * u2;

@@ -53,7 +53,8 @@ std::optional<uint64_t> CgroupHeadroom() {
       limit = ReadNumber("/sys/fs/cgroup" + path + "/memory.max");
       usage = ReadNumber("/sys/fs/cgroup" + path + "/memory.current");
     } else if (controllers == "memory") {  // v1
-      for (const std::string& dir : {"/sys/fs/cgroup/memory" + path, std::string("/sys/fs/cgroup/memory")}) {
+      for (const std::string& dir :
+           {"/sys/fs/cgroup/memory" + path, std::string("/sys/fs/cgroup/memory")}) {
         limit = ReadNumber(dir + "/memory.limit_in_bytes");
         usage = ReadNumber(dir + "/memory.usage_in_bytes");
         if (limit.has_value() && usage.has_value()) break;
@@ -62,7 +63,8 @@ std::optional<uint64_t> CgroupHeadroom() {
       continue;
     }
     // v1 says "no limit" with a number near 2^63.
-    if (!limit.has_value() || !usage.has_value() || *limit >= (uint64_t{1} << 62)) return std::nullopt;
+    if (!limit.has_value() || !usage.has_value() || *limit >= (uint64_t{1} << 62))
+      return std::nullopt;
     return *limit > *usage ? *limit - *usage : 0;
   }
   return std::nullopt;
@@ -84,7 +86,8 @@ std::optional<uint64_t> AvailableMemoryBytes() {
     }
   }
   const std::optional<uint64_t> headroom = CgroupHeadroom();
-  if (headroom.has_value() && (!available.has_value() || *headroom < *available)) available = headroom;
+  if (headroom.has_value() && (!available.has_value() || *headroom < *available))
+    available = headroom;
   return available;
 }
 
@@ -135,9 +138,9 @@ absl::StatusOr<SealedMemory> SealedMemory::Create(absl::string_view name, uint64
   if (const std::optional<uint64_t> available =
           size >= kCheckAvailableFrom ? AvailableMemoryBytes() : std::nullopt;
       available.has_value() && size > *available) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot back ", size, " bytes of shared memory (", label,
-                                                     "): only ", *available,
-                                                     " bytes of memory are available to this process"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot back ", size, " bytes of shared memory (", label, "): only ",
+                     *available, " bytes of memory are available to this process"));
   }
   UniqueFd fd(memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd.valid()) return SystemCallError(errno, absl::StrCat("memfd_create(", label, ")"));
@@ -161,13 +164,14 @@ absl::StatusOr<SealedMemory> SealedMemory::Adopt(UniqueFd fd, uint64_t expected_
         absl::StrCat("the descriptor is not a sealable memory file: ", std::strerror(errno)));
   }
   if ((seals & kSizeSeals) != kSizeSeals) {
-    return absl::InvalidArgumentError("the memory file is not sealed against shrinking and growing");
+    return absl::InvalidArgumentError(
+        "the memory file is not sealed against shrinking and growing");
   }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) return SystemCallError(errno, "fstat");
   if (static_cast<uint64_t>(st.st_size) != expected_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the memory file has ", st.st_size, " bytes, not the ", expected_size, " expected"));
+    return absl::InvalidArgumentError(absl::StrCat("the memory file has ", st.st_size,
+                                                   " bytes, not the ", expected_size, " expected"));
   }
   return SealedMemory(std::move(fd), expected_size);
 }

@@ -11,9 +11,9 @@
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function
 // when it is not OK.
-#define GPUMUX_RETURN_IF_ERROR(expr)                \
-  do {                                              \
-    ::absl::Status gpumux_status_ = (expr);         \
+#define GPUMUX_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status gpumux_status_ = (expr);          \
     if (!gpumux_status_.ok()) return gpumux_status_; \
   } while (false)
 

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
-#include "replay/trace_replay.h"
 #include "client/client.h"
 #include "client/device_buffer.h"
+#include "replay/trace_replay.h"
 
 namespace gpumux {
 

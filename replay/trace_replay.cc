@@ -93,13 +93,14 @@ absl::StatusOr<std::vector<TraceEvent>> LoadTrace(absl::string_view path) {
   const std::string path_str(path);
   gzFile file = gzopen(path_str.c_str(), "rb");
   if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno)));
   }
   GzReader reader(file);
   std::string line;
   if (!reader.ReadLine(&line) || line != kHeader) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ":1: expected the header \"", kHeader, "\", got \"", line, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":1: expected the header \"", kHeader, "\", got \"", line, "\""));
   }
   std::vector<TraceEvent> events;
   absl::flat_hash_map<uint64_t, bool> allocated;  // addresses allocated so far in the trace
@@ -112,9 +113,9 @@ absl::StatusOr<std::vector<TraceEvent>> LoadTrace(absl::string_view path) {
     uint64_t stream = 0;
     if (fields.size() != 4 || !absl::SimpleAtoi(fields[1], &addr) ||
         !absl::SimpleAtoi(fields[2], &size) || !absl::SimpleAtoi(fields[3], &stream)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ":", line_no, ": expected action,addr,size,stream with integers, got \"", line,
-          "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no,
+                       ": expected action,addr,size,stream with integers, got \"", line, "\""));
     }
     event.addr = addr;
     event.size = size;
@@ -130,8 +131,8 @@ absl::StatusOr<std::vector<TraceEvent>> LoadTrace(absl::string_view path) {
       it->second = false;
       event.action = TraceEvent::Action::kFree;
     } else if (action == "free_requested" || action == "segment_alloc" ||
-               action == "segment_free" || action == "segment_map" ||
-               action == "segment_unmap" || action == "snapshot" || action == "oom") {
+               action == "segment_free" || action == "segment_map" || action == "segment_unmap" ||
+               action == "snapshot" || action == "oom") {
       continue;
     } else {
       return absl::InvalidArgumentError(
@@ -207,8 +208,8 @@ std::string FormatReplayResult(const ReplayResult& r) {
       "peak_reserved=%d\n"
       "reserved_over_requested=%.4f\n"
       "ops_per_second=%.0f\n",
-      r.peak_allocated, r.device_allocs, r.operations, r.seconds, r.peak_requested,
-      r.peak_reserved, ratio, ops_per_second);
+      r.peak_allocated, r.device_allocs, r.operations, r.seconds, r.peak_requested, r.peak_reserved,
+      ratio, ops_per_second);
 }
 
 }  // namespace gpumux

@@ -18,8 +18,8 @@ namespace gpumux {
 struct TraceEvent {
   enum class Action { kAlloc, kFree };
   Action action;
-  uint64_t addr = 0;    // the address PyTorch returned: the event's key
-  uint64_t size = 0;    // requested bytes (alloc only)
+  uint64_t addr = 0;  // the address PyTorch returned: the event's key
+  uint64_t size = 0;  // requested bytes (alloc only)
   uint64_t stream = 0;
 };
 
@@ -40,12 +40,12 @@ class ReplayTarget {
 };
 
 struct ReplayResult {
-  int64_t peak_requested = 0;   // requested_bytes.all.peak
-  int64_t peak_allocated = 0;   // allocated_bytes.all.peak
-  int64_t peak_reserved = 0;    // reserved_bytes.all.peak
-  int64_t device_allocs = 0;    // num_device_alloc ("cudaMalloc calls")
-  int64_t operations = 0;       // allocs + frees replayed
-  double seconds = 0;           // wall time of the replay loop alone
+  int64_t peak_requested = 0;  // requested_bytes.all.peak
+  int64_t peak_allocated = 0;  // allocated_bytes.all.peak
+  int64_t peak_reserved = 0;   // reserved_bytes.all.peak
+  int64_t device_allocs = 0;   // num_device_alloc ("cudaMalloc calls")
+  int64_t operations = 0;      // allocs + frees replayed
+  double seconds = 0;          // wall time of the replay loop alone
 };
 
 // Replays `events` in order; `repeat` > 1 runs the loop again (freeing what is

@@ -13,8 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -31,6 +31,8 @@
 #include "server/backend/cuda/cuda_backend.h"
 #include "server/backend/cuda/nvtx3_sink.h"
 #endif
+#include "common/logging.h"
+#include "common/memory_socket.h"
 #include "server/core/device_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
@@ -52,21 +54,21 @@
 #include "server/rpc/session_service.h"
 #include "server/rpc/stream_service.h"
 #include "server/rpc/tcp_deny_service.h"
-#include "common/logging.h"
-#include "common/memory_socket.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
 namespace {
 
-constexpr const char* kServiceNames[] = {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
-                                         "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
-                                         "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx"};
+constexpr const char* kServiceNames[] = {
+    "gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
+    "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
+    "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx"};
 constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Observe"};
 
 // Inline copies carry up to DeviceWork::kMaxInlineBytes; the rest of a
 // message is small.
-constexpr int kMaxMessageBytes = static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
+constexpr int kMaxMessageBytes =
+    static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options,
                                                            MemoryFileTable* memory_files) {
@@ -75,12 +77,14 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
         absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
   }
 #ifdef GPUMUX_HAVE_CUDA
-  if (options.backend == "cuda" || (options.backend == "auto" && CudaBackend::VisibleDeviceCount() > 0)) {
+  if (options.backend == "cuda" ||
+      (options.backend == "auto" && CudaBackend::VisibleDeviceCount() > 0)) {
     CudaBackend::Options cuda;
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(cuda);
     if (backend.ok()) return std::unique_ptr<DeviceBackend>(*std::move(backend));
     if (options.backend == "cuda") {
-      return absl::FailedPreconditionError(absl::StrCat("--backend=cuda: ", backend.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend=cuda: ", backend.status().message()));
     }
     spdlog::warn("CUDA devices are visible but unusable ({}); using the host backend",
                  std::string(backend.status().message()));
@@ -119,18 +123,20 @@ absl::Status CheckListenAddress(const std::string& address) {
   const size_t colon = address.rfind(':');
   const std::string quoted = absl::StrCat("--listen '", address, "'");
   if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(quoted, ": expected HOST:PORT, e.g. 0.0.0.0:50051"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(quoted, ": expected HOST:PORT, e.g. 0.0.0.0:50051"));
   }
   const std::string host = address.substr(0, colon);
   const std::string port = address.substr(colon + 1);
   uint32_t number = 0;
   if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
       !absl::SimpleAtoi(port, &number) || number > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(quoted, ": port '", port, "' is not a number in 0-65535 (0 picks a free port)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        quoted, ": port '", port, "' is not a number in 0-65535 (0 picks a free port)"));
   }
   if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
-    return absl::InvalidArgumentError(absl::StrCat(quoted, ": an IPv6 host goes in brackets, e.g. [::1]:50051"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(quoted, ": an IPv6 host goes in brackets, e.g. [::1]:50051"));
   }
   return absl::OkStatus();
 }
@@ -141,13 +147,15 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
   struct group* found = nullptr;
   const int error = getgrnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found);
   if (error != 0 || found == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("--socket-group '", name, "': no such group",
-                                                   error != 0 ? absl::StrCat(" (", std::strerror(error), ")") : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--socket-group '", name, "': no such group",
+                     error != 0 ? absl::StrCat(" (", std::strerror(error), ")") : ""));
   }
   return found->gr_gid;
 }
 
-std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> ParseFailureInterceptors() {
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+ParseFailureInterceptors() {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<ParseFailureInterceptorFactory>());
   return creators;
@@ -169,9 +177,10 @@ absl::Status PrepareSocketPath(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("the socket path must not be empty");
   // The memory socket's path is the longer one.
   if (MemorySocketPath(path).size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path '", path, "' is longer than ",
-                                                   sizeof(sockaddr_un{}.sun_path) - 1 - kMemorySocketSuffix.size(),
-                                                   " bytes (its memory socket adds '", kMemorySocketSuffix, "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path '", path, "' is longer than ",
+                     sizeof(sockaddr_un{}.sun_path) - 1 - kMemorySocketSuffix.size(),
+                     " bytes (its memory socket adds '", kMemorySocketSuffix, "')"));
   }
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ec;
@@ -196,7 +205,8 @@ absl::Status PrepareSocketPath(const std::string& path) {
 }  // namespace
 
 struct Daemon::State {
-  explicit State(const Options& o) : options(o), executor(/*max_running_per_key=*/64, o.blocking_threads) {}
+  explicit State(const Options& o)
+      : options(o), executor(/*max_running_per_key=*/64, o.blocking_threads) {}
 
   Options options;
   // Before everything that files memory in it.
@@ -256,9 +266,11 @@ void Daemon::State::WatchHealth() {
     // Operators' probes of gpumux.v1.Device see the lost device; the daemon
     // keeps serving the others.
     for (grpc::Server* server : {unix_server.get(), tcp_server.get()}) {
-      if (server != nullptr) server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Device", all_healthy);
+      if (server != nullptr)
+        server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Device", all_healthy);
     }
-    spdlog::warn("device health changed: gpumux.v1.Device is now {}", all_healthy ? "SERVING" : "NOT_SERVING");
+    spdlog::warn("device health changed: gpumux.v1.Device is now {}",
+                 all_healthy ? "SERVING" : "NOT_SERVING");
   }
 }
 
@@ -268,8 +280,10 @@ Daemon::~Daemon() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   auto state = std::make_unique<State>(options);
-  GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options, AllocatorOptions::Parse(options.allocator_conf));
-  if (!options.listen_address.empty()) GPUMUX_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
+  GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options,
+                          AllocatorOptions::Parse(options.allocator_conf));
+  if (!options.listen_address.empty())
+    GPUMUX_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
   for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
                              {"--max-streams", options.max_streams},
                              {"--max-events", options.max_events},
@@ -289,34 +303,42 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   DeviceBackend* backend = s.backend.get();
   s.sessions.set_max_sessions(options.max_sessions);
   s.streams = std::make_unique<StreamManager>(
-      backend, StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
-  s.memory = std::make_unique<MemoryManager>(backend, allocator_options, &s.sessions, s.streams.get(),
-                                             MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
+      backend,
+      StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
+  s.memory = std::make_unique<MemoryManager>(
+      backend, allocator_options, &s.sessions, s.streams.get(),
+      MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
   s.staging = std::make_unique<StagingBuffers>(backend, &s.memory_files);
   s.rng = std::make_unique<RngGenerators>(backend->device_count());
 #ifdef GPUMUX_HAVE_CUDA
   s.nvtx_sink = std::make_unique<Nvtx3Sink>();
 #endif
   s.nvtx = std::make_unique<NvtxRanges>(s.nvtx_sink.get());
-  s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(), s.rng.get());
-  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(), s.staging.get(),
-                                                   s.rng.get(), s.nvtx.get());
-  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, std::string(backend->name()));
+  s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
+                                        s.rng.get());
+  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
+                                                   s.staging.get(), s.rng.get(), s.nvtx.get());
+  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions,
+                                                       std::string(backend->name()));
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
-  s.copy_service = std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
-  s.random_service = std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
+  s.copy_service =
+      std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
+  s.random_service =
+      std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
-  s.observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
+  s.observe_service =
+      std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
 
   InstallProtobufLogHandler();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder unix_builder;
-  unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path), grpc::InsecureServerCredentials());
+  unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path),
+                                grpc::InsecureServerCredentials());
   unix_builder.RegisterService(s.session_service.get());
   unix_builder.RegisterService(s.memory_service.get());
   unix_builder.RegisterService(s.device_service.get());
@@ -331,13 +353,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s.unix_server = unix_builder.BuildAndStart();
   if (s.unix_server == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", options.socket_path));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix socket ", options.socket_path));
   }
-  if (socket_gid.has_value() && chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
+  if (socket_gid.has_value() &&
+      chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
     const int error = errno;
     s.unix_server->Shutdown();
-    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path, " to group '",
-                                                    options.socket_group, "': ", std::strerror(error)));
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path,
+                                                    " to group '", options.socket_group,
+                                                    "': ", std::strerror(error)));
   }
   // Who may connect rests on this mode: without it the daemon does not serve.
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
@@ -347,7 +372,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
         absl::StrCat("cannot set mode 0660 on ", options.socket_path, ": ", std::strerror(error)));
   }
   absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
-      MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path), .group = socket_gid},
+      MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path),
+                                  .group = socket_gid},
       &s.sessions, &s.memory_files);
   if (!memory_socket.ok()) {
     s.unix_server->Shutdown();
@@ -357,9 +383,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
 
   if (!options.listen_address.empty()) {
     s.tcp_device_service = std::make_unique<DeviceService>(backend, &s.executor);
-    s.tcp_observe_service = std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
+    s.tcp_observe_service =
+        std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
     grpc::ServerBuilder tcp_builder;
-    tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s.tcp_port);
+    tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+                                 &s.tcp_port);
     tcp_builder.RegisterService(s.tcp_device_service.get());
     tcp_builder.RegisterService(s.tcp_observe_service.get());
     tcp_builder.RegisterCallbackGenericService(&s.tcp_deny_service);
@@ -367,29 +395,34 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     s.tcp_server = tcp_builder.BuildAndStart();
     if (s.tcp_server == nullptr || s.tcp_port == 0) {
       s.unix_server->Shutdown();
-      return absl::UnavailableError(absl::StrCat("cannot listen on TCP address ", options.listen_address));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on TCP address ", options.listen_address));
     }
   }
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
     if (server == nullptr) continue;
     server->GetHealthCheckService()->SetServingStatus(true);
   }
-  for (const char* name : kServiceNames) s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
+  for (const char* name : kServiceNames)
+    s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
   // The TCP listener serves only the read-only surface; health says so (the
   // other services are unknown there, NOT_FOUND, as their calls are refused).
   if (s.tcp_server != nullptr) {
-    for (const char* name : kTcpServiceNames) s.tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
+    for (const char* name : kTcpServiceNames)
+      s.tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
   }
 
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
 
-  spdlog::info("gpumuxd serving on unix://{} (shared memory on {}){}; backend {} with {} devices", options.socket_path,
-               s.memory_socket->path(), options.listen_address.empty()
-                   ? ""
-                   : absl::StrCat(" and observe-only on TCP ",
-                                  options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
-                                  s.tcp_port),
-               s.backend->name(), s.backend->device_count());
+  spdlog::info(
+      "gpumuxd serving on unix://{} (shared memory on {}){}; backend {} with {} devices",
+      options.socket_path, s.memory_socket->path(),
+      options.listen_address.empty()
+          ? ""
+          : absl::StrCat(" and observe-only on TCP ",
+                         options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
+                         s.tcp_port),
+      s.backend->name(), s.backend->device_count());
   for (int d = 0; d < s.backend->device_count(); ++d) {
     const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));
     spdlog::info("device {}: {} ({})", d, info.name, FormatTorchSize(info.total_memory));
@@ -422,7 +455,8 @@ void Daemon::Shutdown(int deadline_ms) {
   s.unix_server->Wait();
   s.memory_socket->Stop();
   // Any session whose stream did not report its end in time.
-  for (const SessionInfo& info : s.sessions.List()) s.lifecycle->Close(info.id, "daemon shutting down");
+  for (const SessionInfo& info : s.sessions.List())
+    s.lifecycle->Close(info.id, "daemon shutting down");
   std::error_code ec;
   std::filesystem::remove(s.options.socket_path, ec);
   spdlog::info("gpumuxd stopped");

@@ -41,7 +41,7 @@ class Daemon {
     // Daemon-wide budgets over all sessions; each refusal is
     // RESOURCE_EXHAUSTED naming the flag, and a log line. Must be positive.
     size_t max_sessions = 4096;
-    size_t max_streams = 16384;       // created streams (default streams not counted)
+    size_t max_streams = 16384;  // created streams (default streams not counted)
     size_t max_events = 1 << 20;
     size_t max_share_tokens = 262144;
     // Threads for calls that may block (synchronize, waited copies), over all

@@ -3,9 +3,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -22,22 +22,29 @@
 #include "server/daemon.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(), "Unix socket to serve every service on");
-ABSL_FLAG(std::string, socket_group, "", "group that owns the socket (mode 0660), so its non-root members may connect");
-ABSL_FLAG(std::string, listen, "", "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
+ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(),
+          "Unix socket to serve every service on");
+ABSL_FLAG(std::string, socket_group, "",
+          "group that owns the socket (mode 0660), so its non-root members may connect");
+ABSL_FLAG(std::string, listen, "",
+          "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
 ABSL_FLAG(std::string, host_device_memory, "8GiB",
           "memory of each emulated device: a number with B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
 ABSL_FLAG(int, host_stream_workers, 8, "worker threads that run all host-backend streams (1-256)");
-ABSL_FLAG(std::string, allocator_conf, "",
-          "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
+ABSL_FLAG(
+    std::string, allocator_conf, "",
+    "caching allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. max_split_size_mb:128");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(uint64_t, max_sessions, 4096, "most sessions open at once, over all clients");
-ABSL_FLAG(uint64_t, max_streams, 16384, "most created streams at once, over all sessions (default streams aside)");
+ABSL_FLAG(uint64_t, max_streams, 16384,
+          "most created streams at once, over all sessions (default streams aside)");
 ABSL_FLAG(uint64_t, max_events, 1 << 20, "most events at once, over all sessions");
-ABSL_FLAG(uint64_t, max_share_tokens, 262144, "most share tokens of live allocations, over all sessions");
-ABSL_FLAG(uint64_t, blocking_threads, 512, "most threads for calls that may block (synchronize, waited copies)");
+ABSL_FLAG(uint64_t, max_share_tokens, 262144,
+          "most share tokens of live allocations, over all sessions");
+ABSL_FLAG(uint64_t, blocking_threads, 512,
+          "most threads for calls that may block (synchronize, waited copies)");
 
 namespace {
 
@@ -66,11 +73,15 @@ void PrintHelp() {
     if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
   }
   std::sort(flags.begin(), flags.end(),
-            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) { return a->Name() < b->Name(); });
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
   std::printf(
       "usage: gpumuxd [--flag=value ...]\n"
-      "The gpumux GPU resource daemon: serves the GPUs (or emulated host devices) to clients over gRPC on\n"
-      "a Unix socket, and their shared memory on <socket>.memfd next to it. SIGTERM or SIGINT stops it.\n\n"
+      "The gpumux GPU resource daemon: serves the GPUs (or emulated host devices) to clients over "
+      "gRPC on\n"
+      "a Unix socket, and their shared memory on <socket>.memfd next to it. SIGTERM or SIGINT "
+      "stops it.\n\n"
       "flags:\n");
   for (const absl::CommandLineFlag* flag : flags) {
     std::string name(flag->Name());
@@ -89,7 +100,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
   argv = args.data();
   absl::SetProgramUsageMessage(
-      "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, --backend, "
+      "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, "
+      "--backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
       "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads");
   for (int i = 1; i < argc; ++i) {
@@ -101,7 +113,8 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
-    std::fprintf(stderr, "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
+    std::fprintf(stderr,
+                 "gpumuxd: unexpected argument '%s': gpumuxd takes only flags (see --help)\n",
                  positional[1]);
     return 2;
   }
@@ -120,7 +133,8 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<uint64_t> memory = gpumux::ParseByteSize(absl::GetFlag(FLAGS_host_device_memory));
   if (!memory.ok()) {
-    std::fprintf(stderr, "gpumuxd: --host-device-memory: %s\n", std::string(memory.status().message()).c_str());
+    std::fprintf(stderr, "gpumuxd: --host-device-memory: %s\n",
+                 std::string(memory.status().message()).c_str());
     return 2;
   }
   gpumux::Daemon::Options options;

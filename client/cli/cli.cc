@@ -15,9 +15,9 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"devices", RunDevices, kDevicesUsage},       {"stats", RunStats, kStatsUsage},
-    {"summary", RunSummary, kSummaryUsage},       {"snapshot", RunSnapshot, kSnapshotUsage},
-    {"sessions", RunSessions, kSessionsUsage},    {"empty-cache", RunEmptyCache, kEmptyCacheUsage},
+    {"devices", RunDevices, kDevicesUsage},    {"stats", RunStats, kStatsUsage},
+    {"summary", RunSummary, kSummaryUsage},    {"snapshot", RunSnapshot, kSnapshotUsage},
+    {"sessions", RunSessions, kSessionsUsage}, {"empty-cache", RunEmptyCache, kEmptyCacheUsage},
     {"replay", RunReplay, kReplayUsage},
 };
 

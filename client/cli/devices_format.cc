@@ -51,7 +51,8 @@ std::string FormatDevicesJson(const std::vector<DeviceProperties>& devices) {
 }
 
 std::string FormatDevicesTable(const std::vector<DeviceProperties>& devices) {
-  TextTable table({"INDEX", "NAME", "BACKEND", "TOTAL", "FREE", "CAPABILITY", "SMS", "PCI", "HEALTH"});
+  TextTable table(
+      {"INDEX", "NAME", "BACKEND", "TOTAL", "FREE", "CAPABILITY", "SMS", "PCI", "HEALTH"});
   for (size_t column : {0, 3, 4, 5, 6}) table.AlignRight(column);
   for (const DeviceProperties& device : devices) {
     table.AddRow({absl::StrCat(device.index), device.name, device.backend,

@@ -36,8 +36,8 @@ int RunEmptyCache(const CommandContext& context, const std::vector<std::string>&
   if (result->released_segments == 0) {
     *context.out << "released nothing: no cached segment was free\n";
   } else {
-    *context.out << "released " << result->released_bytes << " bytes (" << FormatTorchSize(result->released_bytes)
-                 << ") in " << result->released_segments
+    *context.out << "released " << result->released_bytes << " bytes ("
+                 << FormatTorchSize(result->released_bytes) << ") in " << result->released_segments
                  << (result->released_segments == 1 ? " segment" : " segments") << "\n";
   }
   return kExitOk;

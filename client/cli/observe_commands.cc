@@ -98,9 +98,9 @@ int RunSummary(const CommandContext& context, const std::vector<std::string>& ar
                         kSummaryUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  absl::StatusOr<std::string> summary = Observer(context.address)
-                                            .MemorySummary(DeviceIndex(parsed.device),
-                                                           SessionOf(parsed), parsed.abbreviated);
+  absl::StatusOr<std::string> summary =
+      Observer(context.address)
+          .MemorySummary(DeviceIndex(parsed.device), SessionOf(parsed), parsed.abbreviated);
   if (!summary.ok()) return ReportError(context, summary.status());
   *context.out << *summary;
   return kExitOk;

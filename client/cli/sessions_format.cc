@@ -76,9 +76,7 @@ std::string FormatSessionsTable(const std::vector<SessionInfo>& sessions) {
         absl::StrCat(session.pid),
         session.client_name,
         session.tenant.empty() ? "-" : session.tenant,
-        session.labels.empty()
-            ? "-"
-            : absl::StrJoin(session.labels, ",", absl::PairFormatter("=")),
+        session.labels.empty() ? "-" : absl::StrJoin(session.labels, ",", absl::PairFormatter("=")),
         absl::StrCat(session.streams),
         absl::StrCat(session.events)};
     if (session.devices.empty()) {
@@ -91,11 +89,10 @@ std::string FormatSessionsTable(const std::vector<SessionInfo>& sessions) {
       std::vector<std::string> row =
           first ? head : std::vector<std::string>(head.size(), std::string());
       first = false;
-      row.insert(
-          row.end(),
-          {absl::StrCat(usage.device), FormatTorchSize(usage.allocated_bytes),
-           FormatTorchSize(usage.reserved_bytes), absl::StrCat(usage.allocations),
-           usage.memory_limit_bytes == 0 ? "-" : FormatTorchSize(usage.memory_limit_bytes)});
+      row.insert(row.end(),
+                 {absl::StrCat(usage.device), FormatTorchSize(usage.allocated_bytes),
+                  FormatTorchSize(usage.reserved_bytes), absl::StrCat(usage.allocations),
+                  usage.memory_limit_bytes == 0 ? "-" : FormatTorchSize(usage.memory_limit_bytes)});
       table.AddRow(std::move(row));
     }
   }

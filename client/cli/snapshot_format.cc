@@ -82,11 +82,11 @@ std::string FormatSnapshotTable(const std::vector<SegmentInfo>& segments) {
   for (size_t column : {0, 1, 2, 5, 6, 7, 8, 9}) table.AlignRight(column);
   for (const SegmentInfo& segment : segments) {
     table.AddRow({absl::StrCat(segment.device), absl::StrCat(segment.segment_id.value()),
-                  absl::StrCat(segment.session_id.value()), absl::StrFormat("0x%x", segment.address),
-                  segment.segment_type, FormatTorchSize(segment.total_size),
-                  FormatTorchSize(segment.allocated_size), FormatTorchSize(segment.active_size),
-                  FormatTorchSize(segment.requested_size), absl::StrCat(segment.blocks.size()),
-                  segment.shareable ? "yes" : "no"});
+                  absl::StrCat(segment.session_id.value()),
+                  absl::StrFormat("0x%x", segment.address), segment.segment_type,
+                  FormatTorchSize(segment.total_size), FormatTorchSize(segment.allocated_size),
+                  FormatTorchSize(segment.active_size), FormatTorchSize(segment.requested_size),
+                  absl::StrCat(segment.blocks.size()), segment.shareable ? "yes" : "no"});
   }
   return table.Render();
 }

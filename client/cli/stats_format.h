@@ -8,7 +8,6 @@
 #include <map>
 #include <string>
 
-
 namespace gpumux {
 
 // A key the daemon left out reads 0; keys PyTorch does not have are dropped.

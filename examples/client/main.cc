@@ -35,7 +35,8 @@ int Import(const std::string& address, const std::string& token) {
   absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Import(token);
   if (!buffer.ok()) return Fail("import", buffer.status());
   char text[sizeof(kMessage)] = {};
-  absl::StatusOr<gpumux::Event> copied = (*client)->CopyDeviceToHost(text, *buffer, 0, sizeof(text));
+  absl::StatusOr<gpumux::Event> copied =
+      (*client)->CopyDeviceToHost(text, *buffer, 0, sizeof(text));
   if (!copied.ok()) return Fail("copy to host", copied.status());
   std::printf("imported %llu bytes in session %llu: \"%s\"\n",
               static_cast<unsigned long long>(buffer->size()),

@@ -71,8 +71,8 @@ class ConfParser {
  private:
   absl::Status Expect(size_t i, absl::string_view token) const {
     if (i < tokens_.size() && tokens_[i] == token) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Error parsing CachingAllocator::AllocatorConfig settings, expected ", token));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Error parsing CachingAllocator::AllocatorConfig settings, expected ", token));
   }
 
   // The value token after "key:"; advances i_ onto it.
@@ -111,7 +111,8 @@ class ConfParser {
     double value = 0;
     if (!absl::SimpleAtod(*text, &value)) return BadNumber("garbage_collection_threshold", *text);
     if (!(value > 0 && value < 1.0)) {
-      return absl::InvalidArgumentError("garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
+      return absl::InvalidArgumentError(
+          "garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
     }
     *out = value;
     return absl::OkStatus();

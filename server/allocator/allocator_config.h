@@ -14,14 +14,14 @@
 
 namespace gpumux {
 
-inline constexpr uint64_t kMinBlockSize = 512;          // all sizes round up to this
-inline constexpr uint64_t kSmallSize = 1048576;         // largest small-pool request
-inline constexpr uint64_t kSmallBuffer = 2097152;       // small-pool segment size
-inline constexpr uint64_t kMinLargeAlloc = 10485760;    // below: 20 MiB segments
-inline constexpr uint64_t kLargeBuffer = 20971520;      // mid-size segment size
-inline constexpr uint64_t kRoundLarge = 2097152;        // large segments round to this
+inline constexpr uint64_t kMinBlockSize = 512;                 // all sizes round up to this
+inline constexpr uint64_t kSmallSize = 1048576;                // largest small-pool request
+inline constexpr uint64_t kSmallBuffer = 2097152;              // small-pool segment size
+inline constexpr uint64_t kMinLargeAlloc = 10485760;           // below: 20 MiB segments
+inline constexpr uint64_t kLargeBuffer = 20971520;             // mid-size segment size
+inline constexpr uint64_t kRoundLarge = 2097152;               // large segments round to this
 inline constexpr uint64_t kMaxAllocation = uint64_t{1} << 60;  // "more than 1EB"
-inline constexpr int kRoundupPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB buckets
+inline constexpr int kRoundupPowerOfTwoIntervals = 16;         // 1 MiB .. 64 GiB buckets
 
 struct AllocatorOptions {
   // Blocks at least this big are never split ("oversize"). SIZE_MAX: no limit.

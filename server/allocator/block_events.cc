@@ -173,7 +173,9 @@ void BlockEvents::Synchronize(absl::FunctionRef<bool(const Block*)> wanted, OnRe
   // caller's lock.
   for (bool caller : {false, true}) {
     for (auto& [event, shared] : shared_) {
-      if (shared.caller != caller || std::none_of(shared.blocks.begin(), shared.blocks.end(), wanted)) continue;
+      if (shared.caller != caller ||
+          std::none_of(shared.blocks.begin(), shared.blocks.end(), wanted))
+        continue;
       absl::Status status = absl::OkStatus();
       if (caller) {
         absl::StatusOr<bool> done = backend_->QueryEvent(event);
@@ -263,9 +265,10 @@ void BlockEvents::LogError(const char* what, BackendEvent event, const absl::Sta
   const std::string which =
       event == BackendEvent() ? std::string() : absl::StrCat(" (event ", event.value(), ")");
   if (errors_++ == 0) {
-    spdlog::error("allocator: GPU {}: {}{}: {} (treated as completed; later event errors "
-                  "on this GPU are logged at debug level)",
-                  device_.value(), what, which, status.ToString());
+    spdlog::error(
+        "allocator: GPU {}: {}{}: {} (treated as completed; later event errors "
+        "on this GPU are logged at debug level)",
+        device_.value(), what, which, status.ToString());
   } else {
     spdlog::debug("allocator: GPU {}: {}{}: {} (treated as completed)", device_.value(), what,
                   which, status.ToString());

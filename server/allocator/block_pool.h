@@ -49,7 +49,8 @@ class BlockPool {
 
   // Precondition: `block` is not in the pool. Crashes on a duplicate.
   void Insert(Block* block) {
-    if (!blocks_.insert(Entry{block->size, block->address, block}).second) Die("cached twice", block);
+    if (!blocks_.insert(Entry{block->size, block->address, block}).second)
+      Die("cached twice", block);
   }
   // Precondition: `block` is in the pool with its current size and address.
   void Erase(Block* block) {

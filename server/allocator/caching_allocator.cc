@@ -46,17 +46,16 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
                                                             StreamId stream, uint64_t size,
                                                             bool dedicated) {
   if (device.value() < 0 || device.value() >= device_count()) {
-    return absl::InvalidArgumentError(absl::StrCat("GPU ", device.value(),
-                                                   " does not exist: this node has ",
-                                                   device_count(), " devices"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPU ", device.value(), " does not exist: this node has ", device_count(), " devices"));
   }
   if (size == 0) {
     return absl::InvalidArgumentError("cannot allocate 0 bytes: the size must be at least 1 byte");
   }
   if (size >= kMaxAllocation) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Tried to allocate more than 1EB memory (", size, " bytes requested on GPU ",
-        device.value(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("Tried to allocate more than 1EB memory (", size,
+                                                   " bytes requested on GPU ", device.value(),
+                                                   ")"));
   }
   const uint64_t total = backend_->device_info(device).total_memory;
   if (size > total) {
@@ -97,7 +96,7 @@ void CachingAllocator::Recharge(DeviceIndex device, uint64_t address, ClientId n
 }
 
 EmptyCacheResult CachingAllocator::EmptyCache(std::optional<DeviceIndex> device,
-                                               std::optional<ClientId> client) {
+                                              std::optional<ClientId> client) {
   EmptyCacheResult total;
   for (int i = 0; i < device_count(); ++i) {
     if (device.has_value() && device->value() != i) continue;

@@ -75,9 +75,9 @@ struct SegmentSnapshot {
   uint64_t active_size = 0;
   uint64_t requested_size = 0;
   StreamId stream;
-  ClientId client;      // the client whose stream the segment serves
+  ClientId client;  // the client whose stream the segment serves
   bool is_small = false;
-  bool dedicated = false;  // a shareable allocation's own segment
+  bool dedicated = false;             // a shareable allocation's own segment
   std::vector<BlockSnapshot> blocks;  // by address
 };
 

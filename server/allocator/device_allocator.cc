@@ -29,7 +29,8 @@ DeviceAllocator::~DeviceAllocator() {
   absl::MutexLock lock(&mu_);
   for (const auto& [address, segment] : segments_) {
     absl::Status status = backend_->ReleaseSegment(device_, address);
-    if (!status.ok()) spdlog::warn("allocator: releasing segment {:#x}: {}", address, status.ToString());
+    if (!status.ok())
+      spdlog::warn("allocator: releasing segment {:#x}: {}", address, status.ToString());
   }
 }
 
@@ -77,8 +78,8 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
   if (!dedicated) r.block = GetFreeBlockLocked(r);
   if (r.block == nullptr) {
     // Only needed from here on (PyTorch computes it up front; it is pure).
-    r.alloc_size = dedicated ? (r.size + kRoundLarge - 1) / kRoundLarge * kRoundLarge
-                             : SegmentSizeFor(r.size);
+    r.alloc_size =
+        dedicated ? (r.size + kRoundLarge - 1) / kRoundLarge * kRoundLarge : SegmentSizeFor(r.size);
     GPUMUX_RETURN_IF_ERROR(NewSegmentWithRetriesLocked(r, released));
     if (r.block == nullptr) return OutOfMemoryLocked(r);
   }
@@ -196,7 +197,8 @@ AllocationResult DeviceAllocator::AllocFoundBlockLocked(Request& r, uint64_t ori
     remaining->size -= r.size;
     CacheBlockLocked(remaining);
     if (already_split) {
-      Charge(client, [&](DeviceStats& s) { Decrease(s.inactive_split_bytes, pool, Bytes(r.size)); });
+      Charge(client,
+             [&](DeviceStats& s) { Decrease(s.inactive_split_bytes, pool, Bytes(r.size)); });
     } else {
       Charge(client, [&](DeviceStats& s) {
         Increase(s.inactive_split_bytes, pool, Bytes(remaining->size));
@@ -244,14 +246,15 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
   report.device_free = backend_->FreeMemory(device_);
   report.device_allocated = static_cast<uint64_t>(stats_.allocated_bytes[kAggregate].current);
   report.device_reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAggregate].current);
-  report.client_allocated = static_cast<uint64_t>(r.client->stats.allocated_bytes[kAggregate].current);
+  report.client_allocated =
+      static_cast<uint64_t>(r.client->stats.allocated_bytes[kAggregate].current);
   report.client_reserved = r.client->reserved();
   report.client_limit = r.client->limit;
   return absl::ResourceExhaustedError(FormatOomMessage(report));
 }
 
-void DeviceAllocator::Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
-                           ReleasedSegments* released) {
+void DeviceAllocator::Free(absl::Span<const uint64_t> addresses,
+                           absl::Span<const BackendEvent> wait_for, ReleasedSegments* released) {
   // A long request takes the lock in slices, so other clients' calls on the
   // device interleave with it; the request's hold keeps its caller events
   // alive between slices.
@@ -262,7 +265,8 @@ void DeviceAllocator::Free(absl::Span<const uint64_t> addresses, absl::Span<cons
   }
   for (size_t start = 0; start < addresses.size(); start += kSlice) {
     absl::MutexLock lock(&mu_);
-    for (uint64_t address : addresses.subspan(start, kSlice)) FreeOneLocked(address, wait_for, released);
+    for (uint64_t address : addresses.subspan(start, kSlice))
+      FreeOneLocked(address, wait_for, released);
   }
   absl::MutexLock lock(&mu_);
   events_.EndCallerEvents(wait_for);

@@ -141,8 +141,8 @@ class DeviceAllocator {
                                    ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One block of Free, whose caller events the request holds.
-  void FreeOneLocked(uint64_t address, absl::Span<const BackendEvent> wait_for, ReleasedSegments* released)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeOneLocked(uint64_t address, absl::Span<const BackendEvent> wait_for,
+                     ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // free_block: coalesce, cache (or release a dedicated segment), update stats.
   void FreeBlockLocked(Block* block, ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t TryMergeLocked(Block* dst, Block* src) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -36,7 +36,8 @@ void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
   Move(f.active, t.active, pool, 1);
   Move(f.active_bytes, t.active_bytes, pool, Bytes(block->size));
   Move(f.requested_bytes, t.requested_bytes, pool, Bytes(block->requested_size));
-  if (block->size >= options_.max_split_size) Move(f.oversize_allocations, t.oversize_allocations, 1);
+  if (block->size >= options_.max_split_size)
+    Move(f.oversize_allocations, t.oversize_allocations, 1);
   block->charged = to;
 
   Segment* segment = block->segment;

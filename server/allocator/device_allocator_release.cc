@@ -14,8 +14,8 @@ namespace gpumux {
 void DeviceAllocator::GarbageCollectLocked(ClientState* client, ReleasedSegments* released) {
   // garbage_collect_cached_blocks over this client's large pool, against its
   // limit (PyTorch's allowed_memory_maximum).
-  const uint64_t gc_threshold = static_cast<uint64_t>(
-      options_.garbage_collection_threshold * static_cast<double>(client->limit));
+  const uint64_t gc_threshold = static_cast<uint64_t>(options_.garbage_collection_threshold *
+                                                      static_cast<double>(client->limit));
   if (client->reserved() <= gc_threshold) return;
   const uint64_t target = client->reserved() - gc_threshold;
   const int64_t calls = client->free_block_calls[1];
@@ -149,8 +149,8 @@ void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) 
   // block is charged to is the one that frees it) stand for its own
   // process's work, which ended with the session: a dead process never
   // completes them, so waiting could hang the device forever.
-  const size_t abandoned = AbandonCallerEventsLocked(
-      [state](const Block* b) { return b->charged == state; }, released);
+  const size_t abandoned =
+      AbandonCallerEventsLocked([state](const Block* b) { return b->charged == state; }, released);
   if (abandoned > 0) {
     spdlog::debug("allocator: client {} removed from GPU {}: {} caller events dropped unwaited",
                   client.value(), device_.value(), abandoned);

@@ -29,9 +29,8 @@ void DeviceAllocator::RetireStream(BackendStream backend_stream) {
 
 void DeviceAllocator::ProcessEventsLocked(ReleasedSegments* released) {
   // The callbacks run under mu_, inside this call; the analysis cannot see it.
-  events_.Poll([&](Block* block) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    FreeBlockLocked(block, released);
-  });
+  events_.Poll([&](Block* block)
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS { FreeBlockLocked(block, released); });
 }
 
 void DeviceAllocator::SynchronizeAndFreeEventsLocked(absl::FunctionRef<bool(const Block*)> wanted,

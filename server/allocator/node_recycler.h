@@ -60,9 +60,7 @@ class RecyclingAllocator {
   RecyclingAllocator(const RecyclingAllocator<U>& other)  // NOLINT: rebinding
       : recycler_(other.recycler()) {}
 
-  T* allocate(size_t n) {
-    return static_cast<T*>(recycler_->Allocate(n * sizeof(T), alignof(T)));
-  }
+  T* allocate(size_t n) { return static_cast<T*>(recycler_->Allocate(n * sizeof(T), alignof(T))); }
   void deallocate(T* p, size_t n) { recycler_->Deallocate(p, n * sizeof(T), alignof(T)); }
 
   NodeRecycler* recycler() const { return recycler_; }

@@ -11,13 +11,13 @@ std::string FormatOomMessage(const OomReport& r) {
   uint64_t unallocated =
       r.device_reserved > r.device_allocated ? r.device_reserved - r.device_allocated : 0;
   std::string message = absl::StrCat(
-      "CUDA out of memory. Tried to allocate ", FormatTorchSize(r.attempted_segment_size),
-      ". GPU ", r.device, " has a total capacity of ", FormatTorchSize(r.device_total), " of which ",
-      r.device_free.ok() ? absl::StrCat(FormatTorchSize(*r.device_free), " is free. ")
-                         : absl::StrCat("the free part is unknown (", r.device_free.status().message(), "). "),
-      allowed, "Of the allocated memory ",
-      FormatTorchSize(r.device_allocated), " is allocated by PyTorch, and ",
-      FormatTorchSize(unallocated),
+      "CUDA out of memory. Tried to allocate ", FormatTorchSize(r.attempted_segment_size), ". GPU ",
+      r.device, " has a total capacity of ", FormatTorchSize(r.device_total), " of which ",
+      r.device_free.ok()
+          ? absl::StrCat(FormatTorchSize(*r.device_free), " is free. ")
+          : absl::StrCat("the free part is unknown (", r.device_free.status().message(), "). "),
+      allowed, "Of the allocated memory ", FormatTorchSize(r.device_allocated),
+      " is allocated by PyTorch, and ", FormatTorchSize(unallocated),
       " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
       "releasing cached memory (empty_cache, or `gpumux empty-cache`) or starting gpumuxd with "
       "--allocator-conf=max_split_size_mb:<MB> to avoid fragmentation.  See "
@@ -26,7 +26,8 @@ std::string FormatOomMessage(const OomReport& r) {
   absl::StrAppend(&message, " This session has ", FormatTorchSize(r.client_allocated),
                   " allocated and ", FormatTorchSize(r.client_reserved), " reserved on GPU ",
                   r.device);
-  if (r.client_limit > 0) absl::StrAppend(&message, " of its ", FormatTorchSize(r.client_limit), " limit");
+  if (r.client_limit > 0)
+    absl::StrAppend(&message, " of its ", FormatTorchSize(r.client_limit), " limit");
   absl::StrAppend(&message, ".");
   return message;
 }

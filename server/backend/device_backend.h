@@ -179,13 +179,15 @@ class DeviceBackend {
   // completes: `keep_alive` (may be null) is released after it ran. ---
 
   // Overlapping source and destination ranges are allowed (memmove).
-  virtual absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
-                                          DeviceIndex src_device, uint64_t src, uint64_t bytes) = 0;
+  virtual absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device,
+                                          uint64_t dst, DeviceIndex src_device, uint64_t src,
+                                          uint64_t bytes) = 0;
   virtual absl::Status CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src,
                                         uint64_t bytes, std::shared_ptr<const void> keep_alive) = 0;
-  virtual absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
-                                        std::shared_ptr<void> keep_alive) = 0;
-  virtual absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) = 0;
+  virtual absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src,
+                                        uint64_t bytes, std::shared_ptr<void> keep_alive) = 0;
+  virtual absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value,
+                              uint64_t bytes) = 0;
   // Fills `request.elements` values at `dst` with common/philox.h's stream
   // for (seed, offset): the same bits on every backend for uniform and raw.
   // INVALID_ARGUMENT when `request` fails ValidateRngRequest or `offset` is

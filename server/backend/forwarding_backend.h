@@ -23,9 +23,15 @@ class ForwardingBackend : public DeviceBackend {
 
   absl::string_view name() const override { return target_->name(); }
   int device_count() const override { return target_->device_count(); }
-  const DeviceInfo& device_info(DeviceIndex device) const override { return target_->device_info(device); }
-  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override { return target_->FreeMemory(device); }
-  absl::Status DeviceHealth(DeviceIndex device) const override { return target_->DeviceHealth(device); }
+  const DeviceInfo& device_info(DeviceIndex device) const override {
+    return target_->device_info(device);
+  }
+  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override {
+    return target_->FreeMemory(device);
+  }
+  absl::Status DeviceHealth(DeviceIndex device) const override {
+    return target_->DeviceHealth(device);
+  }
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override {
     return target_->AllocateSegment(device, size);
   }
@@ -40,9 +46,15 @@ class ForwardingBackend : public DeviceBackend {
   absl::StatusOr<BackendStream> CreateStream(DeviceIndex device, int priority) override {
     return target_->CreateStream(device, priority);
   }
-  absl::Status DestroyStream(BackendStream stream) override { return target_->DestroyStream(stream); }
-  absl::StatusOr<bool> QueryStream(BackendStream stream) override { return target_->QueryStream(stream); }
-  absl::Status SynchronizeStream(BackendStream stream) override { return target_->SynchronizeStream(stream); }
+  absl::Status DestroyStream(BackendStream stream) override {
+    return target_->DestroyStream(stream);
+  }
+  absl::StatusOr<bool> QueryStream(BackendStream stream) override {
+    return target_->QueryStream(stream);
+  }
+  absl::Status SynchronizeStream(BackendStream stream) override {
+    return target_->SynchronizeStream(stream);
+  }
 
   absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) override {
     return target_->CreateEvent(device, flags);
@@ -51,8 +63,12 @@ class ForwardingBackend : public DeviceBackend {
   absl::Status RecordEvent(BackendEvent event, BackendStream stream) override {
     return target_->RecordEvent(event, stream);
   }
-  absl::StatusOr<bool> QueryEvent(BackendEvent event) override { return target_->QueryEvent(event); }
-  absl::Status SynchronizeEvent(BackendEvent event) override { return target_->SynchronizeEvent(event); }
+  absl::StatusOr<bool> QueryEvent(BackendEvent event) override {
+    return target_->QueryEvent(event);
+  }
+  absl::Status SynchronizeEvent(BackendEvent event) override {
+    return target_->SynchronizeEvent(event);
+  }
   absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) override {
     return target_->StreamWaitEvent(stream, event);
   }
@@ -62,7 +78,8 @@ class ForwardingBackend : public DeviceBackend {
   absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) override {
     return target_->GetIpcEventHandle(event);
   }
-  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) override {
+  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device,
+                                                  absl::string_view handle) override {
     return target_->OpenIpcEventHandle(device, handle);
   }
 
@@ -81,13 +98,15 @@ class ForwardingBackend : public DeviceBackend {
   absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override {
     return target_->Memset(stream, dst, value, bytes);
   }
-  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
-                          uint64_t offset) override {
+  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
+                          uint64_t seed, uint64_t offset) override {
     return target_->FillRandom(stream, dst, request, seed, offset);
   }
 
   void AbandonInterprocessWaits() override { target_->AbandonInterprocessWaits(); }
-  absl::Status PinHostMemory(void* data, uint64_t bytes) override { return target_->PinHostMemory(data, bytes); }
+  absl::Status PinHostMemory(void* data, uint64_t bytes) override {
+    return target_->PinHostMemory(data, bytes);
+  }
   absl::Status UnpinHostMemory(void* data) override { return target_->UnpinHostMemory(data); }
 
  private:

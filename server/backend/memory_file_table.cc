@@ -7,7 +7,8 @@
 
 namespace gpumux {
 
-std::string MemoryFileTable::Add(std::shared_ptr<const SealedMemory> memory, SessionId reserved_for) {
+std::string MemoryFileTable::Add(std::shared_ptr<const SealedMemory> memory,
+                                 SessionId reserved_for) {
   absl::MutexLock lock(&mu_);
   while (true) {
     std::string key = RandomHex(16);
@@ -29,8 +30,8 @@ absl::StatusOr<std::shared_ptr<const SealedMemory>> MemoryFileTable::Find(absl::
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no shared memory is filed under key ", key, " (released, or never handed out)"));
+    return absl::NotFoundError(absl::StrCat("no shared memory is filed under key ", key,
+                                            " (released, or never handed out)"));
   }
   const Entry& entry = it->second;
   if (entry.reserved_for != kAnySession && entry.reserved_for != session) {

@@ -39,7 +39,8 @@ class MemoryFileTable {
   // The file under `key` for `session`: NOT_FOUND when no such key is filed
   // (never was, or its memory was released), PERMISSION_DENIED when the
   // entry is reserved for another session.
-  absl::StatusOr<std::shared_ptr<const SealedMemory>> Find(absl::string_view key, SessionId session) const;
+  absl::StatusOr<std::shared_ptr<const SealedMemory>> Find(absl::string_view key,
+                                                           SessionId session) const;
 
   size_t size() const;
 

@@ -27,7 +27,7 @@
 namespace gpumux {
 
 struct WorkOptions {
-  StreamId stream;  // 0: the session's default stream on the work's device
+  StreamId stream;    // 0: the session's default stream on the work's device
   bool wait = false;  // return after the work completed
   bool completion_event = false;
 };
@@ -47,8 +47,8 @@ class DeviceWork {
   static constexpr uint64_t kMaxInlineBytes = uint64_t{64} << 20;
 
   // All must outlive this object.
-  DeviceWork(DeviceBackend* backend, MemoryManager* memory, StreamManager* streams, StagingBuffers* staging,
-             RngGenerators* rng)
+  DeviceWork(DeviceBackend* backend, MemoryManager* memory, StreamManager* streams,
+             StagingBuffers* staging, RngGenerators* rng)
       : backend_(backend), memory_(memory), streams_(streams), staging_(staging), rng_(rng) {}
 
   // Every call: NOT_FOUND for an allocation that is not a live one of the
@@ -68,18 +68,21 @@ class DeviceWork {
   // the two are live allocations of the session on different devices. False
   // otherwise (an allocation that is not the session's fails the call at
   // once).
-  bool DeviceToDeviceWaits(SessionId session, AllocationId dst, AllocationId src, const WorkOptions& options) const;
+  bool DeviceToDeviceWaits(SessionId session, AllocationId dst, AllocationId src,
+                           const WorkOptions& options) const;
   // INVALID_ARGUMENT above kMaxInlineBytes.
-  absl::StatusOr<WorkDone> HostToDevice(SessionId session, AllocationId dst, uint64_t offset, absl::string_view data,
-                                        const WorkOptions& options);
+  absl::StatusOr<WorkDone> HostToDevice(SessionId session, AllocationId dst, uint64_t offset,
+                                        absl::string_view data, const WorkOptions& options);
   // FAILED_PRECONDITION when the session has no staging buffer.
-  absl::StatusOr<WorkDone> HostToDeviceFromStaging(SessionId session, const RangeUse& dst, uint64_t staging_offset,
+  absl::StatusOr<WorkDone> HostToDeviceFromStaging(SessionId session, const RangeUse& dst,
+                                                   uint64_t staging_offset,
                                                    const WorkOptions& options);
   // Waits for the copy, then `*out` holds the bytes. INVALID_ARGUMENT above
   // kMaxInlineBytes.
-  absl::StatusOr<WorkDone> DeviceToHost(SessionId session, const RangeUse& src, const WorkOptions& options,
-                                        std::string* out);
-  absl::StatusOr<WorkDone> DeviceToHostIntoStaging(SessionId session, const RangeUse& src, uint64_t staging_offset,
+  absl::StatusOr<WorkDone> DeviceToHost(SessionId session, const RangeUse& src,
+                                        const WorkOptions& options, std::string* out);
+  absl::StatusOr<WorkDone> DeviceToHostIntoStaging(SessionId session, const RangeUse& src,
+                                                   uint64_t staging_offset,
                                                    const WorkOptions& options);
   // INVALID_ARGUMENT for a value above 255.
   absl::StatusOr<WorkDone> Memset(SessionId session, const RangeUse& dst, uint32_t value,
@@ -92,12 +95,13 @@ class DeviceWork {
                                         const RngRequest& request, const WorkOptions& options);
 
  private:
-  using Enqueue = absl::FunctionRef<absl::Status(const ResolvedStream&, absl::Span<const DeviceSpan>)>;
+  using Enqueue =
+      absl::FunctionRef<absl::Status(const ResolvedStream&, absl::Span<const DeviceSpan>)>;
   // Resolves the stream on `ranges[0]`'s device, queues through `enqueue`
   // with the ranges pinned, then records the completion event and waits as
   // asked, or always when a range lies on another device.
-  absl::StatusOr<WorkDone> Run(SessionId session, absl::Span<const RangeUse> ranges, const WorkOptions& options,
-                               Enqueue enqueue);
+  absl::StatusOr<WorkDone> Run(SessionId session, absl::Span<const RangeUse> ranges,
+                               const WorkOptions& options, Enqueue enqueue);
 
   DeviceBackend* backend_;
   MemoryManager* memory_;

@@ -17,11 +17,12 @@ absl::Status LimitRefusal::Refuse(absl::string_view message) {
   const int64_t now = absl::GetCurrentTimeNanos();
   int64_t next = next_log_ns_.load(std::memory_order_relaxed);
   // One thread wins the slot; the others only count.
-  if (now >= next && next_log_ns_.compare_exchange_strong(next, now + absl::ToInt64Nanoseconds(kLogEvery),
-                                                          std::memory_order_relaxed)) {
+  if (now >= next &&
+      next_log_ns_.compare_exchange_strong(next, now + absl::ToInt64Nanoseconds(kLogEvery),
+                                           std::memory_order_relaxed)) {
     const uint64_t since = count - logged_refusals_.exchange(count, std::memory_order_relaxed);
-    spdlog::warn("limit {} refused a request ({} refusal{} since the last line, {} in all): {}", limit_, since,
-                 since == 1 ? "" : "s", count, message);
+    spdlog::warn("limit {} refused a request ({} refusal{} since the last line, {} in all): {}",
+                 limit_, since, since == 1 ? "" : "s", count, message);
   }
   return absl::ResourceExhaustedError(message);
 }

@@ -19,20 +19,21 @@ constexpr absl::string_view kTokenPrefix = "gpumux-share-";
 constexpr int kTokenRandomBytes = 16;
 
 absl::Status NotFound(AllocationId id) {
-  return absl::NotFoundError(absl::StrCat("allocation ", id.value(),
-                                          " not found: it is not a live allocation of this session"));
+  return absl::NotFoundError(absl::StrCat(
+      "allocation ", id.value(), " not found: it is not a live allocation of this session"));
 }
 
 }  // namespace
 
-MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
-                             StreamManager* streams, Limits limits)
+MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options,
+                             SessionRegistry* sessions, StreamManager* streams, Limits limits)
     : backend_(backend),
       limits_(limits),
       sessions_(sessions),
       streams_(streams),
-      allocator_(backend, options,
-                 [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }) {
+      allocator_(backend, options, [this](DeviceIndex device, SegmentId segment) {
+        OnSegmentReleased(device, segment);
+      }) {
   streams_->set_stream_destroyer(
       [this](DeviceIndex device, BackendStream stream) { return DestroyStream(device, stream); });
 }
@@ -54,10 +55,9 @@ void MemoryManager::AddSession(SessionId session) {
   books_[session].imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
 }
 
-absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, DeviceIndex device, StreamId stream,
-                                                       uint64_t size, bool shareable,
-                                                       absl::Span<const AllocationId> frees,
-                                                       absl::Span<const std::string> free_wait_event_handles) {
+absl::StatusOr<AllocationView> MemoryManager::Allocate(
+    SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
+    absl::Span<const AllocationId> frees, absl::Span<const std::string> free_wait_event_handles) {
   // The allocator pools by the session's own stream ids: only check them.
   // The default stream always exists, so the common case takes no lock.
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
@@ -73,7 +73,8 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(SessionId session, Device
   if (!frees.empty()) GPUMUX_RETURN_IF_ERROR(FreeChecked(session, frees, free_wait_event_handles));
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
-  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result, allocator_.Allocate(device, session, stream, size, shareable));
+  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,
+                          allocator_.Allocate(device, session, stream, size, shareable));
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
@@ -104,7 +105,8 @@ AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block
   refs_.emplace(id, Reference{session, block, imported});
   SessionBooks& books = books_[session];
   books.ids.insert(id);
-  if (imported) books.imported_bytes[static_cast<size_t>(block->view.device.value())] += block->view.size;
+  if (imported)
+    books.imported_bytes[static_cast<size_t>(block->view.device.value())] += block->view.size;
   AllocationView view = block->view;
   view.id = id;
   return view;
@@ -118,9 +120,9 @@ absl::Status MemoryManager::CheckFreeRequest(absl::Span<const AllocationId> ids,
                                                    " may be freed in one request: split it"));
   }
   if (wait_event_handles.size() > kMaxWaitEventHandles) {
-    return absl::InvalidArgumentError(absl::StrCat("a free request carries ", wait_event_handles.size(),
-                                                   " wait event handles; at most ", kMaxWaitEventHandles,
-                                                   " are accepted in one request: split it"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a free request carries ", wait_event_handles.size(), " wait event handles; at most ",
+        kMaxWaitEventHandles, " are accepted in one request: split it"));
   }
   for (const std::string& handle : wait_event_handles) {
     if (handle.size() != kIpcEventHandleBytes) {
@@ -157,7 +159,8 @@ absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const Allo
     for (AllocationId id : ids) {
       if (!books->second.ids.contains(id)) return NotFound(id);
     }
-    if (!wait_event_handles.empty()) GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(ids, wait_event_handles, &frees));
+    if (!wait_event_handles.empty())
+      GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(ids, wait_event_handles, &frees));
     for (AllocationId id : ids) DropReferenceLocked(id, nullptr, &frees);
     ++books->second.calls_in_flight;
   }
@@ -188,7 +191,8 @@ void MemoryManager::ApplyFrees(const PendingFrees& frees) {
 }
 
 absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
-                                                 absl::Span<const std::string> handles, PendingFrees* frees) {
+                                                 absl::Span<const std::string> handles,
+                                                 PendingFrees* frees) {
   // Each handle is opened once per device whose blocks this free returns,
   // and shared by all of them. A block others still reference is not freed
   // here: its last holder's free decides.
@@ -204,8 +208,9 @@ absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> 
           for (BackendEvent e : opened.wait_for) backend_->DestroyEvent(e).IgnoreError();
           opened.wait_for.clear();
         }
-        return absl::Status(event.status().code(),
-                            absl::StrCat("wait event handle: ", event.status().message(), "; nothing was freed"));
+        return absl::Status(
+            event.status().code(),
+            absl::StrCat("wait event handle: ", event.status().message(), "; nothing was freed"));
       }
       device.wait_for.push_back(*event);
     }
@@ -228,7 +233,8 @@ absl::StatusOr<AllocationView> MemoryManager::Lookup(SessionId session, Allocati
   return view;
 }
 
-void MemoryManager::RecordStreamLocked(const Block& block, SessionId session, const ResolvedStream& stream) {
+void MemoryManager::RecordStreamLocked(const Block& block, SessionId session,
+                                       const ResolvedStream& stream) {
   // The allocator knows the block's allocation stream by its allocating
   // session's id for it. Created stream ids are unique daemon-wide, but every
   // session's default stream is 0: another session's default stream gets an
@@ -260,9 +266,9 @@ absl::Status MemoryManager::EnqueueOnAllocations(
     GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, range.id));
     const AllocationView& view = ref->block->view;
     if (range.offset > view.requested_size || range.size > view.requested_size - range.offset) {
-      return absl::OutOfRangeError(absl::StrCat("bytes [", range.offset, ", ", range.offset, " + ", range.size,
-                                                ") are outside allocation ", range.id.value(), " of ",
-                                                view.requested_size, " bytes"));
+      return absl::OutOfRangeError(absl::StrCat(
+          "bytes [", range.offset, ", ", range.offset, " + ", range.size,
+          ") are outside allocation ", range.id.value(), " of ", view.requested_size, " bytes"));
     }
     spans.push_back(DeviceSpan{view.device, view.address + range.offset});
     blocks.push_back(ref->block);
@@ -274,7 +280,8 @@ absl::Status MemoryManager::EnqueueOnAllocations(
   return absl::OkStatus();
 }
 
-void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees) {
+void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
+                                        PendingFrees* frees) {
   auto it = refs_.find(id);
   Reference ref = it->second;
   refs_.erase(it);
@@ -326,24 +333,24 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
   GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));
   Block* block = ref->block;
   if (!block->shareable) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "allocation ", id.value(),
-        " is not shareable: its segment may hold other allocations; allocate it with shareable=true to share it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("allocation ", id.value(),
+                     " is not shareable: its segment may hold other allocations; allocate it with "
+                     "shareable=true to share it"));
   }
   if (block->tokens.size() >= kMaxTokensPerAllocation) {
-    return allocation_tokens_refusal_.Refuse(absl::StrCat("allocation ", id.value(), " was already shared ",
-                                                          block->tokens.size(),
-                                                          " times, the most one allocation may be (",
-                                                          kMaxTokensPerAllocation,
-                                                          "); share another shareable allocation"));
+    return allocation_tokens_refusal_.Refuse(
+        absl::StrCat("allocation ", id.value(), " was already shared ", block->tokens.size(),
+                     " times, the most one allocation may be (", kMaxTokensPerAllocation,
+                     "); share another shareable allocation"));
   }
   const size_t live_tokens = unused_tokens_.size() + used_tokens_.size();
   if (live_tokens >= limits_.max_share_tokens) {
-    return tokens_refusal_.Refuse(absl::StrCat("the daemon already holds ", live_tokens,
-                                               " share tokens of live allocations, its limit (gpumuxd "
-                                               "--max-share-tokens=",
-                                               limits_.max_share_tokens,
-                                               "); free shared allocations or ask the operator to raise it"));
+    return tokens_refusal_.Refuse(absl::StrCat(
+        "the daemon already holds ", live_tokens,
+        " share tokens of live allocations, its limit (gpumuxd "
+        "--max-share-tokens=",
+        limits_.max_share_tokens, "); free shared allocations or ask the operator to raise it"));
   }
   std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
   block->tokens.push_back(token);
@@ -368,7 +375,8 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
         return absl::FailedPreconditionError(
             "share token was already used: tokens are single-use; ask the owner to Share again");
       }
-      return absl::NotFoundError("share token not found: it was never issued or its allocation was freed");
+      return absl::NotFoundError(
+          "share token not found: it was never issued or its allocation was freed");
     }
     Block* block = it->second;
     unused_tokens_.erase(it);
@@ -417,10 +425,12 @@ ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
   return summary;
 }
 
-absl::StatusOr<EmptyCacheResult> MemoryManager::EmptyCache(SessionId session, std::optional<DeviceIndex> device,
+absl::StatusOr<EmptyCacheResult> MemoryManager::EmptyCache(SessionId session,
+                                                           std::optional<DeviceIndex> device,
                                                            bool all_sessions) {
   if (device.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDevice(*device));
-  return allocator_.EmptyCache(device, all_sessions ? std::nullopt : std::optional<ClientId>(session));
+  return allocator_.EmptyCache(device,
+                               all_sessions ? std::nullopt : std::optional<ClientId>(session));
 }
 
 absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, DeviceIndex device,
@@ -435,13 +445,14 @@ absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, Device
       }
       // PyTorch: allowed_memory_maximum = fraction * total. A fraction of 0
       // allows nothing, so it must not read as "no limit".
-      bytes = static_cast<uint64_t>(limit.fraction *
-                                    static_cast<double>(backend_->device_info(device).total_memory));
+      bytes = static_cast<uint64_t>(
+          limit.fraction * static_cast<double>(backend_->device_info(device).total_memory));
       if (bytes == 0) bytes = 1;
       break;
     case MemoryLimit::Kind::kBytes:
       if (limit.bytes == 0) {
-        return absl::InvalidArgumentError("a byte limit must be positive; set unlimited to remove the limit");
+        return absl::InvalidArgumentError(
+            "a byte limit must be positive; set unlimited to remove the limit");
       }
       bytes = limit.bytes;
       break;
@@ -452,7 +463,8 @@ absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, Device
   return bytes;
 }
 
-absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device, std::optional<SessionId> session) const {
+absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device,
+                                                    std::optional<SessionId> session) const {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (!session.has_value()) return allocator_.GetStats(device);
   if (!sessions_->IsOpen(*session)) {
@@ -473,8 +485,8 @@ absl::Status MemoryManager::ResetAccumulatedStats(SessionId session, DeviceIndex
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<SegmentSnapshot>> MemoryManager::Snapshot(std::optional<DeviceIndex> device,
-                                                                     std::optional<SessionId> session) const {
+absl::StatusOr<std::vector<SegmentSnapshot>> MemoryManager::Snapshot(
+    std::optional<DeviceIndex> device, std::optional<SessionId> session) const {
   if (device.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDevice(*device));
   if (session.has_value() && !sessions_->IsOpen(*session)) {
     return absl::NotFoundError(absl::StrCat("session ", session->value(), " not found"));
@@ -498,7 +510,8 @@ std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
     usage.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
     usage.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].current);
     usage.allocations = static_cast<uint64_t>(stats.allocation[kAggregate].current);
-    usage.imported_bytes = static_cast<size_t>(d) < imported.size() ? imported[static_cast<size_t>(d)] : 0;
+    usage.imported_bytes =
+        static_cast<size_t>(d) < imported.size() ? imported[static_cast<size_t>(d)] : 0;
     usage.limit_bytes = allocator_.GetMemoryLimit(device, session);
     out.push_back(usage);
   }

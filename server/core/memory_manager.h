@@ -17,8 +17,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -44,7 +44,7 @@ struct AllocationView {
   uint64_t address = 0;
   SegmentId segment_id;
   uint64_t segment_size = 0;
-  uint64_t offset = 0;  // address - segment address
+  uint64_t offset = 0;                                  // address - segment address
   std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
 };
 
@@ -80,9 +80,9 @@ struct DeviceSpan {
 
 // What ReleaseSession reclaimed, for its one log line.
 struct ReleaseSummary {
-  uint64_t allocations = 0;        // own allocations freed
+  uint64_t allocations = 0;  // own allocations freed
   uint64_t allocated_bytes = 0;
-  uint64_t segments = 0;           // segments returned to the backend
+  uint64_t segments = 0;  // segments returned to the backend
   uint64_t reserved_bytes = 0;
   uint64_t imports_dropped = 0;    // references to other sessions' memory
   uint64_t handed_over = 0;        // shared allocations now charged to an importer
@@ -127,10 +127,10 @@ class MemoryManager {
   // allocates for `stream` (as StreamManager::Resolve names it). Errors as
   // Free and Resolve, plus: INVALID_ARGUMENT for a bad size;
   // RESOURCE_EXHAUSTED when the memory is not there.
-  absl::StatusOr<AllocationView> Allocate(SessionId session, DeviceIndex device, StreamId stream,
-                                          uint64_t size, bool shareable,
-                                          absl::Span<const AllocationId> frees = {},
-                                          absl::Span<const std::string> free_wait_event_handles = {});
+  absl::StatusOr<AllocationView> Allocate(
+      SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
+      absl::Span<const AllocationId> frees = {},
+      absl::Span<const std::string> free_wait_event_handles = {});
   // Checks every id, then frees them all: INVALID_ARGUMENT for more than
   // kMaxFreeIds ids or kMaxWaitEventHandles handles, an id named twice or a
   // handle that is not kIpcEventHandleBytes long; NOT_FOUND for an id that
@@ -164,9 +164,9 @@ class MemoryManager {
   // session; OUT_OF_RANGE when a range does not fit the allocation's
   // requested size; otherwise what `enqueue` returns (nothing is recorded
   // when it fails). `enqueue` must only queue work: it runs under the lock.
-  absl::Status EnqueueOnAllocations(SessionId session, absl::Span<const RangeUse> ranges,
-                                    const ResolvedStream& stream,
-                                    absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
+  absl::Status EnqueueOnAllocations(
+      SessionId session, absl::Span<const RangeUse> ranges, const ResolvedStream& stream,
+      absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
 
   // A single-use token another session imports the allocation with.
   // FAILED_PRECONDITION unless it was allocated shareable;
@@ -178,11 +178,12 @@ class MemoryManager {
 
   // Returns cached segments of the session, or of all sessions, to the backend.
   absl::StatusOr<EmptyCacheResult> EmptyCache(SessionId session, std::optional<DeviceIndex> device,
-                                               bool all_sessions);
+                                              bool all_sessions);
 
   // Returns the limit in bytes (0: none). INVALID_ARGUMENT for a fraction
   // outside [0, 1] with PyTorch's message.
-  absl::StatusOr<uint64_t> SetMemoryLimit(SessionId session, DeviceIndex device, const MemoryLimit& limit);
+  absl::StatusOr<uint64_t> SetMemoryLimit(SessionId session, DeviceIndex device,
+                                          const MemoryLimit& limit);
 
   // Device-wide stats, or one session's (NOT_FOUND when it is not open).
   absl::StatusOr<DeviceStats> GetStats(DeviceIndex device, std::optional<SessionId> session) const;
@@ -199,10 +200,10 @@ class MemoryManager {
  private:
   // One allocator block, referenced by one or more allocation ids.
   struct Block {
-    AllocationView view;          // as first handed out (id: the owner's)
-    SessionId allocated_by;       // whose stream ids the allocator knows it by
+    AllocationView view;     // as first handed out (id: the owner's)
+    SessionId allocated_by;  // whose stream ids the allocator knows it by
     bool shareable = false;
-    SessionId charged;            // whose stats carry it
+    SessionId charged;  // whose stats carry it
     absl::InlinedVector<AllocationId, 1> refs;
     std::vector<std::string> tokens;  // issued for it, used or not
   };
@@ -232,10 +233,12 @@ class MemoryManager {
                                        absl::Span<const std::string> wait_event_handles);
   // Free after CheckFreeRequest.
   absl::Status FreeChecked(SessionId session, absl::Span<const AllocationId> ids,
-                           absl::Span<const std::string> wait_event_handles) ABSL_LOCKS_EXCLUDED(mu_);
+                           absl::Span<const std::string> wait_event_handles)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Opens every handle once per device that the free returns blocks of.
-  absl::Status OpenWaitEventsLocked(absl::Span<const AllocationId> ids, absl::Span<const std::string> handles,
-                                    PendingFrees* frees) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
+                                    absl::Span<const std::string> handles, PendingFrees* frees)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFrees(const PendingFrees& frees) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a call of an open session in flight (else UNAUTHENTICATED "session
   // N is closed"); EndCall ends it.

@@ -11,8 +11,9 @@ namespace {
 
 absl::Status CheckMessage(absl::string_view message) {
   if (message.size() > NvtxRanges::kMaxMessageBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("NVTX message is ", message.size(), " bytes; at most ",
-                                                   NvtxRanges::kMaxMessageBytes, " are allowed"));
+    return absl::InvalidArgumentError(absl::StrCat("NVTX message is ", message.size(),
+                                                   " bytes; at most ", NvtxRanges::kMaxMessageBytes,
+                                                   " are allowed"));
   }
   return absl::OkStatus();
 }
@@ -43,8 +44,8 @@ absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
   absl::StatusOr<Books*> found = BooksLocked(session);
   if (!found.ok()) return found.status();
   Books& books = **found;
-  AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message), static_cast<int>(books.stack.size()),
-                    absl::Now()});
+  AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message),
+                    static_cast<int>(books.stack.size()), absl::Now()});
   if (sink_ != nullptr) sink_->Mark(session, message);
   return absl::OkStatus();
 }
@@ -56,8 +57,8 @@ absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view messag
   if (!found.ok()) return found.status();
   Books& books = **found;
   if (books.stack.size() == kMaxDepth) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("NVTX ranges nest at most ", kMaxDepth, " deep; pop some before pushing more"));
+    return absl::ResourceExhaustedError(absl::StrCat("NVTX ranges nest at most ", kMaxDepth,
+                                                     " deep; pop some before pushing more"));
   }
   int depth = static_cast<int>(books.stack.size());
   books.stack.emplace_back(message);
@@ -72,7 +73,8 @@ absl::StatusOr<int> NvtxRanges::Pop(SessionId session) {
   if (!found.ok()) return found.status();
   Books& books = **found;
   if (books.stack.empty()) {
-    return absl::FailedPreconditionError("range_pop without a matching range_push: no NVTX range is open");
+    return absl::FailedPreconditionError(
+        "range_pop without a matching range_push: no NVTX range is open");
   }
   int depth = static_cast<int>(books.stack.size()) - 1;
   std::string message = std::move(books.stack.back());
@@ -103,7 +105,8 @@ void NvtxRanges::RemoveSession(SessionId session) {
   auto it = books_.find(session);
   if (it == books_.end()) return;
   if (sink_ != nullptr) {
-    for (auto range = it->second.sink_ranges.rbegin(); range != it->second.sink_ranges.rend(); ++range) {
+    for (auto range = it->second.sink_ranges.rbegin(); range != it->second.sink_ranges.rend();
+         ++range) {
       sink_->RangeEnd(*range);
     }
   }

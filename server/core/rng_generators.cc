@@ -27,7 +27,8 @@ void RngGenerators::AddSession(SessionId session) {
   states_.emplace(session, std::move(states));
 }
 
-absl::StatusOr<RngState*> RngGenerators::StateLocked(SessionId session, DeviceIndex device, RngState* scratch) {
+absl::StatusOr<RngState*> RngGenerators::StateLocked(SessionId session, DeviceIndex device,
+                                                     RngState* scratch) {
   // The check guards the index below: `device` is request data.
   GPUMUX_RETURN_IF_ERROR(CheckDeviceInRange(device, device_count_));
   auto it = states_.find(session);
@@ -41,7 +42,7 @@ absl::StatusOr<RngState*> RngGenerators::StateLocked(SessionId session, DeviceIn
 absl::Status RngGenerators::ManualSeed(SessionId session, DeviceIndex device, uint64_t seed) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  GPUMUX_ASSIGN_OR_RETURN(RngState* state, StateLocked(session, device, &scratch));
+  GPUMUX_ASSIGN_OR_RETURN(RngState * state, StateLocked(session, device, &scratch));
   *state = RngState{seed, 0};
   return absl::OkStatus();
 }
@@ -68,7 +69,7 @@ uint64_t RngGenerators::SeedAll(SessionId session) {
 absl::StatusOr<uint64_t> RngGenerators::InitialSeed(SessionId session, DeviceIndex device) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  GPUMUX_ASSIGN_OR_RETURN(RngState* state, StateLocked(session, device, &scratch));
+  GPUMUX_ASSIGN_OR_RETURN(RngState * state, StateLocked(session, device, &scratch));
   return state->seed;
 }
 
@@ -91,7 +92,7 @@ absl::StatusOr<std::string> RngGenerators::GetState(SessionId session, DeviceInd
   {
     absl::MutexLock lock(&mu_);
     RngState scratch;
-    GPUMUX_ASSIGN_OR_RETURN(RngState* found, StateLocked(session, device, &scratch));
+    GPUMUX_ASSIGN_OR_RETURN(RngState * found, StateLocked(session, device, &scratch));
     state = *found;
   }
   return StateBytes(state);
@@ -118,7 +119,8 @@ namespace {
 
 // get_rng_state's bytes back into a state, with PyTorch's messages.
 absl::StatusOr<RngState> ParseState(absl::string_view bytes) {
-  if (bytes.size() != 16 && bytes.size() != 8) return absl::InvalidArgumentError("RNG state is wrong size");
+  if (bytes.size() != 16 && bytes.size() != 8)
+    return absl::InvalidArgumentError("RNG state is wrong size");
   auto read = [&](size_t at) {
     uint64_t v = 0;
     for (int i = 0; i < 8; ++i)
@@ -132,20 +134,21 @@ absl::StatusOr<RngState> ParseState(absl::string_view bytes) {
 
 }  // namespace
 
-absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device, absl::string_view bytes) {
+absl::Status RngGenerators::SetState(SessionId session, DeviceIndex device,
+                                     absl::string_view bytes) {
   absl::StatusOr<RngState> state = ParseState(bytes);
   if (!state.ok()) return state.status();
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  GPUMUX_ASSIGN_OR_RETURN(RngState* slot, StateLocked(session, device, &scratch));
+  GPUMUX_ASSIGN_OR_RETURN(RngState * slot, StateLocked(session, device, &scratch));
   *slot = *state;
   return absl::OkStatus();
 }
 
 absl::Status RngGenerators::SetStateAll(SessionId session, absl::Span<const std::string> states) {
   if (states.size() != static_cast<size_t>(device_count_)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("set_rng_state_all takes one state per device (", device_count_, "), not ", states.size()));
+    return absl::InvalidArgumentError(absl::StrCat("set_rng_state_all takes one state per device (",
+                                                   device_count_, "), not ", states.size()));
   }
   std::vector<RngState> parsed;
   for (const std::string& bytes : states) {
@@ -159,15 +162,16 @@ absl::Status RngGenerators::SetStateAll(SessionId session, absl::Span<const std:
   return absl::OkStatus();
 }
 
-absl::StatusOr<RngState> RngGenerators::Advance(SessionId session, DeviceIndex device, uint64_t increment) {
+absl::StatusOr<RngState> RngGenerators::Advance(SessionId session, DeviceIndex device,
+                                                uint64_t increment) {
   absl::MutexLock lock(&mu_);
   RngState scratch;
-  GPUMUX_ASSIGN_OR_RETURN(RngState* found, StateLocked(session, device, &scratch));
+  GPUMUX_ASSIGN_OR_RETURN(RngState * found, StateLocked(session, device, &scratch));
   RngState& state = *found;
   if (increment > std::numeric_limits<uint64_t>::max() - state.offset) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the RNG offset ", state.offset, " of device ", device.value(), " cannot advance by ", increment,
-        " without wrapping past 2^64; set a new state (manual_seed or set_rng_state)"));
+        "the RNG offset ", state.offset, " of device ", device.value(), " cannot advance by ",
+        increment, " without wrapping past 2^64; set a new state (manual_seed or set_rng_state)"));
   }
   RngState before = state;
   state.offset += increment;

@@ -9,7 +9,8 @@
 
 namespace gpumux {
 
-absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info, std::shared_ptr<NoticeSink> sink) {
+absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
+                                                     std::shared_ptr<NoticeSink> sink) {
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
   memory_->AddSession(opened->info.id);
@@ -34,11 +35,13 @@ void SessionLifecycle::Close(SessionId id, absl::string_view reason) {
   rng_->RemoveSession(id);
   nvtx_->RemoveSession(id);
   spdlog::info(
-      "session {} ended ({}): client '{}' pid {} tenant '{}'; reclaimed {} allocations ({}), {} segments ({}), "
-      "{} streams, {} events, dropped {} imports, handed {} shared allocations to importers, in {:.3f} ms",
+      "session {} ended ({}): client '{}' pid {} tenant '{}'; reclaimed {} allocations ({}), {} "
+      "segments ({}), "
+      "{} streams, {} events, dropped {} imports, handed {} shared allocations to importers, in "
+      "{:.3f} ms",
       id.value(), std::string(reason), info->client_name, info->pid, info->tenant, r.allocations,
-      FormatTorchSize(r.allocated_bytes), r.segments, FormatTorchSize(r.reserved_bytes), s.streams, s.events,
-      r.imports_dropped, r.handed_over, absl::ToDoubleMilliseconds(absl::Now() - start));
+      FormatTorchSize(r.allocated_bytes), r.segments, FormatTorchSize(r.reserved_bytes), s.streams,
+      s.events, r.imports_dropped, r.handed_over, absl::ToDoubleMilliseconds(absl::Now() - start));
 }
 
 }  // namespace gpumux

@@ -29,7 +29,12 @@ class SessionLifecycle {
   // All must outlive this object.
   SessionLifecycle(SessionRegistry* sessions, MemoryManager* memory, StreamManager* streams,
                    StagingBuffers* staging, RngGenerators* rng, NvtxRanges* nvtx)
-      : sessions_(sessions), memory_(memory), streams_(streams), staging_(staging), rng_(rng), nvtx_(nvtx) {}
+      : sessions_(sessions),
+        memory_(memory),
+        streams_(streams),
+        staging_(staging),
+        rng_(rng),
+        nvtx_(nvtx) {}
 
   // Registers the session and starts its books. Errors as SessionRegistry::Open.
   absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);

@@ -4,7 +4,8 @@
 
 namespace gpumux {
 
-std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& sessions, const StreamManager& streams,
+std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& sessions,
+                                                  const StreamManager& streams,
                                                   const MemoryManager& memory) {
   std::vector<SessionOverview> out;
   for (SessionInfo& info : sessions.List()) {

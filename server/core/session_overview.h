@@ -21,7 +21,8 @@ struct SessionOverview {
 };
 
 // One overview per open session, in SessionRegistry::List's order.
-std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& sessions, const StreamManager& streams,
+std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& sessions,
+                                                  const StreamManager& streams,
                                                   const MemoryManager& memory);
 
 }  // namespace gpumux

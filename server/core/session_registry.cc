@@ -24,19 +24,21 @@ constexpr size_t kSecretBytes = 16;
 // is refused, C0, DEL and C1 alike (C1 as UTF-8, U+0080 to U+009F).
 absl::Status CheckField(absl::string_view what, absl::string_view value) {
   if (value.size() > kMaxFieldBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", value.size(), " bytes; at most ", kMaxFieldBytes, " are allowed"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", value.size(), " bytes; at most ",
+                                                   kMaxFieldBytes, " are allowed"));
   }
   for (size_t i = 0; i < value.size(); ++i) {
     const auto byte = static_cast<unsigned char>(value[i]);
-    const bool c1 = byte == 0xc2 && i + 1 < value.size() && static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
+    const bool c1 = byte == 0xc2 && i + 1 < value.size() &&
+                    static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
                     static_cast<unsigned char>(value[i + 1]) <= 0x9f;
     if (byte < 0x20 || byte == 0x7f || c1) {
       const unsigned code = c1 ? static_cast<unsigned char>(value[i + 1]) : byte;
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s holds control character U+%04X at byte %d; names and labels are printed in operators' "
-          "tables and logs, so they must be printable",
-          what, code, i));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s holds control character U+%04X at byte %d; names and labels are "
+                          "printed in operators' "
+                          "tables and logs, so they must be printable",
+                          what, code, i));
     }
   }
   return absl::OkStatus();
@@ -57,7 +59,8 @@ absl::Status SessionRegistry::ShuttingDownError() {
   return absl::UnavailableError("gpumuxd is shutting down; reconnect once it is back");
 }
 
-absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::shared_ptr<NoticeSink> sink) {
+absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info,
+                                                    std::shared_ptr<NoticeSink> sink) {
   if (shutting_down()) return ShuttingDownError();
   if (absl::Status s = CheckField("client name", info.client_name); !s.ok()) return s;
   if (absl::Status s = CheckField("tenant", info.tenant); !s.ok()) return s;
@@ -67,8 +70,10 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::share
   }
   for (const auto& [key, value] : info.labels) {
     if (key.empty()) return absl::InvalidArgumentError("label keys must not be empty");
-    if (absl::Status s = CheckField("a label key", key); !s.ok()) return s;  // printable before it is quoted
-    if (absl::Status s = CheckField(absl::StrCat("label '", key.substr(0, 32), "'"), key + value); !s.ok()) {
+    if (absl::Status s = CheckField("a label key", key); !s.ok())
+      return s;  // printable before it is quoted
+    if (absl::Status s = CheckField(absl::StrCat("label '", key.substr(0, 32), "'"), key + value);
+        !s.ok()) {
       return s;
     }
   }
@@ -76,9 +81,10 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info, std::share
   opened.secret = RandomHex(kSecretBytes);
   absl::MutexLock lock(&mu_);
   if (sessions_.size() >= max_sessions_) {
-    return sessions_refusal_.Refuse(absl::StrCat("the daemon already serves ", sessions_.size(),
-                                                 " sessions, its limit (gpumuxd --max-sessions=", max_sessions_,
-                                                 "); retry later or ask the operator to raise it"));
+    return sessions_refusal_.Refuse(
+        absl::StrCat("the daemon already serves ", sessions_.size(),
+                     " sessions, its limit (gpumuxd --max-sessions=", max_sessions_,
+                     "); retry later or ask the operator to raise it"));
   }
   info.id = SessionId(next_id_++);
   if (info.tenant.empty()) info.tenant = absl::StrCat("session-", info.id.value());
@@ -94,14 +100,16 @@ absl::StatusOr<SessionId> SessionRegistry::Authenticate(absl::string_view creden
   uint64_t id = 0;
   if (colon == absl::string_view::npos || !absl::SimpleAtoi(credentials.substr(0, colon), &id)) {
     return absl::UnauthenticatedError(
-        "malformed gpumux-session metadata: expected \"<session id>:<secret>\" as returned by Session.Open");
+        "malformed gpumux-session metadata: expected \"<session id>:<secret>\" as returned by "
+        "Session.Open");
   }
   absl::string_view secret = credentials.substr(colon + 1);
   absl::ReaderMutexLock lock(&mu_);
   auto it = sessions_.find(SessionId(id));
   if (it == sessions_.end() || !SecretsEqual(it->second.secret, secret)) {
     return absl::UnauthenticatedError(absl::StrCat(
-        "session ", id, " is not open or its secret does not match; open a session with Session.Open"));
+        "session ", id,
+        " is not open or its secret does not match; open a session with Session.Open"));
   }
   return it->first;
 }
@@ -113,7 +121,8 @@ absl::Status SessionRegistry::BindMemoryPeer(SessionId id, uid_t uid) {
   std::optional<uid_t>& bound = it->second.memory_peer_uid;
   if (!bound.has_value()) bound = uid;
   if (*bound != uid) {
-    return absl::PermissionDeniedError(absl::StrCat("session ", id.value(), " fetches its memory as uid ", *bound,
+    return absl::PermissionDeniedError(absl::StrCat("session ", id.value(),
+                                                    " fetches its memory as uid ", *bound,
                                                     "; a process of uid ", uid, " may not"));
   }
   return absl::OkStatus();
@@ -149,11 +158,13 @@ std::vector<SessionInfo> SessionRegistry::List() const {
     out.reserve(sessions_.size());
     for (const auto& [id, entry] : sessions_) out.push_back(entry.info);
   }
-  std::sort(out.begin(), out.end(), [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+  std::sort(out.begin(), out.end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
   return out;
 }
 
-void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const {
+void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device,
+                                            SegmentId segment) const {
   std::shared_ptr<NoticeSink> sink;
   {
     absl::ReaderMutexLock lock(&mu_);

@@ -15,7 +15,8 @@ namespace gpumux {
 // books or a queued copy) lets go.
 class StagingBuffers::Buffer {
  public:
-  Buffer(DeviceBackend* backend, MemoryFileTable* memory_files, std::string key, MemoryMapping mapping, bool pinned)
+  Buffer(DeviceBackend* backend, MemoryFileTable* memory_files, std::string key,
+         MemoryMapping mapping, bool pinned)
       : backend_(backend),
         memory_files_(memory_files),
         key_(std::move(key)),
@@ -55,8 +56,8 @@ void StagingBuffers::AddSession(SessionId session) {
 
 absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_t min_size) {
   if (min_size > kMaxBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a staging buffer of ", min_size,
-                                                   " bytes was asked for; the most is ", kMaxBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a staging buffer of ", min_size, " bytes was asked for; the most is ", kMaxBytes));
   }
   uint64_t size = std::max<uint64_t>(min_size, 1);
   size = (size + kGranularity - 1) / kGranularity * kGranularity;
@@ -73,8 +74,10 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map());
   absl::Status pin = backend_->PinHostMemory(mapping.data(), size);
   if (!pin.ok()) spdlog::warn("staging buffer {} stays unpinned: {}", label, pin.ToString());
-  std::string key = memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)), session);
-  auto buffer = std::make_shared<Buffer>(backend_, memory_files_, std::move(key), std::move(mapping), pin.ok());
+  std::string key =
+      memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)), session);
+  auto buffer = std::make_shared<Buffer>(backend_, memory_files_, std::move(key),
+                                         std::move(mapping), pin.ok());
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(session);
   if (it == buffers_.end()) return SessionClosedError(session);  // `buffer` goes unused
@@ -84,16 +87,19 @@ absl::StatusOr<StagingBufferInfo> StagingBuffers::Get(SessionId session, uint64_
   return slot->info();
 }
 
-absl::StatusOr<StagingBytes> StagingBuffers::Bytes(SessionId session, uint64_t offset, uint64_t size) const {
+absl::StatusOr<StagingBytes> StagingBuffers::Bytes(SessionId session, uint64_t offset,
+                                                   uint64_t size) const {
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(session);
   if (it == buffers_.end() || it->second == nullptr) {
-    return absl::FailedPreconditionError("this session has no staging buffer: call GetStagingBuffer first");
+    return absl::FailedPreconditionError(
+        "this session has no staging buffer: call GetStagingBuffer first");
   }
   const std::shared_ptr<Buffer>& buffer = it->second;
   if (offset > buffer->size() || size > buffer->size() - offset) {
     return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset, " + ", size,
-                                              ") are outside the staging buffer of ", buffer->size(), " bytes"));
+                                              ") are outside the staging buffer of ",
+                                              buffer->size(), " bytes"));
   }
   return StagingBytes{buffer->data() + offset, buffer};
 }

@@ -13,11 +13,13 @@ namespace gpumux {
 namespace {
 
 absl::Status StreamNotFound(StreamId stream) {
-  return absl::NotFoundError(absl::StrCat("stream ", stream.value(), " not found: it is not a stream of this session"));
+  return absl::NotFoundError(
+      absl::StrCat("stream ", stream.value(), " not found: it is not a stream of this session"));
 }
 
 absl::Status EventNotFound(EventId event) {
-  return absl::NotFoundError(absl::StrCat("event ", event.value(), " not found: it is not an event of this session"));
+  return absl::NotFoundError(
+      absl::StrCat("event ", event.value(), " not found: it is not an event of this session"));
 }
 
 // Destroy errors only mean the backend already forgot the handle.
@@ -39,7 +41,8 @@ absl::Status StreamManager::CheckDevice(DeviceIndex device) const {
 
 void StreamManager::AddSession(SessionId session) {
   absl::MutexLock lock(&mu_);
-  books_[session].default_streams.assign(static_cast<size_t>(backend_->device_count()), BackendStream());
+  books_[session].default_streams.assign(static_cast<size_t>(backend_->device_count()),
+                                         BackendStream());
 }
 
 StreamCounts StreamManager::ReleaseSession(SessionId session) {
@@ -62,14 +65,16 @@ absl::Status StreamManager::DestroyBackendStream(DeviceIndex device, BackendStre
 }
 
 void StreamManager::DestroyAll(const Books& books) {
-  for (const auto& [id, event] : books.events) LogIfError(backend_->DestroyEvent(event.backend), "destroy event");
+  for (const auto& [id, event] : books.events)
+    LogIfError(backend_->DestroyEvent(event.backend), "destroy event");
   for (const auto& [id, stream] : books.streams) {
     LogIfError(DestroyBackendStream(stream.device, stream.backend), "destroy stream");
   }
   for (size_t d = 0; d < books.default_streams.size(); ++d) {
     BackendStream stream = books.default_streams[d];
     if (stream.value() != 0) {
-      LogIfError(DestroyBackendStream(DeviceIndex(static_cast<int32_t>(d)), stream), "destroy default stream");
+      LogIfError(DestroyBackendStream(DeviceIndex(static_cast<int32_t>(d)), stream),
+                 "destroy default stream");
     }
   }
 }
@@ -92,7 +97,8 @@ absl::StatusOr<StreamPriorityRange> StreamManager::PriorityRange(DeviceIndex dev
   return backend_->GetStreamPriorityRange(device);
 }
 
-absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(SessionId session, DeviceIndex device,
+absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(SessionId session,
+                                                                         DeviceIndex device,
                                                                          int priority) {
   GPUMUX_ASSIGN_OR_RETURN(StreamPriorityRange range, PriorityRange(device));
   // torch/cuda/streams.py clamps into [greatest, least] (greatest <= least).
@@ -101,14 +107,15 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
     absl::MutexLock lock(&mu_);
     GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
     if (books->streams.size() >= kMaxStreamsPerSession) {
-      return session_streams_refusal_.Refuse(absl::StrCat("session ", session.value(), " already has ",
-                                                          kMaxStreamsPerSession,
-                                                          " streams, the most a session may hold; destroy some first"));
+      return session_streams_refusal_.Refuse(
+          absl::StrCat("session ", session.value(), " already has ", kMaxStreamsPerSession,
+                       " streams, the most a session may hold; destroy some first"));
     }
     if (total_streams_ >= limits_.max_streams) {
-      return streams_refusal_.Refuse(absl::StrCat(
-          "the daemon already serves ", total_streams_, " streams, its limit (gpumuxd --max-streams=",
-          limits_.max_streams, "); destroy streams or ask the operator to raise the limit"));
+      return streams_refusal_.Refuse(
+          absl::StrCat("the daemon already serves ", total_streams_,
+                       " streams, its limit (gpumuxd --max-streams=", limits_.max_streams,
+                       "); destroy streams or ask the operator to raise the limit"));
     }
     ++total_streams_;  // held for this stream while it is created
   }
@@ -135,7 +142,8 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
 absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device, StreamId stream) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (stream.value() == 0) {
-    return absl::InvalidArgumentError("the default stream (0) cannot be destroyed; it ends with the session");
+    return absl::InvalidArgumentError(
+        "the default stream (0) cannot be destroyed; it ends with the session");
   }
   BackendStream backend;
   {
@@ -148,7 +156,8 @@ absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device,
   return DestroyBackendStream(device, backend);
 }
 
-absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceIndex device, StreamId stream) {
+absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceIndex device,
+                                                      StreamId stream) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   const size_t slot = static_cast<size_t>(device.value());
   {
@@ -179,18 +188,20 @@ absl::StatusOr<ResolvedStream> StreamManager::Resolve(SessionId session, DeviceI
   return ResolvedStream{stream, device, slot_stream};
 }
 
-absl::StatusOr<BackendStream> StreamManager::FindStreamLocked(const Books& books, DeviceIndex device,
-                                                             StreamId stream) {
+absl::StatusOr<BackendStream> StreamManager::FindStreamLocked(const Books& books,
+                                                              DeviceIndex device, StreamId stream) {
   auto it = books.streams.find(stream);
   if (it == books.streams.end()) return StreamNotFound(stream);
   if (it->second.device != device) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", stream.value(), " is on device ",
-                                                   it->second.device.value(), ", not device ", device.value()));
+                                                   it->second.device.value(), ", not device ",
+                                                   device.value()));
   }
   return it->second.backend;
 }
 
-absl::Status StreamManager::CheckStream(SessionId session, DeviceIndex device, StreamId stream) const {
+absl::Status StreamManager::CheckStream(SessionId session, DeviceIndex device,
+                                        StreamId stream) const {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   absl::MutexLock lock(&mu_);
   auto books = books_.find(session);
@@ -199,17 +210,20 @@ absl::Status StreamManager::CheckStream(SessionId session, DeviceIndex device, S
   return FindStreamLocked(books->second, device, stream).status();
 }
 
-absl::StatusOr<bool> StreamManager::QueryStream(SessionId session, DeviceIndex device, StreamId stream) {
+absl::StatusOr<bool> StreamManager::QueryStream(SessionId session, DeviceIndex device,
+                                                StreamId stream) {
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
   return backend_->QueryStream(resolved.backend);
 }
 
-absl::Status StreamManager::SynchronizeStream(SessionId session, DeviceIndex device, StreamId stream) {
+absl::Status StreamManager::SynchronizeStream(SessionId session, DeviceIndex device,
+                                              StreamId stream) {
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
   return backend_->SynchronizeStream(resolved.backend);
 }
 
-absl::Status StreamManager::WaitEvent(SessionId session, DeviceIndex device, StreamId stream, EventId event) {
+absl::Status StreamManager::WaitEvent(SessionId session, DeviceIndex device, StreamId stream,
+                                      EventId event) {
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
   GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
   return backend_->StreamWaitEvent(resolved.backend, entry.backend);
@@ -229,21 +243,21 @@ absl::Status StreamManager::WaitStream(SessionId session, DeviceIndex device, St
   return status;
 }
 
-absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex device, EventFlags flags,
-                                                  BackendEvent backend) {
+absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex device,
+                                                  EventFlags flags, BackendEvent backend) {
   absl::MutexLock lock(&mu_);
   absl::Status refused;
   absl::StatusOr<Books*> books = BooksLocked(session);
   if (!books.ok()) {
     refused = books.status();
   } else if ((*books)->events.size() >= kMaxEventsPerSession) {
-    refused = session_events_refusal_.Refuse(absl::StrCat("session ", session.value(), " already has ",
-                                                          kMaxEventsPerSession,
-                                                          " events, the most a session may hold; destroy some first"));
+    refused = session_events_refusal_.Refuse(
+        absl::StrCat("session ", session.value(), " already has ", kMaxEventsPerSession,
+                     " events, the most a session may hold; destroy some first"));
   } else if (total_events_ >= limits_.max_events) {
-    refused = events_refusal_.Refuse(absl::StrCat("the daemon already holds ", total_events_,
-                                                  " events, its limit (gpumuxd --max-events=", limits_.max_events,
-                                                  "); destroy events or ask the operator to raise the limit"));
+    refused = events_refusal_.Refuse(absl::StrCat(
+        "the daemon already holds ", total_events_, " events, its limit (gpumuxd --max-events=",
+        limits_.max_events, "); destroy events or ask the operator to raise the limit"));
   }
   if (!refused.ok()) {
     LogIfError(backend_->DestroyEvent(backend), "destroy event");
@@ -255,7 +269,8 @@ absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex
   return EventView{id, device, flags};
 }
 
-absl::StatusOr<EventView> StreamManager::CreateEvent(SessionId session, DeviceIndex device, EventFlags flags) {
+absl::StatusOr<EventView> StreamManager::CreateEvent(SessionId session, DeviceIndex device,
+                                                     EventFlags flags) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (flags.interprocess && flags.enable_timing) {
     return absl::InvalidArgumentError(
@@ -266,7 +281,8 @@ absl::StatusOr<EventView> StreamManager::CreateEvent(SessionId session, DeviceIn
   return AddEvent(session, device, flags, backend);
 }
 
-absl::StatusOr<StreamManager::EventEntry> StreamManager::FindEvent(SessionId session, EventId event) const {
+absl::StatusOr<StreamManager::EventEntry> StreamManager::FindEvent(SessionId session,
+                                                                   EventId event) const {
   absl::MutexLock lock(&mu_);
   auto books = books_.find(session);
   if (books == books_.end()) return SessionClosedError(session);
@@ -289,12 +305,14 @@ absl::Status StreamManager::DestroyEvent(SessionId session, EventId event) {
   return backend_->DestroyEvent(backend);
 }
 
-absl::Status StreamManager::RecordEvent(SessionId session, EventId event, DeviceIndex device, StreamId stream) {
+absl::Status StreamManager::RecordEvent(SessionId session, EventId event, DeviceIndex device,
+                                        StreamId stream) {
   GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
   if (entry.device != device) {
     return absl::InvalidArgumentError(absl::StrCat("Event device ", entry.device.value(),
-                                                   " does not match recording stream's device ", device.value(), "."));
+                                                   " does not match recording stream's device ",
+                                                   device.value(), "."));
   }
   return backend_->RecordEvent(entry.backend, resolved.backend);
 }
@@ -313,12 +331,13 @@ absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId st
   GPUMUX_ASSIGN_OR_RETURN(EventEntry first, FindEvent(session, start));
   GPUMUX_ASSIGN_OR_RETURN(EventEntry last, FindEvent(session, end));
   if (!first.flags.enable_timing || !last.flags.enable_timing) {
-    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+    return absl::FailedPreconditionError(
+        "Both events must be created with argument 'enable_timing=True'.");
   }
   if (first.device != last.device) {  // CUDA cannot compare clocks of two devices
-    return absl::InvalidArgumentError(absl::StrCat("events ", start.value(), " and ", end.value(),
-                                                   " are on devices ", first.device.value(), " and ",
-                                                   last.device.value(), "; elapsed time needs both on one device"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "events ", start.value(), " and ", end.value(), " are on devices ", first.device.value(),
+        " and ", last.device.value(), "; elapsed time needs both on one device"));
   }
   return backend_->ElapsedTimeMs(first.backend, last.backend);
 }
@@ -326,8 +345,9 @@ absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId st
 absl::StatusOr<std::string> StreamManager::IpcHandle(SessionId session, EventId event) {
   GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
   if (!entry.flags.interprocess) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "event ", event.value(), " was not created with interprocess=true, so it has no IPC handle"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("event ", event.value(),
+                     " was not created with interprocess=true, so it has no IPC handle"));
   }
   return backend_->GetIpcEventHandle(entry.backend);
 }
@@ -336,8 +356,9 @@ absl::StatusOr<EventView> StreamManager::OpenIpcHandle(SessionId session, Device
                                                        absl::string_view handle) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (handle.size() != kIpcEventHandleBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ",
-                                                   kIpcEventHandleBytes, ", but got ", handle.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ", kIpcEventHandleBytes,
+                     ", but got ", handle.size()));
   }
   GPUMUX_ASSIGN_OR_RETURN(BackendEvent backend, backend_->OpenIpcEventHandle(device, handle));
   return AddEvent(session, device, EventFlags{.interprocess = true}, backend);

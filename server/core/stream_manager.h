@@ -118,8 +118,8 @@ class StreamManager {
   // stream.wait_event(event); NOT_FOUND for an unknown event.
   absl::Status WaitEvent(SessionId session, DeviceIndex device, StreamId stream, EventId event);
   // stream.wait_stream(other): an internal event recorded on `other` and waited on.
-  absl::Status WaitStream(SessionId session, DeviceIndex device, StreamId stream, DeviceIndex other_device,
-                          StreamId other);
+  absl::Status WaitStream(SessionId session, DeviceIndex device, StreamId stream,
+                          DeviceIndex other_device, StreamId other);
 
   // INVALID_ARGUMENT for a bad device or interprocess with enable_timing;
   // RESOURCE_EXHAUSTED past the limit.
@@ -140,7 +140,8 @@ class StreamManager {
   // torch.cuda.Event.from_ipc_handle: INVALID_ARGUMENT for a bad device or a
   // handle that is not kIpcEventHandleBytes long (PyTorch's message) or names
   // no event; NOT_FOUND when its event is gone; RESOURCE_EXHAUSTED past the limit.
-  absl::StatusOr<EventView> OpenIpcHandle(SessionId session, DeviceIndex device, absl::string_view handle);
+  absl::StatusOr<EventView> OpenIpcHandle(SessionId session, DeviceIndex device,
+                                          absl::string_view handle);
 
  private:
   struct StreamEntry {
@@ -160,7 +161,8 @@ class StreamManager {
 
   absl::StatusOr<Books*> BooksLocked(SessionId session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The created stream `stream` (not 0) of `books` on `device`.
-  static absl::StatusOr<BackendStream> FindStreamLocked(const Books& books, DeviceIndex device, StreamId stream);
+  static absl::StatusOr<BackendStream> FindStreamLocked(const Books& books, DeviceIndex device,
+                                                        StreamId stream);
   absl::StatusOr<EventEntry> FindEvent(SessionId session, EventId event) const;
   // Adds an event the backend made to the session's books, or destroys it
   // when the session is gone or full.

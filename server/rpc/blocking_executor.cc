@@ -59,17 +59,20 @@ void BlockingExecutor::Work() {
   absl::MutexLock lock(&mu_);
   while (true) {
     ++idle_;
-    const bool woken = mu_.AwaitWithTimeout(
-        absl::Condition(+[](BlockingExecutor* self)
-                            ABSL_NO_THREAD_SAFETY_ANALYSIS { return !self->queue_.empty() || self->stopping_; },
-                        this),
-        idle_timeout_);
+    const bool woken =
+        mu_.AwaitWithTimeout(absl::Condition(
+                                 +[](BlockingExecutor* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                   return !self->queue_.empty() || self->stopping_;
+                                 },
+                                 this),
+                             idle_timeout_);
     --idle_;
     if (!woken) {
       // Idle too long: the pool shrinks back after a burst. This thread's
       // std::thread goes to exited_, joined by the next Run or the destructor.
-      const auto self = std::find_if(threads_.begin(), threads_.end(),
-                                     [](const std::thread& t) { return t.get_id() == std::this_thread::get_id(); });
+      const auto self = std::find_if(threads_.begin(), threads_.end(), [](const std::thread& t) {
+        return t.get_id() == std::this_thread::get_id();
+      });
       exited_.push_back(std::move(*self));
       threads_.erase(self);
       return;

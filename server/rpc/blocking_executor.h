@@ -32,9 +32,12 @@ namespace gpumux {
 class BlockingExecutor {
  public:
   static constexpr size_t kDefaultMaxThreads = 512;
-  explicit BlockingExecutor(size_t max_running_per_key = 64, size_t max_threads = kDefaultMaxThreads,
+  explicit BlockingExecutor(size_t max_running_per_key = 64,
+                            size_t max_threads = kDefaultMaxThreads,
                             absl::Duration idle_timeout = absl::Seconds(2))
-      : max_running_per_key_(max_running_per_key), max_threads_(max_threads), idle_timeout_(idle_timeout) {}
+      : max_running_per_key_(max_running_per_key),
+        max_threads_(max_threads),
+        idle_timeout_(idle_timeout) {}
   // Runs every task, queued or waiting for its key, then joins the workers.
   ~BlockingExecutor();
   BlockingExecutor(const BlockingExecutor&) = delete;
@@ -66,7 +69,7 @@ class BlockingExecutor {
   const absl::Duration idle_timeout_;
   mutable absl::Mutex mu_;
   std::deque<std::pair<uint64_t, Task>> queue_ ABSL_GUARDED_BY(mu_);  // admitted, not started
-  absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);       // keys with admitted tasks
+  absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);      // keys with admitted tasks
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> exited_ ABSL_GUARDED_BY(mu_);  // idle workers that left, to join
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;

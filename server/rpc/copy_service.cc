@@ -23,16 +23,18 @@ grpc::ServerUnaryReactor* CopyService::DeviceToDevice(grpc::CallbackServerContex
                                                       v1::CopyResponse* response) {
   // Without a session the call fails at once, wherever it runs.
   absl::StatusOr<SessionId> caller = AuthenticateCall(*context, *sessions_);
-  const bool blocking =
-      caller.ok() && work_->DeviceToDeviceWaits(*caller, AllocationId(request->dst().allocation_id()),
-                                                AllocationId(request->src().allocation_id()),
-                                                FromProto(request->options()));
+  const bool blocking = caller.ok() && work_->DeviceToDeviceWaits(
+                                           *caller, AllocationId(request->dst().allocation_id()),
+                                           AllocationId(request->src().allocation_id()),
+                                           FromProto(request->options()));
   return ServeSessionCallBlockingIf(
-      blocking, context, *sessions_, *executor_, [work = work_, request, response](SessionId session) -> absl::Status {
+      blocking, context, *sessions_, *executor_,
+      [work = work_, request, response](SessionId session) -> absl::Status {
         GPUMUX_ASSIGN_OR_RETURN(
-            WorkDone done, work->DeviceToDevice(session, FromProto(request->dst(), request->size()),
-                                                AllocationId(request->src().allocation_id()), request->src().offset(),
-                                                FromProto(request->options())));
+            WorkDone done,
+            work->DeviceToDevice(session, FromProto(request->dst(), request->size()),
+                                 AllocationId(request->src().allocation_id()),
+                                 request->src().offset(), FromProto(request->options())));
         SetCompletionEvent(done, response);
         return absl::OkStatus();
       });
@@ -49,11 +51,13 @@ grpc::ServerUnaryReactor* CopyService::HostToDevice(grpc::CallbackServerContext*
         absl::StatusOr<WorkDone> done;
         switch (request->source_case()) {
           case v1::HostToDeviceRequest::kData:
-            done = work->HostToDevice(session, dst, request->dst().offset(), request->data(), options);
+            done =
+                work->HostToDevice(session, dst, request->dst().offset(), request->data(), options);
             break;
           case v1::HostToDeviceRequest::kStaging:
-            done = work->HostToDeviceFromStaging(session, FromProto(request->dst(), request->staging().size()),
-                                                 request->staging().offset(), options);
+            done = work->HostToDeviceFromStaging(
+                session, FromProto(request->dst(), request->staging().size()),
+                request->staging().offset(), options);
             break;
           case v1::HostToDeviceRequest::SOURCE_NOT_SET:
             return absl::InvalidArgumentError("set the source: data or staging");
@@ -68,20 +72,22 @@ grpc::ServerUnaryReactor* CopyService::DeviceToHost(grpc::CallbackServerContext*
                                                     const v1::DeviceToHostRequest* request,
                                                     v1::DeviceToHostResponse* response) {
   // DeviceWork::DeviceToHost (inline bytes) always waits for its copy.
-  const bool blocking =
-      request->options().wait() || request->destination_case() == v1::DeviceToHostRequest::kInlineSize;
+  const bool blocking = request->options().wait() ||
+                        request->destination_case() == v1::DeviceToHostRequest::kInlineSize;
   return ServeSessionCallBlockingIf(
-      blocking, context, *sessions_, *executor_, [work = work_, request, response](SessionId session) -> absl::Status {
+      blocking, context, *sessions_, *executor_,
+      [work = work_, request, response](SessionId session) -> absl::Status {
         const WorkOptions options = FromProto(request->options());
         absl::StatusOr<WorkDone> done;
         switch (request->destination_case()) {
           case v1::DeviceToHostRequest::kInlineSize:
-            done = work->DeviceToHost(session, FromProto(request->src(), request->inline_size()), options,
-                                      response->mutable_data());
+            done = work->DeviceToHost(session, FromProto(request->src(), request->inline_size()),
+                                      options, response->mutable_data());
             break;
           case v1::DeviceToHostRequest::kStaging:
-            done = work->DeviceToHostIntoStaging(session, FromProto(request->src(), request->staging().size()),
-                                                 request->staging().offset(), options);
+            done = work->DeviceToHostIntoStaging(
+                session, FromProto(request->src(), request->staging().size()),
+                request->staging().offset(), options);
             break;
           case v1::DeviceToHostRequest::DESTINATION_NOT_SET:
             return absl::InvalidArgumentError("set the destination: inline_size or staging");
@@ -92,16 +98,18 @@ grpc::ServerUnaryReactor* CopyService::DeviceToHost(grpc::CallbackServerContext*
       });
 }
 
-grpc::ServerUnaryReactor* CopyService::Memset(grpc::CallbackServerContext* context, const v1::MemsetRequest* request,
+grpc::ServerUnaryReactor* CopyService::Memset(grpc::CallbackServerContext* context,
+                                              const v1::MemsetRequest* request,
                                               v1::CopyResponse* response) {
-  return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_,
-                                    [work = work_, request, response](SessionId session) -> absl::Status {
-                                      GPUMUX_ASSIGN_OR_RETURN(
-                                          WorkDone done, work->Memset(session, FromProto(request->dst(), request->size()),
-                                                                      request->value(), FromProto(request->options())));
-                                      SetCompletionEvent(done, response);
-                                      return absl::OkStatus();
-                                    });
+  return ServeSessionCallBlockingIf(
+      request->options().wait(), context, *sessions_, *executor_,
+      [work = work_, request, response](SessionId session) -> absl::Status {
+        GPUMUX_ASSIGN_OR_RETURN(WorkDone done,
+                                work->Memset(session, FromProto(request->dst(), request->size()),
+                                             request->value(), FromProto(request->options())));
+        SetCompletionEvent(done, response);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace gpumux

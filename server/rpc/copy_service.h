@@ -16,7 +16,8 @@ namespace gpumux {
 class CopyService final : public v1::Copy::CallbackService {
  public:
   // All must outlive the service.
-  CopyService(DeviceWork* work, StagingBuffers* staging, const SessionRegistry* sessions, BlockingExecutor* executor)
+  CopyService(DeviceWork* work, StagingBuffers* staging, const SessionRegistry* sessions,
+              BlockingExecutor* executor)
       : work_(work), staging_(staging), sessions_(sessions), executor_(executor) {}
 
   grpc::ServerUnaryReactor* GetStagingBuffer(grpc::CallbackServerContext* context,
@@ -31,7 +32,8 @@ class CopyService final : public v1::Copy::CallbackService {
   grpc::ServerUnaryReactor* DeviceToHost(grpc::CallbackServerContext* context,
                                          const v1::DeviceToHostRequest* request,
                                          v1::DeviceToHostResponse* response) override;
-  grpc::ServerUnaryReactor* Memset(grpc::CallbackServerContext* context, const v1::MemsetRequest* request,
+  grpc::ServerUnaryReactor* Memset(grpc::CallbackServerContext* context,
+                                   const v1::MemsetRequest* request,
                                    v1::CopyResponse* response) override;
 
  private:

@@ -39,9 +39,9 @@ void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out
   out->set_health(health.ok() ? "ok" : std::string(health.message()));
 }
 
-grpc::ServerUnaryReactor* DeviceService::GetDeviceCount(grpc::CallbackServerContext* context,
-                                                        const v1::GetDeviceCountRequest* /*request*/,
-                                                        v1::GetDeviceCountResponse* response) {
+grpc::ServerUnaryReactor* DeviceService::GetDeviceCount(
+    grpc::CallbackServerContext* context, const v1::GetDeviceCountRequest* /*request*/,
+    v1::GetDeviceCountResponse* response) {
   response->set_count(backend_->device_count());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -51,15 +51,16 @@ grpc::ServerUnaryReactor* DeviceService::GetDeviceCount(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* DeviceService::ListDevices(grpc::CallbackServerContext* context,
                                                      const v1::ListDevicesRequest* /*request*/,
                                                      v1::ListDevicesResponse* response) {
-  for (int d = 0; d < backend_->device_count(); ++d) FillProperties(DeviceIndex(d), response->add_devices());
+  for (int d = 0; d < backend_->device_count(); ++d)
+    FillProperties(DeviceIndex(d), response->add_devices());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
-grpc::ServerUnaryReactor* DeviceService::GetDeviceProperties(grpc::CallbackServerContext* context,
-                                                             const v1::GetDevicePropertiesRequest* request,
-                                                             v1::DeviceProperties* response) {
+grpc::ServerUnaryReactor* DeviceService::GetDeviceProperties(
+    grpc::CallbackServerContext* context, const v1::GetDevicePropertiesRequest* request,
+    v1::DeviceProperties* response) {
   absl::Status status = CheckDevice(request->device());
   if (status.ok()) FillProperties(DeviceIndex(request->device()), response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -76,9 +77,10 @@ grpc::ServerUnaryReactor* DeviceService::Synchronize(grpc::CallbackServerContext
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  absl::Status started = executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
-    reactor->Finish(ToGrpcStatus(backend->Synchronize(device)));
-  });
+  absl::Status started =
+      executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
+        reactor->Finish(ToGrpcStatus(backend->Synchronize(device)));
+      });
   if (!started.ok()) reactor->Finish(ToGrpcStatus(started));  // the task was dropped unrun
   return reactor;
 }

@@ -13,17 +13,20 @@ namespace gpumux {
 class DeviceService final : public v1::Device::CallbackService {
  public:
   // Both must outlive the service.
-  DeviceService(DeviceBackend* backend, BlockingExecutor* executor) : backend_(backend), executor_(executor) {}
+  DeviceService(DeviceBackend* backend, BlockingExecutor* executor)
+      : backend_(backend), executor_(executor) {}
 
   grpc::ServerUnaryReactor* GetDeviceCount(grpc::CallbackServerContext* context,
                                            const v1::GetDeviceCountRequest* request,
                                            v1::GetDeviceCountResponse* response) override;
-  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* context, const v1::ListDevicesRequest* request,
+  grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* context,
+                                        const v1::ListDevicesRequest* request,
                                         v1::ListDevicesResponse* response) override;
   grpc::ServerUnaryReactor* GetDeviceProperties(grpc::CallbackServerContext* context,
                                                 const v1::GetDevicePropertiesRequest* request,
                                                 v1::DeviceProperties* response) override;
-  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context, const v1::SynchronizeRequest* request,
+  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context,
+                                        const v1::SynchronizeRequest* request,
                                         v1::SynchronizeResponse* response) override;
 
  private:

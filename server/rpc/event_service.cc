@@ -14,17 +14,20 @@ grpc::ServerUnaryReactor* EventService::Create(grpc::CallbackServerContext* cont
                                                const v1::CreateEventRequest* request,
                                                v1::CreateEventResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(EventView event,
-                            streams_->CreateEvent(session, DeviceIndex(request->device()), FromProto(*request)));
+    GPUMUX_ASSIGN_OR_RETURN(
+        EventView event,
+        streams_->CreateEvent(session, DeviceIndex(request->device()), FromProto(*request)));
     ToProto(event, response);
     return absl::OkStatus();
   });
 }
 
-grpc::ServerUnaryReactor* EventService::Destroy(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+grpc::ServerUnaryReactor* EventService::Destroy(grpc::CallbackServerContext* context,
+                                                const v1::EventRequest* request,
                                                 v1::DestroyEventResponse* /*response*/) {
-  return ServeSessionCall(context, *sessions_,
-                          [&](SessionId session) { return streams_->DestroyEvent(session, EventId(request->event())); });
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
+    return streams_->DestroyEvent(session, EventId(request->event()));
+  });
 }
 
 grpc::ServerUnaryReactor* EventService::Record(grpc::CallbackServerContext* context,
@@ -36,7 +39,8 @@ grpc::ServerUnaryReactor* EventService::Record(grpc::CallbackServerContext* cont
   });
 }
 
-grpc::ServerUnaryReactor* EventService::Query(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+grpc::ServerUnaryReactor* EventService::Query(grpc::CallbackServerContext* context,
+                                              const v1::EventRequest* request,
                                               v1::QueryEventResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(bool done, streams_->QueryEvent(session, EventId(request->event())));
@@ -50,16 +54,19 @@ grpc::ServerUnaryReactor* EventService::Synchronize(grpc::CallbackServerContext*
                                                     v1::SynchronizeEventResponse* /*response*/) {
   const EventId event(request->event());
   return ServeSynchronize(
-      context, *sessions_, *executor_, [&](SessionId session) { return streams_->QueryEvent(session, event); },
-      [streams = streams_, event](SessionId session) { return streams->SynchronizeEvent(session, event); });
+      context, *sessions_, *executor_,
+      [&](SessionId session) { return streams_->QueryEvent(session, event); },
+      [streams = streams_, event](SessionId session) {
+        return streams->SynchronizeEvent(session, event);
+      });
 }
 
 grpc::ServerUnaryReactor* EventService::ElapsedTime(grpc::CallbackServerContext* context,
                                                     const v1::ElapsedTimeRequest* request,
                                                     v1::ElapsedTimeResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(float ms,
-                            streams_->ElapsedTimeMs(session, EventId(request->start()), EventId(request->end())));
+    GPUMUX_ASSIGN_OR_RETURN(float ms, streams_->ElapsedTimeMs(session, EventId(request->start()),
+                                                              EventId(request->end())));
     response->set_milliseconds(ms);
     return absl::OkStatus();
   });
@@ -69,7 +76,8 @@ grpc::ServerUnaryReactor* EventService::GetIpcHandle(grpc::CallbackServerContext
                                                      const v1::EventRequest* request,
                                                      v1::GetIpcHandleResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(std::string handle, streams_->IpcHandle(session, EventId(request->event())));
+    GPUMUX_ASSIGN_OR_RETURN(std::string handle,
+                            streams_->IpcHandle(session, EventId(request->event())));
     response->set_handle(std::move(handle));
     return absl::OkStatus();
   });
@@ -79,8 +87,9 @@ grpc::ServerUnaryReactor* EventService::OpenIpcHandle(grpc::CallbackServerContex
                                                       const v1::OpenIpcHandleRequest* request,
                                                       v1::CreateEventResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(EventView event,
-                            streams_->OpenIpcHandle(session, DeviceIndex(request->device()), request->handle()));
+    GPUMUX_ASSIGN_OR_RETURN(
+        EventView event,
+        streams_->OpenIpcHandle(session, DeviceIndex(request->device()), request->handle()));
     ToProto(event, response);
     return absl::OkStatus();
   });

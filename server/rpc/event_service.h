@@ -19,19 +19,26 @@ class EventService final : public v1::Event::CallbackService {
   EventService(StreamManager* streams, const SessionRegistry* sessions, BlockingExecutor* executor)
       : streams_(streams), sessions_(sessions), executor_(executor) {}
 
-  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* context, const v1::CreateEventRequest* request,
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* context,
+                                   const v1::CreateEventRequest* request,
                                    v1::CreateEventResponse* response) override;
-  grpc::ServerUnaryReactor* Destroy(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+  grpc::ServerUnaryReactor* Destroy(grpc::CallbackServerContext* context,
+                                    const v1::EventRequest* request,
                                     v1::DestroyEventResponse* response) override;
-  grpc::ServerUnaryReactor* Record(grpc::CallbackServerContext* context, const v1::RecordEventRequest* request,
+  grpc::ServerUnaryReactor* Record(grpc::CallbackServerContext* context,
+                                   const v1::RecordEventRequest* request,
                                    v1::RecordEventResponse* response) override;
-  grpc::ServerUnaryReactor* Query(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+  grpc::ServerUnaryReactor* Query(grpc::CallbackServerContext* context,
+                                  const v1::EventRequest* request,
                                   v1::QueryEventResponse* response) override;
-  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context,
+                                        const v1::EventRequest* request,
                                         v1::SynchronizeEventResponse* response) override;
-  grpc::ServerUnaryReactor* ElapsedTime(grpc::CallbackServerContext* context, const v1::ElapsedTimeRequest* request,
+  grpc::ServerUnaryReactor* ElapsedTime(grpc::CallbackServerContext* context,
+                                        const v1::ElapsedTimeRequest* request,
                                         v1::ElapsedTimeResponse* response) override;
-  grpc::ServerUnaryReactor* GetIpcHandle(grpc::CallbackServerContext* context, const v1::EventRequest* request,
+  grpc::ServerUnaryReactor* GetIpcHandle(grpc::CallbackServerContext* context,
+                                         const v1::EventRequest* request,
                                          v1::GetIpcHandleResponse* response) override;
   grpc::ServerUnaryReactor* OpenIpcHandle(grpc::CallbackServerContext* context,
                                           const v1::OpenIpcHandleRequest* request,

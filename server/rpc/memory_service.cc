@@ -32,18 +32,21 @@ grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* c
     std::vector<AllocationId> frees = ToIds(request->free_allocation_ids());
     std::vector<std::string> handles(request->free_wait_event_handles().begin(),
                                      request->free_wait_event_handles().end());
-    GPUMUX_ASSIGN_OR_RETURN(AllocationView view,
-                            memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
-                                              request->size(), request->shareable(), frees, handles));
+    GPUMUX_ASSIGN_OR_RETURN(
+        AllocationView view,
+        memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
+                          request->size(), request->shareable(), frees, handles));
     ToProto(view, response->mutable_allocation());
     return absl::OkStatus();
   });
 }
 
-grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
+grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context,
+                                              const v1::FreeRequest* request,
                                               v1::FreeResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) {
-    std::vector<std::string> handles(request->wait_event_handles().begin(), request->wait_event_handles().end());
+    std::vector<std::string> handles(request->wait_event_handles().begin(),
+                                     request->wait_event_handles().end());
     return memory_->Free(session, ToIds(request->allocation_ids()), handles);
   });
 }
@@ -52,7 +55,8 @@ grpc::ServerUnaryReactor* MemoryService::RecordStream(grpc::CallbackServerContex
                                                       const v1::RecordStreamRequest* request,
                                                       v1::RecordStreamResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) {
-    return memory_->RecordStream(session, AllocationId(request->allocation_id()), StreamId(request->stream()));
+    return memory_->RecordStream(session, AllocationId(request->allocation_id()),
+                                 StreamId(request->stream()));
   });
 }
 
@@ -60,9 +64,10 @@ grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext*
                                                     const v1::EmptyCacheRequest* request,
                                                     v1::EmptyCacheResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(EmptyCacheResult result,
-                            memory_->EmptyCache(session, OptionalDevice(!request->all_devices(), request->device()),
-                                                request->all_sessions()));
+    GPUMUX_ASSIGN_OR_RETURN(
+        EmptyCacheResult result,
+        memory_->EmptyCache(session, OptionalDevice(!request->all_devices(), request->device()),
+                            request->all_sessions()));
     response->set_released_bytes(result.released_bytes);
     response->set_released_segments(result.released_segments);
     return absl::OkStatus();
@@ -70,9 +75,11 @@ grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* MemoryService::GetStats(grpc::CallbackServerContext* context,
-                                                  const v1::GetStatsRequest* request, v1::MemoryStats* response) {
+                                                  const v1::GetStatsRequest* request,
+                                                  v1::MemoryStats* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
+    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats,
+                            memory_->GetStats(DeviceIndex(request->device()), session));
     ToProto(stats, response);
     return absl::OkStatus();
   });
@@ -86,9 +93,9 @@ grpc::ServerUnaryReactor* MemoryService::ResetPeakStats(grpc::CallbackServerCont
   });
 }
 
-grpc::ServerUnaryReactor* MemoryService::ResetAccumulatedStats(grpc::CallbackServerContext* context,
-                                                               const v1::ResetStatsRequest* request,
-                                                               v1::ResetStatsResponse* /*response*/) {
+grpc::ServerUnaryReactor* MemoryService::ResetAccumulatedStats(
+    grpc::CallbackServerContext* context, const v1::ResetStatsRequest* request,
+    v1::ResetStatsResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) {
     return memory_->ResetAccumulatedStats(session, DeviceIndex(request->device()));
   });
@@ -98,7 +105,8 @@ grpc::ServerUnaryReactor* MemoryService::GetSummary(grpc::CallbackServerContext*
                                                     const v1::GetSummaryRequest* request,
                                                     v1::MemorySummary* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats, memory_->GetStats(DeviceIndex(request->device()), session));
+    GPUMUX_ASSIGN_OR_RETURN(DeviceStats stats,
+                            memory_->GetStats(DeviceIndex(request->device()), session));
     response->set_text(FormatMemorySummary(stats, request->device(), request->abbreviated()));
     return absl::OkStatus();
   });
@@ -108,8 +116,9 @@ grpc::ServerUnaryReactor* MemoryService::GetSnapshot(grpc::CallbackServerContext
                                                      const v1::GetSnapshotRequest* request,
                                                      v1::MemorySnapshot* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentSnapshot> segments,
-                            memory_->Snapshot(OptionalDevice(!request->all_devices(), request->device()), session));
+    GPUMUX_ASSIGN_OR_RETURN(
+        std::vector<SegmentSnapshot> segments,
+        memory_->Snapshot(OptionalDevice(!request->all_devices(), request->device()), session));
     ToProto(segments, response);
     return absl::OkStatus();
   });
@@ -135,23 +144,27 @@ grpc::ServerUnaryReactor* MemoryService::SetMemoryLimit(grpc::CallbackServerCont
       case v1::SetMemoryLimitRequest::LIMIT_NOT_SET:
         return absl::InvalidArgumentError("set one of fraction, bytes or unlimited");
     }
-    GPUMUX_ASSIGN_OR_RETURN(uint64_t bytes, memory_->SetMemoryLimit(session, DeviceIndex(request->device()), limit));
+    GPUMUX_ASSIGN_OR_RETURN(
+        uint64_t bytes, memory_->SetMemoryLimit(session, DeviceIndex(request->device()), limit));
     response->set_limit_bytes(bytes);
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* MemoryService::Share(grpc::CallbackServerContext* context,
-                                               const v1::ShareRequest* request, v1::ShareResponse* response) {
+                                               const v1::ShareRequest* request,
+                                               v1::ShareResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(std::string token, memory_->Share(session, AllocationId(request->allocation_id())));
+    GPUMUX_ASSIGN_OR_RETURN(std::string token,
+                            memory_->Share(session, AllocationId(request->allocation_id())));
     response->set_token(std::move(token));
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* MemoryService::Import(grpc::CallbackServerContext* context,
-                                                const v1::ImportRequest* request, v1::ImportResponse* response) {
+                                                const v1::ImportRequest* request,
+                                                v1::ImportResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory_->Import(session, request->token()));
     ToProto(view, response->mutable_allocation());

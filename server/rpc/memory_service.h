@@ -12,18 +12,23 @@ namespace gpumux {
 class MemoryService final : public v1::Memory::CallbackService {
  public:
   // Both must outlive the service.
-  MemoryService(MemoryManager* memory, const SessionRegistry* sessions) : memory_(memory), sessions_(sessions) {}
+  MemoryService(MemoryManager* memory, const SessionRegistry* sessions)
+      : memory_(memory), sessions_(sessions) {}
 
-  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context, const v1::AllocateRequest* request,
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
+                                     const v1::AllocateRequest* request,
                                      v1::AllocateResponse* response) override;
-  grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context, const v1::FreeRequest* request,
+  grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context,
+                                 const v1::FreeRequest* request,
                                  v1::FreeResponse* response) override;
   grpc::ServerUnaryReactor* RecordStream(grpc::CallbackServerContext* context,
                                          const v1::RecordStreamRequest* request,
                                          v1::RecordStreamResponse* response) override;
-  grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context, const v1::EmptyCacheRequest* request,
+  grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context,
+                                       const v1::EmptyCacheRequest* request,
                                        v1::EmptyCacheResponse* response) override;
-  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context, const v1::GetStatsRequest* request,
+  grpc::ServerUnaryReactor* GetStats(grpc::CallbackServerContext* context,
+                                     const v1::GetStatsRequest* request,
                                      v1::MemoryStats* response) override;
   grpc::ServerUnaryReactor* ResetPeakStats(grpc::CallbackServerContext* context,
                                            const v1::ResetStatsRequest* request,
@@ -31,7 +36,8 @@ class MemoryService final : public v1::Memory::CallbackService {
   grpc::ServerUnaryReactor* ResetAccumulatedStats(grpc::CallbackServerContext* context,
                                                   const v1::ResetStatsRequest* request,
                                                   v1::ResetStatsResponse* response) override;
-  grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* context, const v1::GetSummaryRequest* request,
+  grpc::ServerUnaryReactor* GetSummary(grpc::CallbackServerContext* context,
+                                       const v1::GetSummaryRequest* request,
                                        v1::MemorySummary* response) override;
   grpc::ServerUnaryReactor* GetSnapshot(grpc::CallbackServerContext* context,
                                         const v1::GetSnapshotRequest* request,
@@ -39,9 +45,11 @@ class MemoryService final : public v1::Memory::CallbackService {
   grpc::ServerUnaryReactor* SetMemoryLimit(grpc::CallbackServerContext* context,
                                            const v1::SetMemoryLimitRequest* request,
                                            v1::SetMemoryLimitResponse* response) override;
-  grpc::ServerUnaryReactor* Share(grpc::CallbackServerContext* context, const v1::ShareRequest* request,
+  grpc::ServerUnaryReactor* Share(grpc::CallbackServerContext* context,
+                                  const v1::ShareRequest* request,
                                   v1::ShareResponse* response) override;
-  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context, const v1::ImportRequest* request,
+  grpc::ServerUnaryReactor* Import(grpc::CallbackServerContext* context,
+                                   const v1::ImportRequest* request,
                                    v1::ImportResponse* response) override;
 
  private:

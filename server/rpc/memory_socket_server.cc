@@ -32,14 +32,15 @@ struct MemorySocketServer::Connection {
   ucred peer{};
 };
 
-absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(const Options& options,
-                                                                               SessionRegistry* sessions,
-                                                                               const MemoryFileTable* memory_files) {
-  auto server = std::unique_ptr<MemorySocketServer>(new MemorySocketServer(options, sessions, memory_files));
+absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(
+    const Options& options, SessionRegistry* sessions, const MemoryFileTable* memory_files) {
+  auto server =
+      std::unique_ptr<MemorySocketServer>(new MemorySocketServer(options, sessions, memory_files));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (options.path.empty() || options.path.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", options.path, "' is empty or longer than ",
+    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", options.path,
+                                                   "' is empty or longer than ",
                                                    sizeof(address.sun_path) - 1, " bytes"));
   }
   std::memcpy(address.sun_path, options.path.data(), options.path.size());
@@ -49,11 +50,12 @@ absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(co
     return absl::UnavailableError(
         absl::StrCat("cannot bind the memory socket ", options.path, ": ", std::strerror(errno)));
   }
-  if (options.group.has_value() && chown(options.path.c_str(), static_cast<uid_t>(-1), *options.group) != 0) {
+  if (options.group.has_value() &&
+      chown(options.path.c_str(), static_cast<uid_t>(-1), *options.group) != 0) {
     const int error = errno;
     unlink(options.path.c_str());
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot give ", options.path, " to group ", *options.group, ": ", std::strerror(error)));
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.path, " to group ",
+                                                    *options.group, ": ", std::strerror(error)));
   }
   if (chmod(options.path.c_str(), 0660) != 0) {
     const int error = errno;
@@ -64,7 +66,8 @@ absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(co
   if (listen(server->listener_.get(), kListenBacklog) != 0) {
     const int error = errno;
     unlink(options.path.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.path, ": ", std::strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.path, ": ", std::strerror(error)));
   }
   server->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   server->stop_event_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -107,7 +110,8 @@ void MemorySocketServer::Run() {
     const int ready = epoll_wait(epoll_.get(), events, kEventsPerWait, -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      spdlog::error("memory socket: epoll_wait: {}; no more shared memory is handed out", std::strerror(errno));
+      spdlog::error("memory socket: epoll_wait: {}; no more shared memory is handed out",
+                    std::strerror(errno));
       return;
     }
     for (int i = 0; i < ready; ++i) {
@@ -121,29 +125,36 @@ void MemorySocketServer::Run() {
           if (!socket.valid()) {
             const int error = errno;
             if (error != EAGAIN && error != EINTR && error != ECONNABORTED) {
-              connections_refusal_.Refuse(absl::StrCat("memory socket: accept: ", std::strerror(error))).IgnoreError();
+              connections_refusal_
+                  .Refuse(absl::StrCat("memory socket: accept: ", std::strerror(error)))
+                  .IgnoreError();
             }
             // Out of descriptors, the connection stays queued and the
             // listener readable: pause rather than spin until some close.
-            if (error == EMFILE || error == ENFILE) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            if (error == EMFILE || error == ENFILE)
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
             break;
           }
           if (connections.size() >= options_.max_connections) {
             connections_refusal_
-                .Refuse(absl::StrCat("memory socket: ", connections.size(),
-                                     " connections are open, the most it serves; closing a new one"))
+                .Refuse(
+                    absl::StrCat("memory socket: ", connections.size(),
+                                 " connections are open, the most it serves; closing a new one"))
                 .IgnoreError();
             continue;
           }
           if (getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
-            spdlog::warn("memory socket: SO_PEERCRED: {}; closing the connection", std::strerror(errno));
+            spdlog::warn("memory socket: SO_PEERCRED: {}; closing the connection",
+                         std::strerror(errno));
             continue;
           }
           epoll_event event{};
           event.events = EPOLLIN | EPOLLRDHUP;
           event.data.fd = socket.get();
           if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, socket.get(), &event) != 0) {
-            connections_refusal_.Refuse(absl::StrCat("memory socket: epoll_ctl: ", std::strerror(errno))).IgnoreError();
+            connections_refusal_
+                .Refuse(absl::StrCat("memory socket: epoll_ctl: ", std::strerror(errno)))
+                .IgnoreError();
             continue;
           }
           const int key = socket.get();
@@ -180,10 +191,11 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
     absl::Status sent;
     if (memory.ok()) {
       const int fd = (*memory)->fd();
-      sent = SendFds(connection.socket.get(), FormatMemoryReply(absl::OkStatus(), (*memory)->size()), {&fd, 1});
+      sent = SendFds(connection.socket.get(),
+                     FormatMemoryReply(absl::OkStatus(), (*memory)->size()), {&fd, 1});
     } else {
-      spdlog::debug("memory socket: refused pid {} uid {}: {}", connection.peer.pid, connection.peer.uid,
-                    memory.status().ToString());
+      spdlog::debug("memory socket: refused pid {} uid {}: {}", connection.peer.pid,
+                    connection.peer.uid, memory.status().ToString());
       sent = SendFds(connection.socket.get(), FormatMemoryReply(memory.status(), 0), {});
     }
     // A peer that does not read its replies (its buffer is full) is dropped.
@@ -191,8 +203,8 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<const SealedMemory>> MemorySocketServer::Answer(const std::string& payload, size_t fds,
-                                                                               uid_t peer_uid) {
+absl::StatusOr<std::shared_ptr<const SealedMemory>> MemorySocketServer::Answer(
+    const std::string& payload, size_t fds, uid_t peer_uid) {
   absl::StatusOr<MemoryRequest> request = ParseMemoryRequest(payload);
   if (!request.ok()) return request.status();
   if (fds != 0) return absl::InvalidArgumentError("a memory socket request carries no descriptors");

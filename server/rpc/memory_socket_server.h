@@ -43,8 +43,8 @@ class MemorySocketServer {
   // Binds, listens and starts serving. UNAVAILABLE when the socket cannot
   // be made; PERMISSION_DENIED when it cannot be given to the group or its
   // mode 0660.
-  static absl::StatusOr<std::unique_ptr<MemorySocketServer>> Start(const Options& options, SessionRegistry* sessions,
-                                                                   const MemoryFileTable* memory_files);
+  static absl::StatusOr<std::unique_ptr<MemorySocketServer>> Start(
+      const Options& options, SessionRegistry* sessions, const MemoryFileTable* memory_files);
   // Stop().
   ~MemorySocketServer();
   MemorySocketServer(const MemorySocketServer&) = delete;
@@ -59,7 +59,8 @@ class MemorySocketServer {
  private:
   struct Connection;
 
-  MemorySocketServer(const Options& options, SessionRegistry* sessions, const MemoryFileTable* memory_files)
+  MemorySocketServer(const Options& options, SessionRegistry* sessions,
+                     const MemoryFileTable* memory_files)
       : options_(options), sessions_(sessions), memory_files_(memory_files) {}
 
   void Run();
@@ -67,7 +68,8 @@ class MemorySocketServer {
   // Serves every request waiting on `connection`; false when it must close.
   bool ServeRequests(Connection& connection);
   // The answer to one request from `peer_uid`: the status and, when OK, the file.
-  absl::StatusOr<std::shared_ptr<const SealedMemory>> Answer(const std::string& payload, size_t fds, uid_t peer_uid);
+  absl::StatusOr<std::shared_ptr<const SealedMemory>> Answer(const std::string& payload, size_t fds,
+                                                             uid_t peer_uid);
 
   const Options options_;
   SessionRegistry* const sessions_;

@@ -5,13 +5,16 @@
 
 namespace gpumux {
 
-grpc::ServerUnaryReactor* NvtxService::Mark(grpc::CallbackServerContext* context, const v1::NvtxMessage* request,
+grpc::ServerUnaryReactor* NvtxService::Mark(grpc::CallbackServerContext* context,
+                                            const v1::NvtxMessage* request,
                                             v1::NvtxMarkResponse* /*response*/) {
-  return ServeSessionCall(context, *sessions_,
-                          [&](SessionId session) { return ranges_->Mark(session, request->message()); });
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) {
+    return ranges_->Mark(session, request->message());
+  });
 }
 
-grpc::ServerUnaryReactor* NvtxService::RangePush(grpc::CallbackServerContext* context, const v1::NvtxMessage* request,
+grpc::ServerUnaryReactor* NvtxService::RangePush(grpc::CallbackServerContext* context,
+                                                 const v1::NvtxMessage* request,
                                                  v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Push(session, request->message()));
@@ -21,7 +24,8 @@ grpc::ServerUnaryReactor* NvtxService::RangePush(grpc::CallbackServerContext* co
 }
 
 grpc::ServerUnaryReactor* NvtxService::RangePop(grpc::CallbackServerContext* context,
-                                                const v1::NvtxRangePopRequest* /*request*/, v1::NvtxDepth* response) {
+                                                const v1::NvtxRangePopRequest* /*request*/,
+                                                v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Pop(session));
     response->set_depth(depth);

@@ -11,13 +11,17 @@ namespace gpumux {
 class NvtxService final : public v1::Nvtx::CallbackService {
  public:
   // Both must outlive the service.
-  NvtxService(NvtxRanges* ranges, const SessionRegistry* sessions) : ranges_(ranges), sessions_(sessions) {}
+  NvtxService(NvtxRanges* ranges, const SessionRegistry* sessions)
+      : ranges_(ranges), sessions_(sessions) {}
 
-  grpc::ServerUnaryReactor* Mark(grpc::CallbackServerContext* context, const v1::NvtxMessage* request,
+  grpc::ServerUnaryReactor* Mark(grpc::CallbackServerContext* context,
+                                 const v1::NvtxMessage* request,
                                  v1::NvtxMarkResponse* response) override;
-  grpc::ServerUnaryReactor* RangePush(grpc::CallbackServerContext* context, const v1::NvtxMessage* request,
+  grpc::ServerUnaryReactor* RangePush(grpc::CallbackServerContext* context,
+                                      const v1::NvtxMessage* request,
                                       v1::NvtxDepth* response) override;
-  grpc::ServerUnaryReactor* RangePop(grpc::CallbackServerContext* context, const v1::NvtxRangePopRequest* request,
+  grpc::ServerUnaryReactor* RangePop(grpc::CallbackServerContext* context,
+                                     const v1::NvtxRangePopRequest* request,
                                      v1::NvtxDepth* response) override;
 
  private:

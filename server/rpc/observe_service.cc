@@ -15,7 +15,8 @@ std::optional<SessionId> OptionalSession(uint64_t id) {
   return id == 0 ? std::nullopt : std::optional<SessionId>(SessionId(id));
 }
 
-grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, const absl::Status& status) {
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
@@ -46,15 +47,17 @@ grpc::ServerUnaryReactor* ObserveService::GetMemorySummary(grpc::CallbackServerC
                                                            v1::MemorySummary* response) {
   absl::StatusOr<DeviceStats> stats =
       memory_->GetStats(DeviceIndex(request->device()), OptionalSession(request->session_id()));
-  if (stats.ok()) response->set_text(FormatMemorySummary(*stats, request->device(), request->abbreviated()));
+  if (stats.ok())
+    response->set_text(FormatMemorySummary(*stats, request->device(), request->abbreviated()));
   return FinishWith(context, stats.status());
 }
 
-grpc::ServerUnaryReactor* ObserveService::GetMemorySnapshot(grpc::CallbackServerContext* context,
-                                                            const v1::ObserveSnapshotRequest* request,
-                                                            v1::MemorySnapshot* response) {
+grpc::ServerUnaryReactor* ObserveService::GetMemorySnapshot(
+    grpc::CallbackServerContext* context, const v1::ObserveSnapshotRequest* request,
+    v1::MemorySnapshot* response) {
   std::optional<DeviceIndex> device =
-      request->all_devices() ? std::nullopt : std::optional<DeviceIndex>(DeviceIndex(request->device()));
+      request->all_devices() ? std::nullopt
+                             : std::optional<DeviceIndex>(DeviceIndex(request->device()));
   absl::StatusOr<std::vector<SegmentSnapshot>> segments =
       memory_->Snapshot(device, OptionalSession(request->session_id()));
   if (segments.ok()) ToProto(*segments, response);

@@ -15,7 +15,8 @@ namespace gpumux {
 class ObserveService final : public v1::Observe::CallbackService {
  public:
   // All must outlive the service.
-  ObserveService(const MemoryManager* memory, const StreamManager* streams, const SessionRegistry* sessions)
+  ObserveService(const MemoryManager* memory, const StreamManager* streams,
+                 const SessionRegistry* sessions)
       : memory_(memory), streams_(streams), sessions_(sessions) {}
 
   grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,

@@ -24,16 +24,17 @@ class ParseFailureInterceptor final : public grpc::experimental::Interceptor {
         methods->GetSendStatus().error_code() == grpc::StatusCode::UNIMPLEMENTED) {
       methods->ModifySendStatus(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("the request to ", method_,
-                       " could not be parsed as its request message (malformed protobuf bytes, or a string "
-                       "field that is not valid UTF-8)")));
+          absl::StrCat(
+              "the request to ", method_,
+              " could not be parsed as its request message (malformed protobuf bytes, or a string "
+              "field that is not valid UTF-8)")));
     }
     methods->Proceed();
   }
 
  private:
   const char* const method_;  // the server's method table outlives every call
-  bool unparsed_ = false;  // one interceptor per call, run in the call's order
+  bool unparsed_ = false;     // one interceptor per call, run in the call's order
 };
 
 void LogProtobufMessage(google::protobuf::LogLevel level, const char* filename, int line,

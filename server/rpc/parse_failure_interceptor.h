@@ -17,9 +17,11 @@
 
 namespace gpumux {
 
-class ParseFailureInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+class ParseFailureInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override;
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override;
 };
 
 // Process-wide; idempotent.

@@ -8,16 +8,24 @@ namespace {
 
 absl::StatusOr<RngDtype> FromProto(v1::Dtype dtype) {
   switch (dtype) {
-    case v1::DTYPE_FLOAT32: return RngDtype::kF32;
-    case v1::DTYPE_FLOAT64: return RngDtype::kF64;
-    case v1::DTYPE_FLOAT16: return RngDtype::kF16;
-    case v1::DTYPE_BFLOAT16: return RngDtype::kBF16;
-    case v1::DTYPE_INT32: return RngDtype::kI32;
-    case v1::DTYPE_INT64: return RngDtype::kI64;
-    case v1::DTYPE_UINT8: return RngDtype::kU8;
+    case v1::DTYPE_FLOAT32:
+      return RngDtype::kF32;
+    case v1::DTYPE_FLOAT64:
+      return RngDtype::kF64;
+    case v1::DTYPE_FLOAT16:
+      return RngDtype::kF16;
+    case v1::DTYPE_BFLOAT16:
+      return RngDtype::kBF16;
+    case v1::DTYPE_INT32:
+      return RngDtype::kI32;
+    case v1::DTYPE_INT64:
+      return RngDtype::kI64;
+    case v1::DTYPE_UINT8:
+      return RngDtype::kU8;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", static_cast<int>(dtype), " is not one of float32, float64, float16, bfloat16, int32, int64, uint8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", static_cast<int>(dtype),
+                       " is not one of float32, float64, float16, bfloat16, int32, int64, uint8"));
   }
 }
 
@@ -49,7 +57,8 @@ absl::StatusOr<RngRequest> FromProto(const v1::GenerateRequest& request) {
 
 absl::StatusOr<absl::string_view> SingleState(const v1::SetRngStateRequest& request) {
   if (request.states_size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("set_rng_state takes one state, not ", request.states_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("set_rng_state takes one state, not ", request.states_size()));
   }
   return absl::string_view(request.states(0));
 }

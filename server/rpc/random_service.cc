@@ -23,7 +23,8 @@ grpc::ServerUnaryReactor* RandomService::ManualSeed(grpc::CallbackServerContext*
   });
 }
 
-grpc::ServerUnaryReactor* RandomService::Seed(grpc::CallbackServerContext* context, const v1::SeedRequest* request,
+grpc::ServerUnaryReactor* RandomService::Seed(grpc::CallbackServerContext* context,
+                                              const v1::SeedRequest* request,
                                               v1::SeedResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     if (request->all_devices()) {
@@ -40,7 +41,8 @@ grpc::ServerUnaryReactor* RandomService::InitialSeed(grpc::CallbackServerContext
                                                      const v1::InitialSeedRequest* request,
                                                      v1::SeedResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(uint64_t seed, rng_->InitialSeed(session, DeviceIndex(request->device())));
+    GPUMUX_ASSIGN_OR_RETURN(uint64_t seed,
+                            rng_->InitialSeed(session, DeviceIndex(request->device())));
     response->set_seed(seed);
     return absl::OkStatus();
   });
@@ -54,7 +56,8 @@ grpc::ServerUnaryReactor* RandomService::GetState(grpc::CallbackServerContext* c
       for (std::string& state : rng_->GetStateAll(session)) response->add_states(std::move(state));
       return absl::OkStatus();
     }
-    GPUMUX_ASSIGN_OR_RETURN(std::string state, rng_->GetState(session, DeviceIndex(request->device())));
+    GPUMUX_ASSIGN_OR_RETURN(std::string state,
+                            rng_->GetState(session, DeviceIndex(request->device())));
     response->add_states(std::move(state));
     return absl::OkStatus();
   });
@@ -65,7 +68,8 @@ grpc::ServerUnaryReactor* RandomService::SetState(grpc::CallbackServerContext* c
                                                   v1::SetRngStateResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     if (request->all_devices()) {
-      return rng_->SetStateAll(session, std::vector<std::string>(request->states().begin(), request->states().end()));
+      return rng_->SetStateAll(
+          session, std::vector<std::string>(request->states().begin(), request->states().end()));
     }
     GPUMUX_ASSIGN_OR_RETURN(absl::string_view state, SingleState(*request));
     return rng_->SetState(session, DeviceIndex(request->device()), state);
@@ -73,18 +77,21 @@ grpc::ServerUnaryReactor* RandomService::SetState(grpc::CallbackServerContext* c
 }
 
 grpc::ServerUnaryReactor* RandomService::Generate(grpc::CallbackServerContext* context,
-                                                  const v1::GenerateRequest* request, v1::GenerateResponse* response) {
+                                                  const v1::GenerateRequest* request,
+                                                  v1::GenerateResponse* response) {
   auto body = [work = work_, request, response](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(RngRequest rng, FromProto(*request));
-    GPUMUX_ASSIGN_OR_RETURN(GenerateDone done,
-                            work->Generate(session, AllocationId(request->dst().allocation_id()),
-                                           request->dst().offset(), rng, FromProto(request->options())));
+    GPUMUX_ASSIGN_OR_RETURN(
+        GenerateDone done,
+        work->Generate(session, AllocationId(request->dst().allocation_id()),
+                       request->dst().offset(), rng, FromProto(request->options())));
     response->set_seed(done.drawn_from.seed);
     response->set_offset(done.drawn_from.offset);
     SetCompletionEvent(done.work, response);
     return absl::OkStatus();
   };
-  return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_, std::move(body));
+  return ServeSessionCallBlockingIf(request->options().wait(), context, *sessions_, *executor_,
+                                    std::move(body));
 }
 
 }  // namespace gpumux

@@ -15,20 +15,27 @@ namespace gpumux {
 class RandomService final : public v1::Random::CallbackService {
  public:
   // All must outlive the service.
-  RandomService(RngGenerators* rng, DeviceWork* work, const SessionRegistry* sessions, BlockingExecutor* executor)
+  RandomService(RngGenerators* rng, DeviceWork* work, const SessionRegistry* sessions,
+                BlockingExecutor* executor)
       : rng_(rng), work_(work), sessions_(sessions), executor_(executor) {}
 
-  grpc::ServerUnaryReactor* ManualSeed(grpc::CallbackServerContext* context, const v1::ManualSeedRequest* request,
+  grpc::ServerUnaryReactor* ManualSeed(grpc::CallbackServerContext* context,
+                                       const v1::ManualSeedRequest* request,
                                        v1::ManualSeedResponse* response) override;
-  grpc::ServerUnaryReactor* Seed(grpc::CallbackServerContext* context, const v1::SeedRequest* request,
+  grpc::ServerUnaryReactor* Seed(grpc::CallbackServerContext* context,
+                                 const v1::SeedRequest* request,
                                  v1::SeedResponse* response) override;
   grpc::ServerUnaryReactor* InitialSeed(grpc::CallbackServerContext* context,
-                                        const v1::InitialSeedRequest* request, v1::SeedResponse* response) override;
-  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context, const v1::GetRngStateRequest* request,
+                                        const v1::InitialSeedRequest* request,
+                                        v1::SeedResponse* response) override;
+  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context,
+                                     const v1::GetRngStateRequest* request,
                                      v1::GetRngStateResponse* response) override;
-  grpc::ServerUnaryReactor* SetState(grpc::CallbackServerContext* context, const v1::SetRngStateRequest* request,
+  grpc::ServerUnaryReactor* SetState(grpc::CallbackServerContext* context,
+                                     const v1::SetRngStateRequest* request,
                                      v1::SetRngStateResponse* response) override;
-  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context, const v1::GenerateRequest* request,
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
                                      v1::GenerateResponse* response) override;
 
  private:

@@ -28,8 +28,8 @@ inline grpc::Status FinishStatus(const SessionRegistry& sessions, const absl::St
 // finishes the call with its status; UNAUTHENTICATED without running it when
 // the credentials are missing or wrong.
 template <typename Body>
-grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
-                                           Body body) {
+grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context,
+                                           const SessionRegistry& sessions, Body body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
   reactor->Finish(FinishStatus(sessions, session.ok() ? body(*session) : session.status()));
@@ -39,13 +39,14 @@ grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context,
 // Runs `body(session)` on `executor` and finishes `reactor` with its status.
 // Keyed by session, so one session's blocked calls never hold back another's.
 template <typename Body>
-void FinishOnExecutor(grpc::ServerUnaryReactor* reactor, const SessionRegistry& sessions, BlockingExecutor& executor,
-                      SessionId session, Body body) {
-  absl::Status started =
-      executor.Run(session.value(), [reactor, &sessions, session, body = std::move(body)]() mutable {
+void FinishOnExecutor(grpc::ServerUnaryReactor* reactor, const SessionRegistry& sessions,
+                      BlockingExecutor& executor, SessionId session, Body body) {
+  absl::Status started = executor.Run(
+      session.value(), [reactor, &sessions, session, body = std::move(body)]() mutable {
         reactor->Finish(FinishStatus(sessions, body(session)));
       });
-  if (!started.ok()) reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
+  if (!started.ok())
+    reactor->Finish(FinishStatus(sessions, started));  // the task was dropped unrun
 }
 
 // As ServeSessionCall, but `body` runs on `executor`, for bodies that may
@@ -53,8 +54,8 @@ void FinishOnExecutor(grpc::ServerUnaryReactor* reactor, const SessionRegistry& 
 // runs (the request and response it points to live until Finish).
 template <typename Body>
 grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* context,
-                                                   const SessionRegistry& sessions, BlockingExecutor& executor,
-                                                   Body body) {
+                                                   const SessionRegistry& sessions,
+                                                   BlockingExecutor& executor, Body body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
   if (!session.ok()) {
@@ -67,9 +68,10 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
 
 // ServeBlockingSessionCall when `blocking`, else ServeSessionCall.
 template <typename Body>
-grpc::ServerUnaryReactor* ServeSessionCallBlockingIf(bool blocking, grpc::CallbackServerContext* context,
-                                                     const SessionRegistry& sessions, BlockingExecutor& executor,
-                                                     Body body) {
+grpc::ServerUnaryReactor* ServeSessionCallBlockingIf(bool blocking,
+                                                     grpc::CallbackServerContext* context,
+                                                     const SessionRegistry& sessions,
+                                                     BlockingExecutor& executor, Body body) {
   if (blocking) return ServeBlockingSessionCall(context, sessions, executor, std::move(body));
   return ServeSessionCall(context, sessions, std::move(body));
 }
@@ -79,7 +81,8 @@ grpc::ServerUnaryReactor* ServeSessionCallBlockingIf(bool blocking, grpc::Callba
 // runs on `executor`. `wait` must capture by value, as for
 // ServeBlockingSessionCall.
 template <typename Query, typename Wait>
-grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context, const SessionRegistry& sessions,
+grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context,
+                                           const SessionRegistry& sessions,
                                            BlockingExecutor& executor, Query query, Wait wait) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);

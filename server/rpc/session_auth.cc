@@ -12,11 +12,13 @@ absl::StatusOr<SessionId> AuthenticateCall(const grpc::CallbackServerContext& co
   auto [first, last] = metadata.equal_range(kSessionMetadataKey);
   if (first == last) {
     return absl::UnauthenticatedError(
-        "missing gpumux-session metadata: open a session with Session.Open and send \"<id>:<secret>\"");
+        "missing gpumux-session metadata: open a session with Session.Open and send "
+        "\"<id>:<secret>\"");
   }
   if (std::next(first) != last) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        std::distance(first, last), " gpumux-session metadata values: send exactly one \"<id>:<secret>\""));
+    return absl::UnauthenticatedError(
+        absl::StrCat(std::distance(first, last),
+                     " gpumux-session metadata values: send exactly one \"<id>:<secret>\""));
   }
   return sessions.Authenticate(absl::string_view(first->second.data(), first->second.size()));
 }

@@ -20,8 +20,9 @@ constexpr char kDaemonVersion[] = GPUMUX_VERSION;
 
 // Queues server messages on one stream: one write in flight at a time, as
 // gRPC requires; Finish waits for the write in flight.
-class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
-                             public std::enable_shared_from_this<SessionReactor> {
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
+      public std::enable_shared_from_this<SessionReactor> {
  public:
   SessionReactor(SessionLifecycle* lifecycle, std::string backend_name)
       : lifecycle_(lifecycle), backend_name_(std::move(backend_name)) {}
@@ -44,9 +45,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
       if (!HasSession()) {
         // gRPC reports bytes that do not parse as a failed read, like a
         // half-close: either way no `open` came.
-        EndSession("protocol error", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                                  "the session stream ended before a parseable `open` message: "
-                                                  "its first message must be a SessionClientMessage with `open`"));
+        EndSession("protocol error",
+                   grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "the session stream ended before a parseable `open` message: "
+                                "its first message must be a SessionClientMessage with `open`"));
         return;
       }
       // Half-close by the client or a broken stream: the session's life ends.
@@ -60,11 +62,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
       return;
     }
     if (!request_.has_open()) {
-      EndSession("protocol error", grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                                "the first message on a session stream must be `open`"));
+      EndSession("protocol error",
+                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "the first message on a session stream must be `open`"));
       return;
     }
-    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(FromProto(request_.open()), std::make_shared<Sink>(self_));
+    absl::StatusOr<OpenedSession> opened =
+        lifecycle_->Open(FromProto(request_.open()), std::make_shared<Sink>(self_));
     if (!opened.ok()) {
       EndSession("open refused", ToGrpcStatus(opened.status()));
       return;
@@ -100,7 +104,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
     if (!queue_.empty()) StartNextWriteLocked();
   }
 
-  void OnCancel() override { EndSession("session stream cancelled (client gone)", grpc::Status::CANCELLED); }
+  void OnCancel() override {
+    EndSession("session stream cancelled (client gone)", grpc::Status::CANCELLED);
+  }
 
   void OnDone() override {
     CloseSessionOnce("session stream done");
@@ -116,7 +122,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionClientMes
     }
     void Terminate(absl::string_view reason) override {
       if (auto reactor = reactor_.lock()) {
-        reactor->EndSession(reason, grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(reason)));
+        reactor->EndSession(reason,
+                            grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(reason)));
       }
     }
 
@@ -182,7 +189,8 @@ grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Ses
 }
 
 grpc::ServerUnaryReactor* SessionService::Ping(grpc::CallbackServerContext* context,
-                                               const v1::PingRequest* /*request*/, v1::PingResponse* response) {
+                                               const v1::PingRequest* /*request*/,
+                                               v1::PingResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
   if (session.ok()) response->set_session_id(session->value());

@@ -15,12 +15,14 @@ namespace gpumux {
 class SessionService final : public v1::Session::CallbackService {
  public:
   // All must outlive the service.
-  SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions, std::string backend_name)
+  SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
+                 std::string backend_name)
       : lifecycle_(lifecycle), sessions_(sessions), backend_name_(std::move(backend_name)) {}
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Open(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest* request,
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
 
  private:

@@ -11,7 +11,8 @@ void ToProto(const StreamPriorityRange& range, v1::GetPriorityRangeResponse* out
   out->set_greatest(range.greatest);
 }
 
-void ToProto(const StreamManager::CreatedStream& created, DeviceIndex device, v1::CreateStreamResponse* out) {
+void ToProto(const StreamManager::CreatedStream& created, DeviceIndex device,
+             v1::CreateStreamResponse* out) {
   out->set_stream(created.id.value());
   out->set_device(device.value());
   out->set_priority(created.priority);

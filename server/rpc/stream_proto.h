@@ -13,6 +13,7 @@ DeviceIndex DeviceOf(const v1::StreamRef& ref);
 StreamId StreamOf(const v1::StreamRef& ref);
 
 void ToProto(const StreamPriorityRange& range, v1::GetPriorityRangeResponse* out);
-void ToProto(const StreamManager::CreatedStream& created, DeviceIndex device, v1::CreateStreamResponse* out);
+void ToProto(const StreamManager::CreatedStream& created, DeviceIndex device,
+             v1::CreateStreamResponse* out);
 
 }  // namespace gpumux

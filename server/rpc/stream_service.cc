@@ -6,11 +6,12 @@
 
 namespace gpumux {
 
-grpc::ServerUnaryReactor* StreamService::GetPriorityRange(grpc::CallbackServerContext* context,
-                                                          const v1::GetPriorityRangeRequest* request,
-                                                          v1::GetPriorityRangeResponse* response) {
+grpc::ServerUnaryReactor* StreamService::GetPriorityRange(
+    grpc::CallbackServerContext* context, const v1::GetPriorityRangeRequest* request,
+    v1::GetPriorityRangeResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(StreamPriorityRange range, streams_->PriorityRange(DeviceIndex(request->device())));
+    GPUMUX_ASSIGN_OR_RETURN(StreamPriorityRange range,
+                            streams_->PriorityRange(DeviceIndex(request->device())));
     ToProto(range, response);
     return absl::OkStatus();
   });
@@ -20,8 +21,9 @@ grpc::ServerUnaryReactor* StreamService::Create(grpc::CallbackServerContext* con
                                                 const v1::CreateStreamRequest* request,
                                                 v1::CreateStreamResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(StreamManager::CreatedStream created,
-                            streams_->CreateStream(session, DeviceIndex(request->device()), request->priority()));
+    GPUMUX_ASSIGN_OR_RETURN(
+        StreamManager::CreatedStream created,
+        streams_->CreateStream(session, DeviceIndex(request->device()), request->priority()));
     ToProto(created, DeviceIndex(request->device()), response);
     return absl::OkStatus();
   });
@@ -31,15 +33,17 @@ grpc::ServerUnaryReactor* StreamService::Destroy(grpc::CallbackServerContext* co
                                                  const v1::DestroyStreamRequest* request,
                                                  v1::DestroyStreamResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) {
-    return streams_->DestroyStream(session, DeviceOf(request->stream()), StreamOf(request->stream()));
+    return streams_->DestroyStream(session, DeviceOf(request->stream()),
+                                   StreamOf(request->stream()));
   });
 }
 
-grpc::ServerUnaryReactor* StreamService::Query(grpc::CallbackServerContext* context, const v1::StreamRequest* request,
+grpc::ServerUnaryReactor* StreamService::Query(grpc::CallbackServerContext* context,
+                                               const v1::StreamRequest* request,
                                                v1::QueryStreamResponse* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(bool done,
-                            streams_->QueryStream(session, DeviceOf(request->stream()), StreamOf(request->stream())));
+    GPUMUX_ASSIGN_OR_RETURN(bool done, streams_->QueryStream(session, DeviceOf(request->stream()),
+                                                             StreamOf(request->stream())));
     response->set_done(done);
     return absl::OkStatus();
   });

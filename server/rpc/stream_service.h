@@ -22,17 +22,23 @@ class StreamService final : public v1::Stream::CallbackService {
   grpc::ServerUnaryReactor* GetPriorityRange(grpc::CallbackServerContext* context,
                                              const v1::GetPriorityRangeRequest* request,
                                              v1::GetPriorityRangeResponse* response) override;
-  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* context, const v1::CreateStreamRequest* request,
+  grpc::ServerUnaryReactor* Create(grpc::CallbackServerContext* context,
+                                   const v1::CreateStreamRequest* request,
                                    v1::CreateStreamResponse* response) override;
-  grpc::ServerUnaryReactor* Destroy(grpc::CallbackServerContext* context, const v1::DestroyStreamRequest* request,
+  grpc::ServerUnaryReactor* Destroy(grpc::CallbackServerContext* context,
+                                    const v1::DestroyStreamRequest* request,
                                     v1::DestroyStreamResponse* response) override;
-  grpc::ServerUnaryReactor* Query(grpc::CallbackServerContext* context, const v1::StreamRequest* request,
+  grpc::ServerUnaryReactor* Query(grpc::CallbackServerContext* context,
+                                  const v1::StreamRequest* request,
                                   v1::QueryStreamResponse* response) override;
-  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context, const v1::StreamRequest* request,
+  grpc::ServerUnaryReactor* Synchronize(grpc::CallbackServerContext* context,
+                                        const v1::StreamRequest* request,
                                         v1::SynchronizeStreamResponse* response) override;
-  grpc::ServerUnaryReactor* WaitEvent(grpc::CallbackServerContext* context, const v1::WaitEventRequest* request,
+  grpc::ServerUnaryReactor* WaitEvent(grpc::CallbackServerContext* context,
+                                      const v1::WaitEventRequest* request,
                                       v1::WaitEventResponse* response) override;
-  grpc::ServerUnaryReactor* WaitStream(grpc::CallbackServerContext* context, const v1::WaitStreamRequest* request,
+  grpc::ServerUnaryReactor* WaitStream(grpc::CallbackServerContext* context,
+                                       const v1::WaitStreamRequest* request,
                                        v1::WaitStreamResponse* response) override;
 
  private:

@@ -4,13 +4,15 @@
 
 namespace gpumux {
 
-grpc::ServerGenericBidiReactor* TcpDenyService::CreateReactor(grpc::GenericCallbackServerContext* context) {
+grpc::ServerGenericBidiReactor* TcpDenyService::CreateReactor(
+    grpc::GenericCallbackServerContext* context) {
   class Deny final : public grpc::ServerGenericBidiReactor {
    public:
     explicit Deny(const std::string& method) {
-      Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                          method + " is not served on the TCP listener: it serves only gpumux.v1.Device and "
-                                   "gpumux.v1.Observe; use the daemon's Unix socket"));
+      Finish(grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          method + " is not served on the TCP listener: it serves only gpumux.v1.Device and "
+                   "gpumux.v1.Observe; use the daemon's Unix socket"));
     }
     void OnDone() override { delete this; }
   };

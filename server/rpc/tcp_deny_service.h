@@ -10,7 +10,8 @@ namespace gpumux {
 
 class TcpDenyService final : public grpc::CallbackGenericService {
  public:
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override;
 };
 
 }  // namespace gpumux

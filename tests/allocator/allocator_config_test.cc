@@ -40,7 +40,7 @@ TEST(RoundSizeTest, NextDivisionMatchesPyTorchExample) {
   EXPECT_EQ(RoundUpPower2NextDivision(1024, 4), 1024u);  // powers of two stay
   EXPECT_EQ(RoundUpPower2NextDivision(1280, 4), 1280u);  // already on a step
   EXPECT_EQ(RoundUpPower2NextDivision(1281, 4), 1536u);
-  EXPECT_EQ(RoundUpPower2NextDivision(1200, 1), 1200u);  // < 2 divisions: unchanged
+  EXPECT_EQ(RoundUpPower2NextDivision(1200, 1), 1200u);     // < 2 divisions: unchanged
   EXPECT_EQ(RoundUpPower2NextDivision(1025, 4096), 2048u);  // step 0: next power of two
 }
 
@@ -157,9 +157,9 @@ TEST(AllocatorOptionsTest, UnknownKeysAndBadSyntaxAreRejected) {
   EXPECT_THAT(AllocatorOptions::Parse("max_split_size_mb:lots"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        Eq("CachingAllocator option max_split_size_mb has invalid value 'lots'")));
-  EXPECT_THAT(AllocatorOptions::Parse("max_split_size_mb:"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       Eq("Error, expecting max_split_size_mb value")));
+  EXPECT_THAT(
+      AllocatorOptions::Parse("max_split_size_mb:"),
+      StatusIs(absl::StatusCode::kInvalidArgument, Eq("Error, expecting max_split_size_mb value")));
 }
 
 }  // namespace

@@ -22,9 +22,11 @@ using ::testing::StartsWith;
 // (which gpumuxd refuses).
 constexpr char kTorchAdvice[] =
     " If reserved but unallocated memory is large try releasing cached memory (empty_cache, or "
-    "`gpumux empty-cache`) or starting gpumuxd with --allocator-conf=max_split_size_mb:<MB> to avoid "
+    "`gpumux empty-cache`) or starting gpumuxd with --allocator-conf=max_split_size_mb:<MB> to "
+    "avoid "
     "fragmentation.  See documentation "
-    "for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
+    "for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)";
 
 TEST_F(AllocatorTest, FullDeviceReleasesAnotherClientsCacheAndRetries) {
   Init(64 * kMiB);
@@ -49,9 +51,10 @@ TEST_F(AllocatorTest, OutOfMemoryReportsPyTorchsMessageAndTheSession) {
   AllocationResult a = Alloc(40 * kMiB, kA);
   absl::StatusOr<AllocationResult> b = allocator_->Allocate(kDev, kB, kS0, 40 * kMiB);
   const std::string expected =
-      std::string("CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of "
-                  "64.00 MiB of which 24.00 MiB is free. Of the allocated memory 40.00 MiB is "
-                  "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.") +
+      std::string(
+          "CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of "
+          "64.00 MiB of which 24.00 MiB is free. Of the allocated memory 40.00 MiB is "
+          "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.") +
       kTorchAdvice + " This session has 0 bytes allocated and 0 bytes reserved on GPU 0.";
   EXPECT_THAT(b, StatusIs(absl::StatusCode::kResourceExhausted, Eq(expected)));
   EXPECT_EQ(Stats().num_ooms, 1);

@@ -119,8 +119,8 @@ void RunRandomWorkload(AllocatorTest& t, CachingAllocator& allocator, uint32_t s
     } else if (dice < 98) {
       allocator.Recharge(kDev, live[rng() % live.size()].address, clients[rng() % 3]);
     } else {
-      allocator.EmptyCache(kDev, rng() % 2 ? std::optional<ClientId>(clients[rng() % 3])
-                                            : std::nullopt);
+      allocator.EmptyCache(kDev,
+                           rng() % 2 ? std::optional<ClientId>(clients[rng() % 3]) : std::nullopt);
     }
     if (op % 100 == 0) check();
     if (::testing::Test::HasFailure()) return;

@@ -21,9 +21,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/host_ipc_event.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/host_ipc_event.h"
 #include "server/allocator/caching_allocator.h"
 #include "server/backend/forwarding_backend.h"
 #include "server/backend/host/host_backend.h"
@@ -152,7 +152,8 @@ class AllocatorStreamsTest : public ::testing::Test {
     absl::StatusOr<std::string> handle = host_->GetIpcEventHandle(*created);
     EXPECT_OK(handle);
     if (!handle.ok()) return nullptr;
-    absl::StatusOr<std::unique_ptr<HostIpcEvent>> ipc = gpumux::testing::OpenBackendEvent(*host_, *handle);
+    absl::StatusOr<std::unique_ptr<HostIpcEvent>> ipc =
+        gpumux::testing::OpenBackendEvent(*host_, *handle);
     EXPECT_OK(ipc);
     if (!ipc.ok()) return nullptr;
     auto event = std::make_unique<ClientEvent>();
@@ -172,7 +173,8 @@ class AllocatorStreamsTest : public ::testing::Test {
 
   AllocationResult Alloc(uint64_t size, ClientId client = kA, StreamId stream = kS0,
                          bool dedicated = false) {
-    absl::StatusOr<AllocationResult> r = allocator_->Allocate(kDev, client, stream, size, dedicated);
+    absl::StatusOr<AllocationResult> r =
+        allocator_->Allocate(kDev, client, stream, size, dedicated);
     EXPECT_OK(r);
     return r.ok() ? *r : AllocationResult{};
   }

@@ -50,7 +50,8 @@ class AllocatorTest : public ::testing::Test {
 
   AllocationResult Alloc(uint64_t size, ClientId client = kA, StreamId stream = kS0,
                          bool dedicated = false) {
-    absl::StatusOr<AllocationResult> r = allocator_->Allocate(kDev, client, stream, size, dedicated);
+    absl::StatusOr<AllocationResult> r =
+        allocator_->Allocate(kDev, client, stream, size, dedicated);
     EXPECT_OK(r);
     return r.ok() ? *r : AllocationResult{};
   }

@@ -30,20 +30,24 @@ OomReport Report() {
 
 TEST(OomMessageTest, PyTorchsWordsThenTheSessionsFigures) {
   const std::string message = FormatOomMessage(Report());
-  EXPECT_THAT(message, StartsWith("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of "
-                                  "64.00 MiB of which 2.00 MiB is free. Of the allocated memory 40.00 MiB is "
-                                  "allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated."));
-  EXPECT_THAT(message, HasSubstr("This session has 8.00 MiB allocated and 10.00 MiB reserved on GPU 1."));
+  EXPECT_THAT(
+      message,
+      StartsWith("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of "
+                 "64.00 MiB of which 2.00 MiB is free. Of the allocated memory 40.00 MiB is "
+                 "allocated by PyTorch, and 10.00 MiB is reserved by PyTorch but unallocated."));
+  EXPECT_THAT(message,
+              HasSubstr("This session has 8.00 MiB allocated and 10.00 MiB reserved on GPU 1."));
   EXPECT_THAT(message, HasSubstr("--allocator-conf=max_split_size_mb:"));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("expandable_segments")));
 }
 
 TEST(OomMessageTest, AFreeFigureTheBackendCouldNotGiveIsSaidToBeUnknown) {
   OomReport r = Report();
-  r.device_free = absl::UnavailableError("cudaMemGetInfo: an illegal memory access was encountered");
-  EXPECT_THAT(FormatOomMessage(r),
-              HasSubstr("64.00 MiB of which the free part is unknown (cudaMemGetInfo: an illegal memory access was "
-                        "encountered). Of the allocated memory"));
+  r.device_free =
+      absl::UnavailableError("cudaMemGetInfo: an illegal memory access was encountered");
+  EXPECT_THAT(FormatOomMessage(r), HasSubstr("64.00 MiB of which the free part is unknown "
+                                             "(cudaMemGetInfo: an illegal memory access was "
+                                             "encountered). Of the allocated memory"));
 }
 
 }  // namespace

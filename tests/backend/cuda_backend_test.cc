@@ -47,14 +47,15 @@ class CudaSegmentView final : public testing::SegmentView {
     GPUMUX_RETURN_IF_ERROR(Check(offset, size));
     // From pageable memory cudaMemcpy may return before the bytes land, and
     // the backend's streams are not ordered after the legacy stream.
-    GPUMUX_RETURN_IF_ERROR(
-        Cuda(cudaMemcpy(reinterpret_cast<void*>(segment_.address + offset), data, size, cudaMemcpyHostToDevice)));
+    GPUMUX_RETURN_IF_ERROR(Cuda(cudaMemcpy(reinterpret_cast<void*>(segment_.address + offset), data,
+                                           size, cudaMemcpyHostToDevice)));
     return Cuda(cudaDeviceSynchronize());
   }
 
  private:
   absl::Status Check(uint64_t offset, uint64_t size) const {
-    if (offset > segment_.size || size > segment_.size - offset) return absl::OutOfRangeError("past the segment");
+    if (offset > segment_.size || size > segment_.size - offset)
+      return absl::OutOfRangeError("past the segment");
     return absl::OkStatus();
   }
   static absl::Status Cuda(cudaError_t error) {
@@ -64,7 +65,8 @@ class CudaSegmentView final : public testing::SegmentView {
   BackendSegment segment_;
 };
 
-absl::StatusOr<std::unique_ptr<CudaBackend>> MakeBackend(absl::Duration release_grace = absl::ZeroDuration()) {
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeBackend(
+    absl::Duration release_grace = absl::ZeroDuration()) {
   CudaBackend::Options options;
   options.release_grace = release_grace;
   return CudaBackend::Create(options);
@@ -74,13 +76,14 @@ struct CudaBackendFactory {
   // UNAVAILABLE (the suite skips) only where no device is visible; any other
   // failure to start fails the suite.
   static absl::StatusOr<std::unique_ptr<DeviceBackend>> Create() {
-    if (CudaBackend::VisibleDeviceCount() == 0) return absl::UnavailableError("no CUDA device is visible");
+    if (CudaBackend::VisibleDeviceCount() == 0)
+      return absl::UnavailableError("no CUDA device is visible");
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeBackend();
     if (!backend.ok()) return absl::InternalError(backend.status().ToString());
     return std::unique_ptr<DeviceBackend>(*std::move(backend));
   }
-  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(const DeviceBackend& /*backend*/,
-                                                                    const BackendSegment& segment) {
+  static absl::StatusOr<std::unique_ptr<testing::SegmentView>> View(
+      const DeviceBackend& /*backend*/, const BackendSegment& segment) {
     return std::unique_ptr<testing::SegmentView>(new CudaSegmentView(segment));
   }
 };
@@ -97,7 +100,8 @@ TEST(CudaBackendTest, DescribesTheDeviceAsTorchDoes) {
   EXPECT_EQ(info.major, prop.major);
   EXPECT_EQ(info.minor, prop.minor);
   EXPECT_EQ(info.multi_processor_count, prop.multiProcessorCount);
-  EXPECT_THAT(info.pci_bus_id, ::testing::MatchesRegex("[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-9]"));
+  EXPECT_THAT(info.pci_bus_id,
+              ::testing::MatchesRegex("[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-9]"));
   EXPECT_THAT(info.arch_list, ::testing::Contains("sm_90"));
   EXPECT_THAT(info.arch_list, ::testing::Contains("compute_90"));
   EXPECT_THAT(info.gencode_flags, HasSubstr("-gencode compute=compute_90,code=sm_90"));
@@ -126,12 +130,14 @@ TEST(CudaBackendTest, ReleasedSegmentIsFreedAfterTheGrace) {
   ASSERT_OK((*backend)->ReleaseSegment(device, segment->address));
   const absl::Time released = absl::Now();
   EXPECT_EQ(*(*backend)->FreeMemory(device), free_before);
-  EXPECT_THAT((*backend)->ReleaseSegment(device, segment->address), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT((*backend)->ReleaseSegment(device, segment->address),
+              StatusIs(absl::StatusCode::kNotFound));
   const int early = testing::RunPeerGone(**backend, segment->handle);
   if (absl::Now() - released < grace) {
     EXPECT_EQ(early, testing::kPeerStillOpenable);
   }
-  while (testing::RunPeerGone(**backend, segment->handle) != testing::kPeerOk && absl::Now() - released < grace * 3) {
+  while (testing::RunPeerGone(**backend, segment->handle) != testing::kPeerOk &&
+         absl::Now() - released < grace * 3) {
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(testing::RunPeerGone(**backend, segment->handle), testing::kPeerOk);
@@ -211,10 +217,12 @@ TEST(CudaBackendTest, RandomFillsMatchTheHostBitForBit) {
                              RngDtype::kI32, RngDtype::kI64, RngDtype::kU8};
   uint64_t offset = 0;
   for (RngDtype dtype : dtypes) {
-    const bool is_int = dtype == RngDtype::kI32 || dtype == RngDtype::kI64 || dtype == RngDtype::kU8;
+    const bool is_int =
+        dtype == RngDtype::kI32 || dtype == RngDtype::kI64 || dtype == RngDtype::kU8;
     for (RngKind kind : {RngKind::kUniform, RngKind::kBits}) {
       RngRequest request{dtype, kind, n, is_int ? 0.0 : -1.0, is_int ? 100.0 : 1.0};
-      SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dtype) << " kind " << static_cast<int>(kind));
+      SCOPED_TRACE(::testing::Message()
+                   << "dtype " << static_cast<int>(dtype) << " kind " << static_cast<int>(kind));
       const std::vector<uint8_t> expected = testing::ExpectedRandomBytes(request, 42, offset);
       ASSERT_OK(b.FillRandom(*stream, segment->address, request, 42, offset));
       std::vector<uint8_t> back(expected.size());
@@ -232,7 +240,8 @@ TEST(CudaBackendTest, RandomFillsMatchTheHostBitForBit) {
   ASSERT_OK(b.CopyDeviceToHost(*stream, back.data(), segment->address, n * sizeof(float), nullptr));
   ASSERT_OK(b.SynchronizeStream(*stream));
   uint64_t far = 0;
-  for (uint64_t i = 0; i < n; ++i) far += std::abs(back[i] - expected[i]) > 1e-5f * std::max(1.0f, std::abs(expected[i]));
+  for (uint64_t i = 0; i < n; ++i)
+    far += std::abs(back[i] - expected[i]) > 1e-5f * std::max(1.0f, std::abs(expected[i]));
   EXPECT_EQ(far, 0u);
 }
 
@@ -258,10 +267,12 @@ TEST(CudaBackendTest, StickyErrorMarksTheDeviceUnhealthy) {
     absl::Status status = b.SynchronizeStream(*stream);
     if (!absl::IsUnavailable(status)) _exit(13);
     absl::Status health = b.DeviceHealth(device);
-    if (!absl::IsUnavailable(health) || health.message().find("unhealthy") == std::string::npos) _exit(14);
+    if (!absl::IsUnavailable(health) || health.message().find("unhealthy") == std::string::npos)
+      _exit(14);
     // Later calls fail fast, with the same reason.
     if (!absl::IsUnavailable(b.AllocateSegment(device, 2 * kMiB).status())) _exit(15);
-    if (!absl::IsUnavailable(b.FreeMemory(device).status())) _exit(16);  // an error, not a made-up 0
+    if (!absl::IsUnavailable(b.FreeMemory(device).status()))
+      _exit(16);  // an error, not a made-up 0
     _exit(0);
   }
   int wstatus = 0;
@@ -274,7 +285,8 @@ TEST(CudaBackendTest, StickyErrorMarksTheDeviceUnhealthy) {
 }  // namespace
 
 namespace testing {
-INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, DeviceBackendConformanceTest, ::testing::Types<CudaBackendFactory>);
+INSTANTIATE_TYPED_TEST_SUITE_P(Cuda, DeviceBackendConformanceTest,
+                               ::testing::Types<CudaBackendFactory>);
 }  // namespace testing
 
 }  // namespace gpumux

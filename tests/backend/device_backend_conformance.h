@@ -74,7 +74,8 @@ inline std::vector<uint8_t> NonZeroRandomBytes(size_t size, uint32_t seed) {
 }
 
 // What FillRandom must write, computed by common/rng_fill on the host.
-inline std::vector<uint8_t> ExpectedRandomBytes(const RngRequest& request, uint64_t seed, uint64_t offset) {
+inline std::vector<uint8_t> ExpectedRandomBytes(const RngRequest& request, uint64_t seed,
+                                                uint64_t offset) {
   std::vector<uint8_t> bytes(request.elements * RngElementSize(request.dtype));
   FillRandom(bytes.data(), request, seed, offset);
   return bytes;
@@ -92,7 +93,8 @@ class DeviceBackendConformanceTest : public ::testing::Test {
   }
 
   // Synchronously copies device bytes back through the backend.
-  absl::StatusOr<std::vector<uint8_t>> ReadBack(BackendStream stream, uint64_t address, uint64_t size) {
+  absl::StatusOr<std::vector<uint8_t>> ReadBack(BackendStream stream, uint64_t address,
+                                                uint64_t size) {
     std::vector<uint8_t> bytes(size);
     absl::Status status = backend_->CopyDeviceToHost(stream, bytes.data(), address, size, nullptr);
     if (status.ok()) status = backend_->SynchronizeStream(stream);
@@ -123,7 +125,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, DescribesEveryDevice) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, SegmentIsZeroAndSharedWithAnotherProcess) {
   const uint64_t size = 4 * kConformanceMiB + 512;
-  absl::StatusOr<BackendSegment> segment = this->backend_->AllocateSegment(kConformanceDevice, size);
+  absl::StatusOr<BackendSegment> segment =
+      this->backend_->AllocateSegment(kConformanceDevice, size);
   ASSERT_OK(segment);
   EXPECT_EQ(segment->size, size);
   EXPECT_FALSE(segment->handle.data.empty());
@@ -149,7 +152,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SegmentsDoNotOverlap) {
   DeviceBackend& backend = *this->backend_;
   std::vector<BackendSegment> segments;
   for (int d = 0; d < std::min(backend.device_count(), 2); ++d) {
-    for (uint64_t size : {uint64_t{512}, uint64_t{4096}, 2 * kConformanceMiB + 512, 3 * kConformanceMiB, uint64_t{512}}) {
+    for (uint64_t size : {uint64_t{512}, uint64_t{4096}, 2 * kConformanceMiB + 512,
+                          3 * kConformanceMiB, uint64_t{512}}) {
       absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(DeviceIndex(d), size);
       ASSERT_OK(segment);
       EXPECT_EQ(segment->size, size);
@@ -191,7 +195,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, BadSizesAreInvalidArgument) {
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedHandleCannotBeOpened) {
-  absl::StatusOr<BackendSegment> segment = this->backend_->AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      this->backend_->AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   ASSERT_OK(segment);
   ASSERT_EQ(RunPeerGone(*this->backend_, segment->handle), kPeerStillOpenable);
   ASSERT_OK(this->backend_->ReleaseSegment(kConformanceDevice, segment->address));
@@ -200,12 +205,15 @@ TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedHandleCannotBeOpened) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedAddressIsReused) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> first = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> first =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   ASSERT_OK(first);
-  absl::StatusOr<BackendSegment> second = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> second =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   ASSERT_OK(second);
   ASSERT_OK(backend.ReleaseSegment(kConformanceDevice, first->address));
-  absl::StatusOr<BackendSegment> again = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> again =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   ASSERT_OK(again);
   EXPECT_EQ(again->address, first->address);
   EXPECT_NE(again->handle.data, first->handle.data);
@@ -216,7 +224,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, ReleasedAddressIsReused) {
 TYPED_TEST_P(DeviceBackendConformanceTest, FreeMemoryFollowsAllocations) {
   DeviceBackend& backend = *this->backend_;
   const uint64_t free_before = *backend.FreeMemory(kConformanceDevice);
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 8 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 8 * kConformanceMiB);
   ASSERT_OK(segment);
   EXPECT_LE(*backend.FreeMemory(kConformanceDevice), free_before - 8 * kConformanceMiB);
   ASSERT_OK(backend.ReleaseSegment(kConformanceDevice, segment->address));
@@ -315,11 +324,13 @@ TYPED_TEST_P(DeviceBackendConformanceTest, UnknownStreamsAndEventsAreNotFound) {
   EXPECT_THAT(backend.ElapsedTimeMs(event, *live_event), kNotFound);
   EXPECT_THAT(backend.ElapsedTimeMs(*live_event, event), kNotFound);
   EXPECT_THAT(backend.GetIpcEventHandle(event), kNotFound);
-  EXPECT_THAT(backend.CopyDeviceToDevice(stream, kConformanceDevice, segment->address, kConformanceDevice,
-                                         segment->address + 64, 64),
+  EXPECT_THAT(backend.CopyDeviceToDevice(stream, kConformanceDevice, segment->address,
+                                         kConformanceDevice, segment->address + 64, 64),
               kNotFound);
-  EXPECT_THAT(backend.CopyHostToDevice(stream, segment->address, host.data(), 64, nullptr), kNotFound);
-  EXPECT_THAT(backend.CopyDeviceToHost(stream, host.data(), segment->address, 64, nullptr), kNotFound);
+  EXPECT_THAT(backend.CopyHostToDevice(stream, segment->address, host.data(), 64, nullptr),
+              kNotFound);
+  EXPECT_THAT(backend.CopyDeviceToHost(stream, host.data(), segment->address, 64, nullptr),
+              kNotFound);
   EXPECT_THAT(backend.Memset(stream, segment->address, 0, 64), kNotFound);
   EXPECT_THAT(backend.FillRandom(stream, segment->address, request, 1, 0), kNotFound);
   EXPECT_OK(backend.DestroyEvent(*live_event));
@@ -329,8 +340,10 @@ TYPED_TEST_P(DeviceBackendConformanceTest, UnknownStreamsAndEventsAreNotFound) {
 TYPED_TEST_P(DeviceBackendConformanceTest, CopiesMoveRandomBytesOnEveryPath) {
   DeviceBackend& backend = *this->backend_;
   const DeviceIndex other(backend.device_count() > 1 ? 1 : 0);
-  absl::StatusOr<BackendSegment> a = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
-  absl::StatusOr<BackendSegment> b = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> a =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> b =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   absl::StatusOr<BackendSegment> c = backend.AllocateSegment(other, 2 * kConformanceMiB);
   absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
   absl::StatusOr<BackendStream> other_stream = backend.CreateStream(other, 0);
@@ -345,15 +358,16 @@ TYPED_TEST_P(DeviceBackendConformanceTest, CopiesMoveRandomBytesOnEveryPath) {
   // host -> a+3, a+3 -> b+1001 (same device), b+1001 -> c+77 (across
   // devices, queued on the destination's stream), c+77 -> host.
   ASSERT_OK(backend.CopyHostToDevice(*stream, a->address + 3, data.data(), size, nullptr));
-  ASSERT_OK(backend.CopyDeviceToDevice(*stream, kConformanceDevice, b->address + 1001, kConformanceDevice,
-                                       a->address + 3, size));
+  ASSERT_OK(backend.CopyDeviceToDevice(*stream, kConformanceDevice, b->address + 1001,
+                                       kConformanceDevice, a->address + 3, size));
   ASSERT_OK(backend.SynchronizeStream(*stream));
   ASSERT_OK(backend.CopyDeviceToDevice(*other_stream, other, c->address + 77, kConformanceDevice,
                                        b->address + 1001, size));
   ASSERT_OK(backend.SynchronizeStream(*other_stream));
   absl::StatusOr<std::vector<uint8_t>> back = this->ReadBack(*other_stream, c->address + 77, size);
   ASSERT_OK(back);
-  EXPECT_TRUE(*back == data) << "host -> device -> device -> other device -> host changed the bytes";
+  EXPECT_TRUE(*back == data)
+      << "host -> device -> device -> other device -> host changed the bytes";
 
   // The allocating process sees the same bytes, and nothing around them moved.
   absl::StatusOr<std::unique_ptr<SegmentView>> view = TypeParam::View(*this->backend_, *b);
@@ -367,15 +381,16 @@ TYPED_TEST_P(DeviceBackendConformanceTest, CopiesMoveRandomBytesOnEveryPath) {
   // Device -> host of a range the allocating process wrote.
   const std::vector<uint8_t> written = NonZeroRandomBytes(4097, 12);
   ASSERT_OK((*view)->Write(5, written.data(), written.size()));
-  absl::StatusOr<std::vector<uint8_t>> read = this->ReadBack(*stream, b->address + 5, written.size());
+  absl::StatusOr<std::vector<uint8_t>> read =
+      this->ReadBack(*stream, b->address + 5, written.size());
   ASSERT_OK(read);
   EXPECT_TRUE(*read == written);
 
   // Overlapping ranges within one segment behave like memmove.
   std::vector<uint8_t> expected(data.begin(), data.begin() + 5000);
   ASSERT_OK(backend.CopyHostToDevice(*stream, a->address, data.data(), 5000, nullptr));
-  ASSERT_OK(backend.CopyDeviceToDevice(*stream, kConformanceDevice, a->address + 10, kConformanceDevice,
-                                       a->address, 4000));
+  ASSERT_OK(backend.CopyDeviceToDevice(*stream, kConformanceDevice, a->address + 10,
+                                       kConformanceDevice, a->address, 4000));
   std::copy(data.begin(), data.begin() + 4000, expected.begin() + 10);
   absl::StatusOr<std::vector<uint8_t>> shifted = this->ReadBack(*stream, a->address, 5000);
   ASSERT_OK(shifted);
@@ -399,20 +414,24 @@ TYPED_TEST_P(DeviceBackendConformanceTest, WorkOutsideSegmentsIsInvalidArgument)
     uint64_t address;
     uint64_t bytes;
   };
-  for (const Range& r : {Range{base + 4096, 1}, Range{base + 4000, 97}, Range{base - 1, 2},
-                         Range{base, 4097}, Range{base + 1, UINT64_MAX}, Range{released->address, 16}}) {
-    SCOPED_TRACE(::testing::Message() << "address base+" << (r.address - base) << ", " << r.bytes << " bytes");
+  for (const Range& r :
+       {Range{base + 4096, 1}, Range{base + 4000, 97}, Range{base - 1, 2}, Range{base, 4097},
+        Range{base + 1, UINT64_MAX}, Range{released->address, 16}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "address base+" << (r.address - base) << ", " << r.bytes << " bytes");
     const uint64_t bytes = std::min<uint64_t>(r.bytes, host.size());
     if (r.bytes <= host.size()) {
-      EXPECT_THAT(backend.CopyHostToDevice(*stream, r.address, host.data(), bytes, nullptr), kInvalid);
-      EXPECT_THAT(backend.CopyDeviceToHost(*stream, host.data(), r.address, bytes, nullptr), kInvalid);
+      EXPECT_THAT(backend.CopyHostToDevice(*stream, r.address, host.data(), bytes, nullptr),
+                  kInvalid);
+      EXPECT_THAT(backend.CopyDeviceToHost(*stream, host.data(), r.address, bytes, nullptr),
+                  kInvalid);
     }
     EXPECT_THAT(backend.Memset(*stream, r.address, 7, r.bytes), kInvalid);
-    EXPECT_THAT(backend.CopyDeviceToDevice(*stream, kConformanceDevice, r.address, kConformanceDevice, base,
-                                           r.bytes),
+    EXPECT_THAT(backend.CopyDeviceToDevice(*stream, kConformanceDevice, r.address,
+                                           kConformanceDevice, base, r.bytes),
                 kInvalid);
-    EXPECT_THAT(backend.CopyDeviceToDevice(*stream, kConformanceDevice, base, kConformanceDevice, r.address,
-                                           r.bytes),
+    EXPECT_THAT(backend.CopyDeviceToDevice(*stream, kConformanceDevice, base, kConformanceDevice,
+                                           r.address, r.bytes),
                 kInvalid);
   }
   // 4 floats at base + 4084 end at base + 4100.
@@ -423,8 +442,9 @@ TYPED_TEST_P(DeviceBackendConformanceTest, WorkOutsideSegmentsIsInvalidArgument)
     absl::StatusOr<BackendStream> other_stream = backend.CreateStream(DeviceIndex(1), 0);
     ASSERT_OK(other_stream);
     EXPECT_THAT(backend.Memset(*other_stream, base, 0, 16), kInvalid);
-    EXPECT_THAT(backend.CopyDeviceToDevice(*stream, DeviceIndex(1), base, kConformanceDevice, base, 16),
-                kInvalid);
+    EXPECT_THAT(
+        backend.CopyDeviceToDevice(*stream, DeviceIndex(1), base, kConformanceDevice, base, 16),
+        kInvalid);
   }
   EXPECT_THAT(backend.CopyDeviceToDevice(*stream, DeviceIndex(backend.device_count()), base,
                                          kConformanceDevice, base, 16),
@@ -447,7 +467,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, MemsetWritesExactlyItsRange) {
   ASSERT_OK(backend.CopyHostToDevice(*stream, segment->address, data.data(), data.size(), nullptr));
   ASSERT_OK(backend.Memset(*stream, segment->address + 333, 0, 3001));
   ASSERT_OK(backend.Memset(*stream, segment->address + 5000, 0xab, 7));
-  absl::StatusOr<std::vector<uint8_t>> back = this->ReadBack(*stream, segment->address, data.size());
+  absl::StatusOr<std::vector<uint8_t>> back =
+      this->ReadBack(*stream, segment->address, data.size());
   ASSERT_OK(back);
   std::vector<uint8_t> expected = data;
   std::fill(expected.begin() + 333, expected.begin() + 333 + 3001, 0);
@@ -457,7 +478,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, MemsetWritesExactlyItsRange) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, FillRandomMatchesTheHostGenerator) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
   absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
   ASSERT_OK(segment);
   ASSERT_OK(stream);
@@ -479,7 +501,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, FillRandomMatchesTheHostGenerator) {
     const std::vector<uint8_t> expected = ExpectedRandomBytes(request, 1234, offset);
     ASSERT_OK(backend.Memset(*stream, segment->address, 0, expected.size() + 8));
     ASSERT_OK(backend.FillRandom(*stream, segment->address + 3, request, 1234, offset));
-    absl::StatusOr<std::vector<uint8_t>> back = this->ReadBack(*stream, segment->address, expected.size() + 4);
+    absl::StatusOr<std::vector<uint8_t>> back =
+        this->ReadBack(*stream, segment->address, expected.size() + 4);
     ASSERT_OK(back);
     EXPECT_TRUE(std::equal(expected.begin(), expected.end(), back->begin() + 3));
     EXPECT_EQ((*back)[2], 0) << "wrote before its destination";
@@ -495,19 +518,24 @@ TYPED_TEST_P(DeviceBackendConformanceTest, BadRandomRequestsAreInvalidArgument) 
   ASSERT_OK(segment);
   ASSERT_OK(stream);
   const auto kInvalid = StatusIs(absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(backend.FillRandom(*stream, segment->address, {RngDtype::kF32, RngKind::kUniform, 0, 0, 1}, 1, 0),
+  EXPECT_THAT(backend.FillRandom(*stream, segment->address,
+                                 {RngDtype::kF32, RngKind::kUniform, 0, 0, 1}, 1, 0),
               kInvalid);
-  EXPECT_THAT(backend.FillRandom(*stream, segment->address, {RngDtype::kF32, RngKind::kUniform, 4, 1, 0}, 1, 0),
+  EXPECT_THAT(backend.FillRandom(*stream, segment->address,
+                                 {RngDtype::kF32, RngKind::kUniform, 4, 1, 0}, 1, 0),
               kInvalid);
-  EXPECT_THAT(backend.FillRandom(*stream, segment->address, {RngDtype::kI32, RngKind::kNormal, 4, 0, 1}, 1, 0),
+  EXPECT_THAT(backend.FillRandom(*stream, segment->address,
+                                 {RngDtype::kI32, RngKind::kNormal, 4, 0, 1}, 1, 0),
               kInvalid);
-  EXPECT_THAT(backend.FillRandom(*stream, segment->address, {RngDtype::kF32, RngKind::kUniform, 4, 0, 1}, 1, 2),
+  EXPECT_THAT(backend.FillRandom(*stream, segment->address,
+                                 {RngDtype::kF32, RngKind::kUniform, 4, 0, 1}, 1, 2),
               kInvalid);
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, WorkOnOneStreamCompletesInOrder) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
   absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
   ASSERT_OK(segment);
   ASSERT_OK(stream);
@@ -517,12 +545,13 @@ TYPED_TEST_P(DeviceBackendConformanceTest, WorkOnOneStreamCompletesInOrder) {
   const std::vector<uint8_t> patch = NonZeroRandomBytes(100, 31);
   ASSERT_OK(backend.FillRandom(*stream, segment->address, big, 99, 0));
   ASSERT_OK(backend.Memset(*stream, segment->address, 0x5a, 64));
-  ASSERT_OK(backend.CopyHostToDevice(*stream, segment->address + 32, patch.data(), patch.size(), nullptr));
+  ASSERT_OK(backend.CopyHostToDevice(*stream, segment->address + 32, patch.data(), patch.size(),
+                                     nullptr));
   std::vector<uint8_t> head(256);
   std::vector<uint8_t> tail(256);
   ASSERT_OK(backend.CopyDeviceToHost(*stream, head.data(), segment->address, head.size(), nullptr));
-  ASSERT_OK(backend.CopyDeviceToHost(*stream, tail.data(), segment->address + 16 * kConformanceMiB - 256,
-                                     tail.size(), nullptr));
+  ASSERT_OK(backend.CopyDeviceToHost(
+      *stream, tail.data(), segment->address + 16 * kConformanceMiB - 256, tail.size(), nullptr));
   ASSERT_OK(backend.SynchronizeStream(*stream));
   EXPECT_THAT(backend.QueryStream(*stream), IsOkWith(true));
 
@@ -553,18 +582,20 @@ TYPED_TEST_P(DeviceBackendConformanceTest, StreamWaitEventOrdersWorkAcrossStream
   ASSERT_OK(backend.FillRandom(*producer, x->address, request, 5, 0));
   ASSERT_OK(backend.RecordEvent(*ready, *producer));
   ASSERT_OK(backend.StreamWaitEvent(*consumer, *ready));
-  ASSERT_OK(backend.CopyDeviceToDevice(*consumer, kConformanceDevice, y->address, kConformanceDevice, x->address,
-                                       size));
+  ASSERT_OK(backend.CopyDeviceToDevice(*consumer, kConformanceDevice, y->address,
+                                       kConformanceDevice, x->address, size));
   // The event may go away while the wait is queued.
   ASSERT_OK(backend.DestroyEvent(*ready));
   absl::StatusOr<std::vector<uint8_t>> copied = this->ReadBack(*consumer, y->address, size);
   ASSERT_OK(copied);
-  EXPECT_TRUE(*copied == ExpectedRandomBytes(request, 5, 0)) << "the copy ran before the fill it waited for";
+  EXPECT_TRUE(*copied == ExpectedRandomBytes(request, 5, 0))
+      << "the copy ran before the fill it waited for";
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, EventsQuerySynchronizeAndTime) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
   absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
   EventFlags timing;
   timing.enable_timing = true;
@@ -581,7 +612,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, EventsQuerySynchronizeAndTime) {
   EXPECT_OK(backend.SynchronizeEvent(*start));
   ASSERT_OK(backend.RecordEvent(*start, *stream));
   ASSERT_OK(backend.FillRandom(*stream, segment->address,
-                               {RngDtype::kF32, RngKind::kUniform, 4 * kConformanceMiB, 0.0, 1.0}, 3, 0));
+                               {RngDtype::kF32, RngKind::kUniform, 4 * kConformanceMiB, 0.0, 1.0},
+                               3, 0));
   ASSERT_OK(backend.RecordEvent(*end, *stream));
   ASSERT_OK(backend.SynchronizeEvent(*end));
   EXPECT_THAT(backend.QueryEvent(*end), IsOkWith(true));
@@ -613,12 +645,15 @@ TYPED_TEST_P(DeviceBackendConformanceTest, ElapsedTimeNeedsTimingRecordedEvents)
   ASSERT_OK(backend.RecordEvent(*plain, *stream));
   ASSERT_OK(backend.RecordEvent(*timed, *stream));
   ASSERT_OK(backend.SynchronizeStream(*stream));
-  const auto kNoTiming = StatusIs(absl::StatusCode::kFailedPrecondition,
-                                  "Both events must be created with argument 'enable_timing=True'.");
+  const auto kNoTiming =
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               "Both events must be created with argument 'enable_timing=True'.");
   EXPECT_THAT(backend.ElapsedTimeMs(*plain, *timed), kNoTiming);
   EXPECT_THAT(backend.ElapsedTimeMs(*timed, *plain), kNoTiming);
-  EXPECT_THAT(backend.ElapsedTimeMs(*timed, *unrecorded), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(backend.ElapsedTimeMs(*unrecorded, *timed), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend.ElapsedTimeMs(*timed, *unrecorded),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend.ElapsedTimeMs(*unrecorded, *timed),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(backend.ElapsedTimeMs(*timed, *timed), IsOkWith(0.0f));
 }
 
@@ -645,7 +680,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, InterprocessEventHandles) {
   EventFlags ipc_timing;
   ipc_timing.interprocess = true;
   ipc_timing.enable_timing = true;
-  EXPECT_THAT(backend.CreateEvent(kConformanceDevice, ipc_timing), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend.CreateEvent(kConformanceDevice, ipc_timing),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EventFlags ipc;
   ipc.interprocess = true;
   absl::StatusOr<BackendEvent> shared = backend.CreateEvent(kConformanceDevice, ipc);
@@ -664,13 +700,16 @@ TYPED_TEST_P(DeviceBackendConformanceTest, InterprocessEventHandles) {
   const auto kInvalid = StatusIs(absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(backend.OpenIpcEventHandle(kConformanceDevice, handle->substr(1)), kInvalid);
   EXPECT_THAT(backend.OpenIpcEventHandle(kConformanceDevice, *handle + "x"), kInvalid);
-  EXPECT_THAT(backend.OpenIpcEventHandle(kConformanceDevice, std::string(kIpcEventHandleBytes, '\xee')), kInvalid);
+  EXPECT_THAT(
+      backend.OpenIpcEventHandle(kConformanceDevice, std::string(kIpcEventHandleBytes, '\xee')),
+      kInvalid);
   EXPECT_THAT(backend.OpenIpcEventHandle(DeviceIndex(backend.device_count()), *handle), kInvalid);
 }
 
 TYPED_TEST_P(DeviceBackendConformanceTest, DestroyedStreamFinishesItsWork) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
   absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
   ASSERT_OK(segment);
   ASSERT_OK(stream);
@@ -699,7 +738,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, DestroyedStreamFinishesItsWork) {
 
 TYPED_TEST_P(DeviceBackendConformanceTest, SynchronizeDeviceWaitsForEveryStream) {
   DeviceBackend& backend = *this->backend_;
-  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 16 * kConformanceMiB);
   ASSERT_OK(segment);
   std::vector<BackendStream> streams;
   std::vector<std::vector<uint8_t>> outputs(4, std::vector<uint8_t>(64));
@@ -707,9 +747,11 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SynchronizeDeviceWaitsForEveryStream)
     absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
     ASSERT_OK(stream);
     const uint64_t at = segment->address + static_cast<uint64_t>(i) * 4 * kConformanceMiB;
-    ASSERT_OK(backend.FillRandom(*stream, at, {RngDtype::kF32, RngKind::kUniform, kConformanceMiB, 0.0, 1.0},
+    ASSERT_OK(backend.FillRandom(*stream, at,
+                                 {RngDtype::kF32, RngKind::kUniform, kConformanceMiB, 0.0, 1.0},
                                  100 + static_cast<uint64_t>(i), 0));
-    ASSERT_OK(backend.CopyDeviceToHost(*stream, outputs[i].data(), at + 4 * kConformanceMiB - 64, 64, nullptr));
+    ASSERT_OK(backend.CopyDeviceToHost(*stream, outputs[i].data(), at + 4 * kConformanceMiB - 64,
+                                       64, nullptr));
     streams.push_back(*stream);
   }
   ASSERT_OK(backend.Synchronize(kConformanceDevice));
@@ -718,7 +760,8 @@ TYPED_TEST_P(DeviceBackendConformanceTest, SynchronizeDeviceWaitsForEveryStream)
     const std::vector<uint8_t> expected =
         ExpectedRandomBytes({RngDtype::kF32, RngKind::kUniform, kConformanceMiB, 0.0, 1.0},
                             100 + static_cast<uint64_t>(i), 0);
-    EXPECT_TRUE(std::equal(outputs[i].begin(), outputs[i].end(), expected.end() - 64)) << "stream " << i;
+    EXPECT_TRUE(std::equal(outputs[i].begin(), outputs[i].end(), expected.end() - 64))
+        << "stream " << i;
   }
 }
 
@@ -726,29 +769,28 @@ TYPED_TEST_P(DeviceBackendConformanceTest, PinsAndUnpinsHostMemory) {
   DeviceBackend& backend = *this->backend_;
   std::vector<uint8_t> buffer(kConformanceMiB);
   EXPECT_THAT(backend.PinHostMemory(nullptr, 4096), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(backend.PinHostMemory(buffer.data(), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend.PinHostMemory(buffer.data(), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(backend.UnpinHostMemory(nullptr), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(backend.UnpinHostMemory(buffer.data()), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_OK(backend.PinHostMemory(buffer.data(), buffer.size()));
-  EXPECT_THAT(backend.PinHostMemory(buffer.data(), buffer.size()), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(backend.PinHostMemory(buffer.data(), buffer.size()),
+              StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_OK(backend.UnpinHostMemory(buffer.data()));
   EXPECT_THAT(backend.UnpinHostMemory(buffer.data()), StatusIs(absl::StatusCode::kNotFound));
 }
 
-REGISTER_TYPED_TEST_SUITE_P(DeviceBackendConformanceTest, DescribesEveryDevice,
-                            SegmentIsZeroAndSharedWithAnotherProcess, SegmentsDoNotOverlap,
-                            MoreThanFreeMemoryIsResourceExhausted, BadSizesAreInvalidArgument,
-                            ReleasedHandleCannotBeOpened, ReleasedAddressIsReused,
-                            FreeMemoryFollowsAllocations,
-                            ConcurrentAllocateAndReleaseFromTwoThreads,
-                            StreamsHavePrioritiesAndLifetimes, UnknownStreamsAndEventsAreNotFound,
-                            CopiesMoveRandomBytesOnEveryPath, WorkOutsideSegmentsIsInvalidArgument,
-                            MemsetWritesExactlyItsRange, FillRandomMatchesTheHostGenerator,
-                            BadRandomRequestsAreInvalidArgument, WorkOnOneStreamCompletesInOrder,
-                            StreamWaitEventOrdersWorkAcrossStreams, EventsQuerySynchronizeAndTime,
-                            ElapsedTimeNeedsTimingRecordedEvents,
-                            RecordingOnAnotherDevicesStreamIsInvalidArgument,
-                            InterprocessEventHandles, DestroyedStreamFinishesItsWork,
-                            SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory);
+REGISTER_TYPED_TEST_SUITE_P(
+    DeviceBackendConformanceTest, DescribesEveryDevice, SegmentIsZeroAndSharedWithAnotherProcess,
+    SegmentsDoNotOverlap, MoreThanFreeMemoryIsResourceExhausted, BadSizesAreInvalidArgument,
+    ReleasedHandleCannotBeOpened, ReleasedAddressIsReused, FreeMemoryFollowsAllocations,
+    ConcurrentAllocateAndReleaseFromTwoThreads, StreamsHavePrioritiesAndLifetimes,
+    UnknownStreamsAndEventsAreNotFound, CopiesMoveRandomBytesOnEveryPath,
+    WorkOutsideSegmentsIsInvalidArgument, MemsetWritesExactlyItsRange,
+    FillRandomMatchesTheHostGenerator, BadRandomRequestsAreInvalidArgument,
+    WorkOnOneStreamCompletesInOrder, StreamWaitEventOrdersWorkAcrossStreams,
+    EventsQuerySynchronizeAndTime, ElapsedTimeNeedsTimingRecordedEvents,
+    RecordingOnAnotherDevicesStreamIsInvalidArgument, InterprocessEventHandles,
+    DestroyedStreamFinishesItsWork, SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory);
 
 }  // namespace gpumux::testing

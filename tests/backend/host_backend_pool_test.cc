@@ -28,8 +28,8 @@
 namespace gpumux::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 constexpr DeviceIndex kDev0(0);
 constexpr uint64_t kPage = 4096;
@@ -223,15 +223,17 @@ void HostBackendPoolTest::WaitersOutnumberingWorkersAllComplete(EventFlags flags
     const BackendEvent written = Event(flags);
     const uint64_t offset = static_cast<uint64_t>(i) * kPage;
     ASSERT_OK(gate->HoldBack(producer));
-    ASSERT_OK(backend_->Memset(producer, from.address + offset, static_cast<uint8_t>(i + 1), kPage));
+    ASSERT_OK(
+        backend_->Memset(producer, from.address + offset, static_cast<uint8_t>(i + 1), kPage));
     ASSERT_OK(backend_->RecordEvent(written, producer));
     ASSERT_OK(backend_->StreamWaitEvent(waiter, written));
     ASSERT_OK(backend_->CopyDeviceToDevice(waiter, kDev0, to.address + offset, kDev0,
-                                         from.address + offset, kPage));
+                                           from.address + offset, kPage));
   }
   std::this_thread::sleep_for(milliseconds(20));
   for (BackendStream waiter : waiters) {
-    EXPECT_THAT(backend_->QueryStream(waiter), IsOkAndHolds(false)) << "a copy ran before its wait ended";
+    EXPECT_THAT(backend_->QueryStream(waiter), IsOkAndHolds(false))
+        << "a copy ran before its wait ended";
   }
   gate->Open();
   ASSERT_TRUE(Drains(Streams(), absl::Seconds(10)))
@@ -323,7 +325,8 @@ TEST_F(HostBackendPoolTest, AbandoningInterprocessWaitsResumesParkedStreams) {
   EXPECT_THAT(backend_->QueryStream(stuck), IsOkAndHolds(false));
   backend_->AbandonInterprocessWaits();
   EXPECT_TRUE(ReturnsWithin(
-      absl::Seconds(1), [&] { EXPECT_OK(backend_->SynchronizeStream(stuck)); }, [&] { never->Open(); }))
+      absl::Seconds(1), [&] { EXPECT_OK(backend_->SynchronizeStream(stuck)); },
+      [&] { never->Open(); }))
       << "a parked interprocess wait outlived AbandonInterprocessWaits";
   EXPECT_EQ(Read(segment.address, kPage), std::vector<uint8_t>(kPage, 0x7e));
 }

@@ -25,8 +25,8 @@
 namespace gpumux::testing {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 
 constexpr DeviceIndex kDev0(0);
@@ -111,8 +111,10 @@ TEST_F(HostStreamTest, StreamAndEventHandlesNeverCoincide) {
   const BackendStream stream = Stream(kDev0);
   const BackendEvent event = Event(kDev0);
   EXPECT_NE(stream.value(), event.value());
-  EXPECT_THAT(backend_->QueryEvent(BackendEvent(stream.value())), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(backend_->QueryStream(BackendStream(event.value())), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(backend_->QueryEvent(BackendEvent(stream.value())),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(backend_->QueryStream(BackendStream(event.value())),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(HostStreamTest, SlowFillThenFastMemsetCompleteInOrder) {
@@ -128,7 +130,8 @@ TEST_F(HostStreamTest, SlowFillThenFastMemsetCompleteInOrder) {
   EXPECT_TRUE(Query(stream));
 
   const std::vector<uint8_t> head = Read(stream, segment.address, 64);
-  std::vector<uint8_t> expected = HostRandom({RngDtype::kF32, RngKind::kUniform, 16, 0.0, 1.0}, 77, 0);
+  std::vector<uint8_t> expected =
+      HostRandom({RngDtype::kF32, RngKind::kUniform, 16, 0.0, 1.0}, 77, 0);
   std::fill(expected.begin() + 8, expected.begin() + 24, 0xee);
   EXPECT_EQ(head, expected) << "the memset ran before the fill finished";
   const std::vector<uint8_t> tail = Read(stream, segment.address + size - 64, 64);
@@ -144,8 +147,10 @@ TEST_F(HostStreamTest, HeldBackWorkIsPendingUntilTheGateOpens) {
   ASSERT_OK(gate->HoldBack(stream));
   const std::vector<uint8_t> data = RandomBytes(1000, 1);
   std::vector<uint8_t> out(1000, 0);
-  ASSERT_OK(backend_->CopyHostToDevice(stream, segment.address + 7, data.data(), data.size(), nullptr));
-  ASSERT_OK(backend_->CopyDeviceToHost(stream, out.data(), segment.address + 7, out.size(), nullptr));
+  ASSERT_OK(
+      backend_->CopyHostToDevice(stream, segment.address + 7, data.data(), data.size(), nullptr));
+  ASSERT_OK(
+      backend_->CopyDeviceToHost(stream, out.data(), segment.address + 7, out.size(), nullptr));
   std::atomic<bool> synchronized{false};
   std::thread waiter([&] {
     EXPECT_OK(backend_->SynchronizeStream(stream));
@@ -282,7 +287,8 @@ TEST_F(HostStreamTest, DestroyStreamReturnsAtOnceAndItsWorkStillRuns) {
   ASSERT_OK(gate->HoldBack(stream));
   ASSERT_OK(backend_->Memset(stream, segment.address, 0x42, 4096));
   ASSERT_OK(backend_->DestroyStream(stream));  // with its work held back: must not block
-  EXPECT_THAT(backend_->Memset(stream, segment.address, 0, 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(backend_->Memset(stream, segment.address, 0, 1),
+              StatusIs(absl::StatusCode::kNotFound));
   std::atomic<bool> synchronized{false};
   std::thread waiter([&] {
     EXPECT_OK(backend_->Synchronize(kDev1));
@@ -305,7 +311,8 @@ TEST_F(HostStreamTest, ReleasingASegmentWithQueuedWorkIsSafe) {
   ASSERT_OK(gate->HoldBack(stream));
   ASSERT_OK(backend_->Memset(stream, segment.address, 2, 8 * kTestMiB));
   ASSERT_OK(backend_->ReleaseSegment(kDev0, segment.address));
-  EXPECT_THAT(backend_->Memset(stream, segment.address, 3, 16), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend_->Memset(stream, segment.address, 3, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   gate->Open();
   EXPECT_OK(backend_->SynchronizeStream(stream));  // wrote into the still-mapped file
   EXPECT_THAT(backend_->memory_files().Find(segment.handle.data, MemoryFileTable::kAnySession),
@@ -331,7 +338,8 @@ TEST_F(HostStreamTest, OpenedInterprocessEventWorksInTheSameProcess) {
   absl::StatusOr<std::string> handle = backend_->GetIpcEventHandle(created);
   ASSERT_OK(handle);
   // Its device is the creator's: another is refused, as CUDA refuses it.
-  EXPECT_THAT(backend_->OpenIpcEventHandle(kDev1, *handle), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend_->OpenIpcEventHandle(kDev1, *handle),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   absl::StatusOr<BackendEvent> opened = backend_->OpenIpcEventHandle(kDev0, *handle);
   ASSERT_OK(opened);
   absl::StatusOr<std::string> reshared = backend_->GetIpcEventHandle(*opened);
@@ -392,7 +400,8 @@ TEST(HostBackendShutdownTest, DestructorRunsQueuedWorkAndAbandonsForeignWaits) {
   const RngRequest request{RngDtype::kF32, RngKind::kUniform, 4 * kTestMiB, 0.0, 1.0};
   auto out = std::make_shared<std::vector<uint8_t>>(64);
   ASSERT_OK(backend->FillRandom(*busy, segment->address, request, 4, 0));
-  ASSERT_OK(backend->CopyDeviceToHost(*busy, out->data(), segment->address + 16 * kTestMiB - 64, 64, out));
+  ASSERT_OK(backend->CopyDeviceToHost(*busy, out->data(), segment->address + 16 * kTestMiB - 64, 64,
+                                      out));
   // A wait on an interprocess event another process never completes.
   absl::StatusOr<std::unique_ptr<Gate>> never = Gate::Create(*backend, kDev0);
   ASSERT_OK(never);
@@ -423,7 +432,8 @@ TEST_F(HostStreamTest, ConcurrentStreamsEventsAndCopiesFromManyThreads) {
       const uint64_t mine = segment.address + static_cast<uint64_t>(t) * 2 * kTestMiB;
       const uint64_t theirs = other.address + static_cast<uint64_t>(t) * 2 * kTestMiB;
       for (int i = 0; i < 40; ++i) {
-        const std::vector<uint8_t> data = RandomBytes(1000 + static_cast<size_t>(i) * 37, t * 1000 + i);
+        const std::vector<uint8_t> data =
+            RandomBytes(1000 + static_cast<size_t>(i) * 37, t * 1000 + i);
         std::vector<uint8_t> out(data.size());
         EXPECT_OK(backend_->CopyHostToDevice(helper, mine, data.data(), data.size(), nullptr));
         const BackendEvent written = Event(kDev0);

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/status_macros.h"
+#include "server/backend/memory_file_table.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
-#include "server/backend/memory_file_table.h"
 #include "tests/backend/device_backend_conformance.h"
 #include "tests/backend/segment_peer.h"
 #include "tests/status_matchers.h"
@@ -82,7 +82,8 @@ HostBackend::Options TestOptions(uint64_t device_memory = 256 * kMiB) {
 }
 
 std::unique_ptr<HostBackend> MakeBackend(uint64_t device_memory = 256 * kMiB) {
-  absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(TestOptions(device_memory));
+  absl::StatusOr<std::unique_ptr<HostBackend>> backend =
+      HostBackend::Create(TestOptions(device_memory));
   EXPECT_OK(backend);
   return backend.ok() ? *std::move(backend) : nullptr;
 }
@@ -170,7 +171,8 @@ TEST(HostBackendTest, SegmentsAreSealedBackedMemoryFilesUnderUnguessableKeys) {
   EXPECT_NE(ftruncate(memory->fd(), 0), 0);
   EXPECT_EQ(errno, EPERM);
   EXPECT_NE(ftruncate(memory->fd(), 8 * kMiB), 0);
-  ASSERT_OK(backend->Memset(*backend->CreateStream(DeviceIndex(1), 0), first->address, 0xab, 4 * kMiB));
+  ASSERT_OK(
+      backend->Memset(*backend->CreateStream(DeviceIndex(1), 0), first->address, 0xab, 4 * kMiB));
   ASSERT_OK(backend->Synchronize(DeviceIndex(1)));
 }
 
@@ -189,9 +191,9 @@ TEST(HostBackendTest, EnforcesDeviceMemoryExactly) {
   // The other device is untouched.
   EXPECT_OK(backend->AllocateSegment(DeviceIndex(1), 64 * kMiB));
   ASSERT_OK(backend->ReleaseSegment(DeviceIndex(0), last->address));
-  EXPECT_THAT(backend->AllocateSegment(DeviceIndex(0), 1024),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("512 of 67108864 bytes free")));
+  EXPECT_THAT(
+      backend->AllocateSegment(DeviceIndex(0), 1024),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("512 of 67108864 bytes free")));
 }
 
 TEST(HostBackendTest, SmallSegmentsDoNotUseUpTheLimitThroughAlignment) {
@@ -296,15 +298,17 @@ TEST(HostBackendTest, AnUnbackedBackendHandsOutAddressesWithoutMemory) {
   absl::StatusOr<std::unique_ptr<HostBackend>> backend = HostBackend::Create(options);
   ASSERT_OK(backend);
   // 100 GiB at once: nothing behind it, so this is instant and takes no memory.
-  absl::StatusOr<BackendSegment> huge = (*backend)->AllocateSegment(DeviceIndex(0), uint64_t{100} << 30);
+  absl::StatusOr<BackendSegment> huge =
+      (*backend)->AllocateSegment(DeviceIndex(0), uint64_t{100} << 30);
   ASSERT_OK(huge);
   EXPECT_TRUE(huge->handle.data.empty());
   EXPECT_EQ(table.size(), 0u);
   EXPECT_THAT((*backend)->FreeMemory(DeviceIndex(0)), IsOkAndHolds(uint64_t{41} << 30));
   absl::StatusOr<BackendStream> stream = (*backend)->CreateStream(DeviceIndex(0), 0);
   ASSERT_OK(stream);
-  EXPECT_THAT((*backend)->Memset(*stream, huge->address, 1, 4096),
-              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("no memory behind it")));
+  EXPECT_THAT(
+      (*backend)->Memset(*stream, huge->address, 1, 4096),
+      StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("no memory behind it")));
   EXPECT_OK((*backend)->ReleaseSegment(DeviceIndex(0), huge->address));
 }
 

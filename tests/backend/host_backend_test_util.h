@@ -34,8 +34,9 @@ inline HostBackend::Options HostTestOptions(uint64_t device_memory = 256 * kTest
 // Another mapping of the event in `file`, through a descriptor of its own, as
 // another process holding the file has.
 inline absl::StatusOr<std::unique_ptr<HostIpcEvent>> AdoptEventCopy(const SealedMemory& file) {
-  GPUMUX_ASSIGN_OR_RETURN(SealedMemory copy,
-                          SealedMemory::Adopt(UniqueFd(fcntl(file.fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes));
+  GPUMUX_ASSIGN_OR_RETURN(
+      SealedMemory copy,
+      SealedMemory::Adopt(UniqueFd(fcntl(file.fd(), F_DUPFD_CLOEXEC, 0)), kHostIpcEventFileBytes));
   return HostIpcEvent::Adopt(std::move(copy), "test");
 }
 
@@ -72,7 +73,8 @@ class Gate {
   void Open() { ipc_->Complete(generation_, 0); }
 
  private:
-  Gate(DeviceBackend& backend, BackendEvent event, std::unique_ptr<HostIpcEvent> ipc, uint64_t generation)
+  Gate(DeviceBackend& backend, BackendEvent event, std::unique_ptr<HostIpcEvent> ipc,
+       uint64_t generation)
       : backend_(backend), event_(event), ipc_(std::move(ipc)), generation_(generation) {}
 
   DeviceBackend& backend_;

@@ -24,18 +24,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/host/host_backend.h"
+#include "server/backend/memory_file_table.h"
 #include "tests/backend/event_peer.h"
 #include "tests/backend/host_backend_test_util.h"
 #include "tests/backend/segment_peer.h"
-#include "server/backend/memory_file_table.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux::testing {
 namespace {
 
+using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
-using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr DeviceIndex kDev0(0);
@@ -50,7 +50,8 @@ std::unique_ptr<HostIpcEvent> OpenCopy(const HostIpcEvent& event) {
 
 // The memory file of the backend's event `handle`, as the memory socket
 // hands it out.
-std::shared_ptr<const SealedMemory> EventFile(const HostBackend& backend, const std::string& handle) {
+std::shared_ptr<const SealedMemory> EventFile(const HostBackend& backend,
+                                              const std::string& handle) {
   absl::StatusOr<std::string> key = HostIpcEventKey(handle);
   EXPECT_OK(key);
   if (!key.ok()) return nullptr;
@@ -84,7 +85,8 @@ TEST(HostIpcEventTest, TheEventIsASealedMemoryFileNothingCanResize) {
   ASSERT_EQ(fstat(fd, &st), 0);
   EXPECT_EQ(st.st_size, 64);
   const int seals = fcntl(fd, F_GET_SEALS);
-  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_EQ(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+            F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
   EXPECT_NE(ftruncate(fd, 0), 0) << "the event could be truncated under its mappings";
   EXPECT_EQ(errno, EPERM);
   (*event)->Record();
@@ -157,8 +159,10 @@ TEST(HostIpcEventTest, ARecordStampsItsRecorderWhichStaysPendingWhileAlive) {
 TEST(HostIpcEventTest, MalformedHandlesAndFilesAreRejected) {
   const auto kInvalid = StatusIs(absl::StatusCode::kInvalidArgument);
   const std::string handle = MakeHostIpcEventHandle(std::string(32, 'b'));
-  EXPECT_THAT(HostIpcEventKey(handle.substr(0, 63)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("63 bytes")));
-  EXPECT_THAT(HostIpcEventKey(std::string(64, '\0')), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tag")));
+  EXPECT_THAT(HostIpcEventKey(handle.substr(0, 63)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("63 bytes")));
+  EXPECT_THAT(HostIpcEventKey(std::string(64, '\0')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tag")));
   std::string dirty_padding = handle;
   dirty_padding.back() = 'x';
   EXPECT_THAT(HostIpcEventKey(dirty_padding), kInvalid);
@@ -244,7 +248,8 @@ TEST_F(HostIpcEventProcessTest, ChildWaitsForAnEventTheBackendRecords) {
   ASSERT_NE(shared.file, nullptr);
   std::shared_ptr<const SealedMemory> segment_file = PeerMemoryFile(*backend_, segment->handle);
   ASSERT_NE(segment_file, nullptr);
-  EventPeer peer({"open", absl::StrCat(shared.file->fd())}, std::vector<int>{shared.file->fd(), segment_file->fd()});
+  EventPeer peer({"open", absl::StrCat(shared.file->fd())},
+                 std::vector<int>{shared.file->fd(), segment_file->fd()});
   ASSERT_TRUE(peer.started());
   ASSERT_EQ(peer.ReadLine(kReply), "opened");
   // The daemon side: data for the client, then the event, all held back.
@@ -300,7 +305,8 @@ TEST_F(HostIpcEventProcessTest, BackendWaitsForAChildsRecord) {
   waiter.join();
   ASSERT_OK(backend_->SynchronizeStream(stream_));
   std::vector<uint8_t> bytes(4096);
-  ASSERT_OK(backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(), nullptr));
+  ASSERT_OK(
+      backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(), nullptr));
   ASSERT_OK(backend_->SynchronizeStream(stream_));
   EXPECT_EQ(bytes, std::vector<uint8_t>(4096, 0x77));
 
@@ -451,8 +457,8 @@ TEST_F(AbandonedRecordTest, AStreamWaitingOnAKilledRecordersEventDrains) {
   EXPECT_TRUE(ReturnsWithin(
       absl::Seconds(1), [&] { EXPECT_OK(backend_->SynchronizeEvent(*opened)); }, unblock));
   std::vector<uint8_t> bytes(4096);
-  ASSERT_OK(backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(),
-                                       nullptr));
+  ASSERT_OK(
+      backend_->CopyDeviceToHost(stream_, bytes.data(), segment->address, bytes.size(), nullptr));
   ASSERT_OK(backend_->SynchronizeStream(stream_));
   EXPECT_EQ(bytes, std::vector<uint8_t>(4096, 0x5a));
 }

@@ -23,8 +23,8 @@
 namespace gpumux::testing {
 namespace {
 
-using ::testing::ElementsAre;
 using std::chrono::milliseconds;
+using ::testing::ElementsAre;
 
 constexpr DeviceIndex kDev0(0);
 
@@ -221,7 +221,8 @@ TEST_F(HostStreamPoolTest, AStoppedStreamRefusesWorkAndFinishesWhatItHas) {
   std::shared_ptr<HostStream> stream = Stream(pool);
   ASSERT_OK(stream->Enqueue(trace.Add("queued")));
   stream->Stop();
-  EXPECT_THAT(stream->Enqueue(trace.Add("refused")), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(stream->Enqueue(trace.Add("refused")),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_FALSE(stream->Finished());
   release->Notify();
   stream->Synchronize();

@@ -42,7 +42,8 @@ int Fill(int fd, uint64_t size, uint32_t seed) {
   // A client insists on the seals: nobody can shrink the file under it.
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
-    std::fprintf(stderr, "segment_peer: descriptor %d is not a memory file sealed against resizing\n", fd);
+    std::fprintf(stderr,
+                 "segment_peer: descriptor %d is not a memory file sealed against resizing\n", fd);
     return kPeerCannotOpen;
   }
   void* mapped = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -81,15 +82,18 @@ int FillCuda(const std::string& handle, uint64_t size, uint32_t seed) {
   void* base = nullptr;
   if (!OpenCuda(handle, &base)) return kPeerCannotOpen;
   std::vector<uint8_t> bytes(size);
-  if (cudaMemcpy(bytes.data(), base, size, cudaMemcpyDeviceToHost) != cudaSuccess) return kPeerCannotOpen;
+  if (cudaMemcpy(bytes.data(), base, size, cudaMemcpyDeviceToHost) != cudaSuccess)
+    return kPeerCannotOpen;
   for (uint64_t i = 0; i < size; ++i) {
     if (bytes[i] != 0) {
-      std::fprintf(stderr, "segment_peer: byte %llu is %u, not 0\n", static_cast<unsigned long long>(i), bytes[i]);
+      std::fprintf(stderr, "segment_peer: byte %llu is %u, not 0\n",
+                   static_cast<unsigned long long>(i), bytes[i]);
       return kPeerNotZero;
     }
   }
   for (uint64_t i = 0; i < size; ++i) bytes[i] = gpumux::testing::PeerPatternByte(i, seed);
-  if (cudaMemcpy(base, bytes.data(), size, cudaMemcpyHostToDevice) != cudaSuccess) return kPeerCannotOpen;
+  if (cudaMemcpy(base, bytes.data(), size, cudaMemcpyHostToDevice) != cudaSuccess)
+    return kPeerCannotOpen;
   return cudaIpcCloseMemHandle(base) == cudaSuccess ? kPeerOk : kPeerCannotOpen;
 }
 
@@ -117,13 +121,15 @@ int main(int argc, char** argv) {
   }
 #endif
   if (argc < 4 || (std::strcmp(argv[2], "memfd") != 0 && !cuda)) {
-    std::fprintf(stderr,
-                 "usage: segment_peer fill memfd <descriptor> <size> <seed> | fill|gone cuda <hex handle> "
-                 "[<size> <seed>]\n");
+    std::fprintf(
+        stderr,
+        "usage: segment_peer fill memfd <descriptor> <size> <seed> | fill|gone cuda <hex handle> "
+        "[<size> <seed>]\n");
     return kPeerUsage;
   }
 #ifdef GPUMUX_PEER_CUDA
-  if (cuda && std::strcmp(argv[1], "gone") == 0 && argc == 4) return GoneCuda(absl::HexStringToBytes(argv[3]));
+  if (cuda && std::strcmp(argv[1], "gone") == 0 && argc == 4)
+    return GoneCuda(absl::HexStringToBytes(argv[3]));
 #endif
   uint64_t size = 0;
   uint32_t seed = 0;

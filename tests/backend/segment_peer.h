@@ -43,7 +43,8 @@ inline std::string PeerKindArg(SegmentHandle::Kind kind) {
 
 // The memory file a host-backend handle names, as the memory socket would
 // hand it out; null for another backend or a key no longer filed.
-inline std::shared_ptr<const SealedMemory> PeerMemoryFile(const DeviceBackend& backend, const SegmentHandle& handle) {
+inline std::shared_ptr<const SealedMemory> PeerMemoryFile(const DeviceBackend& backend,
+                                                          const SegmentHandle& handle) {
   const auto* host = dynamic_cast<const HostBackend*>(&backend);
   if (host == nullptr || handle.kind != SegmentHandle::Kind::kHostMemfd) return nullptr;
   absl::StatusOr<std::shared_ptr<const SealedMemory>> memory =
@@ -77,7 +78,8 @@ inline int RunPeerFill(const DeviceBackend& backend, const BackendSegment& segme
   if (segment.handle.kind == SegmentHandle::Kind::kHostMemfd) {
     std::shared_ptr<const SealedMemory> memory = PeerMemoryFile(backend, segment.handle);
     if (memory == nullptr) return kPeerCannotOpen;
-    return RunPeer({"fill", "memfd", absl::StrCat(memory->fd()), absl::StrCat(segment.size), absl::StrCat(seed)},
+    return RunPeer({"fill", "memfd", absl::StrCat(memory->fd()), absl::StrCat(segment.size),
+                    absl::StrCat(seed)},
                    memory->fd());
   }
   return RunPeer({"fill", PeerKindArg(segment.handle.kind),

@@ -54,14 +54,17 @@ int Run(const char* address, uint64_t seed) {
       case 2: {
         gpumux::AllocateOptions allocate;
         allocate.shareable = pick(8) == 0;
-        if (!streams.empty() && pick(4) == 0 && streams.front().device() == device) allocate.stream = streams.front();
-        absl::StatusOr<DeviceBuffer> b = client.Allocate(sizes[pick(5)] + pick(512), device, allocate);
+        if (!streams.empty() && pick(4) == 0 && streams.front().device() == device)
+          allocate.stream = streams.front();
+        absl::StatusOr<DeviceBuffer> b =
+            client.Allocate(sizes[pick(5)] + pick(512), device, allocate);
         if (b.ok()) buffers.push_back(std::move(*b));
         break;
       }
       case 3:
       case 4:
-        if (!buffers.empty()) buffers.erase(buffers.begin() + static_cast<long>(pick(buffers.size())));
+        if (!buffers.empty())
+          buffers.erase(buffers.begin() + static_cast<long>(pick(buffers.size())));
         break;
       case 5:
         if (buffer != nullptr) {
@@ -74,7 +77,8 @@ int Run(const char* address, uint64_t seed) {
         break;
       case 6:
         if (streams.size() < 8) {
-          absl::StatusOr<gpumux::Stream> s = client.CreateStream(device, -static_cast<int>(pick(6)));
+          absl::StatusOr<gpumux::Stream> s =
+              client.CreateStream(device, -static_cast<int>(pick(6)));
           if (s.ok()) streams.push_back(*s);
         } else {
           (void)client.DestroyStream(streams.front());
@@ -121,19 +125,22 @@ int Run(const char* address, uint64_t seed) {
       case 11:
         if (buffer != nullptr) {
           gpumux::CopyOptions copy;
-          if (!streams.empty() && streams.back().device() == buffer->device()) copy.stream = streams.back();
+          if (!streams.empty() && streams.back().device() == buffer->device())
+            copy.stream = streams.back();
           (void)client.Memset(*buffer, 0, static_cast<uint8_t>(pick(256)), buffer->size(), copy);
         }
         break;
       case 12:
         if (buffer != nullptr && buffers.size() > 1) {
           const DeviceBuffer& other = buffers[pick(buffers.size())];
-          (void)client.CopyDeviceToDevice(*buffer, 0, other, 0, std::min(buffer->size(), other.size()));
+          (void)client.CopyDeviceToDevice(*buffer, 0, other, 0,
+                                          std::min(buffer->size(), other.size()));
         }
         break;
       case 13:
         if (buffer != nullptr) {
-          (void)client.Generate(*buffer, 0, gpumux::Dtype::kFloat32, buffer->size() / 4, gpumux::Normal{0, 1});
+          (void)client.Generate(*buffer, 0, gpumux::Dtype::kFloat32, buffer->size() / 4,
+                                gpumux::Normal{0, 1});
         }
         break;
       case 14:

@@ -73,7 +73,8 @@ constexpr bool kUnderAddressSanitizer = false;
 
 class Observer {
  public:
-  explicit Observer(std::shared_ptr<grpc::Channel> channel) : stub_(v1::Observe::NewStub(channel)) {}
+  explicit Observer(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Observe::NewStub(channel)) {}
   std::vector<v1::SessionInfo> Sessions() {
     grpc::ClientContext context;
     v1::ListSessionsResponse response;
@@ -108,7 +109,8 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   // Warm: one client's first use starts what the daemon keeps (pool
   // threads, gRPC's), so the baseline is a serving daemon, not an idle one.
   {
-    auto warm = std::make_unique<Child>(kChaosClient, std::vector<std::string>{daemon.address(), "1"});
+    auto warm =
+        std::make_unique<Child>(kChaosClient, std::vector<std::string>{daemon.address(), "1"});
     ASSERT_EQ(warm->ReadLine(), "ready");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
@@ -145,10 +147,12 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
     const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at).count();
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed_at)
+            .count();
     reclaim_ms.push_back(ms);
     slow += ms > 1000;
-    ASSERT_FALSE(observe.HasSessionOf(pid)) << "kill " << k << ": the killed client's session is still open";
+    ASSERT_FALSE(observe.HasSessionOf(pid))
+        << "kill " << k << ": the killed client's session is still open";
     spawn();
   }
   running.clear();
@@ -159,7 +163,8 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   // A killed client's segments go back once the work it had queued ran
   // (frees wait on it, as PyTorch's do): give the streams time to drain.
   const auto reserved = [&] {
-    return observe.DeviceStat(0, "reserved_bytes.all.current") + observe.DeviceStat(1, "reserved_bytes.all.current");
+    return observe.DeviceStat(0, "reserved_bytes.all.current") +
+           observe.DeviceStat(1, "reserved_bytes.all.current");
   };
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
        reserved() != 0 && std::chrono::steady_clock::now() < deadline;) {
@@ -171,13 +176,15 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   }
   // Idle blocking-call threads leave after 2 s.
   for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
-       ReadProcessFigures(daemon.pid()).threads > before.threads && std::chrono::steady_clock::now() < deadline;) {
+       ReadProcessFigures(daemon.pid()).threads > before.threads &&
+       std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int memory_files_left = MemoryFilesOf(daemon.pid());
   EXPECT_EQ(memory_files_left, 0) << "memory files the daemon still holds";
   const ProcessFigures after = ReadProcessFigures(daemon.pid());
-  EXPECT_LE(after.fds, before.fds + 2) << "file descriptors: " << before.fds << " before, " << after.fds << " after";
+  EXPECT_LE(after.fds, before.fds + 2)
+      << "file descriptors: " << before.fds << " before, " << after.fds << " after";
   EXPECT_LE(after.threads, before.threads + 4)
       << "threads: " << before.threads << " before, " << after.threads << " after";
   if (!kUnderAddressSanitizer) {
@@ -186,15 +193,17 @@ TEST(ChaosTest, KilledClientsLeaveNothingBehind) {
   }
   EXPECT_EQ(slow, 0) << "kills reclaimed in more than 1 s";
 
-  std::printf("chaos_kills=%d\nchaos_clients=%d\nchaos_reclaim_p50_ms=%.2f\nchaos_reclaim_p99_ms=%.2f\n"
-              "chaos_reclaim_max_ms=%.2f\nchaos_sessions_left=%zu\nchaos_memory_files_left=%d\n"
-              "chaos_fds_before=%lld\nchaos_fds_after=%lld\nchaos_threads_before=%lld\nchaos_threads_after=%lld\n"
-              "chaos_rss_kb_before=%lld\nchaos_rss_kb_after=%lld\n",
-              kills, clients, Percentile(reclaim_ms, 0.5), Percentile(reclaim_ms, 0.99),
-              Percentile(reclaim_ms, 1.0), left.size(), memory_files_left, static_cast<long long>(before.fds),
-              static_cast<long long>(after.fds), static_cast<long long>(before.threads),
-              static_cast<long long>(after.threads), static_cast<long long>(before.rss_kb),
-              static_cast<long long>(after.rss_kb));
+  std::printf(
+      "chaos_kills=%d\nchaos_clients=%d\nchaos_reclaim_p50_ms=%.2f\nchaos_reclaim_p99_ms=%.2f\n"
+      "chaos_reclaim_max_ms=%.2f\nchaos_sessions_left=%zu\nchaos_memory_files_left=%d\n"
+      "chaos_fds_before=%lld\nchaos_fds_after=%lld\nchaos_threads_before=%lld\nchaos_threads_after="
+      "%lld\n"
+      "chaos_rss_kb_before=%lld\nchaos_rss_kb_after=%lld\n",
+      kills, clients, Percentile(reclaim_ms, 0.5), Percentile(reclaim_ms, 0.99),
+      Percentile(reclaim_ms, 1.0), left.size(), memory_files_left,
+      static_cast<long long>(before.fds), static_cast<long long>(after.fds),
+      static_cast<long long>(before.threads), static_cast<long long>(after.threads),
+      static_cast<long long>(before.rss_kb), static_cast<long long>(after.rss_kb));
   EXPECT_EQ(daemon.Stop(), 0) << "gpumuxd did not exit cleanly";
 }
 

@@ -25,7 +25,8 @@ class ClientChild {
       ADD_FAILURE() << "pipe";
       return;
     }
-    args.insert(args.begin(), TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/client/gpumux_client_test_child"));
+    args.insert(args.begin(), TestBinary(std::string(GPUMUX_BINARY_DIR) +
+                                         "/tests/client/gpumux_client_test_child"));
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);

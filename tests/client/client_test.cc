@@ -20,10 +20,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "spdlog/sinks/ringbuffer_sink.h"
-#include "spdlog/spdlog.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ringbuffer_sink.h"
+#include "spdlog/spdlog.h"
 #include "tests/client/rpc_recorder.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -193,11 +193,13 @@ TEST_F(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   ASSERT_THAT(calls, SizeIs(2));
   const v1::Allocation& allocation = calls[1].allocation;
   ASSERT_EQ(allocation.segment_handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
-  RawSession peer(grpc::CreateChannel(daemon().address(), grpc::InsecureChannelCredentials()), "peer");
-  absl::StatusOr<SealedMemory> file =
-      FetchMemory(peer, daemon().socket_path(), allocation.segment_handle().data(), allocation.segment_size());
+  RawSession peer(grpc::CreateChannel(daemon().address(), grpc::InsecureChannelCredentials()),
+                  "peer");
+  absl::StatusOr<SealedMemory> file = FetchMemory(
+      peer, daemon().socket_path(), allocation.segment_handle().data(), allocation.segment_size());
   ASSERT_OK(file);
-  void* own = mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
+  void* own =
+      mmap(nullptr, allocation.segment_size(), PROT_READ | PROT_WRITE, MAP_SHARED, file->fd(), 0);
   ASSERT_NE(own, MAP_FAILED);
   char* base = static_cast<char*>(own);
   std::memcpy(b->data(), "hello", 5);
@@ -356,13 +358,14 @@ TEST_F(ClientWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotLost) {
     ASSERT_OK(buffer);
     second = buffer->id().value();
   }
-  EXPECT_THAT(client().Allocate(uint64_t{32} << 20), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(client().Allocate(uint64_t{32} << 20),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(daemon().LiveAllocations(session), Optional(1u));  // just `big`
   frees = wire.Calls(session, "Memory/Free");
   ASSERT_THAT(frees, SizeIs(2));
   EXPECT_EQ(frees[1].code, grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(CarriedFrees(wire, client()), ElementsAre(IsEmpty(), ElementsAre(first), IsEmpty(),
-                                                       IsEmpty(), ElementsAre(second)));
+                                                        IsEmpty(), ElementsAre(second)));
   EXPECT_OK(client().FlushFrees());  // nothing left queued
   EXPECT_THAT(wire.Calls(session, "Memory/Free"), SizeIs(2));
 }
@@ -500,11 +503,13 @@ TEST_F(ClientTest, ASessionOfARestartedDaemonSaysSoAndEndsQuietly) {
   ASSERT_OK(kept);
   daemon().Restart();
   const std::string restarted = "ended (the daemon restarted): reconnect";
-  EXPECT_THAT(client().Allocate(512), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
-  EXPECT_THAT(client().MemoryAllocated(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client().Allocate(512),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
+  EXPECT_THAT(client().MemoryAllocated(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
   EXPECT_THAT(client().Ping(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
   WarningCapture warnings;
-  *kept = DeviceBuffer();  // its free is queued, and cannot go anywhere
+  *kept = DeviceBuffer();                  // its free is queued, and cannot go anywhere
   absl::SleepFor(absl::Milliseconds(20));  // the background send tried it
   DisconnectClient();
   EXPECT_THAT(warnings.lines(), IsEmpty());

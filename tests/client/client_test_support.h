@@ -1,8 +1,8 @@
 #pragma once
 
 // Helpers of the client tests that run against the daemon in-process
-// (tests/support/daemon_client_test.h): seeded host bytes, and a Gate that holds a stream back for as long as the
-// test wants, so that "still pending" is a fact rather than a race.
+// (tests/support/daemon_client_test.h): seeded host bytes, and a Gate that holds a stream back for
+// as long as the test wants, so that "still pending" is a fact rather than a race.
 
 #include <chrono>
 #include <cstdint>

@@ -70,8 +70,9 @@ std::string PathName(TransferPath path) {
 
 // (device, path up, path down): every pairing, so that each direction of
 // each path is checked against the other.
-class CopyRoundTripTest : public DaemonClientTest,
-                          public ::testing::WithParamInterface<std::tuple<int, TransferPath, TransferPath>> {
+class CopyRoundTripTest
+    : public DaemonClientTest,
+      public ::testing::WithParamInterface<std::tuple<int, TransferPath, TransferPath>> {
  protected:
   CopyRoundTripTest() : DaemonClientTest({.client = SmallStaging()}) {}
 };
@@ -99,8 +100,9 @@ TEST_P(CopyRoundTripTest, RandomBytesSurviveAtUnalignedSizesAndOffsets) {
       EXPECT_EQ(std::string(mapped + offset + size, 11), std::string(11, '\xa5'));
 
       std::string received(size + 2, '\x01');
-      ASSERT_OK(
-          client().CopyDeviceToHost(received.data() + 1, *buffer, offset, size, Via(down)).status());
+      ASSERT_OK(client()
+                    .CopyDeviceToHost(received.data() + 1, *buffer, offset, size, Via(down))
+                    .status());
       EXPECT_TRUE(received.substr(1, size) == sent);
       EXPECT_EQ(received.front(), '\x01');
       EXPECT_EQ(received.back(), '\x01');
@@ -193,7 +195,8 @@ TEST_F(BigDevicesCopyTest, InlineCopiesAbove64MiBAreSplit) {
   EXPECT_FALSE(ups[0].options().wait());
   EXPECT_TRUE(ups[1].options().wait());
   std::string back(kSize, '\0');
-  ASSERT_OK(client().CopyDeviceToHost(back.data(), *buffer, 0, kSize, Via(TransferPath::kInline))
+  ASSERT_OK(client()
+                .CopyDeviceToHost(back.data(), *buffer, 0, kSize, Via(TransferPath::kInline))
                 .status());
   EXPECT_TRUE(back == bytes);
   EXPECT_THAT(wire.Calls(client().session_id(), "Copy/DeviceToHost"), SizeIs(2));

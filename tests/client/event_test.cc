@@ -169,8 +169,8 @@ TEST_F(EventTest, ElapsedTimeNeedsTimingEventsThatWereRecorded) {
   Event plain(client());
   ASSERT_OK(plain.Record(stream));
   ASSERT_OK(plain.Synchronize());
-  EXPECT_THAT(plain.ElapsedTime(recorded),
-              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("enable_timing")));
+  EXPECT_THAT(plain.ElapsedTime(recorded), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                    ::testing::HasSubstr("enable_timing")));
   EXPECT_THAT(recorded.ElapsedTime(plain), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(wire.Calls(client().session_id(), "Event/ElapsedTime"), SizeIs(4));
 }

@@ -186,13 +186,15 @@ TEST(FreeBatcherTest, ConcurrentEnqueuersLoseNothing) {
 TEST(FreeBatcherTest, ABatchStopsAtTheRequestBounds) {
   Recorder recorder;
   FreeBatcher batcher(recorder.Fn(), absl::Hours(1));
-  for (size_t i = 0; i < kMaxFreeIdsPerRequest; ++i) ASSERT_TRUE(batcher.Enqueue(AllocationId(i + 1)));
+  for (size_t i = 0; i < kMaxFreeIdsPerRequest; ++i)
+    ASSERT_TRUE(batcher.Enqueue(AllocationId(i + 1)));
   EXPECT_FALSE(batcher.Enqueue(AllocationId(kMaxFreeIdsPerRequest + 1)));
   EXPECT_EQ(batcher.Take().ids.size(), kMaxFreeIdsPerRequest);
 
   for (size_t i = 0; i < kMaxWaitEventHandlesPerRequest; ++i) {
-    ASSERT_TRUE(batcher.Enqueue(AllocationId(i + 1), std::string(64, static_cast<char>('a' + i % 26)) +
-                                                         std::to_string(i), DeviceIndex(0)));
+    ASSERT_TRUE(batcher.Enqueue(
+        AllocationId(i + 1), std::string(64, static_cast<char>('a' + i % 26)) + std::to_string(i),
+        DeviceIndex(0)));
   }
   EXPECT_TRUE(batcher.Enqueue(AllocationId(1000), std::string(64, 'a') + "0", DeviceIndex(0)))
       << "a handle already in the batch costs nothing";

@@ -34,12 +34,14 @@ TEST(FromGrpcStatusTest, UnavailableNamesTheAddress) {
   grpc::Status status(grpc::StatusCode::UNAVAILABLE,
                       "failed to connect to all addresses; last error: UNKNOWN: unix:/x.sock: "
                       "No such file or directory");
-  EXPECT_THAT(FromGrpcStatus(status, "unix:///x.sock"),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "cannot reach gpumuxd at unix:///x.sock: failed to connect to all "
-                       "addresses; last error: UNKNOWN: unix:/x.sock: No such file or directory; is gpumuxd "
-                       "running? Start it (gpumuxd, or systemctl start gpumuxd) or point GPUMUX_ADDRESS (the "
-                       "CLI: --address) at its socket"));
+  EXPECT_THAT(
+      FromGrpcStatus(status, "unix:///x.sock"),
+      StatusIs(
+          absl::StatusCode::kUnavailable,
+          "cannot reach gpumuxd at unix:///x.sock: failed to connect to all "
+          "addresses; last error: UNKNOWN: unix:/x.sock: No such file or directory; is gpumuxd "
+          "running? Start it (gpumuxd, or systemctl start gpumuxd) or point GPUMUX_ADDRESS (the "
+          "CLI: --address) at its socket"));
 }
 
 TEST(UnreachableErrorTest, Format) {
@@ -47,7 +49,8 @@ TEST(UnreachableErrorTest, Format) {
               StatusIs(absl::StatusCode::kUnavailable, "cannot reach gpumuxd at host:1234: gone"));
   // A daemon's own UNAVAILABLE gets no advice to start one.
   EXPECT_THAT(UnreachableError("host:1234", "gpumuxd is shutting down"),
-              StatusIs(absl::StatusCode::kUnavailable, "cannot reach gpumuxd at host:1234: gpumuxd is shutting down"));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "cannot reach gpumuxd at host:1234: gpumuxd is shutting down"));
 }
 
 }  // namespace

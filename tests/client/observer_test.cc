@@ -8,8 +8,8 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/daemon_client_test.h"
 #include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
 
 namespace gpumux {
 namespace {
@@ -74,7 +74,8 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   EXPECT_EQ(session.devices[1].reserved_bytes, uint64_t{2} << 20);
   EXPECT_EQ(session.devices[1].allocations, 1u);
 
-  absl::StatusOr<std::map<std::string, int64_t>> device_stats = observer().MemoryStats(DeviceIndex(1));
+  absl::StatusOr<std::map<std::string, int64_t>> device_stats =
+      observer().MemoryStats(DeviceIndex(1));
   ASSERT_TRUE(device_stats.ok()) << device_stats.status();
   EXPECT_EQ(device_stats->at("allocated_bytes.all.current"), 4096);
   EXPECT_THAT(*device_stats, SizeIs(122));
@@ -83,7 +84,8 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   ASSERT_TRUE(session_stats.ok()) << session_stats.status();
   EXPECT_EQ(session_stats->at("allocated_bytes.all.current"), 0);
 
-  absl::StatusOr<std::string> summary = observer().MemorySummary(DeviceIndex(1), std::nullopt, true);
+  absl::StatusOr<std::string> summary =
+      observer().MemorySummary(DeviceIndex(1), std::nullopt, true);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_THAT(*summary, HasSubstr("PyTorch CUDA memory summary, device ID 1"));
 
@@ -109,7 +111,8 @@ TEST_F(ObserverTest, RefusesAnUnknownSessionAndDevice) {
 TEST(ObserverUnreachableTest, SaysItCannotReachTheDaemon) {
   Observer observer("unix:///nonexistent/gpumux.sock");
   EXPECT_THAT(observer.ListSessions(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("cannot reach gpumuxd at unix:///nonexistent/gpumux.sock")));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("cannot reach gpumuxd at unix:///nonexistent/gpumux.sock")));
   EXPECT_EQ(observer.address(), "unix:///nonexistent/gpumux.sock");
 }
 

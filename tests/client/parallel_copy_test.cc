@@ -1,7 +1,7 @@
 #include "client/parallel_copy.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -33,7 +33,8 @@ TEST(ParallelMemcpyTest, ConcurrentCallersShareThePool) {
   const std::vector<uint8_t> src = Pattern(size_t{16} << 20, 3);
   std::vector<std::vector<uint8_t>> dsts(4, std::vector<uint8_t>(src.size()));
   std::vector<std::thread> threads;
-  for (auto& dst : dsts) threads.emplace_back([&] { ParallelMemcpy(dst.data(), src.data(), src.size()); });
+  for (auto& dst : dsts)
+    threads.emplace_back([&] { ParallelMemcpy(dst.data(), src.data(), src.size()); });
   for (std::thread& t : threads) t.join();
   for (const auto& dst : dsts) EXPECT_TRUE(dst == src);
 }

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "server/backend/memory_file_table.h"
 #include "server/core/notice_sink.h"
 #include "server/core/session_registry.h"
 #include "server/rpc/memory_socket_server.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
@@ -41,14 +41,15 @@ class MemorySocketFixture : public ::testing::Test {
     char dir[] = "/tmp/gpumux-mapper-XXXXXX";
     ASSERT_NE(mkdtemp(dir), nullptr);
     dir_ = dir;
-    absl::StatusOr<OpenedSession> opened = registry_.Open(SessionInfo{.client_name = "mapper"}, std::make_shared<NoSink>());
+    absl::StatusOr<OpenedSession> opened =
+        registry_.Open(SessionInfo{.client_name = "mapper"}, std::make_shared<NoSink>());
     ASSERT_OK(opened);
     absl::StatusOr<std::unique_ptr<MemorySocketServer>> server =
         MemorySocketServer::Start({.path = dir_ + "/gpumux.sock.memfd"}, &registry_, &table_);
     ASSERT_OK(server);
     server_ = *std::move(server);
-    fetcher_ = std::make_unique<MemoryFileFetcher>(server_->path(),
-                                                   absl::StrCat(opened->info.id.value(), ":", opened->secret));
+    fetcher_ = std::make_unique<MemoryFileFetcher>(
+        server_->path(), absl::StrCat(opened->info.id.value(), ":", opened->secret));
   }
   void TearDown() override {
     server_.reset();
@@ -61,7 +62,8 @@ class MemorySocketFixture : public ::testing::Test {
     EXPECT_OK(memory);
     v1::SegmentHandle handle;
     handle.set_kind(v1::HANDLE_KIND_HOST_MEMFD);
-    if (memory.ok()) handle.set_data(table_.Add(std::make_shared<const SealedMemory>(*std::move(memory))));
+    if (memory.ok())
+      handle.set_data(table_.Add(std::make_shared<const SealedMemory>(*std::move(memory))));
     return handle;
   }
 
@@ -77,15 +79,18 @@ using SegmentMapperTest = MemorySocketFixture;
 TEST_F(SegmentMapperTest, MapsEachSegmentOnce) {
   const v1::SegmentHandle handle = Segment();
   SegmentMapper mapper;
-  absl::StatusOr<void*> first = mapper.Map(DeviceIndex(0), SegmentId(1), handle, kSize, fetcher_.get());
+  absl::StatusOr<void*> first =
+      mapper.Map(DeviceIndex(0), SegmentId(1), handle, kSize, fetcher_.get());
   ASSERT_OK(first);
-  absl::StatusOr<void*> again = mapper.Map(DeviceIndex(0), SegmentId(1), handle, kSize, fetcher_.get());
+  absl::StatusOr<void*> again =
+      mapper.Map(DeviceIndex(0), SegmentId(1), handle, kSize, fetcher_.get());
   ASSERT_OK(again);
   EXPECT_EQ(*first, *again);
   EXPECT_EQ(mapper.size(), 1u);
 
   // Another (device, segment) key is another mapping, even of the same object.
-  absl::StatusOr<void*> other = mapper.Map(DeviceIndex(1), SegmentId(1), handle, kSize, fetcher_.get());
+  absl::StatusOr<void*> other =
+      mapper.Map(DeviceIndex(1), SegmentId(1), handle, kSize, fetcher_.get());
   ASSERT_OK(other);
   EXPECT_NE(*first, *other);
   EXPECT_EQ(mapper.size(), 2u);
@@ -116,7 +121,8 @@ TEST_F(SegmentMapperTest, AnUnknownKeyIsNotFoundAndAWrongSizeIsRefused) {
   handle.set_kind(v1::HANDLE_KIND_HOST_MEMFD);
   handle.set_data(std::string(32, 'e'));
   EXPECT_THAT(mapper.Map(DeviceIndex(0), SegmentId(4), handle, kSize, fetcher_.get()),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot map segment 4 of device 0: no shared memory")));
+              StatusIs(absl::StatusCode::kNotFound,
+                       HasSubstr("cannot map segment 4 of device 0: no shared memory")));
   EXPECT_THAT(mapper.Map(DeviceIndex(0), SegmentId(4), Segment(), 2 * kSize, fetcher_.get()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not the 131072 expected")));
   EXPECT_THAT(mapper.Map(DeviceIndex(0), SegmentId(4), Segment(), kSize, nullptr),
@@ -142,7 +148,8 @@ TEST_F(SegmentMapperTest, BadHandlesAreInvalidArguments) {
 // tests map real ones.
 TEST_F(SegmentMapperTest, CudaHandlesNeedACudaBuildAndDevice) {
 #ifdef GPUMUX_CLIENT_HAS_CUDA
-  if (CudaDeviceVisible()) GTEST_SKIP() << "a CUDA device is visible: the gpu tests map real handles";
+  if (CudaDeviceVisible())
+    GTEST_SKIP() << "a CUDA device is visible: the gpu tests map real handles";
   const char* expected = "no CUDA device is visible to this process";
 #else
   const char* expected = "CUDA IPC mapping needs a CUDA-enabled client build";

@@ -117,7 +117,8 @@ TEST_F(TorchCudaFunctionsTest, IpcCollectUnmapsWhatNoBufferUses) {
 }
 
 TEST_F(TorchCudaFunctionsTest, IpcCollectUnmapsAFreedImport) {
-  absl::StatusOr<DeviceBuffer> shared = client().Allocate(4096, DeviceIndex(0), {.shareable = true});
+  absl::StatusOr<DeviceBuffer> shared =
+      client().Allocate(4096, DeviceIndex(0), {.shareable = true});
   ASSERT_OK(shared);
   std::memset(shared->data(), 7, 4096);
   absl::StatusOr<std::string> token = client().Share(*shared);

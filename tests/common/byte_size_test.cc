@@ -63,9 +63,9 @@ TEST(ByteSizeTest, RejectsMalformedInput) {
 }
 
 TEST(ByteSizeTest, RejectsValuesAbove64Bits) {
-  for (const char* text : {"18446744073709551616", "99999999999999999999999", "16777216TiB",
-                           "18446744073709552KB", "17179869184GiB", "16777216.5TiB",
-                           "20000000TB"}) {
+  for (const char* text :
+       {"18446744073709551616", "99999999999999999999999", "16777216TiB", "18446744073709552KB",
+        "17179869184GiB", "16777216.5TiB", "20000000TB"}) {
     EXPECT_THAT(ParseByteSize(text), StatusIs(absl::StatusCode::kInvalidArgument))
         << "'" << text << "'";
   }

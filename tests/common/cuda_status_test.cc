@@ -23,11 +23,14 @@ TEST(CudaStatusTest, MessageNamesTheCallTheErrorAndItsText) {
 
 TEST(CudaStatusTest, CodesFollowTheKindOfError) {
   EXPECT_THAT(CudaStatus(cudaErrorInvalidValue, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(CudaStatus(cudaErrorInvalidDevice, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(CudaStatus(cudaErrorInvalidResourceHandle, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CudaStatus(cudaErrorInvalidDevice, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(CudaStatus(cudaErrorInvalidResourceHandle, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(CudaStatus(cudaErrorNotReady, "x"), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(CudaStatus(cudaErrorNoDevice, "x"), StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(CudaStatus(cudaErrorInsufficientDriver, "x"), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(CudaStatus(cudaErrorInsufficientDriver, "x"),
+              StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(CudaStatus(cudaErrorIllegalAddress, "x"),
               StatusIs(absl::StatusCode::kUnavailable, StartsWith("x: cudaErrorIllegalAddress (")));
   EXPECT_THAT(CudaStatus(cudaErrorUnknown, "x"), StatusIs(absl::StatusCode::kInternal));

@@ -103,10 +103,9 @@ TEST(StatTest, ResetsKeepWhatTorchKeeps) {
 
 DeviceStats BusyStats() {
   DeviceStats stats;
-  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active,
-                           &stats.inactive_split, &stats.allocated_bytes, &stats.reserved_bytes,
-                           &stats.active_bytes, &stats.inactive_split_bytes,
-                           &stats.requested_bytes}) {
+  for (StatArray* array : {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+                           &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+                           &stats.inactive_split_bytes, &stats.requested_bytes}) {
     for (Stat& stat : *array) {
       stat.Increase(30);
       stat.Decrease(20);

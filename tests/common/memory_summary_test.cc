@@ -28,9 +28,7 @@ std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-std::vector<std::string> Lines(absl::string_view text) {
-  return absl::StrSplit(text, '\n');
-}
+std::vector<std::string> Lines(absl::string_view text) { return absl::StrSplit(text, '\n'); }
 
 // Stats whose summary is testdata/torch_memory_summary_example.txt: each value
 // is the printed number in the printed unit, plus a remainder below one unit
@@ -123,18 +121,20 @@ TEST(MemorySummaryTest, HeaderShowsDeviceOomsAndRetries) {
   stats.num_alloc_retries = 345;
   const std::vector<std::string> lines = Lines(FormatMemorySummary(stats, 3, true));
   ASSERT_GE(lines.size(), 4u);
-  EXPECT_EQ(lines[1], "|                  PyTorch CUDA memory summary, device ID 3                 |");
-  EXPECT_EQ(lines[3], "|            CUDA OOMs: 12           |        cudaMalloc retries: 345       |");
+  EXPECT_EQ(lines[1],
+            "|                  PyTorch CUDA memory summary, device ID 3                 |");
+  EXPECT_EQ(lines[3],
+            "|            CUDA OOMs: 12           |        cudaMalloc retries: 345       |");
 }
 
 TEST(MemorySummaryTest, SizeUnitSwitchesAt768OfTheAllRow) {
   DeviceStats stats;
-  stats.allocated_bytes[kAggregate] = Stat{.current = 768 * kKiB - 1, .peak = 768 * kKiB,
-                                           .allocated = 768 * kMiB, .freed = 768 * kGiB};
-  stats.allocated_bytes[kLargePool] = Stat{.current = 5000, .peak = 5000,
-                                           .allocated = 5 * kMiB, .freed = 100};
-  stats.allocated_bytes[kSmallPool] = Stat{.current = -1, .peak = 0,
-                                           .allocated = 768 * kMiB - 1, .freed = 0};
+  stats.allocated_bytes[kAggregate] = Stat{
+      .current = 768 * kKiB - 1, .peak = 768 * kKiB, .allocated = 768 * kMiB, .freed = 768 * kGiB};
+  stats.allocated_bytes[kLargePool] =
+      Stat{.current = 5000, .peak = 5000, .allocated = 5 * kMiB, .freed = 100};
+  stats.allocated_bytes[kSmallPool] =
+      Stat{.current = -1, .peak = 0, .allocated = 768 * kMiB - 1, .freed = 0};
   const std::string summary = FormatMemorySummary(stats, 0, false);
   EXPECT_EQ(Row(summary, "Allocated memory"),
             "| Allocated memory      | 786431 B   |    768 KiB |    768 MiB |    768 GiB |");
@@ -147,8 +147,8 @@ TEST(MemorySummaryTest, SizeUnitSwitchesAt768OfTheAllRow) {
 
 TEST(MemorySummaryTest, CountUnitSwitchesAt750kOfTheAllRow) {
   DeviceStats stats;
-  stats.allocation[kAggregate] = Stat{.current = 749999, .peak = 750000,
-                                      .allocated = 750000000, .freed = 1};
+  stats.allocation[kAggregate] =
+      Stat{.current = 749999, .peak = 750000, .allocated = 750000000, .freed = 1};
   stats.allocation[kLargePool] = Stat{.current = 1, .peak = 1999, .allocated = 1000, .freed = 1};
   stats.oversize_segments = Stat{.current = 1, .peak = 750000, .allocated = 2, .freed = 1};
   const std::string summary = FormatMemorySummary(stats, 0, false);

@@ -44,7 +44,8 @@ TEST(PhiloxTest, StreamBlockPutsBlockInCounterLowWordsAndSeedInKey) {
   const uint64_t block = 0x85a308d3243f6a88;
   const uint32_t counter[4] = {0x243f6a88, 0x85a308d3, 0, 0};
   const uint32_t key[2] = {0xa4093822, 0x299f31d0};
-  EXPECT_THAT(PhiloxStreamBlock(seed, block).words, ElementsAreArray(Philox4x32(counter, key).words));
+  EXPECT_THAT(PhiloxStreamBlock(seed, block).words,
+              ElementsAreArray(Philox4x32(counter, key).words));
 }
 
 TEST(PhiloxTest, StreamWordIndexesBlocksFromOffsetOverFour) {
@@ -107,7 +108,8 @@ TEST(PhiloxTest, UniformIntegersAreLowPlusBitsModRange) {
   // Range 2^32 (passed as 0): bits as they are, plus low.
   EXPECT_EQ(UniformInt32FromWord(0xFFFFFFFF, std::numeric_limits<int32_t>::min(), 0),
             std::numeric_limits<int32_t>::max());
-  EXPECT_EQ(UniformInt32FromWord(0, std::numeric_limits<int32_t>::min(), 0), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(UniformInt32FromWord(0, std::numeric_limits<int32_t>::min(), 0),
+            std::numeric_limits<int32_t>::min());
   EXPECT_EQ(UniformInt64FromWords(5, 0, -10, 3), -8);
   EXPECT_EQ(UniformInt64FromWords(0, 1, 0, 3), (int64_t{1} << 32) % 3);  // w1 is the high word
   EXPECT_EQ(UniformInt64FromWords(0xFFFFFFFF, 0xFFFFFFFF, std::numeric_limits<int64_t>::min(), 0),
@@ -224,7 +226,7 @@ TEST(PhiloxTest, BFloat16Table) {
   EXPECT_EQ(FloatToBFloat16Bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);  // tie to even
   EXPECT_EQ(FloatToBFloat16Bits(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3F81);
   EXPECT_EQ(FloatToBFloat16Bits(std::numeric_limits<float>::max()), 0x7F80);  // overflows
-  EXPECT_EQ(FloatToBFloat16Bits(BitsToFloat(0x7F7F7FFF)), 0x7F7F);             // largest finite
+  EXPECT_EQ(FloatToBFloat16Bits(BitsToFloat(0x7F7F7FFF)), 0x7F7F);            // largest finite
   EXPECT_EQ(FloatToBFloat16Bits(std::numeric_limits<float>::infinity()), 0x7F80);
   EXPECT_EQ(FloatToBFloat16Bits(-std::numeric_limits<float>::infinity()), 0xFF80);
   EXPECT_EQ(FloatToBFloat16Bits(BitsToFloat(0x7FC00000)), 0x7FC0);

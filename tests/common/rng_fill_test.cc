@@ -59,15 +59,16 @@ std::vector<RngRequest> AllRequestShapes(uint64_t elements) {
   shapes.push_back({RngDtype::kI32, RngKind::kUniform, elements, -5, 7});
   shapes.push_back({RngDtype::kI64, RngKind::kUniform, elements, -1e12, 1e12 + 3});
   shapes.push_back({RngDtype::kU8, RngKind::kUniform, elements, 3, 200});
-  for (RngDtype dtype : {RngDtype::kF32, RngDtype::kF64, RngDtype::kF16, RngDtype::kBF16, RngDtype::kI32,
-                         RngDtype::kI64, RngDtype::kU8}) {
+  for (RngDtype dtype : {RngDtype::kF32, RngDtype::kF64, RngDtype::kF16, RngDtype::kBF16,
+                         RngDtype::kI32, RngDtype::kI64, RngDtype::kU8}) {
     shapes.push_back({dtype, RngKind::kBits, elements, 0, 0});
   }
   return shapes;
 }
 
 std::string Describe(const RngRequest& r) {
-  return "dtype " + std::to_string(static_cast<int>(r.dtype)) + " kind " + std::to_string(static_cast<int>(r.kind));
+  return "dtype " + std::to_string(static_cast<int>(r.dtype)) + " kind " +
+         std::to_string(static_cast<int>(r.kind));
 }
 
 // The value FillRandom should write for element i, built from the header's
@@ -76,7 +77,9 @@ std::vector<unsigned char> Reference(const RngRequest& r, uint64_t seed, uint64_
   const size_t size = RngElementSize(r.dtype);
   const int w = RngWordsPerElement(r.dtype);
   std::vector<unsigned char> bytes(r.elements * size);
-  auto word = [&](uint64_t element, int k) { return PhiloxStreamWord(seed, offset, element * w + k); };
+  auto word = [&](uint64_t element, int k) {
+    return PhiloxStreamWord(seed, offset, element * w + k);
+  };
   for (uint64_t i = 0; i < r.elements; ++i) {
     unsigned char* dst = &bytes[i * size];
     const uint32_t w0 = word(i, 0);
@@ -86,36 +89,46 @@ std::vector<unsigned char> Reference(const RngRequest& r, uint64_t seed, uint64_
       bits = w0 | (static_cast<uint64_t>(w1) << 32);
     } else if (r.kind == RngKind::kUniform) {
       switch (r.dtype) {
-        case RngDtype::kF32: bits = FloatToBits(UniformFloatFromWord(w0, float(r.a), float(r.b))); break;
+        case RngDtype::kF32:
+          bits = FloatToBits(UniformFloatFromWord(w0, float(r.a), float(r.b)));
+          break;
         case RngDtype::kF64: {
           const double d = UniformDoubleFromWords(w0, w1, r.a, r.b);
           std::memcpy(&bits, &d, 8);
           break;
         }
-        case RngDtype::kF16: bits = UniformHalfFromWord(w0, float(r.a), float(r.b)); break;
-        case RngDtype::kBF16: bits = UniformBFloat16FromWord(w0, float(r.a), float(r.b)); break;
+        case RngDtype::kF16:
+          bits = UniformHalfFromWord(w0, float(r.a), float(r.b));
+          break;
+        case RngDtype::kBF16:
+          bits = UniformBFloat16FromWord(w0, float(r.a), float(r.b));
+          break;
         case RngDtype::kI32:
           bits = static_cast<uint32_t>(UniformInt32FromWord(w0, int32_t(r.a), uint32_t(r.b - r.a)));
           break;
         case RngDtype::kI64:
-          bits = static_cast<uint64_t>(UniformInt64FromWords(w0, w1, int64_t(r.a), uint64_t(r.b - r.a)));
+          bits = static_cast<uint64_t>(
+              UniformInt64FromWords(w0, w1, int64_t(r.a), uint64_t(r.b - r.a)));
           break;
-        case RngDtype::kU8: bits = UniformUint8FromWord(w0, uint32_t(r.a), uint32_t(r.b - r.a)); break;
+        case RngDtype::kU8:
+          bits = UniformUint8FromWord(w0, uint32_t(r.a), uint32_t(r.b - r.a));
+          break;
       }
     } else {
       const uint64_t first = i & ~uint64_t{1};  // the pair (first, first + 1)
       const bool second = i & 1;
       if (r.dtype == RngDtype::kF64) {
-        const DoublePair z = NormalDoublePairFromWords(word(first, 0), word(first, 1), word(first + 1, 0),
-                                                       word(first + 1, 1), r.a, r.b);
+        const DoublePair z = NormalDoublePairFromWords(
+            word(first, 0), word(first, 1), word(first + 1, 0), word(first + 1, 1), r.a, r.b);
         const double d = second ? z.second : z.first;
         std::memcpy(&bits, &d, 8);
       } else {
-        const FloatPair z = NormalFloatPairFromWords(word(first, 0), word(first + 1, 0), float(r.a), float(r.b));
+        const FloatPair z =
+            NormalFloatPairFromWords(word(first, 0), word(first + 1, 0), float(r.a), float(r.b));
         const float f = second ? z.second : z.first;
-        bits = r.dtype == RngDtype::kF32    ? FloatToBits(f)
+        bits = r.dtype == RngDtype::kF32   ? FloatToBits(f)
                : r.dtype == RngDtype::kF16 ? FloatToHalfBits(f)
-                                            : FloatToBFloat16Bits(f);
+                                           : FloatToBFloat16Bits(f);
       }
     }
     std::memcpy(dst, &bits, size);  // little-endian host
@@ -143,7 +156,8 @@ TEST(RngFillTest, OffsetAdvancesInMultiplesOfFour) {
   EXPECT_EQ(RngOffsetIncrement({RngDtype::kU8, RngKind::kBits, 4, 0, 0}), 4u);
   EXPECT_EQ(RngOffsetIncrement({RngDtype::kF64, RngKind::kNormal, 3, 0, 1}), 8u);
   EXPECT_EQ(RngOffsetIncrement({RngDtype::kI64, RngKind::kUniform, 4, 0, 9}), 8u);
-  for (const RngRequest& r : AllRequestShapes(7)) EXPECT_EQ(RngOffsetIncrement(r) % 4, 0u) << Describe(r);
+  for (const RngRequest& r : AllRequestShapes(7))
+    EXPECT_EQ(RngOffsetIncrement(r) % 4, 0u) << Describe(r);
 }
 
 TEST(RngFillTest, RawBitsAreTheKnownAnswerWordsLittleEndian) {
@@ -169,7 +183,8 @@ TEST(RngFillTest, UniformOfKnownAnswerWords) {
 TEST(RngFillTest, MatchesPerElementReferenceForEveryShape) {
   for (uint64_t n : {1, 2, 3, 5, 8, 1001}) {
     for (const RngRequest& r : AllRequestShapes(n)) {
-      EXPECT_EQ(Fill(r, 0x0123456789ABCDEF, 16), Reference(r, 0x0123456789ABCDEF, 16)) << Describe(r) << " n " << n;
+      EXPECT_EQ(Fill(r, 0x0123456789ABCDEF, 16), Reference(r, 0x0123456789ABCDEF, 16))
+          << Describe(r) << " n " << n;
     }
   }
 }
@@ -181,7 +196,8 @@ TEST(RngFillTest, CallAtOffsetEightIsTailOfCallAtZeroShiftedTwoBlocks) {
     const std::vector<unsigned char> from_zero = Fill(r, 99, 0);
     r.elements -= shift;
     const std::vector<unsigned char> from_eight = Fill(r, 99, 8);
-    EXPECT_TRUE(std::equal(from_eight.begin(), from_eight.end(), from_zero.begin() + shift * size)) << Describe(r);
+    EXPECT_TRUE(std::equal(from_eight.begin(), from_eight.end(), from_zero.begin() + shift * size))
+        << Describe(r);
   }
 }
 
@@ -212,7 +228,8 @@ TEST(RngFillTest, SameSeedAndOffsetGiveSameBitsOthersDiffer) {
     EXPECT_EQ(Fill(r, 2024, 12), first) << Describe(r);
     EXPECT_NE(Fill(r, 2025, 12), first) << Describe(r);
     EXPECT_NE(Fill(r, 2024, 16), first) << Describe(r);
-    EXPECT_NE(Fill(r, 2024 + (uint64_t{1} << 32), 12), first) << Describe(r);  // high seed word is keyed
+    EXPECT_NE(Fill(r, 2024 + (uint64_t{1} << 32), 12), first)
+        << Describe(r);  // high seed word is keyed
   }
 }
 
@@ -221,11 +238,14 @@ TEST(RngFillTest, UniformFloatsStayInLowHigh) {
     RngDtype dtype;
     uint64_t n;
     double tolerance;       // how close min/max get to the bounds
-    double mean_tolerance;  // bf16: draws within half an ulp (2^-7) of 3 become -2, biasing the mean by -0.008
+    double mean_tolerance;  // bf16: draws within half an ulp (2^-7) of 3 become -2, biasing the
+                            // mean by -0.008
   };
-  for (const Case& c : {Case{RngDtype::kF32, 1000000, 1e-5, 0.01}, Case{RngDtype::kF64, 1000000, 1e-5, 0.01},
-                        Case{RngDtype::kF16, 200000, 0.01, 0.02}, Case{RngDtype::kBF16, 200000, 0.05, 0.03}}) {
-    const std::vector<double> v = AsDoubles(c.dtype, Fill({c.dtype, RngKind::kUniform, c.n, -2.0, 3.0}, 11, 0));
+  for (const Case& c :
+       {Case{RngDtype::kF32, 1000000, 1e-5, 0.01}, Case{RngDtype::kF64, 1000000, 1e-5, 0.01},
+        Case{RngDtype::kF16, 200000, 0.01, 0.02}, Case{RngDtype::kBF16, 200000, 0.05, 0.03}}) {
+    const std::vector<double> v =
+        AsDoubles(c.dtype, Fill({c.dtype, RngKind::kUniform, c.n, -2.0, 3.0}, 11, 0));
     const auto [min, max] = std::minmax_element(v.begin(), v.end());
     EXPECT_GE(*min, -2.0) << static_cast<int>(c.dtype);
     EXPECT_LT(*max, 3.0) << static_cast<int>(c.dtype);
@@ -240,7 +260,8 @@ TEST(RngFillTest, UniformFloatsStayInLowHigh) {
 TEST(RngFillTest, HalfUniformNeverReachesHighAfterRounding) {
   // [0, 1) in f16: raw f32 values above 1 - 2^-12 round to 1.0 and must map
   // back to low.
-  const std::vector<uint16_t> h = As<uint16_t>(Fill({RngDtype::kF16, RngKind::kUniform, 1 << 20, 0.0, 1.0}, 3, 0));
+  const std::vector<uint16_t> h =
+      As<uint16_t>(Fill({RngDtype::kF16, RngKind::kUniform, 1 << 20, 0.0, 1.0}, 3, 0));
   int zeros = 0;
   for (uint16_t bits : h) {
     ASSERT_LT(HalfBitsToFloat(bits), 1.0f);
@@ -253,7 +274,8 @@ TEST(RngFillTest, HalfUniformNeverReachesHighAfterRounding) {
 TEST(RngFillTest, NormalMomentsMatch) {
   for (RngDtype dtype : {RngDtype::kF32, RngDtype::kF64, RngDtype::kF16, RngDtype::kBF16}) {
     for (const auto& [mean, stddev] : {std::pair{0.0, 1.0}, std::pair{3.0, 2.0}}) {
-      const std::vector<double> v = AsDoubles(dtype, Fill({dtype, RngKind::kNormal, 1000000, mean, stddev}, 77, 0));
+      const std::vector<double> v =
+          AsDoubles(dtype, Fill({dtype, RngKind::kNormal, 1000000, mean, stddev}, 77, 0));
       double sum = 0, sum_sq = 0;
       for (double d : v) {
         ASSERT_TRUE(std::isfinite(d));
@@ -269,25 +291,33 @@ TEST(RngFillTest, NormalMomentsMatch) {
 }
 
 TEST(RngFillTest, IntegersCoverTheirRangeIncludingNegativeLow) {
-  const std::vector<int32_t> i32 = As<int32_t>(Fill({RngDtype::kI32, RngKind::kUniform, 10000, -5, 7}, 1, 0));
-  EXPECT_EQ(std::set<int32_t>(i32.begin(), i32.end()), (std::set<int32_t>{-5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6}));
+  const std::vector<int32_t> i32 =
+      As<int32_t>(Fill({RngDtype::kI32, RngKind::kUniform, 10000, -5, 7}, 1, 0));
+  EXPECT_EQ(std::set<int32_t>(i32.begin(), i32.end()),
+            (std::set<int32_t>{-5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6}));
 
   const double low64 = -1099511627776.0;  // -2^40
-  const std::vector<int64_t> i64 = As<int64_t>(Fill({RngDtype::kI64, RngKind::kUniform, 1000, low64, low64 + 3}, 1, 0));
+  const std::vector<int64_t> i64 =
+      As<int64_t>(Fill({RngDtype::kI64, RngKind::kUniform, 1000, low64, low64 + 3}, 1, 0));
   EXPECT_EQ(std::set<int64_t>(i64.begin(), i64.end()),
             (std::set<int64_t>{-1099511627776, -1099511627775, -1099511627774}));
 
-  const std::vector<unsigned char> u8 = Fill({RngDtype::kU8, RngKind::kUniform, 10000, 250, 256}, 1, 0);
-  EXPECT_EQ(std::set<unsigned char>(u8.begin(), u8.end()), (std::set<unsigned char>{250, 251, 252, 253, 254, 255}));
+  const std::vector<unsigned char> u8 =
+      Fill({RngDtype::kU8, RngKind::kUniform, 10000, 250, 256}, 1, 0);
+  EXPECT_EQ(std::set<unsigned char>(u8.begin(), u8.end()),
+            (std::set<unsigned char>{250, 251, 252, 253, 254, 255}));
 }
 
 TEST(RngFillTest, FullIntegerRangesAreRawBitsShiftedByLow) {
-  const std::vector<uint32_t> bits32 = As<uint32_t>(Fill({RngDtype::kI32, RngKind::kBits, 64}, 8, 0));
+  const std::vector<uint32_t> bits32 =
+      As<uint32_t>(Fill({RngDtype::kI32, RngKind::kBits, 64}, 8, 0));
   const std::vector<int32_t> i32 =
       As<int32_t>(Fill({RngDtype::kI32, RngKind::kUniform, 64, -2147483648.0, 2147483648.0}, 8, 0));
-  const std::vector<uint64_t> bits64 = As<uint64_t>(Fill({RngDtype::kI64, RngKind::kBits, 64}, 8, 0));
-  const std::vector<int64_t> i64 =
-      As<int64_t>(Fill({RngDtype::kI64, RngKind::kUniform, 64, -9223372036854775808.0, 9223372036854775808.0}, 8, 0));
+  const std::vector<uint64_t> bits64 =
+      As<uint64_t>(Fill({RngDtype::kI64, RngKind::kBits, 64}, 8, 0));
+  const std::vector<int64_t> i64 = As<int64_t>(
+      Fill({RngDtype::kI64, RngKind::kUniform, 64, -9223372036854775808.0, 9223372036854775808.0},
+           8, 0));
   const std::vector<unsigned char> raw8 = Fill({RngDtype::kU8, RngKind::kBits, 64}, 8, 0);
   const std::vector<unsigned char> u8 = Fill({RngDtype::kU8, RngKind::kUniform, 64, 0, 256}, 8, 0);
   for (int i = 0; i < 64; ++i) {
@@ -300,35 +330,49 @@ TEST(RngFillTest, FullIntegerRangesAreRawBitsShiftedByLow) {
 TEST(RngFillTest, ValidationRejectsBadRequests) {
   using absl::StatusCode;
   const auto invalid = [](const RngRequest& r, const std::string& message) {
-    EXPECT_THAT(ValidateRngRequest(r), StatusIs(StatusCode::kInvalidArgument, HasSubstr(message))) << message;
+    EXPECT_THAT(ValidateRngRequest(r), StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)))
+        << message;
   };
   const double inf = INFINITY;
   invalid({RngDtype::kF32, RngKind::kUniform, 0, 0, 1}, "elements is 0");
-  invalid({RngDtype::kF32, RngKind::kUniform, kMaxRngElements + 1, 0, 1}, "above the limit of 2^60");
+  invalid({RngDtype::kF32, RngKind::kUniform, kMaxRngElements + 1, 0, 1},
+          "above the limit of 2^60");
   invalid({static_cast<RngDtype>(42), RngKind::kUniform, 1, 0, 1}, "unknown RngDtype 42");
   invalid({RngDtype::kF32, static_cast<RngKind>(9), 1, 0, 1}, "unknown RngKind 9");
-  invalid({RngDtype::kF32, RngKind::kUniform, 1, 1, 1}, "uniform needs low < high, got low=1 high=1");
-  invalid({RngDtype::kF64, RngKind::kUniform, 1, 2, 1}, "uniform needs low < high, got low=2 high=1");
-  invalid({RngDtype::kF32, RngKind::kUniform, 1, 0, inf}, "uniform low and high must be finite, got low=0 high=inf");
+  invalid({RngDtype::kF32, RngKind::kUniform, 1, 1, 1},
+          "uniform needs low < high, got low=1 high=1");
+  invalid({RngDtype::kF64, RngKind::kUniform, 1, 2, 1},
+          "uniform needs low < high, got low=2 high=1");
+  invalid({RngDtype::kF32, RngKind::kUniform, 1, 0, inf},
+          "uniform low and high must be finite, got low=0 high=inf");
   invalid({RngDtype::kF32, RngKind::kUniform, 1, NAN, 1}, "must be finite");
-  invalid({RngDtype::kF32, RngKind::kUniform, 1, 1, 1 + 1e-9}, "uniform f32 low and high round to 1 and 1");
-  invalid({RngDtype::kF16, RngKind::kUniform, 1, 1, 1.0001}, "uniform f16 low and high round to 1 and 1");
-  invalid({RngDtype::kF16, RngKind::kUniform, 1, 0, 70000}, "uniform f16 bounds must lie within [-65504, 65504]");
+  invalid({RngDtype::kF32, RngKind::kUniform, 1, 1, 1 + 1e-9},
+          "uniform f32 low and high round to 1 and 1");
+  invalid({RngDtype::kF16, RngKind::kUniform, 1, 1, 1.0001},
+          "uniform f16 low and high round to 1 and 1");
+  invalid({RngDtype::kF16, RngKind::kUniform, 1, 0, 70000},
+          "uniform f16 bounds must lie within [-65504, 65504]");
   invalid({RngDtype::kF32, RngKind::kUniform, 1, 0, 1e39}, "uniform f32 bounds must lie within");
   invalid({RngDtype::kF32, RngKind::kUniform, 1, -3e38, 3e38}, "uniform f32 high - low = 6");
-  invalid({RngDtype::kF32, RngKind::kUniform, 1, -3e38, 3e38}, "overflows f32 (max 3.4028234663852886e+38)");
+  invalid({RngDtype::kF32, RngKind::kUniform, 1, -3e38, 3e38},
+          "overflows f32 (max 3.4028234663852886e+38)");
   invalid({RngDtype::kBF16, RngKind::kUniform, 1, -3e38, 3e38}, "overflows f32");
-  invalid({RngDtype::kF64, RngKind::kUniform, 1, -1e308, 1e308}, "uniform f64 high - low = inf overflows f64");
-  invalid({RngDtype::kI32, RngKind::kUniform, 1, 0.5, 3}, "uniform i32 bounds must be integers, got low=0.5");
+  invalid({RngDtype::kF64, RngKind::kUniform, 1, -1e308, 1e308},
+          "uniform f64 high - low = inf overflows f64");
+  invalid({RngDtype::kI32, RngKind::kUniform, 1, 0.5, 3},
+          "uniform i32 bounds must be integers, got low=0.5");
   invalid({RngDtype::kI32, RngKind::kUniform, 1, -2147483649.0, 0},
           "uniform i32 needs -2147483648 <= low < high <= 2147483648");
   invalid({RngDtype::kI32, RngKind::kUniform, 1, 0, 2147483649.0}, "uniform i32 needs");
   invalid({RngDtype::kI64, RngKind::kUniform, 1, 0, 1.8446744073709552e19}, "uniform i64 needs");
-  invalid({RngDtype::kU8, RngKind::kUniform, 1, -1, 5}, "uniform u8 needs 0 <= low < high <= 256, got low=-1 high=5");
+  invalid({RngDtype::kU8, RngKind::kUniform, 1, -1, 5},
+          "uniform u8 needs 0 <= low < high <= 256, got low=-1 high=5");
   invalid({RngDtype::kU8, RngKind::kUniform, 1, 0, 257}, "uniform u8 needs");
   invalid({RngDtype::kF32, RngKind::kNormal, 1, 0, -1}, "normal std must be >= 0, got std=-1");
-  invalid({RngDtype::kF32, RngKind::kNormal, 1, inf, 1}, "normal mean and std must be finite, got mean=inf std=1");
-  invalid({RngDtype::kI32, RngKind::kNormal, 1, 0, 1}, "normal needs a floating dtype (f32, f64, f16, bf16), got i32");
+  invalid({RngDtype::kF32, RngKind::kNormal, 1, inf, 1},
+          "normal mean and std must be finite, got mean=inf std=1");
+  invalid({RngDtype::kI32, RngKind::kNormal, 1, 0, 1},
+          "normal needs a floating dtype (f32, f64, f16, bf16), got i32");
   invalid({RngDtype::kBF16, RngKind::kNormal, 1, 1e39, 1}, "normal bf16 is computed in f32");
 }
 
@@ -336,10 +380,12 @@ TEST(RngFillTest, ValidationAcceptsEdgeRequests) {
   EXPECT_OK(ValidateRngRequest({RngDtype::kF16, RngKind::kUniform, 1, -65504, 65504}));
   EXPECT_OK(ValidateRngRequest({RngDtype::kF32, RngKind::kUniform, 1, -1e38, 1e38}));
   EXPECT_OK(ValidateRngRequest({RngDtype::kF64, RngKind::kUniform, 1, -1e307, 1e307}));
-  EXPECT_OK(ValidateRngRequest({RngDtype::kI32, RngKind::kUniform, 1, -2147483648.0, 2147483648.0}));
-  EXPECT_OK(ValidateRngRequest({RngDtype::kI64, RngKind::kUniform, 1, -9223372036854775808.0, 9223372036854775808.0}));
+  EXPECT_OK(
+      ValidateRngRequest({RngDtype::kI32, RngKind::kUniform, 1, -2147483648.0, 2147483648.0}));
+  EXPECT_OK(ValidateRngRequest(
+      {RngDtype::kI64, RngKind::kUniform, 1, -9223372036854775808.0, 9223372036854775808.0}));
   EXPECT_OK(ValidateRngRequest({RngDtype::kU8, RngKind::kUniform, 1, 0, 256}));
-  EXPECT_OK(ValidateRngRequest({RngDtype::kF32, RngKind::kNormal, 1, 0, 0}));   // std 0: all mean
+  EXPECT_OK(ValidateRngRequest({RngDtype::kF32, RngKind::kNormal, 1, 0, 0}));    // std 0: all mean
   EXPECT_OK(ValidateRngRequest({RngDtype::kI64, RngKind::kBits, 1, NAN, NAN}));  // bits ignore a, b
   EXPECT_OK(ValidateRngRequest({RngDtype::kF32, RngKind::kUniform, kMaxRngElements, 0, 1}));
 }

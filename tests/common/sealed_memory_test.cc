@@ -43,13 +43,15 @@ TEST(SealedMemoryTest, IsZeroedBackedAndCannotChangeSize) {
 
 TEST(SealedMemoryTest, MoreThanTheMachineHasIsResourceExhaustedAtOnce) {
   // 1 TiB: no test machine has it available, and nothing may be touched.
-  EXPECT_THAT(SealedMemory::Create("gpumux-test-huge", uint64_t{1} << 40),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("bytes of memory are available")));
+  EXPECT_THAT(
+      SealedMemory::Create("gpumux-test-huge", uint64_t{1} << 40),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("bytes of memory are available")));
 }
 
 TEST(SealedMemoryTest, RefusesBadSizes) {
   EXPECT_THAT(SealedMemory::Create("zero", 0), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(SealedMemory::Create("huge", uint64_t{1} << 41), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SealedMemory::Create("huge", uint64_t{1} << 41),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SealedMemoryTest, AdoptRefusesWhatCouldShrinkUnderAMapping) {
@@ -63,8 +65,9 @@ TEST(SealedMemoryTest, AdoptRefusesWhatCouldShrinkUnderAMapping) {
   ASSERT_EQ(pipe(ends), 0);
   pipe_end = UniqueFd(ends[0]);
   close(ends[1]);
-  EXPECT_THAT(SealedMemory::Adopt(std::move(pipe_end), 4096),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a sealable memory file")));
+  EXPECT_THAT(
+      SealedMemory::Adopt(std::move(pipe_end), 4096),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a sealable memory file")));
   absl::StatusOr<SealedMemory> sealed = SealedMemory::Create("sealed", 8192);
   ASSERT_OK(sealed);
   EXPECT_THAT(SealedMemory::Adopt(UniqueFd(dup(sealed->fd())), 4096),

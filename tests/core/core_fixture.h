@@ -38,12 +38,14 @@ class CoreTest : public ::testing::Test {
     ASSERT_OK(backend);
     backend_ = *std::move(backend);
     streams_ = std::make_unique<StreamManager>(backend_.get());
-    memory_ = std::make_unique<MemoryManager>(backend_.get(), AllocatorOptions{}, &sessions_, streams_.get());
+    memory_ = std::make_unique<MemoryManager>(backend_.get(), AllocatorOptions{}, &sessions_,
+                                              streams_.get());
     staging_ = std::make_unique<StagingBuffers>(backend_.get(), &memory_files_);
     rng_ = std::make_unique<RngGenerators>(kDevices);
-    work_ = std::make_unique<DeviceWork>(backend_.get(), memory_.get(), streams_.get(), staging_.get(), rng_.get());
-    lifecycle_ = std::make_unique<SessionLifecycle>(&sessions_, memory_.get(), streams_.get(), staging_.get(),
-                                                    rng_.get(), &nvtx_);
+    work_ = std::make_unique<DeviceWork>(backend_.get(), memory_.get(), streams_.get(),
+                                         staging_.get(), rng_.get());
+    lifecycle_ = std::make_unique<SessionLifecycle>(&sessions_, memory_.get(), streams_.get(),
+                                                    staging_.get(), rng_.get(), &nvtx_);
   }
   void TearDown() override {
     for (SessionId session : opened_) lifecycle_->Close(session, "test over");
@@ -54,7 +56,8 @@ class CoreTest : public ::testing::Test {
     SessionInfo info;
     info.client_name = std::string(client_name);
     info.pid = 1234;
-    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(std::move(info), std::make_shared<QuietSink>());
+    absl::StatusOr<OpenedSession> opened =
+        lifecycle_->Open(std::move(info), std::make_shared<QuietSink>());
     EXPECT_OK(opened);
     if (!opened.ok()) return SessionId(0);
     opened_.push_back(opened->info.id);
@@ -62,7 +65,8 @@ class CoreTest : public ::testing::Test {
   }
 
   AllocationId Allocate(SessionId session, DeviceIndex device, uint64_t size) {
-    absl::StatusOr<AllocationView> view = memory_->Allocate(session, device, StreamId(0), size, false);
+    absl::StatusOr<AllocationView> view =
+        memory_->Allocate(session, device, StreamId(0), size, false);
     EXPECT_OK(view);
     return view.ok() ? view->id : AllocationId(0);
   }

@@ -91,8 +91,9 @@ TEST(NvtxRangesTest, ForwardsToTheSinkAndEndsOpenRangesWithTheSession) {
   ASSERT_TRUE(nvtx.Push(s, "second").ok());
   EXPECT_THAT(nvtx.Pop(SessionId(9)), StatusIs(absl::StatusCode::kUnauthenticated));
   nvtx.RemoveSession(s);
-  EXPECT_THAT(sink.events, ::testing::ElementsAre("mark 3 hello", "start 3 outer #100", "start 3 inner #101",
-                                                  "end #101", "start 3 second #102", "end #102", "end #100"));
+  EXPECT_THAT(sink.events,
+              ::testing::ElementsAre("mark 3 hello", "start 3 outer #100", "start 3 inner #101",
+                                     "end #101", "start 3 second #102", "end #102", "end #100"));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ TEST(RngGeneratorsTest, ManualSeedResetsOffsetAndStateRoundTrips) {
   std::string state = *rng.GetState(kSession, kDevice0);
   ASSERT_EQ(state.size(), 16u);
   EXPECT_EQ(static_cast<unsigned char>(state[0]), 1234 & 0xff);  // seed, little-endian
-  EXPECT_EQ(static_cast<unsigned char>(state[8]), 8);             // offset, little-endian
+  EXPECT_EQ(static_cast<unsigned char>(state[8]), 8);            // offset, little-endian
   EXPECT_EQ(rng.Advance(kSession, kDevice0, 4)->offset, 8u);
   ASSERT_OK(rng.SetState(kSession, kDevice0, state));
   EXPECT_EQ(rng.Advance(kSession, kDevice0, 4)->offset, 8u);  // back where the state was taken
@@ -64,7 +64,8 @@ TEST(RngGeneratorsTest, RejectsBadStatesWithPyTorchsMessages) {
 TEST(RngGeneratorsTest, SeedIs53BitsAndSeedAllSharesIt) {
   RngGenerators rng(2);
   rng.AddSession(kSession);
-  for (int i = 0; i < 100; ++i) EXPECT_THAT(rng.Seed(kSession, kDevice0), IsOkAndHolds(Lt(uint64_t{1} << 53)));
+  for (int i = 0; i < 100; ++i)
+    EXPECT_THAT(rng.Seed(kSession, kDevice0), IsOkAndHolds(Lt(uint64_t{1} << 53)));
   uint64_t seed = rng.SeedAll(kSession);
   EXPECT_THAT(rng.InitialSeed(kSession, kDevice0), IsOkAndHolds(seed));
   EXPECT_THAT(rng.InitialSeed(kSession, kDevice1), IsOkAndHolds(seed));
@@ -106,8 +107,9 @@ TEST(RngGeneratorsTest, AnOffsetThatWouldWrapIsRefused) {
   for (int i = 8; i < 16; ++i) state[static_cast<size_t>(i)] = '\xff';
   state[8] = static_cast<char>(0xf8);  // offset 2^64 - 8
   ASSERT_OK(rng.SetState(kSession, kDevice0, state));
-  EXPECT_THAT(rng.Advance(kSession, kDevice0, 8),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("without wrapping past 2^64")));
+  EXPECT_THAT(
+      rng.Advance(kSession, kDevice0, 8),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("without wrapping past 2^64")));
   absl::StatusOr<RngState> last = rng.Advance(kSession, kDevice0, 4);
   ASSERT_OK(last);
   EXPECT_EQ(last->offset, ~uint64_t{7});  // unchanged by the refusal
@@ -126,14 +128,18 @@ TEST(RngGeneratorsTest, DevicesOutOfRangeAreInvalidArguments) {
     EXPECT_THAT(rng.Seed(kSession, bad), StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(rng.InitialSeed(kSession, bad), StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(rng.GetState(kSession, bad), StatusIs(absl::StatusCode::kInvalidArgument));
-    EXPECT_THAT(rng.SetState(kSession, bad, std::string(16, '\0')), StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(rng.SetState(kSession, bad, std::string(16, '\0')),
+                StatusIs(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(rng.Advance(kSession, bad, 4), StatusIs(absl::StatusCode::kInvalidArgument));
   }
-  EXPECT_THAT(rng.InitialSeed(kSession, DeviceIndex(2)), StatusIs(absl::StatusCode::kInvalidArgument, message));
+  EXPECT_THAT(rng.InitialSeed(kSession, DeviceIndex(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, message));
   // Also for a session that is not (or no longer) added.
-  EXPECT_THAT(rng.GetState(SessionId(99), DeviceIndex(2)), StatusIs(absl::StatusCode::kInvalidArgument, message));
+  EXPECT_THAT(rng.GetState(SessionId(99), DeviceIndex(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, message));
   EXPECT_THAT(rng.InitialSeed(kSession, kDevice1), IsOkAndHolds(3u));
-  EXPECT_THAT(rng.Advance(kSession, kDevice1, 4), IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
+  EXPECT_THAT(rng.Advance(kSession, kDevice1, 4),
+              IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
 }
 
 TEST(RngGeneratorsTest, AllDeviceCallsCoverEveryDevice) {
@@ -145,18 +151,23 @@ TEST(RngGeneratorsTest, AllDeviceCallsCoverEveryDevice) {
   ASSERT_EQ(states.size(), 3u);
   for (int d = 0; d < 3; ++d) {
     SCOPED_TRACE(d);
-    EXPECT_THAT(rng.GetState(kSession, DeviceIndex(d)), IsOkAndHolds(states[static_cast<size_t>(d)]));
+    EXPECT_THAT(rng.GetState(kSession, DeviceIndex(d)),
+                IsOkAndHolds(states[static_cast<size_t>(d)]));
     EXPECT_EQ(static_cast<unsigned char>(states[static_cast<size_t>(d)][0]), 11);
   }
   EXPECT_EQ(static_cast<unsigned char>(states[1][8]), 8);
   EXPECT_EQ(static_cast<unsigned char>(states[2][8]), 0);
-  EXPECT_THAT(rng.SetStateAll(kSession, absl::MakeConstSpan(states).subspan(0, 2)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one state per device (3), not 2")));
+  EXPECT_THAT(
+      rng.SetStateAll(kSession, absl::MakeConstSpan(states).subspan(0, 2)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("one state per device (3), not 2")));
   std::reverse(states.begin(), states.end());
   ASSERT_OK(rng.SetStateAll(kSession, states));
-  EXPECT_THAT(rng.Advance(kSession, DeviceIndex(2), 4), IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
-  EXPECT_THAT(rng.Advance(kSession, DeviceIndex(1), 4), IsOkAndHolds(::testing::Field(&RngState::offset, 8u)));
-  EXPECT_THAT(rng.Advance(kSession, kDevice0, 4), IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
+  EXPECT_THAT(rng.Advance(kSession, DeviceIndex(2), 4),
+              IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
+  EXPECT_THAT(rng.Advance(kSession, DeviceIndex(1), 4),
+              IsOkAndHolds(::testing::Field(&RngState::offset, 8u)));
+  EXPECT_THAT(rng.Advance(kSession, kDevice0, 4),
+              IsOkAndHolds(::testing::Field(&RngState::offset, 0u)));
 }
 
 }  // namespace

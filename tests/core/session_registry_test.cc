@@ -15,7 +15,8 @@ using ::gpumux::testing::StatusIs;
 using ::testing::HasSubstr;
 
 absl::StatusOr<OpenedSession> OpenWith(SessionRegistry& registry, const std::string& name,
-                                       const std::string& tenant = "", const std::string& label_key = "",
+                                       const std::string& tenant = "",
+                                       const std::string& label_key = "",
                                        const std::string& label_value = "") {
   SessionInfo info;
   info.client_name = name;
@@ -33,13 +34,21 @@ TEST(SessionRegistryTest, RefusesControlCharactersInNamesTenantsAndLabels) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("client name holds control character U+001B at byte 4")));
   EXPECT_THAT(OpenWith(registry, "ok", "tenant\nINFO forged"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tenant holds control character U+000A")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tenant holds control character U+000A")));
   EXPECT_THAT(OpenWith(registry, "ok", "", "pod\x7f", "x"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a label key holds control character U+007F")));
-  EXPECT_THAT(OpenWith(registry, "ok", "", "pod", "a\xc2\x9b" "31m"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label 'pod' holds control character U+009B")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a label key holds control character U+007F")));
+  EXPECT_THAT(OpenWith(registry, "ok", "", "pod",
+                       "a\xc2\x9b"
+                       "31m"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("label 'pod' holds control character U+009B")));
   // Printable UTF-8 is fine, including U+00A0 and up.
-  EXPECT_OK(OpenWith(registry, "tr\xc3\xa4iner \xe2\x9c\x93", "team-\xc2\xa0" "a", "pod", "web-0"));
+  EXPECT_OK(OpenWith(registry, "tr\xc3\xa4iner \xe2\x9c\x93",
+                     "team-\xc2\xa0"
+                     "a",
+                     "pod", "web-0"));
 }
 
 TEST(SessionRegistryTest, RefusesEverythingOnceShuttingDown) {
@@ -60,8 +69,8 @@ TEST(SessionRegistryTest, RefusesSessionsPastMaxSessionsAndTakesMoreOnceOneEnds)
   absl::StatusOr<OpenedSession> first = OpenWith(registry, "a");
   ASSERT_OK(first);
   ASSERT_OK(OpenWith(registry, "b"));
-  EXPECT_THAT(OpenWith(registry, "c"),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-sessions=2")));
+  EXPECT_THAT(OpenWith(registry, "c"), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                HasSubstr("gpumuxd --max-sessions=2")));
   registry.Close(first->info.id);
   EXPECT_OK(OpenWith(registry, "c"));
 }

@@ -49,7 +49,8 @@ class StreamManagerTest : public ::testing::Test {
 };
 
 TEST_F(StreamManagerTest, ReleaseSessionReturnsWhatItHeldWithoutDefaultStreams) {
-  for (int i = 0; i < 3; ++i) ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(i % 2), 0), IsOk());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(i % 2), 0), IsOk());
   ASSERT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}), IsOk());
   ASSERT_THAT(streams_->CreateEvent(kFirst, kDevice1, EventFlags{.interprocess = true}), IsOk());
   ASSERT_THAT(streams_->Resolve(kFirst, kDevice0, StreamId(0)), IsOk());  // a default stream
@@ -65,15 +66,19 @@ TEST_F(StreamManagerTest, ReleaseSessionReturnsWhatItHeldWithoutDefaultStreams) 
   EXPECT_EQ(streams_->ReleaseSession(kFirst).streams, 0u) << "a second release finds nothing";
   EXPECT_EQ(streams_->Counts(kSecond).streams, 1u);
 
-  EXPECT_THAT(streams_->Resolve(kFirst, kDevice0, StreamId(0)), StatusIs(absl::StatusCode::kUnauthenticated));
-  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0), StatusIs(absl::StatusCode::kUnauthenticated));
-  EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(streams_->Resolve(kFirst, kDevice0, StreamId(0)),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}),
+              StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
 TEST_F(StreamManagerTest, IdsAreUniqueAcrossSessionsAndPrivateToEach) {
   std::vector<uint64_t> stream_ids, event_ids;
   for (SessionId session : {kFirst, kSecond, kFirst, kSecond}) {
-    absl::StatusOr<StreamManager::CreatedStream> stream = streams_->CreateStream(session, kDevice1, 0);
+    absl::StatusOr<StreamManager::CreatedStream> stream =
+        streams_->CreateStream(session, kDevice1, 0);
     ASSERT_THAT(stream, IsOk());
     stream_ids.push_back(stream->id.value());
     absl::StatusOr<EventView> event = streams_->CreateEvent(session, kDevice1, EventFlags{});
@@ -90,8 +95,10 @@ TEST_F(StreamManagerTest, IdsAreUniqueAcrossSessionsAndPrivateToEach) {
   absl::StatusOr<EventView> my_event = streams_->CreateEvent(kFirst, kDevice0, EventFlags{});
   ASSERT_THAT(mine, IsOk());
   ASSERT_THAT(my_event, IsOk());
-  EXPECT_THAT(streams_->Resolve(kSecond, kDevice0, mine->id), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(streams_->DestroyStream(kSecond, kDevice0, mine->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->Resolve(kSecond, kDevice0, mine->id),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->DestroyStream(kSecond, kDevice0, mine->id),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(streams_->QueryEvent(kSecond, my_event->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(streams_->DestroyEvent(kSecond, my_event->id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(streams_->Resolve(kFirst, kDevice0, mine->id), IsOk());
@@ -139,7 +146,8 @@ TEST_F(StreamManagerTest, PrioritiesAreClampedIntoTheDevicesRange) {
   ASSERT_THAT(high, IsOk());
   EXPECT_EQ(low->priority, 0);
   EXPECT_EQ(high->priority, -5);
-  EXPECT_THAT(streams_->CreateStream(kFirst, DeviceIndex(-1), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(streams_->CreateStream(kFirst, DeviceIndex(-1), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(StreamManagerTest, EventsStopAtTheSessionLimit) {
@@ -152,12 +160,15 @@ TEST_F(StreamManagerTest, EventsStopAtTheSessionLimit) {
   EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}),
               StatusIs(absl::StatusCode::kResourceExhausted));
   // Every way of adding an event counts against the limit.
-  absl::StatusOr<EventView> shared = streams_->CreateEvent(kSecond, kDevice0, EventFlags{.interprocess = true});
+  absl::StatusOr<EventView> shared =
+      streams_->CreateEvent(kSecond, kDevice0, EventFlags{.interprocess = true});
   ASSERT_THAT(shared, IsOk());
   absl::StatusOr<std::string> handle = streams_->IpcHandle(kSecond, shared->id);
   ASSERT_THAT(handle, IsOk());
-  EXPECT_THAT(streams_->OpenIpcHandle(kFirst, kDevice0, *handle), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(streams_->CreateEvent(kSecond, kDevice0, EventFlags{}), IsOk()) << "the limit is per session";
+  EXPECT_THAT(streams_->OpenIpcHandle(kFirst, kDevice0, *handle),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(streams_->CreateEvent(kSecond, kDevice0, EventFlags{}), IsOk())
+      << "the limit is per session";
 
   ASSERT_THAT(streams_->DestroyEvent(kFirst, events.back()), IsOk());
   EXPECT_THAT(streams_->OpenIpcHandle(kFirst, kDevice0, *handle), IsOk());
@@ -168,9 +179,11 @@ TEST_F(StreamManagerTest, StreamsStopAtTheSessionLimit) {
   // Each host stream is a thread: 1024 of them take well under a second.
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < StreamManager::kMaxStreamsPerSession; ++i) {
-    ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(static_cast<int>(i % 2)), 0), IsOk()) << i;
+    ASSERT_THAT(streams_->CreateStream(kFirst, DeviceIndex(static_cast<int>(i % 2)), 0), IsOk())
+        << i;
   }
-  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(streams_->CreateStream(kFirst, kDevice0, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(streams_->CreateStream(kSecond, kDevice0, 0), IsOk()) << "the limit is per session";
   // Default streams do not count.
   EXPECT_THAT(streams_->Resolve(kFirst, kDevice1, StreamId(0)), IsOk());
@@ -184,10 +197,13 @@ TEST_F(StreamManagerTest, StreamsStopAtTheSessionLimit) {
 TEST_F(StreamManagerTest, DestroyRefusesTheDefaultStreamAndAnotherDevice) {
   absl::StatusOr<StreamManager::CreatedStream> stream = streams_->CreateStream(kFirst, kDevice1, 0);
   ASSERT_THAT(stream, IsOk());
-  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, StreamId(0)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, stream->id), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, StreamId(0)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice0, stream->id),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), IsOk());
-  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(streams_->DestroyStream(kFirst, kDevice1, stream->id),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(streams_->Counts(kFirst).streams, 0u);
 }
 
@@ -203,7 +219,8 @@ TEST_F(StreamManagerTest, DaemonWideLimitsCountEverySessionAndNameTheirFlag) {
   ASSERT_THAT(third, IsOk());
   EXPECT_THAT(limited.CreateStream(kSecond, kDevice0, 0),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-streams=3")));
-  ASSERT_THAT(limited.Resolve(kSecond, kDevice0, StreamId(0)), IsOk()) << "default streams are not counted";
+  ASSERT_THAT(limited.Resolve(kSecond, kDevice0, StreamId(0)), IsOk())
+      << "default streams are not counted";
   ASSERT_THAT(limited.DestroyStream(kSecond, kDevice0, third->id), IsOk());
   ASSERT_THAT(limited.CreateStream(kSecond, kDevice0, 0), IsOk());
 
@@ -215,7 +232,8 @@ TEST_F(StreamManagerTest, DaemonWideLimitsCountEverySessionAndNameTheirFlag) {
   ASSERT_THAT(limited.CreateEvent(kSecond, kDevice1, EventFlags{}), IsOk());
   ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
   ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
-  EXPECT_THAT(limited.CreateStream(kSecond, kDevice1, 0), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(limited.CreateStream(kSecond, kDevice1, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 }  // namespace

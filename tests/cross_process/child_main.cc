@@ -74,7 +74,8 @@ int Consumer(char** argv) {
   uint64_t size = Arg(argv[4]);
   if (buffer->size() != size) {
     std::fprintf(stderr, "imported %llu bytes, expected %llu\n",
-                 static_cast<unsigned long long>(buffer->size()), static_cast<unsigned long long>(size));
+                 static_cast<unsigned long long>(buffer->size()),
+                 static_cast<unsigned long long>(size));
     return 1;
   }
   size_t mismatch = FirstPatternMismatch(buffer->data(), size, Arg(argv[5]));

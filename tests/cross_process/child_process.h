@@ -17,7 +17,8 @@
 
 namespace gpumux::testing {
 
-inline const std::string kChild = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/cross_process/gpumux_test_child");
+inline const std::string kChild =
+    TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/cross_process/gpumux_test_child");
 
 // A child process with pipes to its stdin and stdout.
 class Child {

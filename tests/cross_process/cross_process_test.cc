@@ -21,7 +21,8 @@
 namespace gpumux::testing {
 namespace {
 
-int64_t DeviceStat(const std::shared_ptr<grpc::Channel>& channel, int device, const std::string& key) {
+int64_t DeviceStat(const std::shared_ptr<grpc::Channel>& channel, int device,
+                   const std::string& key) {
   auto observe = v1::Observe::NewStub(channel);
   v1::ObserveStatsRequest request;
   request.set_device(device);
@@ -67,7 +68,8 @@ TEST(CrossProcessTest, SigkilledClientsMemoryIsBackWithinOneSecond) {
 
   Child holder({"hold", daemon.address(), std::to_string(uint64_t{1} << 30)});
   ASSERT_EQ(holder.ReadLine(), "ready");
-  ASSERT_GE(DeviceStat(daemon.channel(), 0, "allocated_bytes.all.current"), (int64_t{1} << 30) + (3 << 20));
+  ASSERT_GE(DeviceStat(daemon.channel(), 0, "allocated_bytes.all.current"),
+            (int64_t{1} << 30) + (3 << 20));
 
   kill(holder.pid(), SIGKILL);
   auto killed = std::chrono::steady_clock::now();
@@ -78,7 +80,8 @@ TEST(CrossProcessTest, SigkilledClientsMemoryIsBackWithinOneSecond) {
     if (allocated == (3 << 20) && reserved == bystander_reserved) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_EQ(allocated, 3 << 20);
   EXPECT_EQ(reserved, bystander_reserved);
   EXPECT_LT(ms, 1000.0);

@@ -71,7 +71,8 @@ class HostileClientTest : public ::testing::Test {
  protected:
   HostileClientTest() : daemon_({"--host-devices=2", "--host-device-memory=256MiB"}) {}
 
-  absl::StatusOr<SealedMemory> Fetch(const RawSession& session, const std::string& key, uint64_t size) {
+  absl::StatusOr<SealedMemory> Fetch(const RawSession& session, const std::string& key,
+                                     uint64_t size) {
     return FetchMemory(session, daemon_.socket_path(), key, size);
   }
 
@@ -109,7 +110,8 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
   for (int d = 0; d < 2; ++d) ASSERT_TRUE(hostile.Allocate(d, 3 * kMiB, &segments[d]).ok());
   v1::GetStagingBufferRequest staging_request;
   v1::StagingBuffer staging;
-  ASSERT_TRUE(hostile.copy().GetStagingBuffer(hostile.Context().get(), staging_request, &staging).ok());
+  ASSERT_TRUE(
+      hostile.copy().GetStagingBuffer(hostile.Context().get(), staging_request, &staging).ok());
   v1::CreateEventRequest create;
   create.set_device(0);
   create.set_interprocess(true);
@@ -118,7 +120,8 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
   v1::EventRequest event_request;
   event_request.set_event(event.event());
   v1::GetIpcHandleResponse event_handle;
-  ASSERT_TRUE(hostile.event().GetIpcHandle(hostile.Context().get(), event_request, &event_handle).ok());
+  ASSERT_TRUE(
+      hostile.event().GetIpcHandle(hostile.Context().get(), event_request, &event_handle).ok());
   v1::MemsetRequest with_event;
   with_event.mutable_dst()->set_allocation_id(segments[0].allocation_id());
   with_event.set_size(4096);
@@ -133,7 +136,8 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
     ASSERT_TRUE(file.ok()) << file.status();
     Attack(*file, seed++);
   }
-  absl::StatusOr<SealedMemory> staging_file = Fetch(hostile, staging.handle().data(), staging.size());
+  absl::StatusOr<SealedMemory> staging_file =
+      Fetch(hostile, staging.handle().data(), staging.size());
   ASSERT_TRUE(staging_file.ok()) << staging_file.status();
   Attack(*staging_file, seed++);
   for (const std::string& handle : {event_handle.handle(), completion.event_ipc_handle()}) {
@@ -147,8 +151,11 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
   // its key, which only the victim was given; its staging buffer is its own.
   v1::GetStagingBufferRequest victim_staging_request;
   v1::StagingBuffer victim_staging;
-  ASSERT_TRUE(victim.copy().GetStagingBuffer(victim.Context().get(), victim_staging_request, &victim_staging).ok());
-  absl::StatusOr<SealedMemory> stolen = Fetch(hostile, victim_staging.handle().data(), victim_staging.size());
+  ASSERT_TRUE(victim.copy()
+                  .GetStagingBuffer(victim.Context().get(), victim_staging_request, &victim_staging)
+                  .ok());
+  absl::StatusOr<SealedMemory> stolen =
+      Fetch(hostile, victim_staging.handle().data(), victim_staging.size());
   EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
 
   // The daemon touches all of it: memsets into the broken segments, a
@@ -186,7 +193,8 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
   EXPECT_TRUE(hostile.Close().ok());
   EXPECT_TRUE(victim.Close().ok());
   const int status = daemon_.Stop();
-  ASSERT_TRUE(WIFEXITED(status)) << "gpumuxd died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "gpumuxd died of signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 

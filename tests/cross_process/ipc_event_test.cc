@@ -103,7 +103,8 @@ TEST_F(IpcEventTest, ChildWaitsOnAnEventTheDaemonRecordedThroughItsHandle) {
   ASSERT_EQ(handle.handle().size(), 64u);
 
   Child waiter({"event-wait", daemon_.address(), absl::BytesToHexString(handle.handle())});
-  EXPECT_FALSE(ExitsWithin(waiter, milliseconds(150))) << "the child saw the event complete before its work ran";
+  EXPECT_FALSE(ExitsWithin(waiter, milliseconds(150)))
+      << "the child saw the event complete before its work ran";
   EXPECT_FALSE(QueryEvent(event.event()));
   gate.Release();
   EXPECT_EQ(waiter.ReadLine(), "completed");
@@ -156,7 +157,8 @@ TEST_F(IpcEventTest, FreedMemoryIsNotReusedBeforeAnotherProcesssEventCompletes) 
 
   v1::Allocation second;
   ASSERT_TRUE(session_.Allocate(0, kSize, &second).ok());
-  EXPECT_NE(second.address(), first.address()) << "a block was reused while the child's work was pending";
+  EXPECT_NE(second.address(), first.address())
+      << "a block was reused while the child's work was pending";
 
   maker.WriteLine("complete");
   ASSERT_EQ(maker.ReadLine(), "completed");

@@ -21,13 +21,15 @@ const FuzzService& TargetService() {
                        "options { stream: 0 wait: true completion_event: true }"}),
           Unary<Copy>("HostToDevice", &Copy::Stub::HostToDevice,
                       {"dst { allocation_id: 1 offset: 3 } data: 'bytes' options { stream: 1 }",
-                       "dst { allocation_id: 2 } staging { offset: 0 size: 65536 } options { wait: true }"}),
+                       "dst { allocation_id: 2 } staging { offset: 0 size: 65536 } options { wait: "
+                       "true }"}),
           Unary<Copy>("DeviceToHost", &Copy::Stub::DeviceToHost,
                       {"src { allocation_id: 1 } inline_size: 128",
                        "src { allocation_id: 3 offset: 4 } staging { offset: 512 size: 1024 } "
                        "options { completion_event: true }"}),
           Unary<Copy>("Memset", &Copy::Stub::Memset,
-                      {"dst { allocation_id: 1 offset: 1 } size: 100 value: 255 options { stream: 1 wait: true }",
+                      {"dst { allocation_id: 1 offset: 1 } size: 100 value: 255 options { stream: "
+                       "1 wait: true }",
                        "dst { allocation_id: 2 } size: 1048576 value: 7"}),
       });
   return service;

@@ -14,7 +14,8 @@ const FuzzService& TargetService() {
       {
           Unary<Device>("GetDeviceCount", &Device::Stub::GetDeviceCount, {""}),
           Unary<Device>("ListDevices", &Device::Stub::ListDevices, {""}),
-          Unary<Device>("GetDeviceProperties", &Device::Stub::GetDeviceProperties, {"device: 1", "device: -1"}),
+          Unary<Device>("GetDeviceProperties", &Device::Stub::GetDeviceProperties,
+                        {"device: 1", "device: -1"}),
           Unary<Device>("Synchronize", &Device::Stub::Synchronize, {"device: 0", "device: 2"}),
       });
   return service;

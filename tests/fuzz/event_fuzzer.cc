@@ -15,17 +15,21 @@ const FuzzService& TargetService() {
   static const FuzzService service(
       Event::service_full_name(),
       {
-          Unary<Event>("Create", &Event::Stub::Create,
-                       {"device: 0 enable_timing: true", "device: 1 interprocess: true blocking: true"}),
+          Unary<Event>(
+              "Create", &Event::Stub::Create,
+              {"device: 0 enable_timing: true", "device: 1 interprocess: true blocking: true"}),
           Unary<Event>("Destroy", &Event::Stub::Destroy, {"event: 99"}),
-          Unary<Event>("Record", &Event::Stub::Record,
-                       {"event: 1 stream { device: 0 stream: 1 }", "event: 2 stream { device: 0 }"}),
+          Unary<Event>(
+              "Record", &Event::Stub::Record,
+              {"event: 1 stream { device: 0 stream: 1 }", "event: 2 stream { device: 0 }"}),
           Unary<Event>("Query", &Event::Stub::Query, {"event: 1"}),
           Unary<Event>("Synchronize", &Event::Stub::Synchronize, {"event: 2"}),
-          Unary<Event>("ElapsedTime", &Event::Stub::ElapsedTime, {"start: 1 end: 1", "start: 1 end: 2"}),
+          Unary<Event>("ElapsedTime", &Event::Stub::ElapsedTime,
+                       {"start: 1 end: 1", "start: 1 end: 2"}),
           Unary<Event>("GetIpcHandle", &Event::Stub::GetIpcHandle, {"event: 2", "event: 1"}),
-          Unary<Event>("OpenIpcHandle", &Event::Stub::OpenIpcHandle,
-                       {absl::StrCat("device: 0 handle: ", kSeedEventHandle), "device: 1 handle: 'short'"}),
+          Unary<Event>(
+              "OpenIpcHandle", &Event::Stub::OpenIpcHandle,
+              {absl::StrCat("device: 0 handle: ", kSeedEventHandle), "device: 1 handle: 'short'"}),
       });
   return service;
 }

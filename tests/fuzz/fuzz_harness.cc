@@ -30,8 +30,8 @@ constexpr size_t kShownRequestBytes = 256;
 
 std::string ShowStatus(const grpc::Status& status) {
   // gRPC's codes are absl's (both are google.rpc.Code).
-  return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())), " '",
-                      status.error_message(), "'");
+  return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                      " '", status.error_message(), "'");
 }
 
 void DrainCompletionQueue(grpc::CompletionQueue& cq) {
@@ -86,7 +86,8 @@ FuzzHarness::FuzzHarness() {
   daemon_ = *std::move(daemon);
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(-1);  // as libgpumux: inline copies reach 64 MiB
-  channel_ = grpc::CreateCustomChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials(), arguments);
+  channel_ = grpc::CreateCustomChannel("unix://" + options.socket_path,
+                                       grpc::InsecureChannelCredentials(), arguments);
 
   session_stream_ = Stub<v1::Session>().Open(&session_context_);
   v1::SessionClientMessage open;
@@ -100,12 +101,16 @@ FuzzHarness::FuzzHarness() {
   session_metadata_ = absl::StrCat(session_id_, ":", opened.opened().secret());
 
   MakeFixture();
-  if (session_id_ != FuzzFixture::kSession || fixture_.allocation_on_device0 != FuzzFixture::kAllocationOnDevice0 ||
+  if (session_id_ != FuzzFixture::kSession ||
+      fixture_.allocation_on_device0 != FuzzFixture::kAllocationOnDevice0 ||
       fixture_.allocation_on_device1 != FuzzFixture::kAllocationOnDevice1 ||
-      fixture_.shareable_allocation != FuzzFixture::kShareableAllocation || fixture_.stream != FuzzFixture::kStream ||
+      fixture_.shareable_allocation != FuzzFixture::kShareableAllocation ||
+      fixture_.stream != FuzzFixture::kStream ||
       fixture_.timing_event != FuzzFixture::kTimingEvent ||
       fixture_.interprocess_event != FuzzFixture::kInterprocessEvent) {
-    Fail("a fresh daemon numbered the session or the fixture otherwise than FuzzFixture says (and the seeds name)");
+    Fail(
+        "a fresh daemon numbered the session or the fixture otherwise than FuzzFixture says (and "
+        "the seeds name)");
   }
   Settle();
   baseline_ = ReadBooks();
@@ -125,11 +130,13 @@ FuzzHarness::~FuzzHarness() {
 std::unique_ptr<grpc::ClientContext> FuzzHarness::Context() const {
   auto context = std::make_unique<grpc::ClientContext>();
   context->AddMetadata("gpumux-session", session_metadata_);
-  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(kCallDeadline));
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(kCallDeadline));
   return context;
 }
 
-void FuzzHarness::CheckStatus(absl::string_view call, const grpc::Status& status, absl::string_view request) const {
+void FuzzHarness::CheckStatus(absl::string_view call, const grpc::Status& status,
+                              absl::string_view request) const {
   switch (status.error_code()) {
     case grpc::StatusCode::UNKNOWN:
     case grpc::StatusCode::INTERNAL:
@@ -141,16 +148,18 @@ void FuzzHarness::CheckStatus(absl::string_view call, const grpc::Status& status
     default:
       return;
   }
-  Fail(absl::StrCat(call, " answered ", ShowStatus(status),
-                    status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                        ? absl::StrCat(" (it did not return within ", absl::FormatDuration(kCallDeadline), ")")
-                        : "",
-                    "; request (", request.size(), " bytes): ",
-                    absl::BytesToHexString(request.substr(0, kShownRequestBytes)),
-                    request.size() > kShownRequestBytes ? "..." : ""));
+  Fail(absl::StrCat(
+      call, " answered ", ShowStatus(status),
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+          ? absl::StrCat(" (it did not return within ", absl::FormatDuration(kCallDeadline), ")")
+          : "",
+      "; request (", request.size(),
+      " bytes): ", absl::BytesToHexString(request.substr(0, kShownRequestBytes)),
+      request.size() > kShownRequestBytes ? "..." : ""));
 }
 
-grpc::Status FuzzHarness::CallRaw(const std::string& method, absl::string_view request, std::string* response) {
+grpc::Status FuzzHarness::CallRaw(const std::string& method, absl::string_view request,
+                                  std::string* response) {
   std::unique_ptr<grpc::ClientContext> context = Context();
   grpc::Slice slice(request.data(), request.size());
   grpc::ByteBuffer request_buffer(&slice, 1);
@@ -170,7 +179,8 @@ grpc::Status FuzzHarness::CallRaw(const std::string& method, absl::string_view r
   response->clear();
   std::vector<grpc::Slice> slices;
   if (status.ok() && reply.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) response->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      response->append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return status;
 }
@@ -204,7 +214,8 @@ grpc::Status FuzzHarness::OpenRaw(const std::vector<std::string>& messages) {
   call->Finish(&status, this);
   step();
   DrainCompletionQueue(cq);
-  CheckStatus("/gpumux.v1.Session/Open (raw bytes)", status, messages.empty() ? "" : messages.front());
+  CheckStatus("/gpumux.v1.Session/Open (raw bytes)", status,
+              messages.empty() ? "" : messages.front());
   return status;
 }
 
@@ -223,8 +234,8 @@ void FuzzHarness::FinishInput() {
   v1::PingResponse pong;
   grpc::Status status = Stub<v1::Session>().Ping(Context().get(), v1::PingRequest(), &pong);
   if (!status.ok() || pong.session_id() != session_id_) {
-    Fail(absl::StrCat("after the input, Session.Ping answered ", ShowStatus(status), " for session ",
-                      pong.session_id(), " (expected ", session_id_, ")"));
+    Fail(absl::StrCat("after the input, Session.Ping answered ", ShowStatus(status),
+                      " for session ", pong.session_id(), " (expected ", session_id_, ")"));
   }
   if (++inputs_since_check_ >= leak_check_interval_) {
     inputs_since_check_ = 0;
@@ -232,7 +243,8 @@ void FuzzHarness::FinishInput() {
   }
 }
 
-void FuzzHarness::Expect(absl::string_view what, const grpc::Status& status, bool may_be_gone) const {
+void FuzzHarness::Expect(absl::string_view what, const grpc::Status& status,
+                         bool may_be_gone) const {
   if (status.ok() || (may_be_gone && status.error_code() == grpc::StatusCode::NOT_FOUND)) return;
   Fail(absl::StrCat(what, ": ", ShowStatus(status)));
 }
@@ -253,7 +265,8 @@ void FuzzHarness::MakeFixture() {
     request.set_size(FuzzFixture::kAllocationBytes);
     request.set_shareable(shareable);
     v1::AllocateResponse response;
-    Expect("allocating for the fixture", Stub<v1::Memory>().Allocate(Context().get(), request, &response));
+    Expect("allocating for the fixture",
+           Stub<v1::Memory>().Allocate(Context().get(), request, &response));
     id = response.allocation().allocation_id();
   };
   allocation(fixture_.allocation_on_device0, 0, false);
@@ -263,9 +276,9 @@ void FuzzHarness::MakeFixture() {
   v1::StreamRequest stream_probe;
   stream_probe.mutable_stream()->set_stream(fixture_.stream);
   v1::QueryStreamResponse stream_state;
-  grpc::Status status = fixture_.stream == 0
-                            ? grpc::Status(grpc::StatusCode::NOT_FOUND, "")
-                            : Stub<v1::Stream>().Query(Context().get(), stream_probe, &stream_state);
+  grpc::Status status =
+      fixture_.stream == 0 ? grpc::Status(grpc::StatusCode::NOT_FOUND, "")
+                           : Stub<v1::Stream>().Query(Context().get(), stream_probe, &stream_state);
   Expect("probing the fixture stream", status, /*may_be_gone=*/true);
   if (!status.ok()) {
     v1::CreateStreamResponse created;
@@ -287,7 +300,8 @@ void FuzzHarness::MakeFixture() {
     request.set_enable_timing(enable_timing);
     request.set_interprocess(interprocess);
     v1::CreateEventResponse created;
-    Expect("creating a fixture event", Stub<v1::Event>().Create(Context().get(), request, &created));
+    Expect("creating a fixture event",
+           Stub<v1::Event>().Create(Context().get(), request, &created));
     id = created.event();
   };
   event(fixture_.timing_event, true, false);
@@ -295,8 +309,9 @@ void FuzzHarness::MakeFixture() {
 
   // Staged copies need the session's staging buffer (the smallest).
   v1::StagingBuffer staging;
-  Expect("getting the staging buffer",
-         Stub<v1::Copy>().GetStagingBuffer(Context().get(), v1::GetStagingBufferRequest(), &staging));
+  Expect(
+      "getting the staging buffer",
+      Stub<v1::Copy>().GetStagingBuffer(Context().get(), v1::GetStagingBufferRequest(), &staging));
 }
 
 void FuzzHarness::CheckForLeaks() {
@@ -304,7 +319,8 @@ void FuzzHarness::CheckForLeaks() {
     v1::FreeRequest request;
     request.add_allocation_ids(id);
     v1::FreeResponse response;
-    Expect("freeing what the fuzzer allocated", Stub<v1::Memory>().Free(Context().get(), request, &response),
+    Expect("freeing what the fuzzer allocated",
+           Stub<v1::Memory>().Free(Context().get(), request, &response),
            /*may_be_gone=*/true);
   }
   for (const v1::StreamRef& ref : streams_) {
@@ -318,7 +334,8 @@ void FuzzHarness::CheckForLeaks() {
     v1::EventRequest request;
     request.set_event(id);
     v1::DestroyEventResponse response;
-    Expect("destroying an event the fuzzer got", Stub<v1::Event>().Destroy(Context().get(), request, &response),
+    Expect("destroying an event the fuzzer got",
+           Stub<v1::Event>().Destroy(Context().get(), request, &response),
            /*may_be_gone=*/true);
   }
   allocations_.clear();
@@ -336,8 +353,9 @@ void FuzzHarness::CheckForLeaks() {
   Settle();
   const std::string books = ReadBooks();
   if (books != baseline_) {
-    Fail(absl::StrCat("leak: with what the fuzzer got freed, the books read\n", books, "instead of the baseline\n",
-                      baseline_, "(one of the last ", leak_check_interval_,
+    Fail(absl::StrCat("leak: with what the fuzzer got freed, the books read\n", books,
+                      "instead of the baseline\n", baseline_, "(one of the last ",
+                      leak_check_interval_,
                       " inputs; GPUMUX_FUZZ_LEAK_CHECK_EVERY=1 checks after each)"));
   }
 }
@@ -347,12 +365,14 @@ void FuzzHarness::Settle() {
     v1::SynchronizeRequest sync;
     sync.set_device(device);
     v1::SynchronizeResponse synced;
-    Expect("synchronizing a device", Stub<v1::Device>().Synchronize(Context().get(), sync, &synced));
+    Expect("synchronizing a device",
+           Stub<v1::Device>().Synchronize(Context().get(), sync, &synced));
     v1::AllocateRequest allocate;
     allocate.set_device(device);
     allocate.set_size(512);
     v1::AllocateResponse allocated;
-    Expect("allocating to process completed frees", Stub<v1::Memory>().Allocate(Context().get(), allocate, &allocated));
+    Expect("allocating to process completed frees",
+           Stub<v1::Memory>().Allocate(Context().get(), allocate, &allocated));
     v1::FreeRequest free;
     free.add_allocation_ids(allocated.allocation().allocation_id());
     v1::FreeResponse freed;
@@ -367,11 +387,13 @@ std::string FuzzHarness::ReadBooks() {
     request.set_device(device);
     request.set_session_id(session_id_);
     v1::MemoryStats stats;
-    Expect("reading the session's stats", Stub<v1::Observe>().GetMemoryStats(Context().get(), request, &stats));
+    Expect("reading the session's stats",
+           Stub<v1::Observe>().GetMemoryStats(Context().get(), request, &stats));
     absl::StrAppend(&books, "device ", device, ":");
     for (const char* key : kStatKeys) {
       auto value = stats.values().find(key);
-      absl::StrAppend(&books, " ", key, "=", value == stats.values().end() ? "missing" : absl::StrCat(value->second));
+      absl::StrAppend(&books, " ", key, "=",
+                      value == stats.values().end() ? "missing" : absl::StrCat(value->second));
     }
     absl::StrAppend(&books, "\n");
   }
@@ -380,7 +402,8 @@ std::string FuzzHarness::ReadBooks() {
          Stub<v1::Observe>().ListSessions(Context().get(), v1::ListSessionsRequest(), &sessions));
   absl::StrAppend(&books, "sessions=", sessions.sessions_size(), "\n");
   for (const v1::SessionInfo& info : sessions.sessions()) {
-    absl::StrAppend(&books, "session ", info.session_id(), ": streams=", info.streams(), " events=", info.events());
+    absl::StrAppend(&books, "session ", info.session_id(), ": streams=", info.streams(),
+                    " events=", info.events());
     for (const v1::SessionDeviceUsage& usage : info.devices()) {
       absl::StrAppend(&books, " [device ", usage.device(), " allocated=", usage.allocated_bytes(),
                       " allocations=", usage.allocations(), " imported=", usage.imported_bytes(),

@@ -47,9 +47,9 @@ struct FuzzFixture {
   static constexpr uint64_t kAllocationOnDevice0 = 1;
   static constexpr uint64_t kAllocationOnDevice1 = 2;
   static constexpr uint64_t kShareableAllocation = 3;  // on device 0
-  static constexpr uint64_t kStream = 1;                // on device 0
-  static constexpr uint64_t kTimingEvent = 1;           // on device 0
-  static constexpr uint64_t kInterprocessEvent = 2;     // on device 0
+  static constexpr uint64_t kStream = 1;               // on device 0
+  static constexpr uint64_t kTimingEvent = 1;          // on device 0
+  static constexpr uint64_t kInterprocessEvent = 2;    // on device 0
 
   uint64_t allocation_on_device0 = 0;
   uint64_t allocation_on_device1 = 0;
@@ -84,7 +84,8 @@ class FuzzHarness {
   [[noreturn]] static void Fail(absl::string_view what);
   // Aborts unless `status` keeps the invariants above, naming `call` and
   // showing `request`.
-  void CheckStatus(absl::string_view call, const grpc::Status& status, absl::string_view request) const;
+  void CheckStatus(absl::string_view call, const grpc::Status& status,
+                   absl::string_view request) const;
 
   // The service's typed stub on the harness's channel (one per process, as
   // the harness).
@@ -95,8 +96,12 @@ class FuzzHarness {
   }
 
   // Remembers what a reply handed the session, for the leak check to free.
-  void Track(const v1::AllocateResponse& response) { allocations_.push_back(response.allocation().allocation_id()); }
-  void Track(const v1::ImportResponse& response) { allocations_.push_back(response.allocation().allocation_id()); }
+  void Track(const v1::AllocateResponse& response) {
+    allocations_.push_back(response.allocation().allocation_id());
+  }
+  void Track(const v1::ImportResponse& response) {
+    allocations_.push_back(response.allocation().allocation_id());
+  }
   void Track(const v1::CreateStreamResponse& response);
   void Track(const v1::CreateEventResponse& response) { TrackEvent(response.event()); }
   void Track(const v1::CopyResponse& response) { TrackEvent(response.event()); }
@@ -132,7 +137,8 @@ class FuzzHarness {
   std::unique_ptr<Daemon> daemon_;
   std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext session_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>> session_stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>>
+      session_stream_;
   uint64_t session_id_ = 0;
   std::string session_metadata_;
   FuzzFixture fixture_;

@@ -65,7 +65,8 @@ inline constexpr char kSeedEventHandle[] =
 // Unary<v1::Memory>("Allocate", &v1::Memory::Stub::Allocate, {"device: 0 size: 4096"}).
 template <typename Service, typename Request, typename Response>
 FuzzMethod Unary(std::string name,
-                 grpc::Status (Service::Stub::*typed)(grpc::ClientContext*, const Request&, Response*),
+                 grpc::Status (Service::Stub::*typed)(grpc::ClientContext*, const Request&,
+                                                      Response*),
                  std::initializer_list<std::string> seeds) {
   std::string path = absl::StrCat("/", Service::service_full_name(), "/", name);
   auto call = [path, typed](FuzzHarness& harness, absl::string_view bytes) {
@@ -80,7 +81,8 @@ FuzzMethod Unary(std::string name,
     Request request;
     if (!request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;
     Response response;
-    const grpc::Status status = (harness.Stub<Service>().*typed)(harness.Context().get(), request, &response);
+    const grpc::Status status =
+        (harness.Stub<Service>().*typed)(harness.Context().get(), request, &response);
     harness.CheckStatus(absl::StrCat(path, " (typed stub)"), status, bytes);
     if (status.ok()) harness.Track(response);
   };

@@ -14,26 +14,32 @@ const FuzzService& TargetService() {
   static const FuzzService service(
       Memory::service_full_name(),
       {
-          Unary<Memory>("Allocate", &Memory::Stub::Allocate,
-                        {"device: 0 size: 4096", "device: 1 size: 25165824 shareable: true",
-                         "device: 0 size: 512 stream: 1 free_allocation_ids: 1000",
-                         absl::StrCat("device: 1 size: 1 free_wait_event_handles: ", kSeedEventHandle)}),
-          Unary<Memory>("Free", &Memory::Stub::Free,
-                        {"allocation_ids: 1000", "allocation_ids: 4 allocation_ids: 4",
-                         absl::StrCat("allocation_ids: 1000 wait_event_handles: ", kSeedEventHandle)}),
+          Unary<Memory>(
+              "Allocate", &Memory::Stub::Allocate,
+              {"device: 0 size: 4096", "device: 1 size: 25165824 shareable: true",
+               "device: 0 size: 512 stream: 1 free_allocation_ids: 1000",
+               absl::StrCat("device: 1 size: 1 free_wait_event_handles: ", kSeedEventHandle)}),
+          Unary<Memory>(
+              "Free", &Memory::Stub::Free,
+              {"allocation_ids: 1000", "allocation_ids: 4 allocation_ids: 4",
+               absl::StrCat("allocation_ids: 1000 wait_event_handles: ", kSeedEventHandle)}),
           Unary<Memory>("RecordStream", &Memory::Stub::RecordStream,
                         {"allocation_id: 1 stream: 1", "allocation_id: 2 stream: 1"}),
           Unary<Memory>("EmptyCache", &Memory::Stub::EmptyCache,
                         {"device: 0", "all_devices: true all_sessions: true"}),
           Unary<Memory>("GetStats", &Memory::Stub::GetStats, {"device: 1"}),
           Unary<Memory>("ResetPeakStats", &Memory::Stub::ResetPeakStats, {"device: 0"}),
-          Unary<Memory>("ResetAccumulatedStats", &Memory::Stub::ResetAccumulatedStats, {"device: 1"}),
+          Unary<Memory>("ResetAccumulatedStats", &Memory::Stub::ResetAccumulatedStats,
+                        {"device: 1"}),
           Unary<Memory>("GetSummary", &Memory::Stub::GetSummary, {"device: 0 abbreviated: true"}),
-          Unary<Memory>("GetSnapshot", &Memory::Stub::GetSnapshot, {"device: 0", "all_devices: true"}),
-          Unary<Memory>("SetMemoryLimit", &Memory::Stub::SetMemoryLimit,
-                        {"device: 0 fraction: 0.5", "device: 1 bytes: 2097152", "device: 0 unlimited: true"}),
+          Unary<Memory>("GetSnapshot", &Memory::Stub::GetSnapshot,
+                        {"device: 0", "all_devices: true"}),
+          Unary<Memory>(
+              "SetMemoryLimit", &Memory::Stub::SetMemoryLimit,
+              {"device: 0 fraction: 0.5", "device: 1 bytes: 2097152", "device: 0 unlimited: true"}),
           Unary<Memory>("Share", &Memory::Stub::Share, {"allocation_id: 3", "allocation_id: 1"}),
-          Unary<Memory>("Import", &Memory::Stub::Import, {"token: 'gpumux-share-0123456789abcdef0123456789abcdef'"}),
+          Unary<Memory>("Import", &Memory::Stub::Import,
+                        {"token: 'gpumux-share-0123456789abcdef0123456789abcdef'"}),
       });
   return service;
 }

@@ -57,11 +57,13 @@ void TestOneInput(absl::string_view input) {
       request = absl::StrCat(kMemoryRequestVersion, " ", harness.credentials(), " ", rest);
       break;
     default:
-      request = absl::StrCat(kMemoryRequestVersion, " ", rest, " ", std::string(kMemoryFileKeyChars, 'a'));
+      request = absl::StrCat(kMemoryRequestVersion, " ", rest, " ",
+                             std::string(kMemoryFileKeyChars, 'a'));
       break;
   }
   if (request.empty()) return;
-  if (send(connection.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+  if (send(connection.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
     FuzzHarness::Fail(absl::StrCat("memory socket: send: ", std::strerror(errno)));
   }
   absl::StatusOr<PassedMessage> reply = ReceiveFds(connection.get());
@@ -70,11 +72,13 @@ void TestOneInput(absl::string_view input) {
     if (!reply.ok() && absl::IsOutOfRange(reply.status())) {
       connection.Reset();
     } else {
-      FuzzHarness::Fail(absl::StrCat("memory socket: a ", request.size(),
-                                     "-byte request did not close its connection: ", reply.status().ToString()));
+      FuzzHarness::Fail(
+          absl::StrCat("memory socket: a ", request.size(),
+                       "-byte request did not close its connection: ", reply.status().ToString()));
     }
   } else {
-    if (!reply.ok()) FuzzHarness::Fail(absl::StrCat("memory socket: no reply: ", reply.status().ToString()));
+    if (!reply.ok())
+      FuzzHarness::Fail(absl::StrCat("memory socket: no reply: ", reply.status().ToString()));
     uint64_t size = 0;
     const absl::Status answer = ParseMemoryReply(reply->payload, &size);
     switch (answer.code()) {
@@ -82,14 +86,15 @@ void TestOneInput(absl::string_view input) {
       case absl::StatusCode::kInternal:
       case absl::StatusCode::kUnimplemented:
       case absl::StatusCode::kDataLoss:
-        FuzzHarness::Fail(absl::StrCat("memory socket: request '", absl::CHexEscape(request), "' got ",
-                                       answer.ToString(), " (reply '", absl::CHexEscape(reply->payload), "')"));
+        FuzzHarness::Fail(absl::StrCat("memory socket: request '", absl::CHexEscape(request),
+                                       "' got ", answer.ToString(), " (reply '",
+                                       absl::CHexEscape(reply->payload), "')"));
       default:
         break;
     }
     if (reply->fds.size() != (answer.ok() ? 1u : 0u)) {
-      FuzzHarness::Fail(absl::StrCat("memory socket: reply '", reply->payload, "' came with ", reply->fds.size(),
-                                     " descriptors"));
+      FuzzHarness::Fail(absl::StrCat("memory socket: reply '", reply->payload, "' came with ",
+                                     reply->fds.size(), " descriptors"));
     }
   }
   harness.FinishInput();

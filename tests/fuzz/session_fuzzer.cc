@@ -32,10 +32,11 @@ const FuzzService& TargetService() {
       Session::service_full_name(),
       {
           FuzzMethod{"Open", &CallOpen,
-                     SerializeSeeds(v1::SessionClientMessage(),
-                                    {"open { client_name: 'fuzz-open' pid: 1 }",
-                                     "open { client_name: 'a' tenant: 'team' labels { key: 'k' value: 'v' } }", "",
-                                     "open { }"})},
+                     SerializeSeeds(
+                         v1::SessionClientMessage(),
+                         {"open { client_name: 'fuzz-open' pid: 1 }",
+                          "open { client_name: 'a' tenant: 'team' labels { key: 'k' value: 'v' } }",
+                          "", "open { }"})},
           Unary<Session>("Ping", &Session::Stub::Ping, {""}),
       });
   return service;

@@ -35,19 +35,22 @@ int CudaFail(cudaError_t error, const char* what) {
   return 4;
 }
 
-int ShareReader(const std::string& address, const std::string& token, uint64_t words, uint32_t seed) {
+int ShareReader(const std::string& address, const std::string& token, uint64_t words,
+                uint32_t seed) {
   absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
   if (!client.ok()) return Fail(client.status());
   absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Import(token);
   if (!buffer.ok()) return Fail(buffer.status());
-  if (buffer->data() == nullptr || buffer->size() < words * 4) return Fail(absl::InternalError("no mapping"));
+  if (buffer->data() == nullptr || buffer->size() < words * 4)
+    return Fail(absl::InternalError("no mapping"));
   unsigned long long* mismatches = nullptr;
-  if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&mismatches), sizeof(*mismatches)); e != cudaSuccess) {
+  if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&mismatches), sizeof(*mismatches));
+      e != cudaSuccess) {
     return CudaFail(e, "cudaMalloc");
   }
   cudaMemset(mismatches, 0, sizeof(*mismatches));
-  cudaError_t e = gpumux::testing::LaunchCheckAndComplement(static_cast<uint32_t*>(buffer->data()), words, seed,
-                                                            mismatches, nullptr);
+  cudaError_t e = gpumux::testing::LaunchCheckAndComplement(static_cast<uint32_t*>(buffer->data()),
+                                                            words, seed, mismatches, nullptr);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return CudaFail(e, "kernel");
   unsigned long long count = 0;
@@ -63,7 +66,8 @@ int Hog(const std::string& address, uint64_t bytes) {
   absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Allocate(bytes, gpumux::DeviceIndex(0));
   if (!buffer.ok()) return Fail(buffer.status());
   if (buffer->data() == nullptr) return Fail(absl::InternalError("no mapping"));
-  cudaError_t e = gpumux::testing::LaunchWritePattern(static_cast<uint32_t*>(buffer->data()), bytes / 4, 1, nullptr);
+  cudaError_t e = gpumux::testing::LaunchWritePattern(static_cast<uint32_t*>(buffer->data()),
+                                                      bytes / 4, 1, nullptr);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) return CudaFail(e, "kernel");
   std::printf("ready\n");
@@ -74,7 +78,8 @@ int Hog(const std::string& address, uint64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (cudaError_t e = gpumux::testing::LoadTestKernels(); e != cudaSuccess) return CudaFail(e, "loading kernels");
+  if (cudaError_t e = gpumux::testing::LoadTestKernels(); e != cudaSuccess)
+    return CudaFail(e, "loading kernels");
   uint64_t words = 0;
   uint32_t seed = 0;
   if (argc == 6 && std::strcmp(argv[1], "share-reader") == 0 && absl::SimpleAtoi(argv[4], &words) &&
@@ -85,6 +90,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "hog") == 0 && absl::SimpleAtoi(argv[3], &bytes)) {
     return Hog(argv[2], bytes);
   }
-  std::fprintf(stderr, "usage: gpu_client_child share-reader ADDRESS HEX_TOKEN WORDS SEED | hog ADDRESS BYTES\n");
+  std::fprintf(
+      stderr,
+      "usage: gpu_client_child share-reader ADDRESS HEX_TOKEN WORDS SEED | hog ADDRESS BYTES\n");
   return 2;
 }

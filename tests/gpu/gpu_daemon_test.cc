@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "client/cuda_ipc_mapping.h"
 #include "client/cuda_interop.h"
+#include "client/cuda_ipc_mapping.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/observe.grpc.pb.h"
@@ -41,7 +41,9 @@ using ::gpumux::testing::TestBinary;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr DeviceIndex kDevice(0);
 
-std::string ChildProgram() { return TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/gpu/gpu_client_child"); }
+std::string ChildProgram() {
+  return TestBinary(std::string(GPUMUX_BINARY_DIR) + "/tests/gpu/gpu_client_child");
+}
 
 // A device counter the test kernels add mismatches to.
 class Counter {
@@ -128,7 +130,8 @@ TEST_F(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
   EXPECT_EQ(reader.Wait(), 0);
 
   Counter mismatches;
-  ASSERT_EQ(testing::LaunchCountMismatches(data, words, seed, /*complemented=*/true, mismatches.get(), nullptr),
+  ASSERT_EQ(testing::LaunchCountMismatches(data, words, seed, /*complemented=*/true,
+                                           mismatches.get(), nullptr),
             cudaSuccess);
   EXPECT_EQ(mismatches.Read(), 0u);
 }
@@ -145,11 +148,13 @@ TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
   std::vector<uint32_t> pattern(words);
   for (uint64_t i = 0; i < words; ++i) pattern[i] = testing::PatternWord(i, seed);
   // Keep the daemon's stream busy first, so an unordered kernel would run early.
-  for (int i = 0; i < 4; ++i) ASSERT_OK(client_->Memset(*busy, 0, static_cast<uint8_t>(i), busy->size()).status());
+  for (int i = 0; i < 4; ++i)
+    ASSERT_OK(client_->Memset(*busy, 0, static_cast<uint8_t>(i), busy->size()).status());
   CopyOptions options;
   options.completion_event = true;
   options.path = TransferPath::kInline;
-  absl::StatusOr<Event> copied = client_->CopyHostToDevice(*buffer, 0, pattern.data(), words * 4, options);
+  absl::StatusOr<Event> copied =
+      client_->CopyHostToDevice(*buffer, 0, pattern.data(), words * 4, options);
   ASSERT_OK(copied);
   absl::StatusOr<std::string> handle = copied->IpcHandle();
   ASSERT_OK(handle);
@@ -159,8 +164,8 @@ TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   Counter mismatches;
   ASSERT_OK(event->Wait(stream));
-  ASSERT_EQ(testing::LaunchCountMismatches(static_cast<uint32_t*>(buffer->data()), words, seed, false,
-                                           mismatches.get(), stream),
+  ASSERT_EQ(testing::LaunchCountMismatches(static_cast<uint32_t*>(buffer->data()), words, seed,
+                                           false, mismatches.get(), stream),
             cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(mismatches.Read(), 0u);
@@ -178,8 +183,9 @@ TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
     ASSERT_OK(first);
     const uint64_t first_address = first->address();
     ASSERT_EQ(testing::LaunchSpin(500'000'000, stream), cudaSuccess);  // 0.5 s
-    ASSERT_EQ(testing::LaunchWritePattern(static_cast<uint32_t*>(first->data()), 2 * kMiB, 1, stream),
-              cudaSuccess);
+    ASSERT_EQ(
+        testing::LaunchWritePattern(static_cast<uint32_t*>(first->data()), 2 * kMiB, 1, stream),
+        cudaSuccess);
     *first = DeviceBuffer();  // queued free, fenced on `stream`
     ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
     cudaGetLastError();
@@ -226,9 +232,11 @@ TEST_F(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
       if ((cublas = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) != nullptr) break;
     }
     ASSERT_NE(cublas, nullptr);
-    auto get_stream = reinterpret_cast<int (*)(void*, cudaStream_t*)>(dlsym(cublas, "cublasGetStream_v2"));
-    auto saxpy = reinterpret_cast<int (*)(void*, int, const float*, const float*, int, float*, int)>(
-        dlsym(cublas, "cublasSaxpy_v2"));
+    auto get_stream =
+        reinterpret_cast<int (*)(void*, cudaStream_t*)>(dlsym(cublas, "cublasGetStream_v2"));
+    auto saxpy =
+        reinterpret_cast<int (*)(void*, int, const float*, const float*, int, float*, int)>(
+            dlsym(cublas, "cublasSaxpy_v2"));
     ASSERT_NE(get_stream, nullptr);
     ASSERT_NE(saxpy, nullptr);
     cudaStream_t bound = nullptr;
@@ -258,7 +266,8 @@ TEST_F(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
   for (uint8_t& byte : sent) byte = static_cast<uint8_t>(rng());
   for (TransferPath up : {TransferPath::kInline, TransferPath::kStaging}) {
     for (TransferPath down : {TransferPath::kInline, TransferPath::kStaging}) {
-      SCOPED_TRACE(::testing::Message() << "up " << static_cast<int>(up) << " down " << static_cast<int>(down));
+      SCOPED_TRACE(::testing::Message()
+                   << "up " << static_cast<int>(up) << " down " << static_cast<int>(down));
       CopyOptions to_device;
       to_device.path = up;
       ASSERT_OK(client_->Memset(*a, 0, 0, size).status());
@@ -300,8 +309,8 @@ TEST_F(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
         bits ? client_->Generate(*buffer, 0, Dtype::kInt32, n, Bits{})
              : client_->Generate(*buffer, 0, Dtype::kFloat32, n, Uniform{-3.0, 5.0});
     ASSERT_OK(generated);
-    RngRequest request{bits ? RngDtype::kI32 : RngDtype::kF32, bits ? RngKind::kBits : RngKind::kUniform, n,
-                       -3.0, 5.0};
+    RngRequest request{bits ? RngDtype::kI32 : RngDtype::kF32,
+                       bits ? RngKind::kBits : RngKind::kUniform, n, -3.0, 5.0};
     std::vector<uint8_t> expected(n * 4);
     FillRandom(expected.data(), request, generated->seed, generated->offset);
     std::vector<uint8_t> back(n * 4);
@@ -330,7 +339,8 @@ TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
   ASSERT_EQ(kill(hog.pid(), SIGKILL), 0);
   const absl::Time killed = absl::Now();
   hog.Wait();
-  while (SessionCount() != 0 && absl::Now() - killed < absl::Seconds(10)) absl::SleepFor(absl::Milliseconds(1));
+  while (SessionCount() != 0 && absl::Now() - killed < absl::Seconds(10))
+    absl::SleepFor(absl::Milliseconds(1));
   const absl::Time cleaned = absl::Now();
   ASSERT_EQ(SessionCount(), 0);
   size_t free = 0;
@@ -343,7 +353,8 @@ TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
   }
   const absl::Time back = absl::Now();
   std::printf("sigkill_cleanup_ms=%.1f\nsigkill_memory_back_after_cleanup_ms=%.1f\n",
-              absl::ToDoubleMilliseconds(cleaned - killed), absl::ToDoubleMilliseconds(back - cleaned));
+              absl::ToDoubleMilliseconds(cleaned - killed),
+              absl::ToDoubleMilliseconds(back - cleaned));
   EXPECT_GE(free + slack, baseline);
   EXPECT_LT(back - cleaned, absl::Seconds(1));
 }

@@ -19,13 +19,15 @@ __global__ void CountMismatches(const uint32_t* data, uint64_t n, uint32_t seed,
   unsigned long long local = 0;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const uint32_t expected = complemented ? ~DevicePatternWord(i, seed) : DevicePatternWord(i, seed);
+    const uint32_t expected =
+        complemented ? ~DevicePatternWord(i, seed) : DevicePatternWord(i, seed);
     local += data[i] != expected;
   }
   if (local != 0) atomicAdd(mismatches, local);
 }
 
-__global__ void CheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed, unsigned long long* mismatches) {
+__global__ void CheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed,
+                                   unsigned long long* mismatches) {
   unsigned long long local = 0;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
@@ -55,9 +57,11 @@ constexpr int kBlocks = 1024;
 
 cudaError_t LoadTestKernels() {
   cudaFuncAttributes attributes;
-  for (const void* kernel : {reinterpret_cast<const void*>(&WritePattern), reinterpret_cast<const void*>(&CountMismatches),
-                             reinterpret_cast<const void*>(&CheckAndComplement), reinterpret_cast<const void*>(&Spin),
-                             reinterpret_cast<const void*>(&Fault)}) {
+  for (const void* kernel :
+       {reinterpret_cast<const void*>(&WritePattern),
+        reinterpret_cast<const void*>(&CountMismatches),
+        reinterpret_cast<const void*>(&CheckAndComplement), reinterpret_cast<const void*>(&Spin),
+        reinterpret_cast<const void*>(&Fault)}) {
     if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -68,14 +72,15 @@ cudaError_t LaunchWritePattern(uint32_t* data, uint64_t n, uint32_t seed, cudaSt
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCountMismatches(const uint32_t* data, uint64_t n, uint32_t seed, bool complemented,
-                                  unsigned long long* mismatches, cudaStream_t stream) {
+cudaError_t LaunchCountMismatches(const uint32_t* data, uint64_t n, uint32_t seed,
+                                  bool complemented, unsigned long long* mismatches,
+                                  cudaStream_t stream) {
   CountMismatches<<<kBlocks, kThreads, 0, stream>>>(data, n, seed, complemented, mismatches);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed, unsigned long long* mismatches,
-                                     cudaStream_t stream) {
+cudaError_t LaunchCheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed,
+                                     unsigned long long* mismatches, cudaStream_t stream) {
   CheckAndComplement<<<kBlocks, kThreads, 0, stream>>>(data, n, seed, mismatches);
   return cudaGetLastError();
 }

@@ -23,11 +23,12 @@ cudaError_t LoadTestKernels();
 cudaError_t LaunchWritePattern(uint32_t* data, uint64_t n, uint32_t seed, cudaStream_t stream);
 // Counts i with data[i] != PatternWord(i, seed) (or its complement when
 // `complemented`) into *mismatches (device memory, added to).
-cudaError_t LaunchCountMismatches(const uint32_t* data, uint64_t n, uint32_t seed, bool complemented,
-                                  unsigned long long* mismatches, cudaStream_t stream);
+cudaError_t LaunchCountMismatches(const uint32_t* data, uint64_t n, uint32_t seed,
+                                  bool complemented, unsigned long long* mismatches,
+                                  cudaStream_t stream);
 // Counts mismatches against PatternWord(i, seed), then complements every word.
-cudaError_t LaunchCheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed, unsigned long long* mismatches,
-                                     cudaStream_t stream);
+cudaError_t LaunchCheckAndComplement(uint32_t* data, uint64_t n, uint32_t seed,
+                                     unsigned long long* mismatches, cudaStream_t stream);
 // One thread that spins for `nanoseconds` of GPU time (%globaltimer).
 cudaError_t LaunchSpin(uint64_t nanoseconds, cudaStream_t stream);
 // One thread that writes through a null pointer: an illegal address, a

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "replay/inprocess_target.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "replay/inprocess_target.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {

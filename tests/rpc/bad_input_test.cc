@@ -83,7 +83,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     r.set_offset(offset);
     return r;
   };
-  auto memset = [&](uint64_t id, uint64_t offset, uint64_t size, uint32_t value, uint64_t stream = 0) {
+  auto memset = [&](uint64_t id, uint64_t offset, uint64_t size, uint32_t value,
+                    uint64_t stream = 0) {
     v1::MemsetRequest request;
     *request.mutable_dst() = range(id, offset);
     request.set_size(size);
@@ -147,7 +148,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
 
   const std::vector<BadInput> table = {
       // Memory
-      {"size 0", grpc::StatusCode::INVALID_ARGUMENT, "0 bytes", [&] { return me.Allocate(0, 0, nullptr); }},
+      {"size 0", grpc::StatusCode::INVALID_ARGUMENT, "0 bytes",
+       [&] { return me.Allocate(0, 0, nullptr); }},
       {"size above device memory", grpc::StatusCode::INVALID_ARGUMENT, "total capacity",
        [&] { return me.Allocate(0, (64u << 20) + 1, nullptr); }},
       {"size near 2^64", grpc::StatusCode::INVALID_ARGUMENT, "more than 1EB",
@@ -169,14 +171,17 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
       {"foreign id", grpc::StatusCode::NOT_FOUND, "not a live allocation",
        [&] { return me.Free({theirs.allocation_id()}); }},
       {"id named twice", grpc::StatusCode::INVALID_ARGUMENT, "named twice",
-       [&] { return me.Free({mine.allocation_id(), mine.allocation_id()}); }},
+       [&] {
+         return me.Free({mine.allocation_id(), mine.allocation_id()});
+       }},
       {"too many ids in one free", grpc::StatusCode::INVALID_ARGUMENT, "at most 65536",
        [&] {
          std::vector<uint64_t> ids(65537);
          for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
          return me.Free(ids);
        }},
-      {"short wait event handle", grpc::StatusCode::INVALID_ARGUMENT, "wait event handle of 3 bytes",
+      {"short wait event handle", grpc::StatusCode::INVALID_ARGUMENT,
+       "wait event handle of 3 bytes",
        [&] {
          v1::FreeRequest request;
          request.add_allocation_ids(mine.allocation_id());
@@ -192,7 +197,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::FreeResponse response;
          return me.memory().Free(me.Context().get(), request, &response);
        }},
-      {"malformed wait handle without frees", grpc::StatusCode::INVALID_ARGUMENT, "wait event handle of 1 bytes",
+      {"malformed wait handle without frees", grpc::StatusCode::INVALID_ARGUMENT,
+       "wait event handle of 1 bytes",
        [&] {
          v1::AllocateRequest request;
          request.set_device(0);
@@ -209,7 +215,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::RecordStreamResponse response;
          return me.memory().RecordStream(me.Context().get(), request, &response);
        }},
-      {"record_stream of a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+      {"record_stream of a foreign allocation", grpc::StatusCode::NOT_FOUND,
+       "not a live allocation",
        [&] {
          v1::RecordStreamRequest request;
          request.set_allocation_id(theirs.allocation_id());
@@ -222,14 +229,16 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return share(plain.allocation_id()); }},
       {"garbage share token", grpc::StatusCode::INVALID_ARGUMENT, "malformed share token",
        [&] { return import("not a token \x01"); }},
-      {"empty share token", grpc::StatusCode::INVALID_ARGUMENT, "malformed share token", [&] { return import(""); }},
+      {"empty share token", grpc::StatusCode::INVALID_ARGUMENT, "malformed share token",
+       [&] { return import(""); }},
       {"unknown share token", grpc::StatusCode::NOT_FOUND, "never issued",
        [&] { return import("gpumux-share-00000000000000000000000000000000"); }},
       {"replayed share token", grpc::StatusCode::FAILED_PRECONDITION, "single-use",
        [&] { return import(token.token()); }},
       {"fraction above 1", grpc::StatusCode::INVALID_ARGUMENT, "Invalid fraction value: 1.5",
        [&] { return limit(1.5); }},
-      {"negative fraction", grpc::StatusCode::INVALID_ARGUMENT, "Allowed range: 0~1", [&] { return limit(-0.1); }},
+      {"negative fraction", grpc::StatusCode::INVALID_ARGUMENT, "Allowed range: 0~1",
+       [&] { return limit(-0.1); }},
       {"no limit kind", grpc::StatusCode::INVALID_ARGUMENT, "one of fraction, bytes or unlimited",
        [&] {
          v1::SetMemoryLimitRequest request;
@@ -276,9 +285,11 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
       {"malformed session metadata", grpc::StatusCode::UNAUTHENTICATED, "malformed gpumux-session",
        [&] { return with_metadata("nonsense"); }},
       {"wrong secret", grpc::StatusCode::UNAUTHENTICATED, "secret does not match",
-       [&] { return with_metadata(std::to_string(me.id()) + ":00000000000000000000000000000000"); }},
-      {"control character in the client name", grpc::StatusCode::INVALID_ARGUMENT, "control character U+001B",
-       [&] { return open_with("evil\x1b[31m"); }},
+       [&] {
+         return with_metadata(std::to_string(me.id()) + ":00000000000000000000000000000000");
+       }},
+      {"control character in the client name", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+001B", [&] { return open_with("evil\x1b[31m"); }},
       {"client name over 256 bytes", grpc::StatusCode::INVALID_ARGUMENT, "at most 256",
        [&] { return open_with(std::string(300, 'n')); }},
       // Device and Observe
@@ -319,14 +330,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return CreateStream(me, 4, 0, nullptr); }},
       {"destroy the default stream", grpc::StatusCode::INVALID_ARGUMENT, "default stream",
        [&] { return DestroyStream(me, 0, 0); }},
-      {"destroy another session's stream", grpc::StatusCode::NOT_FOUND, "not a stream of this session",
-       [&] { return DestroyStream(me, 0, their_stream); }},
-      {"query a stream on the wrong device", grpc::StatusCode::INVALID_ARGUMENT, "is on device 1, not device 0",
-       [&] { return QueryStream(me, 0, stream1, nullptr); }},
+      {"destroy another session's stream", grpc::StatusCode::NOT_FOUND,
+       "not a stream of this session", [&] { return DestroyStream(me, 0, their_stream); }},
+      {"query a stream on the wrong device", grpc::StatusCode::INVALID_ARGUMENT,
+       "is on device 1, not device 0", [&] { return QueryStream(me, 0, stream1, nullptr); }},
       {"synchronize an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 31337 not found",
        [&] { return SynchronizeStream(me, 1, 31337); }},
-      {"wait on another session's event", grpc::StatusCode::NOT_FOUND, "not an event of this session",
-       [&] { return WaitEvent(me, 0, 0, their_event); }},
+      {"wait on another session's event", grpc::StatusCode::NOT_FOUND,
+       "not an event of this session", [&] { return WaitEvent(me, 0, 0, their_event); }},
       {"wait_stream on an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 555 not found",
        [&] { return WaitStream(me, Ref(0, 0), Ref(0, 555)); }},
       // Event
@@ -343,13 +354,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return ElapsedTime(me, event0, timing0, nullptr); }},
       {"elapsed time across devices", grpc::StatusCode::INVALID_ARGUMENT, "both on one device",
        [&] { return ElapsedTime(me, timing0, timing1, nullptr); }},
-      {"elapsed time of unrecorded events", grpc::StatusCode::FAILED_PRECONDITION, "must be recorded",
-       [&] { return ElapsedTime(me, timing0, timing0, nullptr); }},
+      {"elapsed time of unrecorded events", grpc::StatusCode::FAILED_PRECONDITION,
+       "must be recorded", [&] { return ElapsedTime(me, timing0, timing0, nullptr); }},
       {"ipc handle of a plain event", grpc::StatusCode::FAILED_PRECONDITION, "interprocess=true",
        [&] { return GetIpcHandle(me, event0, nullptr); }},
       {"open a handle of the wrong size", grpc::StatusCode::INVALID_ARGUMENT, "size 64, but got 5",
        [&] { return OpenIpcHandle(me, 0, "hello", nullptr); }},
-      {"open a handle naming no event", grpc::StatusCode::INVALID_ARGUMENT, "not a host-backend event handle",
+      {"open a handle naming no event", grpc::StatusCode::INVALID_ARGUMENT,
+       "not a host-backend event handle",
        [&] { return OpenIpcHandle(me, 0, good_handle, nullptr); }},
       {"destroy an unknown event", grpc::StatusCode::NOT_FOUND, "event 777777 not found",
        [&] { return DestroyEvent(me, 777777); }},
@@ -375,7 +387,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::CopyResponse response;
          return me.copy().HostToDevice(me.Context().get(), request, &response);
        }},
-      {"staged copy without a staging buffer", grpc::StatusCode::FAILED_PRECONDITION, "staging buffer",
+      {"staged copy without a staging buffer", grpc::StatusCode::FAILED_PRECONDITION,
+       "staging buffer",
        [&] {
          v1::HostToDeviceRequest request;
          *request.mutable_dst() = range(mine.allocation_id(), 0);
@@ -383,7 +396,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::CopyResponse response;
          return me.copy().HostToDevice(me.Context().get(), request, &response);
        }},
-      {"device to device from a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+      {"device to device from a foreign allocation", grpc::StatusCode::NOT_FOUND,
+       "not a live allocation",
        [&] {
          v1::DeviceToDeviceRequest request;
          *request.mutable_dst() = range(mine.allocation_id(), 0);
@@ -401,11 +415,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return generate(mine.allocation_id(), v1::DTYPE_UNSPECIFIED, 4, 0, 1); }},
       {"RNG state of the wrong size", grpc::StatusCode::INVALID_ARGUMENT, "RNG state is wrong size",
        [&] { return set_rng_state("short"); }},
-      {"RNG offset not a multiple of 4", grpc::StatusCode::INVALID_ARGUMENT, "offset must be a multiple of 4",
+      {"RNG offset not a multiple of 4", grpc::StatusCode::INVALID_ARGUMENT,
+       "offset must be a multiple of 4",
        [&] { return set_rng_state(std::string("\x01\0\0\0\0\0\0\0\x03\0\0\0\0\0\0\0", 16)); }},
-      {"RNG offset that would wrap", grpc::StatusCode::FAILED_PRECONDITION, "without wrapping past 2^64",
+      {"RNG offset that would wrap", grpc::StatusCode::FAILED_PRECONDITION,
+       "without wrapping past 2^64",
        [&] {
-         if (grpc::Status s = set_rng_state(std::string("\x01\0\0\0\0\0\0\0\xfc\xff\xff\xff\xff\xff\xff\xff", 16));
+         if (grpc::Status s = set_rng_state(
+                 std::string("\x01\0\0\0\0\0\0\0\xfc\xff\xff\xff\xff\xff\xff\xff", 16));
              !s.ok()) {
            return s;
          }
@@ -419,7 +436,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          return me.random().ManualSeed(me.Context().get(), request, &response);
        }},
       // NVTX
-      {"range_pop with no range open", grpc::StatusCode::FAILED_PRECONDITION, "no NVTX range is open",
+      {"range_pop with no range open", grpc::StatusCode::FAILED_PRECONDITION,
+       "no NVTX range is open",
        [&] {
          v1::NvtxDepth depth;
          return me.nvtx().RangePop(me.Context().get(), v1::NvtxRangePopRequest(), &depth);
@@ -430,13 +448,16 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     grpc::Status status = input.call();
     EXPECT_EQ(status.error_code(), input.expected) << input.name << ": " << status.error_message();
     EXPECT_NE(status.error_message().find(input.message), std::string::npos)
-        << input.name << ": the message does not say \"" << input.message << "\": " << status.error_message();
+        << input.name << ": the message does not say \"" << input.message
+        << "\": " << status.error_message();
   }
   // Each RNG case left its state; the daemon must still serve this session.
   EXPECT_TRUE(set_rng_state(std::string(16, '\0')).ok());
 
   // Still serving: the sessions work, nothing leaked, a newcomer is fine.
-  ASSERT_TRUE(me.Free({mine.allocation_id(), plain.allocation_id(), imported.allocation().allocation_id()}).ok());
+  ASSERT_TRUE(
+      me.Free({mine.allocation_id(), plain.allocation_id(), imported.allocation().allocation_id()})
+          .ok());
   ASSERT_TRUE(other.Free({theirs.allocation_id(), shared.allocation_id()}).ok());
   RawSession newcomer(channel, "newcomer");
   v1::Allocation fresh;

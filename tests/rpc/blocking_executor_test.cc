@@ -99,7 +99,8 @@ TEST(BlockingExecutorTest, ThreadsStayWithinTheBoundAndQueuedTasksStillRun) {
 // After a burst the pool shrinks back: idle workers leave, and later tasks
 // start new ones.
 TEST(BlockingExecutorTest, IdleWorkersLeaveAndLaterTasksStillRun) {
-  BlockingExecutor executor(/*max_running_per_key=*/64, /*max_threads=*/16, /*idle_timeout=*/absl::Milliseconds(50));
+  BlockingExecutor executor(/*max_running_per_key=*/64, /*max_threads=*/16,
+                            /*idle_timeout=*/absl::Milliseconds(50));
   absl::Notification release;
   std::atomic<int> ran{0};
   for (int key = 0; key < 8; ++key) {
@@ -112,7 +113,8 @@ TEST(BlockingExecutorTest, IdleWorkersLeaveAndLaterTasksStillRun) {
   EXPECT_EQ(executor.threads_for_test(), 8u);
   release.Notify();
   const absl::Time deadline = absl::Now() + kPatience;
-  while (executor.threads_for_test() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  while (executor.threads_for_test() > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
   EXPECT_EQ(executor.threads_for_test(), 0u);
   EXPECT_EQ(ran.load(), 8);
   absl::Notification again;

@@ -21,9 +21,9 @@
 #include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
 #include "tests/rpc/grpc_status_matchers.h"
-#include "tests/status_matchers.h"
 #include "tests/rpc/ipc_gate.h"
 #include "tests/rpc/stream_calls.h"
+#include "tests/status_matchers.h"
 #include "tests/support/test_pattern.h"
 
 namespace gpumux::testing {
@@ -59,8 +59,9 @@ v1::DeviceRange At(uint64_t allocation, uint64_t offset) {
   return range;
 }
 
-grpc::Status Upload(RawSession& session, uint64_t allocation, uint64_t offset, const std::string& bytes,
-                    const v1::CopyOptions& options = On(0, /*wait=*/true), v1::CopyResponse* out = nullptr) {
+grpc::Status Upload(RawSession& session, uint64_t allocation, uint64_t offset,
+                    const std::string& bytes, const v1::CopyOptions& options = On(0, /*wait=*/true),
+                    v1::CopyResponse* out = nullptr) {
   v1::HostToDeviceRequest request;
   *request.mutable_dst() = At(allocation, offset);
   request.set_data(bytes);
@@ -73,8 +74,8 @@ grpc::Status Upload(RawSession& session, uint64_t allocation, uint64_t offset, c
 
 // Inline reads in pieces of at most 1 MiB (gRPC's default 4 MiB receive
 // limit on the test's channel).
-grpc::Status Download(RawSession& session, uint64_t allocation, uint64_t offset, uint64_t size, std::string* out,
-                      uint64_t stream = 0) {
+grpc::Status Download(RawSession& session, uint64_t allocation, uint64_t offset, uint64_t size,
+                      std::string* out, uint64_t stream = 0) {
   out->clear();
   uint64_t done = 0;
   do {
@@ -92,8 +93,9 @@ grpc::Status Download(RawSession& session, uint64_t allocation, uint64_t offset,
   return grpc::Status::OK;
 }
 
-grpc::Status Memset(RawSession& session, uint64_t allocation, uint64_t offset, uint64_t size, uint32_t value,
-                    const v1::CopyOptions& options = On(0), v1::CopyResponse* out = nullptr) {
+grpc::Status Memset(RawSession& session, uint64_t allocation, uint64_t offset, uint64_t size,
+                    uint32_t value, const v1::CopyOptions& options = On(0),
+                    v1::CopyResponse* out = nullptr) {
   v1::MemsetRequest request;
   *request.mutable_dst() = At(allocation, offset);
   request.set_size(size);
@@ -105,8 +107,9 @@ grpc::Status Memset(RawSession& session, uint64_t allocation, uint64_t offset, u
   return status;
 }
 
-grpc::Status CopyDeviceToDevice(RawSession& session, const v1::DeviceRange& dst, const v1::DeviceRange& src,
-                                uint64_t size, const v1::CopyOptions& options = On(0)) {
+grpc::Status CopyDeviceToDevice(RawSession& session, const v1::DeviceRange& dst,
+                                const v1::DeviceRange& src, uint64_t size,
+                                const v1::CopyOptions& options = On(0)) {
   v1::DeviceToDeviceRequest request;
   *request.mutable_dst() = dst;
   *request.mutable_src() = src;
@@ -120,7 +123,8 @@ grpc::Status GetStagingBuffer(RawSession& session, uint64_t min_size, v1::Stagin
   v1::GetStagingBufferRequest request;
   request.set_min_size(min_size);
   v1::StagingBuffer response;
-  grpc::Status status = session.copy().GetStagingBuffer(session.Context().get(), request, &response);
+  grpc::Status status =
+      session.copy().GetStagingBuffer(session.Context().get(), request, &response);
   if (out != nullptr) *out = response;
   return status;
 }
@@ -137,10 +141,12 @@ v1::StagingRange Staging(uint64_t offset, uint64_t size) {
 class MappedStaging {
  public:
   // Fetched for `session` from the memory socket next to `socket_path`.
-  MappedStaging(const RawSession& session, const std::string& socket_path, const v1::StagingBuffer& buffer)
+  MappedStaging(const RawSession& session, const std::string& socket_path,
+                const v1::StagingBuffer& buffer)
       : size_(buffer.size()) {
     EXPECT_EQ(buffer.handle().kind(), v1::HANDLE_KIND_HOST_MEMFD);
-    absl::StatusOr<SealedMemory> memory = FetchMemory(session, socket_path, buffer.handle().data(), size_);
+    absl::StatusOr<SealedMemory> memory =
+        FetchMemory(session, socket_path, buffer.handle().data(), size_);
     if (!memory.ok()) {
       ADD_FAILURE() << "fetch " << buffer.handle().data() << ": " << memory.status();
       return;
@@ -159,7 +165,9 @@ class MappedStaging {
   MappedStaging& operator=(const MappedStaging&) = delete;
 
   char* data() const { return data_; }
-  std::string Read(uint64_t offset, uint64_t size) const { return std::string(data_ + offset, size); }
+  std::string Read(uint64_t offset, uint64_t size) const {
+    return std::string(data_ + offset, size);
+  }
 
  private:
   uint64_t size_;
@@ -170,7 +178,8 @@ v1::MemorySnapshot Snapshot(RawSession& session, int device) {
   v1::GetSnapshotRequest request;
   request.set_device(device);
   v1::MemorySnapshot snapshot;
-  EXPECT_THAT(session.memory().GetSnapshot(session.Context().get(), request, &snapshot), GrpcIsOk());
+  EXPECT_THAT(session.memory().GetSnapshot(session.Context().get(), request, &snapshot),
+              GrpcIsOk());
   return snapshot;
 }
 
@@ -197,8 +206,9 @@ TEST_F(CopyServiceTest, StagingBufferSizesRoundUpToTwoMiB) {
   EXPECT_OK(FetchMemory(session, socket_path(), first.handle().data(), first.size()));
   // The staging buffer is this session's alone.
   RawSession other(channel_, "other");
-  EXPECT_THAT(FetchMemory(other, socket_path(), first.handle().data(), first.size()),
-              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
+  EXPECT_THAT(
+      FetchMemory(other, socket_path(), first.handle().data(), first.size()),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
 
   v1::StagingBuffer same;
   ASSERT_THAT(GetStagingBuffer(session, kMiB, &same), GrpcIsOk());
@@ -257,7 +267,8 @@ TEST_F(CopyServiceTest, CopiesQueuedOnAReplacedStagingBufferStillLand) {
   RawSession session(channel_, "staging-replaced");
   v1::StagingBuffer old_buffer;
   ASSERT_THAT(GetStagingBuffer(session, 0, &old_buffer), GrpcIsOk());
-  MappedStaging old_mapping(session, socket_path(), old_buffer);  // the client keeps its mapping until it remaps
+  MappedStaging old_mapping(session, socket_path(),
+                            old_buffer);  // the client keeps its mapping until it remaps
   ASSERT_NE(old_mapping.data(), nullptr);
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 4096, &a), GrpcIsOk());
@@ -336,9 +347,11 @@ TEST_F(CopyServiceTest, DeviceToDeviceWithinAndAcrossDevices) {
   const std::string bytes = Pattern(2 * kMiB + 5, 3);
   ASSERT_THAT(Upload(session, src.allocation_id(), 7, bytes), GrpcIsOk());
 
-  ASSERT_THAT(CopyDeviceToDevice(session, At(same.allocation_id(), 1), At(src.allocation_id(), 7), bytes.size()),
+  ASSERT_THAT(CopyDeviceToDevice(session, At(same.allocation_id(), 1), At(src.allocation_id(), 7),
+                                 bytes.size()),
               GrpcIsOk());
-  ASSERT_THAT(CopyDeviceToDevice(session, At(other.allocation_id(), 9), At(src.allocation_id(), 7), bytes.size()),
+  ASSERT_THAT(CopyDeviceToDevice(session, At(other.allocation_id(), 9), At(src.allocation_id(), 7),
+                                 bytes.size()),
               GrpcIsOk());
   std::string read;
   ASSERT_THAT(Download(session, same.allocation_id(), 1, bytes.size(), &read), GrpcIsOk());
@@ -346,13 +359,15 @@ TEST_F(CopyServiceTest, DeviceToDeviceWithinAndAcrossDevices) {
   ASSERT_THAT(Download(session, other.allocation_id(), 9, bytes.size(), &read), GrpcIsOk());
   EXPECT_EQ(read, bytes);
   // Overlapping ranges of one allocation move as memmove does.
-  ASSERT_THAT(CopyDeviceToDevice(session, At(same.allocation_id(), 2), At(same.allocation_id(), 1), 1000),
-              GrpcIsOk());
+  ASSERT_THAT(
+      CopyDeviceToDevice(session, At(same.allocation_id(), 2), At(same.allocation_id(), 1), 1000),
+      GrpcIsOk());
   ASSERT_THAT(Download(session, same.allocation_id(), 2, 1000, &read), GrpcIsOk());
   EXPECT_EQ(read, bytes.substr(0, 1000));
   // Back from device 1 to device 0.
-  ASSERT_THAT(CopyDeviceToDevice(session, At(src.allocation_id(), 0), At(other.allocation_id(), 9), 100),
-              GrpcIsOk());
+  ASSERT_THAT(
+      CopyDeviceToDevice(session, At(src.allocation_id(), 0), At(other.allocation_id(), 9), 100),
+      GrpcIsOk());
   ASSERT_THAT(Download(session, src.allocation_id(), 0, 100, &read), GrpcIsOk());
   EXPECT_EQ(read, bytes.substr(0, 100));
 }
@@ -367,10 +382,12 @@ TEST_F(CopyServiceTest, CrossDeviceCopyWaitsForWorkQueuedOnTheSourceDevice) {
   IpcGate gate(session, socket_path());
   gate.Block(session, 0, 0);
   const std::string bytes = Pattern(kMiB, 41);
-  ASSERT_THAT(Upload(session, src.allocation_id(), 0, bytes, On(0)), GrpcIsOk());  // queued behind the gate
+  ASSERT_THAT(Upload(session, src.allocation_id(), 0, bytes, On(0)),
+              GrpcIsOk());  // queued behind the gate
   grpc::Status copied;
   std::thread copier([&] {
-    copied = CopyDeviceToDevice(session, At(dst.allocation_id(), 0), At(src.allocation_id(), 0), kMiB);
+    copied =
+        CopyDeviceToDevice(session, At(dst.allocation_id(), 0), At(src.allocation_id(), 0), kMiB);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   gate.Release();
@@ -378,14 +395,16 @@ TEST_F(CopyServiceTest, CrossDeviceCopyWaitsForWorkQueuedOnTheSourceDevice) {
   ASSERT_THAT(copied, GrpcIsOk());
   std::string read;
   ASSERT_THAT(Download(session, dst.allocation_id(), 0, kMiB, &read), GrpcIsOk());
-  EXPECT_EQ(FirstPatternMismatch(read.data(), read.size(), 41), read.size()) << "copied before the upload ran";
+  EXPECT_EQ(FirstPatternMismatch(read.data(), read.size(), 41), read.size())
+      << "copied before the upload ran";
 }
 
 TEST_F(CopyServiceTest, MemsetTakesOnlyByteValues) {
   RawSession session(channel_, "memset");
   v1::Allocation a;
   ASSERT_THAT(session.Allocate(0, 100, &a), GrpcIsOk());
-  EXPECT_THAT(Memset(session, a.allocation_id(), 0, 100, 300), GrpcStatusIs(kInvalid, HasSubstr("300")));
+  EXPECT_THAT(Memset(session, a.allocation_id(), 0, 100, 300),
+              GrpcStatusIs(kInvalid, HasSubstr("300")));
   ASSERT_THAT(Memset(session, a.allocation_id(), 10, 80, 255), GrpcIsOk());
   std::string read;
   ASSERT_THAT(Download(session, a.allocation_id(), 0, 100, &read), GrpcIsOk());
@@ -406,8 +425,10 @@ TEST_F(CopyServiceTest, RangesOutsideTheRequestedSizeAreOutOfRange) {
   EXPECT_THAT(Upload(session, id, 990, std::string(11, 'x')), GrpcStatusIs(kOutOfRange));
   std::string read;
   EXPECT_THAT(Download(session, id, kMax, 1, &read), GrpcStatusIs(kOutOfRange));
-  EXPECT_THAT(CopyDeviceToDevice(session, At(b.allocation_id(), 0), At(id, 500), 501), GrpcStatusIs(kOutOfRange));
-  EXPECT_THAT(CopyDeviceToDevice(session, At(b.allocation_id(), kMax), At(id, 0), 2), GrpcStatusIs(kOutOfRange));
+  EXPECT_THAT(CopyDeviceToDevice(session, At(b.allocation_id(), 0), At(id, 500), 501),
+              GrpcStatusIs(kOutOfRange));
+  EXPECT_THAT(CopyDeviceToDevice(session, At(b.allocation_id(), kMax), At(id, 0), 2),
+              GrpcStatusIs(kOutOfRange));
   // Exactly up to the end is fine, as is an empty range at it.
   EXPECT_THAT(Memset(session, id, 999, 1, 1), GrpcIsOk());
   EXPECT_THAT(Memset(session, id, 1000, 0, 1), GrpcIsOk());
@@ -433,11 +454,13 @@ TEST_F(CopyServiceTest, UnsetSourceOrDestinationIsInvalid) {
   v1::HostToDeviceRequest up;
   *up.mutable_dst() = At(a.allocation_id(), 0);
   v1::CopyResponse uploaded;
-  EXPECT_THAT(session.copy().HostToDevice(session.Context().get(), up, &uploaded), GrpcStatusIs(kInvalid));
+  EXPECT_THAT(session.copy().HostToDevice(session.Context().get(), up, &uploaded),
+              GrpcStatusIs(kInvalid));
   v1::DeviceToHostRequest down;
   *down.mutable_src() = At(a.allocation_id(), 0);
   v1::DeviceToHostResponse downloaded;
-  EXPECT_THAT(session.copy().DeviceToHost(session.Context().get(), down, &downloaded), GrpcStatusIs(kInvalid));
+  EXPECT_THAT(session.copy().DeviceToHost(session.Context().get(), down, &downloaded),
+              GrpcStatusIs(kInvalid));
 }
 
 TEST_F(CopyServiceTest, OtherSessionsAndFreedAllocationsAreNotFound) {
@@ -454,8 +477,12 @@ TEST_F(CopyServiceTest, OtherSessionsAndFreedAllocationsAreNotFound) {
     EXPECT_THAT(Memset(mine, id, 0, 16, 0), GrpcStatusIs(kNotFound)) << id;
     EXPECT_THAT(Upload(mine, id, 0, "abc"), GrpcStatusIs(kNotFound)) << id;
     EXPECT_THAT(Download(mine, id, 0, 16, &read), GrpcStatusIs(kNotFound)) << id;
-    EXPECT_THAT(CopyDeviceToDevice(mine, At(own.allocation_id(), 0), At(id, 0), 16), GrpcStatusIs(kNotFound)) << id;
-    EXPECT_THAT(CopyDeviceToDevice(mine, At(id, 0), At(own.allocation_id(), 0), 16), GrpcStatusIs(kNotFound)) << id;
+    EXPECT_THAT(CopyDeviceToDevice(mine, At(own.allocation_id(), 0), At(id, 0), 16),
+                GrpcStatusIs(kNotFound))
+        << id;
+    EXPECT_THAT(CopyDeviceToDevice(mine, At(id, 0), At(own.allocation_id(), 0), 16),
+                GrpcStatusIs(kNotFound))
+        << id;
   }
   std::string read;
   ASSERT_THAT(Download(theirs, foreign.allocation_id(), 0, 4096, &read), GrpcIsOk());
@@ -470,16 +497,19 @@ TEST_F(CopyServiceTest, CompletionEventIsAnInterprocessEventTheClientWaitsOn) {
   IpcGate gate(session, socket_path());
   gate.Block(session, 0, stream);
   v1::CopyResponse queued;
-  ASSERT_THAT(Memset(session, a.allocation_id(), 0, 4096, 0x5A, On(stream, false, /*completion_event=*/true), &queued),
+  ASSERT_THAT(Memset(session, a.allocation_id(), 0, 4096, 0x5A,
+                     On(stream, false, /*completion_event=*/true), &queued),
               GrpcIsOk());
   ASSERT_NE(queued.event(), 0u);
   ASSERT_EQ(queued.event_ipc_handle().size(), kHostIpcEventHandleBytes);
 
   absl::StatusOr<std::string> key = HostIpcEventKey(queued.event_ipc_handle());
   ASSERT_OK(key);
-  absl::StatusOr<SealedMemory> file = FetchMemory(session, socket_path(), *key, kHostIpcEventFileBytes);
+  absl::StatusOr<SealedMemory> file =
+      FetchMemory(session, socket_path(), *key, kHostIpcEventFileBytes);
   ASSERT_OK(file);
-  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened = HostIpcEvent::Adopt(*std::move(file), "completion");
+  absl::StatusOr<std::unique_ptr<HostIpcEvent>> opened =
+      HostIpcEvent::Adopt(*std::move(file), "completion");
   ASSERT_TRUE(opened.ok()) << opened.status();
   HostIpcEvent& event = **opened;
   const uint64_t generation = event.recorded();
@@ -557,7 +587,8 @@ TEST_F(CopyServiceTest, DestroyingAStreamKeepsItsQueuedWorkGuardingTheBlocksItUs
 
   v1::Allocation second;
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &second), GrpcIsOk());
-  EXPECT_NE(second.address(), first.address()) << "reused a block the destroyed stream still writes";
+  EXPECT_NE(second.address(), first.address())
+      << "reused a block the destroyed stream still writes";
   const std::string bytes = Pattern(4 * kMiB, 22);
   ASSERT_THAT(Upload(session, second.allocation_id(), 0, bytes), GrpcIsOk());
   gate.Release();
@@ -585,7 +616,8 @@ TEST_F(CopyServiceTest, DestroyingAStreamAfterItsBlocksWereFreedHoldsNothingBack
   const uint64_t side = NewStream(session, 0);
   v1::Allocation first;
   ASSERT_THAT(session.Allocate(0, 4 * kMiB, &first), GrpcIsOk());
-  ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0x11, On(side, /*wait=*/true)), GrpcIsOk());
+  ASSERT_THAT(Memset(session, first.allocation_id(), 0, 4 * kMiB, 0x11, On(side, /*wait=*/true)),
+              GrpcIsOk());
   ASSERT_THAT(session.Free({first.allocation_id()}), GrpcIsOk());
   ASSERT_THAT(SynchronizeStream(session, 0, side), GrpcIsOk());  // the free's event ran
   ASSERT_THAT(DestroyStream(session, 0, side), GrpcIsOk());
@@ -598,7 +630,8 @@ TEST_F(CopyServiceTest, FreeWithAWaitEventHandleHoldsTheBlockUntilTheEventComple
   RawSession session(channel_, "free-wait");
   v1::Allocation first;
   ASSERT_THAT(session.Allocate(1, 512 * 1024, &first), GrpcIsOk());
-  IpcGate client_work(session, socket_path(), /*device=*/1);  // the client's own stream still reading the block
+  IpcGate client_work(session, socket_path(),
+                      /*device=*/1);  // the client's own stream still reading the block
   v1::FreeRequest free;
   free.add_allocation_ids(first.allocation_id());
   free.add_wait_event_handles(client_work.handle());
@@ -654,7 +687,8 @@ TEST_F(CopyServiceTest, FreeWaitingOnAGoneEventIsNotFoundAndFreesNothing) {
   request.add_allocation_ids(a.allocation_id());
   request.add_wait_event_handles(gone_handle);
   v1::FreeResponse response;
-  EXPECT_THAT(session.memory().Free(session.Context().get(), request, &response), GrpcStatusIs(kNotFound));
+  EXPECT_THAT(session.memory().Free(session.Context().get(), request, &response),
+              GrpcStatusIs(kNotFound));
   EXPECT_EQ(BlockState(session, 0, a.address()), "active_allocated");
 }
 

@@ -48,7 +48,8 @@ class DaemonTest : public ::testing::Test {
     auto daemon = Daemon::Start(options);
     ASSERT_TRUE(daemon.ok()) << daemon.status();
     daemon_ = std::move(*daemon);
-    channel_ = grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials());
   }
 
   const std::string& socket_path() const { return daemon_->socket_path(); }

@@ -26,7 +26,8 @@ class LostDeviceBackend final : public ForwardingBackend {
   absl::Status DeviceHealth(DeviceIndex device) const override {
     if (device == DeviceIndex(1)) {
       return absl::UnavailableError(
-          "CUDA device 1 is unhealthy: cudaErrorIllegalAddress; its context is lost until gpumuxd restarts");
+          "CUDA device 1 is unhealthy: cudaErrorIllegalAddress; its context is lost until gpumuxd "
+          "restarts");
     }
     return target()->DeviceHealth(device);
   }

@@ -63,8 +63,9 @@ TEST_F(EventServiceTest, RecordOnAStreamOfAnotherDeviceUsesPyTorchsMessage) {
   const uint64_t event = NewEvent(session, 0);
   const uint64_t on_one = NewStream(session, 1);
   for (uint64_t stream : {on_one, uint64_t{0}}) {
-    EXPECT_THAT(RecordEvent(session, event, 1, stream),
-                GrpcStatusIs(kInvalid, "Event device 0 does not match recording stream's device 1."))
+    EXPECT_THAT(
+        RecordEvent(session, event, 1, stream),
+        GrpcStatusIs(kInvalid, "Event device 0 does not match recording stream's device 1."))
         << stream;
   }
   EXPECT_TRUE(EventDone(session, event)) << "a refused record records nothing";
@@ -85,18 +86,23 @@ TEST_F(EventServiceTest, ElapsedTimeNeedsTimingEventsThatCompleted) {
   const uint64_t end = NewEvent(session, 0, {.enable_timing = true});
   ASSERT_THAT(RecordEvent(session, plain, 0, 0), GrpcIsOk());
   EXPECT_THAT(ElapsedTime(session, plain, end, nullptr),
-              GrpcStatusIs(kPrecondition, "Both events must be created with argument 'enable_timing=True'."));
+              GrpcStatusIs(kPrecondition,
+                           "Both events must be created with argument 'enable_timing=True'."));
   EXPECT_THAT(ElapsedTime(session, start, plain, nullptr),
-              GrpcStatusIs(kPrecondition, "Both events must be created with argument 'enable_timing=True'."));
-  EXPECT_THAT(ElapsedTime(session, start, end, nullptr), GrpcStatusIs(kPrecondition, HasSubstr("recorded")));
+              GrpcStatusIs(kPrecondition,
+                           "Both events must be created with argument 'enable_timing=True'."));
+  EXPECT_THAT(ElapsedTime(session, start, end, nullptr),
+              GrpcStatusIs(kPrecondition, HasSubstr("recorded")));
 
   const uint64_t stream = NewStream(session, 0);
   IpcGate gate(session, socket_path());
   ASSERT_THAT(RecordEvent(session, start, 0, stream), GrpcIsOk());
   gate.Block(session, 0, stream);
   ASSERT_THAT(RecordEvent(session, end, 0, stream), GrpcIsOk());
-  EXPECT_THAT(ElapsedTime(session, start, end, nullptr), GrpcStatusIs(kPrecondition, HasSubstr("completed")));
-  ASSERT_THAT(SynchronizeEvent(session, start), GrpcIsOk());  // so at least the sleep lies between them
+  EXPECT_THAT(ElapsedTime(session, start, end, nullptr),
+              GrpcStatusIs(kPrecondition, HasSubstr("completed")));
+  ASSERT_THAT(SynchronizeEvent(session, start),
+              GrpcIsOk());  // so at least the sleep lies between them
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   gate.Release();
   ASSERT_THAT(SynchronizeEvent(session, end), GrpcIsOk());
@@ -115,9 +121,11 @@ TEST_F(EventServiceTest, ElapsedTimeNeedsTimingEventsThatCompleted) {
 TEST_F(EventServiceTest, IpcHandlesNeedInterprocessEventsAndSixtyFourBytes) {
   RawSession session(channel_, "ipc");
   const uint64_t plain = NewEvent(session, 0);
-  EXPECT_THAT(GetIpcHandle(session, plain, nullptr), GrpcStatusIs(kPrecondition, HasSubstr("interprocess")));
+  EXPECT_THAT(GetIpcHandle(session, plain, nullptr),
+              GrpcStatusIs(kPrecondition, HasSubstr("interprocess")));
   EXPECT_THAT(OpenIpcHandle(session, 0, std::string(10, 'x'), nullptr),
-              GrpcStatusIs(kInvalid, "cudaIpcEventHandle_t expects byte-like object of size 64, but got 10"));
+              GrpcStatusIs(kInvalid,
+                           "cudaIpcEventHandle_t expects byte-like object of size 64, but got 10"));
   EXPECT_THAT(OpenIpcHandle(session, 0, std::string(64, 'x'), nullptr), GrpcStatusIs(kInvalid));
 
   const uint64_t shared = NewEvent(session, 0, {.interprocess = true});

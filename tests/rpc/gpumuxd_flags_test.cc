@@ -24,13 +24,15 @@ struct ProcessRun {
 };
 
 ProcessRun RunGpumuxd(const std::string& args) {
-  const std::string command = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd") + " " + args + " 2>&1";
+  const std::string command =
+      TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd") + " " + args + " 2>&1";
   ProcessRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    run.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return run;
@@ -40,10 +42,10 @@ TEST(GpumuxdFlagsTest, HelpListsEveryFlagAsTheReadmeSpellsIt) {
   for (const char* help : {"--help", "-h"}) {
     const ProcessRun run = RunGpumuxd(help);
     EXPECT_EQ(run.exit_code, 0) << help;
-    for (const char* flag : {"--socket", "--socket-group", "--listen", "--backend", "--host-devices",
-                             "--host-device-memory", "--host-stream-workers", "--allocator-conf", "--log-level",
-                             "--max-sessions", "--max-streams", "--max-events", "--max-share-tokens",
-                             "--blocking-threads"}) {
+    for (const char* flag : {"--socket", "--socket-group", "--listen", "--backend",
+                             "--host-devices", "--host-device-memory", "--host-stream-workers",
+                             "--allocator-conf", "--log-level", "--max-sessions", "--max-streams",
+                             "--max-events", "--max-share-tokens", "--blocking-threads"}) {
       EXPECT_THAT(run.output, HasSubstr(std::string("  ") + flag + "\n")) << flag;
     }
     EXPECT_THAT(run.output, HasSubstr("KiB, MiB, GiB, TiB"));

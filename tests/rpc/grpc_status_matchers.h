@@ -11,7 +11,8 @@
 namespace gpumux::testing {
 
 MATCHER(GrpcIsOk, "is OK") {
-  if (!arg.ok()) *result_listener << "status is " << arg.error_code() << ": " << arg.error_message();
+  if (!arg.ok())
+    *result_listener << "status is " << arg.error_code() << ": " << arg.error_message();
   return arg.ok();
 }
 

@@ -31,7 +31,8 @@ class IpcGate {
       ADD_FAILURE() << "gate handle: " << got.error_message();
       return;
     }
-    absl::StatusOr<SealedMemory> memory = FetchMemory(session, socket_path, KeyOf(handle_), kHostIpcEventFileBytes);
+    absl::StatusOr<SealedMemory> memory =
+        FetchMemory(session, socket_path, KeyOf(handle_), kHostIpcEventFileBytes);
     absl::StatusOr<std::unique_ptr<HostIpcEvent>> event =
         memory.ok() ? HostIpcEvent::Adopt(*std::move(memory), "gate")
                     : absl::StatusOr<std::unique_ptr<HostIpcEvent>>(memory.status());
@@ -73,7 +74,8 @@ class IpcGate {
     if (event_ == nullptr || released_) return;
     released_ = true;
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
-    event_->Complete(generation_, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+    event_->Complete(generation_,
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
   }
 
  private:

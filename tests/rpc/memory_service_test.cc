@@ -73,7 +73,8 @@ TEST(SocketGroupTest, NonRootMembersOfTheSocketGroupCanConnect) {
     if (child == 0) {
       // Primary group 1 (daemon); the socket's group only as a supplementary one.
       const gid_t groups[] = {gid};
-      if (setgroups(in_group ? 1 : 0, groups) != 0 || setgid(1) != 0 || setuid(65534) != 0) _exit(100);
+      if (setgroups(in_group ? 1 : 0, groups) != 0 || setgid(1) != 0 || setuid(65534) != 0)
+        _exit(100);
       const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
       sockaddr_un address{};
       address.sun_family = AF_UNIX;
@@ -91,7 +92,8 @@ TEST(SocketGroupTest, NonRootMembersOfTheSocketGroupCanConnect) {
   options.socket_path = dir.path() + "/other.sock";
   auto refused = Daemon::Start(options);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("no such group"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("no such group"), std::string::npos)
+      << refused.status();
 }
 
 TEST_F(MemoryServiceTest, TwoSessionMetadataValuesAreRefused) {
@@ -225,11 +227,13 @@ TEST_F(MemoryServiceTest, MemoryFractionCapsReservedBytesWithPyTorchsMessage) {
   ASSERT_TRUE(session.Allocate(0, 30 << 20, &a).ok());
   grpc::Status over = session.Allocate(0, 4 << 20, nullptr);
   EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_NE(over.error_message().find("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
-                                      "capacity of 64.00 MiB"),
+  EXPECT_NE(over.error_message().find(
+                "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total "
+                "capacity of 64.00 MiB"),
             std::string::npos)
       << over.error_message();
-  EXPECT_NE(over.error_message().find("32.00 MiB allowed; "), std::string::npos) << over.error_message();
+  EXPECT_NE(over.error_message().find("32.00 MiB allowed; "), std::string::npos)
+      << over.error_message();
   // Other sessions are not limited by it.
   RawSession free_session(channel_, "unlimited");
   EXPECT_TRUE(free_session.Allocate(0, 20 << 20, nullptr).ok());
@@ -244,14 +248,18 @@ TEST_F(MemoryServiceTest, SummaryHasPyTorchsLayout) {
   ASSERT_TRUE(session.memory().GetSummary(session.Context().get(), request, &summary).ok());
   std::vector<std::string> lines;
   std::string text = summary.text();
-  for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+  for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos;
+       start = end + 1) {
     lines.push_back(text.substr(start, end - start));
   }
   ASSERT_EQ(lines.size(), 47u);
   for (const std::string& line : lines) EXPECT_EQ(line.size(), 77u) << line;
-  EXPECT_EQ(lines[1], "|                  PyTorch CUDA memory summary, device ID 0                 |");
-  EXPECT_EQ(lines[7], "| Allocated memory      |   5120 KiB |   5120 KiB |   5120 KiB |      0 B   |");
-  EXPECT_EQ(lines[19], "| GPU reserved memory   |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   |");
+  EXPECT_EQ(lines[1],
+            "|                  PyTorch CUDA memory summary, device ID 0                 |");
+  EXPECT_EQ(lines[7],
+            "| Allocated memory      |   5120 KiB |   5120 KiB |   5120 KiB |      0 B   |");
+  EXPECT_EQ(lines[19],
+            "| GPU reserved memory   |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   |");
 }
 
 TEST_F(MemoryServiceTest, SnapshotNamesTheOwningSession) {
@@ -299,13 +307,15 @@ TEST_F(MemoryServiceTest, CallsWithoutAValidSessionAreUnauthenticated) {
   v1::AllocateResponse response;
   {
     grpc::ClientContext context;
-    EXPECT_EQ(memory->Allocate(&context, request, &response).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(memory->Allocate(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   RawSession session(channel_, "auth");
   {
     grpc::ClientContext context;
     context.AddMetadata("gpumux-session", std::to_string(session.id()) + ":0000");
-    EXPECT_EQ(memory->Allocate(&context, request, &response).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(memory->Allocate(&context, request, &response).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
   }
   auto sessions = v1::Session::NewStub(channel_);
   v1::PingResponse pong;
@@ -342,7 +352,8 @@ TEST_F(MemoryServiceTest, FreeRequestsAreBoundedAndCheckedForDuplicatesInLinearT
   twice.back() = twice.front();  // the duplicate is the last id: every pair is compared
   status = session.Free(twice);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(status.error_message().find("named twice"), std::string::npos) << status.error_message();
+  EXPECT_NE(status.error_message().find("named twice"), std::string::npos)
+      << status.error_message();
 
   v1::AllocateRequest allocate;
   allocate.set_device(0);

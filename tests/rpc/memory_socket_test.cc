@@ -5,8 +5,8 @@
 // allows) serves on.
 
 #include <fcntl.h>
-#include <signal.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -43,7 +43,8 @@ class RawMemorySocket {
 
   // Sends `payload` (with `fds`) and returns the reply's status; `fds_back`
   // receives how many descriptors came with it.
-  absl::Status Ask(const std::string& payload, std::vector<int> fds = {}, size_t* fds_back = nullptr) {
+  absl::Status Ask(const std::string& payload, std::vector<int> fds = {},
+                   size_t* fds_back = nullptr) {
     if (absl::Status sent = SendFds(socket_.get(), payload, fds); !sent.ok()) return sent;
     absl::StatusOr<PassedMessage> reply = ReceiveFds(socket_.get());
     if (!reply.ok()) return reply.status();
@@ -85,7 +86,8 @@ TEST_F(MemorySocketTest, HandsAnAllocationsSegmentToItsSessionOnOneConnection) {
   ASSERT_TRUE(socket.connected());
   for (const v1::Allocation* allocation : {&a, &b, &a}) {
     size_t fds = 0;
-    EXPECT_OK(socket.Ask(FormatMemoryRequest(session.credentials(), allocation->segment_handle().data()), {}, &fds));
+    EXPECT_OK(socket.Ask(
+        FormatMemoryRequest(session.credentials(), allocation->segment_handle().data()), {}, &fds));
     EXPECT_EQ(fds, 1u);
   }
 }
@@ -116,7 +118,8 @@ TEST_F(MemorySocketTest, BadRequestsGetPreciseAnswersAndTheConnectionServesOn) {
       {FormatMemoryRequest("nocolon", key), absl::StatusCode::kUnauthenticated, "malformed"},
       {FormatMemoryRequest(absl::StrCat(session.id(), ":", std::string(32, '0')), key),
        absl::StatusCode::kUnauthenticated, "secret does not match"},
-      {FormatMemoryRequest("999999:" + session.secret(), key), absl::StatusCode::kUnauthenticated, "not open"},
+      {FormatMemoryRequest("999999:" + session.secret(), key), absl::StatusCode::kUnauthenticated,
+       "not open"},
       {FormatMemoryRequest(credentials, std::string(32, 'a')), absl::StatusCode::kNotFound,
        "no shared memory is filed under key"},
       {std::string("\xff\xfe\x00garbage", 10), kInvalid, "starts with"},
@@ -148,7 +151,8 @@ TEST_F(MemorySocketTest, AnOversizedRequestClosesOnlyItsConnection) {
   RawMemorySocket socket(MemoryPath());
   ASSERT_TRUE(socket.connected());
   const std::string huge(kMaxPassedPayload + 100, 'x');
-  ASSERT_EQ(send(socket.fd(), huge.data(), huge.size(), MSG_NOSIGNAL), static_cast<ssize_t>(huge.size()));
+  ASSERT_EQ(send(socket.fd(), huge.data(), huge.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(huge.size()));
   char reply[16];
   EXPECT_EQ(recv(socket.fd(), reply, sizeof(reply), 0), 0) << "the connection stayed open";
   RawMemorySocket next(MemoryPath());
@@ -162,8 +166,9 @@ TEST_F(MemorySocketTest, AStagingBufferIsItsSessionsAlone) {
   const std::string key = StagingKey(owner);
   RawMemorySocket socket(MemoryPath());
   ASSERT_TRUE(socket.connected());
-  EXPECT_THAT(socket.Ask(FormatMemoryRequest(other.credentials(), key)),
-              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
+  EXPECT_THAT(
+      socket.Ask(FormatMemoryRequest(other.credentials(), key)),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("belongs to another session")));
   EXPECT_OK(socket.Ask(FormatMemoryRequest(owner.credentials(), key)));
 }
 
@@ -188,13 +193,15 @@ TEST_F(MemorySocketTest, ReleasedMemoryAndEndedSessionsAreRefused) {
     }
     return status;
   };
-  EXPECT_THAT(answer_within(FormatMemoryRequest(credentials, key), absl::StatusCode::kUnauthenticated),
-              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("not open")));
+  EXPECT_THAT(
+      answer_within(FormatMemoryRequest(credentials, key), absl::StatusCode::kUnauthenticated),
+      StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("not open")));
   // Its segment went back to the daemon with it: another session holding
   // the key finds nothing.
   RawSession later(channel_, "later");
-  EXPECT_THAT(answer_within(FormatMemoryRequest(later.credentials(), key), absl::StatusCode::kNotFound),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      answer_within(FormatMemoryRequest(later.credentials(), key), absl::StatusCode::kNotFound),
+      StatusIs(absl::StatusCode::kNotFound));
 }
 
 // The memory socket belongs to the socket group as the gRPC socket does, and
@@ -214,7 +221,9 @@ TEST(MemorySocketPeerTest, TheSocketGroupMayConnectButStolenCredentialsAreRefuse
   EXPECT_EQ(st.st_gid, gid);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
 
-  RawSession session(grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials()), "owner");
+  RawSession session(
+      grpc::CreateChannel("unix://" + options.socket_path, grpc::InsecureChannelCredentials()),
+      "owner");
   v1::Allocation a;
   ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
   const std::string request = FormatMemoryRequest(session.credentials(), a.segment_handle().data());
@@ -247,13 +256,15 @@ TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
     void Terminate(absl::string_view) override {}
   };
   SessionRegistry registry;
-  absl::StatusOr<OpenedSession> opened = registry.Open(SessionInfo{.client_name = "peer"}, std::make_shared<NoSink>());
+  absl::StatusOr<OpenedSession> opened =
+      registry.Open(SessionInfo{.client_name = "peer"}, std::make_shared<NoSink>());
   ASSERT_OK(opened);
   const SessionId id = opened->info.id;
   EXPECT_OK(registry.BindMemoryPeer(id, 1000));
   EXPECT_OK(registry.BindMemoryPeer(id, 1000));
-  EXPECT_THAT(registry.BindMemoryPeer(id, 1001),
-              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("a process of uid 1001 may not")));
+  EXPECT_THAT(
+      registry.BindMemoryPeer(id, 1001),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("a process of uid 1001 may not")));
   EXPECT_THAT(registry.BindMemoryPeer(SessionId(id.value() + 1), 1000),
               StatusIs(absl::StatusCode::kUnauthenticated));
 }

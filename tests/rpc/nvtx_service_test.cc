@@ -24,7 +24,8 @@ grpc::Status Push(RawSession& session, const std::string& message, int* depth = 
 
 grpc::Status Pop(RawSession& session, int* depth = nullptr) {
   v1::NvtxDepth response;
-  grpc::Status status = session.nvtx().RangePop(session.Context().get(), v1::NvtxRangePopRequest(), &response);
+  grpc::Status status =
+      session.nvtx().RangePop(session.Context().get(), v1::NvtxRangePopRequest(), &response);
   if (depth != nullptr) *depth = response.depth();
   return status;
 }
@@ -50,7 +51,8 @@ TEST_F(NvtxServiceTest, PushAndPopReportDepths) {
   EXPECT_EQ(depth, 1);
   ASSERT_THAT(Pop(session, &depth), GrpcIsOk());
   EXPECT_EQ(depth, 0);
-  EXPECT_THAT(Pop(session), GrpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("range_push")));
+  EXPECT_THAT(Pop(session),
+              GrpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION, HasSubstr("range_push")));
   ASSERT_THAT(Push(session, "again", &depth), GrpcIsOk());
   EXPECT_EQ(depth, 0);
 }
@@ -71,9 +73,12 @@ TEST_F(NvtxServiceTest, SessionsKeepTheirOwnStacks) {
 TEST_F(NvtxServiceTest, MessagesAreAtMost4096Bytes) {
   RawSession session(channel_, "long");
   EXPECT_THAT(Mark(session, std::string(4096, 'm')), GrpcIsOk());
-  EXPECT_THAT(Mark(session, std::string(4097, 'm')), GrpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("4097")));
-  EXPECT_THAT(Push(session, std::string(4097, 'p')), GrpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT));
-  EXPECT_THAT(Pop(session), GrpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION)) << "a refused push opened a range";
+  EXPECT_THAT(Mark(session, std::string(4097, 'm')),
+              GrpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT, HasSubstr("4097")));
+  EXPECT_THAT(Push(session, std::string(4097, 'p')),
+              GrpcStatusIs(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(Pop(session), GrpcStatusIs(grpc::StatusCode::FAILED_PRECONDITION))
+      << "a refused push opened a range";
   EXPECT_THAT(Mark(session, ""), GrpcIsOk());
 }
 
@@ -91,7 +96,8 @@ TEST_F(NvtxServiceTest, CallsNeedASession) {
   grpc::ClientContext context;
   v1::NvtxMessage request;
   v1::NvtxMarkResponse response;
-  EXPECT_THAT(nvtx->Mark(&context, request, &response), GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
+  EXPECT_THAT(nvtx->Mark(&context, request, &response),
+              GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
 }
 
 }  // namespace

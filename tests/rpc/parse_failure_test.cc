@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
 
 namespace gpumux::testing {
@@ -51,8 +51,10 @@ TEST_F(ParseFailureTest, RandomBytesToAUnaryMethodAreInvalidArgument) {
   for (const char* method : {"/gpumux.v1.Memory/Allocate", "/gpumux.v1.Device/GetDeviceCount",
                              "/gpumux.v1.Copy/HostToDevice", "/gpumux.v1.Session/Ping"}) {
     grpc::Status status = CallWithBytes(method, {garbage});
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << status.error_message();
-    EXPECT_NE(status.error_message().find("could not be parsed"), std::string::npos) << status.error_message();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("could not be parsed"), std::string::npos)
+        << status.error_message();
     EXPECT_NE(status.error_message().find(method), std::string::npos) << status.error_message();
   }
   RawSession still(channel_, "still-serving");
@@ -61,7 +63,8 @@ TEST_F(ParseFailureTest, RandomBytesToAUnaryMethodAreInvalidArgument) {
 
 TEST_F(ParseFailureTest, AStringFieldThatIsNotUtf8IsInvalidArgument) {
   // ImportRequest{token: "\xff\xfe"}: proto3 strings must be UTF-8.
-  grpc::Status status = CallWithBytes("/gpumux.v1.Memory/Import", {std::string("\x0a\x02\xff\xfe", 4)});
+  grpc::Status status =
+      CallWithBytes("/gpumux.v1.Memory/Import", {std::string("\x0a\x02\xff\xfe", 4)});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_NE(status.error_message().find("UTF-8"), std::string::npos) << status.error_message();
 }

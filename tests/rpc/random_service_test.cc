@@ -27,7 +27,8 @@ constexpr auto kNotFound = grpc::StatusCode::NOT_FOUND;
 constexpr auto kOutOfRange = grpc::StatusCode::OUT_OF_RANGE;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-v1::GenerateRequest Uniform(uint64_t allocation, v1::Dtype dtype, uint64_t elements, double low, double high) {
+v1::GenerateRequest Uniform(uint64_t allocation, v1::Dtype dtype, uint64_t elements, double low,
+                            double high) {
   v1::GenerateRequest request;
   request.mutable_dst()->set_allocation_id(allocation);
   request.set_dtype(dtype);
@@ -37,7 +38,8 @@ v1::GenerateRequest Uniform(uint64_t allocation, v1::Dtype dtype, uint64_t eleme
   return request;
 }
 
-v1::GenerateRequest Normal(uint64_t allocation, v1::Dtype dtype, uint64_t elements, double mean, double std) {
+v1::GenerateRequest Normal(uint64_t allocation, v1::Dtype dtype, uint64_t elements, double mean,
+                           double std) {
   v1::GenerateRequest request;
   request.mutable_dst()->set_allocation_id(allocation);
   request.set_dtype(dtype);
@@ -60,13 +62,27 @@ v1::GenerateRequest Bits(uint64_t allocation, v1::Dtype dtype, uint64_t elements
 RngRequest ToRng(const v1::GenerateRequest& request) {
   RngRequest rng;
   switch (request.dtype()) {
-    case v1::DTYPE_FLOAT64: rng.dtype = RngDtype::kF64; break;
-    case v1::DTYPE_FLOAT16: rng.dtype = RngDtype::kF16; break;
-    case v1::DTYPE_BFLOAT16: rng.dtype = RngDtype::kBF16; break;
-    case v1::DTYPE_INT32: rng.dtype = RngDtype::kI32; break;
-    case v1::DTYPE_INT64: rng.dtype = RngDtype::kI64; break;
-    case v1::DTYPE_UINT8: rng.dtype = RngDtype::kU8; break;
-    default: rng.dtype = RngDtype::kF32; break;
+    case v1::DTYPE_FLOAT64:
+      rng.dtype = RngDtype::kF64;
+      break;
+    case v1::DTYPE_FLOAT16:
+      rng.dtype = RngDtype::kF16;
+      break;
+    case v1::DTYPE_BFLOAT16:
+      rng.dtype = RngDtype::kBF16;
+      break;
+    case v1::DTYPE_INT32:
+      rng.dtype = RngDtype::kI32;
+      break;
+    case v1::DTYPE_INT64:
+      rng.dtype = RngDtype::kI64;
+      break;
+    case v1::DTYPE_UINT8:
+      rng.dtype = RngDtype::kU8;
+      break;
+    default:
+      rng.dtype = RngDtype::kF32;
+      break;
   }
   rng.elements = request.elements();
   if (request.has_uniform()) {
@@ -139,7 +155,8 @@ class RandomServiceTest : public DaemonTest {
     v1::InitialSeedRequest request;
     request.set_device(device);
     v1::SeedResponse response;
-    EXPECT_THAT(session_->random().InitialSeed(session_->Context().get(), request, &response), GrpcIsOk());
+    EXPECT_THAT(session_->random().InitialSeed(session_->Context().get(), request, &response),
+                GrpcIsOk());
     return response.seed();
   }
 
@@ -148,7 +165,8 @@ class RandomServiceTest : public DaemonTest {
     request.set_device(device);
     request.set_all_devices(all_devices);
     v1::GetRngStateResponse response;
-    grpc::Status status = session_->random().GetState(session_->Context().get(), request, &response);
+    grpc::Status status =
+        session_->random().GetState(session_->Context().get(), request, &response);
     states->assign(response.states().begin(), response.states().end());
     return status;
   }
@@ -170,14 +188,16 @@ class RandomServiceTest : public DaemonTest {
 
   grpc::Status Generate(const v1::GenerateRequest& request, v1::GenerateResponse* out = nullptr) {
     v1::GenerateResponse response;
-    grpc::Status status = session_->random().Generate(session_->Context().get(), request, &response);
+    grpc::Status status =
+        session_->random().Generate(session_->Context().get(), request, &response);
     if (out != nullptr) *out = response;
     return status;
   }
 
   // Generates, then reads the filled bytes back (in 1 MiB pieces, under
   // gRPC's default receive limit).
-  std::string GenerateAndRead(const v1::GenerateRequest& request, v1::GenerateResponse* out = nullptr) {
+  std::string GenerateAndRead(const v1::GenerateRequest& request,
+                              v1::GenerateResponse* out = nullptr) {
     EXPECT_THAT(Generate(request, out), GrpcIsOk());
     const uint64_t size = request.elements() * RngElementSize(ToRng(request).dtype);
     std::string bytes;
@@ -187,7 +207,8 @@ class RandomServiceTest : public DaemonTest {
       read.mutable_src()->set_offset(request.dst().offset() + done);
       read.set_inline_size(std::min(size - done, kMiB));
       v1::DeviceToHostResponse response;
-      EXPECT_THAT(session_->copy().DeviceToHost(session_->Context().get(), read, &response), GrpcIsOk());
+      EXPECT_THAT(session_->copy().DeviceToHost(session_->Context().get(), read, &response),
+                  GrpcIsOk());
       if (response.data().size() != read.inline_size()) break;
       bytes += response.data();
       done += read.inline_size();
@@ -233,12 +254,12 @@ TEST_F(RandomServiceTest, OffsetsAdvanceByMultiplesOfFour) {
   };
   const uint64_t a = allocation(1);
   const Step steps[] = {
-      {Uniform(a, v1::DTYPE_FLOAT32, 5, 0, 1), 8},    // 5 words
-      {Uniform(a, v1::DTYPE_FLOAT64, 3, 0, 1), 8},    // 6 words
-      {Bits(a, v1::DTYPE_UINT8, 1), 4},               // 1 word
-      {Normal(a, v1::DTYPE_FLOAT32, 3, 0, 1), 4},     // 3 words
-      {Uniform(a, v1::DTYPE_INT64, 2, -9, 9), 4},     // 4 words
-      {Normal(a, v1::DTYPE_BFLOAT16, 4, 0, 1), 4},    // 4 words
+      {Uniform(a, v1::DTYPE_FLOAT32, 5, 0, 1), 8},  // 5 words
+      {Uniform(a, v1::DTYPE_FLOAT64, 3, 0, 1), 8},  // 6 words
+      {Bits(a, v1::DTYPE_UINT8, 1), 4},             // 1 word
+      {Normal(a, v1::DTYPE_FLOAT32, 3, 0, 1), 4},   // 3 words
+      {Uniform(a, v1::DTYPE_INT64, 2, -9, 9), 4},   // 4 words
+      {Normal(a, v1::DTYPE_BFLOAT16, 4, 0, 1), 4},  // 4 words
       {Bits(a, v1::DTYPE_INT32, 4097), 4100},
   };
   uint64_t offset = 0;
@@ -265,8 +286,10 @@ TEST_F(RandomServiceTest, SetStateTakesSixteenOrEightBytes) {
   ASSERT_THAT(SetState(0, false, {State(777, 0).substr(0, 8)}), GrpcIsOk());
   EXPECT_EQ(StateOf(0), State(777, 0));
 
-  EXPECT_THAT(SetState(0, false, {std::string(15, 'x')}), GrpcStatusIs(kInvalid, "RNG state is wrong size"));
-  EXPECT_THAT(SetState(0, false, {State(1, 6)}), GrpcStatusIs(kInvalid, "offset must be a multiple of 4"));
+  EXPECT_THAT(SetState(0, false, {std::string(15, 'x')}),
+              GrpcStatusIs(kInvalid, "RNG state is wrong size"));
+  EXPECT_THAT(SetState(0, false, {State(1, 6)}),
+              GrpcStatusIs(kInvalid, "offset must be a multiple of 4"));
   EXPECT_THAT(SetState(0, false, {State(1, 0), State(1, 0)}), GrpcStatusIs(kInvalid));
   EXPECT_THAT(SetState(2, false, {State(1, 0)}), GrpcStatusIs(kInvalid));
   EXPECT_EQ(StateOf(0), State(777, 0)) << "a refused state changed the generator";
@@ -283,7 +306,8 @@ TEST_F(RandomServiceTest, AllDevicesVariantsActOnEveryDevice) {
   ASSERT_THAT(GetState(0, true, &states), GrpcIsOk());
   EXPECT_THAT(states, ::testing::ElementsAre(State(5, 8), State(6, 16)));
   // All or nothing: one bad state sets none.
-  EXPECT_THAT(SetState(0, true, {State(1, 0), std::string(9, 'x')}), GrpcStatusIs(kInvalid, "RNG state is wrong size"));
+  EXPECT_THAT(SetState(0, true, {State(1, 0), std::string(9, 'x')}),
+              GrpcStatusIs(kInvalid, "RNG state is wrong size"));
   EXPECT_THAT(SetState(0, true, {State(1, 0), State(1, 2)}),
               GrpcStatusIs(kInvalid, "offset must be a multiple of 4"));
   EXPECT_THAT(SetState(0, true, {State(1, 0)}), GrpcStatusIs(kInvalid));
@@ -357,7 +381,8 @@ TEST_F(RandomServiceTest, IntegerUniformAndRawBitsMatchFillRandom) {
 TEST_F(RandomServiceTest, NormalSamplesHaveTheAskedMeanAndStd) {
   ASSERT_THAT(ManualSeed(0, 7), GrpcIsOk());
   constexpr int kSamples = 1 << 20;
-  const std::string bytes = GenerateAndRead(Normal(allocation(0), v1::DTYPE_FLOAT32, kSamples, 1.5, 0.5));
+  const std::string bytes =
+      GenerateAndRead(Normal(allocation(0), v1::DTYPE_FLOAT32, kSamples, 1.5, 0.5));
   ASSERT_EQ(bytes.size(), size_t{kSamples} * 4);
   std::vector<float> values(kSamples);
   std::memcpy(values.data(), bytes.data(), bytes.size());
@@ -376,7 +401,8 @@ TEST_F(RandomServiceTest, NormalSamplesHaveTheAskedMeanAndStd) {
 TEST_F(RandomServiceTest, BadRequestsAreRefusedWithoutMovingTheGenerator) {
   ASSERT_THAT(ManualSeed(0, 8), GrpcIsOk());
   const uint64_t a = allocation(0);
-  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_UNSPECIFIED, 4, 0, 1)), GrpcStatusIs(kInvalid, HasSubstr("dtype")));
+  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_UNSPECIFIED, 4, 0, 1)),
+              GrpcStatusIs(kInvalid, HasSubstr("dtype")));
   v1::GenerateRequest no_distribution = Bits(a, v1::DTYPE_FLOAT32, 4);
   no_distribution.clear_bits();
   EXPECT_THAT(Generate(no_distribution), GrpcStatusIs(kInvalid, HasSubstr("distribution")));
@@ -384,11 +410,13 @@ TEST_F(RandomServiceTest, BadRequestsAreRefusedWithoutMovingTheGenerator) {
   EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, 4, 1, 1)), GrpcStatusIs(kInvalid));
   EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, 0, 0, 1)), GrpcStatusIs(kInvalid));
   // 8 MiB hold 2 Mi floats; one more overflows, as does an offset pushing past the end.
-  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, 2 * kMiB + 1, 0, 1)), GrpcStatusIs(kOutOfRange));
+  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, 2 * kMiB + 1, 0, 1)),
+              GrpcStatusIs(kOutOfRange));
   v1::GenerateRequest shifted = Bits(a, v1::DTYPE_INT64, kMiB);
   shifted.mutable_dst()->set_offset(1);
   EXPECT_THAT(Generate(shifted), GrpcStatusIs(kOutOfRange));
-  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, uint64_t{1} << 61, 0, 1)), GrpcStatusIs(kInvalid));
+  EXPECT_THAT(Generate(Uniform(a, v1::DTYPE_FLOAT32, uint64_t{1} << 61, 0, 1)),
+              GrpcStatusIs(kInvalid));
   EXPECT_THAT(Generate(Uniform(999999, v1::DTYPE_FLOAT32, 4, 0, 1)), GrpcStatusIs(kNotFound));
   EXPECT_EQ(StateOf(0), State(8, 0));
   // Exactly filling the allocation is fine.

@@ -20,7 +20,8 @@ inline v1::StreamRef Ref(int device, uint64_t stream) {
   return ref;
 }
 
-inline grpc::Status CreateStream(RawSession& session, int device, int priority, v1::CreateStreamResponse* out) {
+inline grpc::Status CreateStream(RawSession& session, int device, int priority,
+                                 v1::CreateStreamResponse* out) {
   v1::CreateStreamRequest request;
   request.set_device(device);
   request.set_priority(priority);
@@ -69,7 +70,8 @@ inline grpc::Status WaitEvent(RawSession& session, int device, uint64_t stream, 
   return session.stream().WaitEvent(session.Context().get(), request, &response);
 }
 
-inline grpc::Status WaitStream(RawSession& session, const v1::StreamRef& stream, const v1::StreamRef& other) {
+inline grpc::Status WaitStream(RawSession& session, const v1::StreamRef& stream,
+                               const v1::StreamRef& other) {
   v1::WaitStreamRequest request;
   *request.mutable_stream() = stream;
   *request.mutable_other() = other;
@@ -156,7 +158,8 @@ inline grpc::Status GetIpcHandle(RawSession& session, uint64_t event, std::strin
   return status;
 }
 
-inline grpc::Status OpenIpcHandle(RawSession& session, int device, const std::string& handle, uint64_t* event) {
+inline grpc::Status OpenIpcHandle(RawSession& session, int device, const std::string& handle,
+                                  uint64_t* event) {
   v1::OpenIpcHandleRequest request;
   request.set_device(device);
   request.set_handle(handle);

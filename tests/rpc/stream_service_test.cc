@@ -40,14 +40,16 @@ TEST_F(StreamServiceTest, PriorityRangeIsHoppers) {
     v1::GetPriorityRangeRequest request;
     request.set_device(device);
     v1::GetPriorityRangeResponse range;
-    ASSERT_THAT(session.stream().GetPriorityRange(session.Context().get(), request, &range), GrpcIsOk());
+    ASSERT_THAT(session.stream().GetPriorityRange(session.Context().get(), request, &range),
+                GrpcIsOk());
     EXPECT_EQ(range.least(), 0);
     EXPECT_EQ(range.greatest(), -5);
   }
   v1::GetPriorityRangeRequest request;
   request.set_device(2);
   v1::GetPriorityRangeResponse range;
-  EXPECT_THAT(session.stream().GetPriorityRange(session.Context().get(), request, &range), GrpcStatusIs(kInvalid));
+  EXPECT_THAT(session.stream().GetPriorityRange(session.Context().get(), request, &range),
+              GrpcStatusIs(kInvalid));
 }
 
 TEST_F(StreamServiceTest, CallsNeedASession) {
@@ -57,12 +59,14 @@ TEST_F(StreamServiceTest, CallsNeedASession) {
   v1::StreamRequest sync;
   v1::SynchronizeStreamResponse synced;
   grpc::ClientContext sync_context;
-  EXPECT_THAT(streams->Synchronize(&sync_context, sync, &synced), GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
+  EXPECT_THAT(streams->Synchronize(&sync_context, sync, &synced),
+              GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
   v1::CreateEventRequest create;
   v1::CreateEventResponse created;
   grpc::ClientContext create_context;
   create_context.AddMetadata("gpumux-session", std::to_string(session.id()) + ":wrong");
-  EXPECT_THAT(events->Create(&create_context, create, &created), GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
+  EXPECT_THAT(events->Create(&create_context, create, &created),
+              GrpcStatusIs(grpc::StatusCode::UNAUTHENTICATED));
 }
 
 TEST_F(StreamServiceTest, CreateClampsPriorityIntoTheRange) {
@@ -88,7 +92,8 @@ TEST_F(StreamServiceTest, DefaultStreamWorksWithoutCreationAndCannotBeDestroyed)
   for (int device : {0, 1}) {
     EXPECT_TRUE(StreamDone(session, device, 0));
     EXPECT_THAT(SynchronizeStream(session, device, 0), GrpcIsOk());
-    EXPECT_THAT(DestroyStream(session, device, 0), GrpcStatusIs(kInvalid, HasSubstr("default stream")));
+    EXPECT_THAT(DestroyStream(session, device, 0),
+                GrpcStatusIs(kInvalid, HasSubstr("default stream")));
   }
   EXPECT_THAT(QueryStream(session, 2, 0, nullptr), GrpcStatusIs(kInvalid));
 }
@@ -96,7 +101,8 @@ TEST_F(StreamServiceTest, DefaultStreamWorksWithoutCreationAndCannotBeDestroyed)
 TEST_F(StreamServiceTest, StreamNamedWithAnotherDeviceIsInvalidArgument) {
   RawSession session(channel_, "devices");
   const uint64_t on_one = NewStream(session, 1);
-  EXPECT_THAT(QueryStream(session, 0, on_one, nullptr), GrpcStatusIs(kInvalid, HasSubstr("is on device 1")));
+  EXPECT_THAT(QueryStream(session, 0, on_one, nullptr),
+              GrpcStatusIs(kInvalid, HasSubstr("is on device 1")));
   EXPECT_THAT(SynchronizeStream(session, 0, on_one), GrpcStatusIs(kInvalid));
   EXPECT_THAT(DestroyStream(session, 0, on_one), GrpcStatusIs(kInvalid));
   // The failed destroy left it alone.
@@ -141,7 +147,8 @@ TEST_F(StreamServiceTest, QueryIsFalseWhileWorkIsPendingAndTrueAfterSynchronize)
   ASSERT_THAT(session.copy().Memset(session.Context().get(), memset, &queued), GrpcIsOk());
 
   EXPECT_FALSE(StreamDone(session, 0, stream));
-  EXPECT_TRUE(StreamDone(session, 0, 0)) << "the default stream does not queue behind another stream";
+  EXPECT_TRUE(StreamDone(session, 0, 0))
+      << "the default stream does not queue behind another stream";
   gate.Release();
   EXPECT_THAT(SynchronizeStream(session, 0, stream), GrpcIsOk());
   EXPECT_TRUE(StreamDone(session, 0, stream));
@@ -214,14 +221,16 @@ TEST_F(StreamServiceTest, WaitStreamOrdersAfterTheOtherStreamsWorkSoFar) {
   gate.Block(session, 0, blocked);
   ASSERT_THAT(WaitStream(session, Ref(0, same_device), Ref(0, blocked)), GrpcIsOk());
   ASSERT_THAT(WaitStream(session, Ref(1, 0), Ref(0, blocked)), GrpcIsOk());  // across devices
-  ASSERT_THAT(WaitStream(session, Ref(0, blocked), Ref(0, blocked)), GrpcIsOk());  // itself: a no-op
+  ASSERT_THAT(WaitStream(session, Ref(0, blocked), Ref(0, blocked)),
+              GrpcIsOk());  // itself: a no-op
 
   EXPECT_FALSE(StreamDone(session, 0, same_device));
   EXPECT_FALSE(StreamDone(session, 1, 0));
   gate.Release();
   EXPECT_THAT(SynchronizeStream(session, 0, same_device), GrpcIsOk());
   EXPECT_THAT(SynchronizeStream(session, 1, 0), GrpcIsOk());
-  EXPECT_THAT(SynchronizeStream(session, 0, blocked), GrpcIsOk());  // its last item may still be returning
+  EXPECT_THAT(SynchronizeStream(session, 0, blocked),
+              GrpcIsOk());  // its last item may still be returning
   EXPECT_TRUE(StreamDone(session, 0, blocked));
   EXPECT_THAT(WaitStream(session, Ref(0, same_device), Ref(1, blocked)), GrpcStatusIs(kInvalid));
 }
@@ -361,7 +370,8 @@ TEST_F(StreamServiceTest, OneSessionsBlockedCallsDoNotStallAnothersBlockingCalls
   std::vector<grpc::Status> results(kCalls);
   std::vector<std::thread> callers;
   for (int i = 0; i < kCalls; ++i) {
-    callers.emplace_back([&, i] { results[static_cast<size_t>(i)] = SynchronizeStream(hog, 0, stream); });
+    callers.emplace_back(
+        [&, i] { results[static_cast<size_t>(i)] = SynchronizeStream(hog, 0, stream); });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 
@@ -410,9 +420,11 @@ TEST_F(StreamServiceTest, ShutdownDoesNotHangOnASynchronizeThatWaitsForAnotherPr
   gate.Release();  // lets a hung shutdown finish, so the test itself ends
   stopper.join();
   caller.join();
-  EXPECT_TRUE(stopped_in_time) << "Daemon::Shutdown waited for an event only another process completes";
+  EXPECT_TRUE(stopped_in_time)
+      << "Daemon::Shutdown waited for an event only another process completes";
   // The stream gave up its wait, and the call in flight says why.
-  EXPECT_THAT(synchronized, GrpcStatusIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
+  EXPECT_THAT(synchronized,
+              GrpcStatusIs(grpc::StatusCode::UNAVAILABLE, HasSubstr("shutting down")));
 }
 
 }  // namespace

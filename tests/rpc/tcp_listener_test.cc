@@ -4,11 +4,11 @@
 #include <string>
 
 #include "gpumux/v1/device.grpc.pb.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/rpc/daemon_fixture.h"
 
 namespace gpumux::testing {
@@ -93,8 +93,10 @@ TEST_F(TcpListenerTest, HealthOverTcpKnowsOnlyTheServicesItServes) {
     return health->Check(&context, request, response);
   };
   grpc::health::v1::HealthCheckResponse response;
-  for (const char* service : {"gpumux.v1.Memory", "gpumux.v1.Session", "gpumux.v1.Copy", "gpumux.v1.Stream"}) {
-    EXPECT_EQ(check(Tcp(), service, &response).error_code(), grpc::StatusCode::NOT_FOUND) << service;
+  for (const char* service :
+       {"gpumux.v1.Memory", "gpumux.v1.Session", "gpumux.v1.Copy", "gpumux.v1.Stream"}) {
+    EXPECT_EQ(check(Tcp(), service, &response).error_code(), grpc::StatusCode::NOT_FOUND)
+        << service;
     ASSERT_TRUE(check(channel_, service, &response).ok()) << service;
     EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
   }
@@ -108,7 +110,8 @@ TEST_F(TcpListenerTest, ReflectionListsTheServices) {
   grpc::GenericStub stub(channel_);
   grpc::ClientContext context;
   grpc::CompletionQueue cq;
-  auto call = stub.PrepareCall(&context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(
+      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   void* tag = nullptr;
   bool ok = false;
   call->StartCall(reinterpret_cast<void*>(1));
@@ -124,8 +127,10 @@ TEST_F(TcpListenerTest, ReflectionListsTheServices) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(reply.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  for (const char* service : {"gpumux.v1.Session", "gpumux.v1.Memory", "gpumux.v1.Device", "gpumux.v1.Observe"}) {
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const char* service :
+       {"gpumux.v1.Session", "gpumux.v1.Memory", "gpumux.v1.Device", "gpumux.v1.Observe"}) {
     EXPECT_NE(bytes.find(service), std::string::npos) << service;
   }
   context.TryCancel();
@@ -144,8 +149,8 @@ TEST(ListenAddressTest, APortOutsideItsRangeOrAMalformedAddressIsRefused) {
   options.socket_path = dir.path() + "/gpumux.sock";
   options.backend = "host";
   options.host_device_memory = uint64_t{64} << 20;
-  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:", "127.0.0.1", ":50051", "127.0.0.1:-1", "127.0.0.1:8o",
-                          "::1:50051"}) {
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:", "127.0.0.1", ":50051", "127.0.0.1:-1",
+                          "127.0.0.1:8o", "::1:50051"}) {
     options.listen_address = bad;
     absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
     EXPECT_EQ(daemon.status().code(), absl::StatusCode::kInvalidArgument) << bad;

@@ -9,7 +9,8 @@ namespace gpumux::testing {
 void DaemonClientTest::SetUp() {
   daemon_ = std::make_unique<InProcessDaemon>(options_.daemon);
   if (!options_.connect) return;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_->address(), options_.client);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(daemon_->address(), options_.client);
   ASSERT_OK(client);
   client_ = std::move(client).value();
 }

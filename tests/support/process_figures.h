@@ -40,7 +40,8 @@ inline ProcessFigures ReadProcessFigures(pid_t pid) {
 inline double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(p * static_cast<double>(values.size())))];
+  return values[std::min(values.size() - 1,
+                         static_cast<size_t>(p * static_cast<double>(values.size())))];
 }
 
 }  // namespace gpumux::testing

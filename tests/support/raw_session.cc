@@ -31,9 +31,11 @@ TempDir::~TempDir() {
   if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
-RawSession::RawSession(std::shared_ptr<grpc::Channel> channel, const std::string& name, const std::string& tenant)
+RawSession::RawSession(std::shared_ptr<grpc::Channel> channel, const std::string& name,
+                       const std::string& tenant)
     : WireSession(std::move(channel), name, tenant) {
-  if (!open_status().ok()) ADD_FAILURE() << "cannot open a session: " << open_status().error_message();
+  if (!open_status().ok())
+    ADD_FAILURE() << "cannot open a session: " << open_status().error_message();
 }
 
 absl::StatusOr<SealedMemory> FetchMemory(const WireSession& session, const std::string& socket_path,
@@ -44,8 +46,9 @@ absl::StatusOr<SealedMemory> FetchMemory(const WireSession& session, const std::
 
 DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
   socket_ = dir_.path() + "/gpumux.sock";
-  std::vector<std::string> argv_storage = {TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd"),
-                                           "--socket=" + socket_, "--log-level=warn"};
+  std::vector<std::string> argv_storage = {
+      TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd"), "--socket=" + socket_,
+      "--log-level=warn"};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -63,7 +66,8 @@ DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   channel_ = grpc::CreateChannel("unix://" + socket_, grpc::InsecureChannelCredentials());
-  if (!channel_->WaitForConnected(deadline)) ADD_FAILURE() << "gpumuxd did not start on " << socket_;
+  if (!channel_->WaitForConnected(deadline))
+    ADD_FAILURE() << "gpumuxd did not start on " << socket_;
 }
 
 int DaemonProcess::Stop() {

@@ -37,7 +37,8 @@ absl::StatusOr<SealedMemory> FetchMemory(const WireSession& session, const std::
 // A WireSession whose failure to open is a test failure (ADD_FAILURE).
 class RawSession : public WireSession {
  public:
-  RawSession(std::shared_ptr<grpc::Channel> channel, const std::string& name, const std::string& tenant = "");
+  RawSession(std::shared_ptr<grpc::Channel> channel, const std::string& name,
+             const std::string& tenant = "");
 };
 
 // gpumuxd as a child process; SIGTERM and reaped on destruction.

@@ -19,7 +19,8 @@ inline std::string TestBinary(const std::string& compiled_path) {
   const std::string dir(self, static_cast<size_t>(n));
   const size_t dir_end = dir.rfind('/');
   const size_t name_start = compiled_path.rfind('/');
-  const std::string name = name_start == std::string::npos ? compiled_path : compiled_path.substr(name_start + 1);
+  const std::string name =
+      name_start == std::string::npos ? compiled_path : compiled_path.substr(name_start + 1);
   return dir.substr(0, dir_end) + "/" + name;
 }
 

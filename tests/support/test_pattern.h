@@ -36,7 +36,8 @@ inline size_t FirstPatternMismatch(const void* data, size_t size, uint64_t seed)
       x ^= x << 25;
       x ^= x >> 27;
       uint64_t v = x * 0x2545F4914F6CDD1Dull;
-      for (int b = 0; b < 8 && i + b < n; ++b) chunk[i + b] = static_cast<unsigned char>(v >> (8 * b));
+      for (int b = 0; b < 8 && i + b < n; ++b)
+        chunk[i + b] = static_cast<unsigned char>(v >> (8 * b));
     }
     for (size_t i = 0; i < n; ++i) {
       if (in[base + i] != chunk[i]) return base + i;

@@ -23,7 +23,8 @@ void KeepGrpcInitialized() {
 
 }  // namespace
 
-WireSession::WireSession(std::shared_ptr<grpc::Channel> channel, const std::string& name, const std::string& tenant)
+WireSession::WireSession(std::shared_ptr<grpc::Channel> channel, const std::string& name,
+                         const std::string& tenant)
     : session_stub_(v1::Session::NewStub(channel)),
       memory_(v1::Memory::NewStub(channel)),
       stream_stub_(v1::Stream::NewStub(channel)),
@@ -41,7 +42,8 @@ WireSession::WireSession(std::shared_ptr<grpc::Channel> channel, const std::stri
   if (!stream_->Write(open) || !stream_->Read(&reply) || !reply.has_opened()) {
     open_status_ = stream_->Finish();
     if (open_status_.ok()) {
-      open_status_ = grpc::Status(grpc::StatusCode::INTERNAL, "the session stream ended without an answer to Open");
+      open_status_ = grpc::Status(grpc::StatusCode::INTERNAL,
+                                  "the session stream ended without an answer to Open");
     }
     closed_ = true;
     return;

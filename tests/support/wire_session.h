@@ -24,7 +24,8 @@ namespace gpumux::testing {
 class WireSession {
  public:
   // Opens a session named `name` on `channel`; open_status() says whether it did.
-  WireSession(std::shared_ptr<grpc::Channel> channel, const std::string& name, const std::string& tenant = "");
+  WireSession(std::shared_ptr<grpc::Channel> channel, const std::string& name,
+              const std::string& tenant = "");
   // Half-closes the stream if still open: the session ends.
   ~WireSession();
   WireSession(const WireSession&) = delete;
@@ -65,7 +66,8 @@ class WireSession {
   std::unique_ptr<v1::Random::Stub> random_;
   std::unique_ptr<v1::Nvtx::Stub> nvtx_;
   grpc::ClientContext stream_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>> stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>>
+      stream_;
   grpc::Status open_status_;
   uint64_t id_ = 0;
   std::string secret_;

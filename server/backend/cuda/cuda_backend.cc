@@ -52,10 +52,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& 
     return absl::InvalidArgumentError("CUDA backend: release_grace must not be negative");
   }
   int count = 0;
-  if (absl::Status counted = CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !counted.ok()) {
+  if (absl::Status counted = CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+      !counted.ok()) {
     return absl::UnavailableError(absl::StrCat("no CUDA device: ", counted.message()));
   }
-  if (count == 0) return absl::UnavailableError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+  if (count == 0)
+    return absl::UnavailableError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
   std::unique_ptr<CudaBackend> backend(new CudaBackend(options));
   backend->devices_.reserve(count);
   for (int d = 0; d < count; ++d) backend->devices_.push_back(std::make_unique<Device>());
@@ -69,7 +71,8 @@ absl::Status CudaBackend::Init() {
   int runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  const std::vector<std::string> arch_list = absl::StrSplit(GPUMUX_CUDA_ARCH_LIST, ' ', absl::SkipEmpty());
+  const std::vector<std::string> arch_list =
+      absl::StrSplit(GPUMUX_CUDA_ARCH_LIST, ' ', absl::SkipEmpty());
   for (int d = 0; d < device_count(); ++d) {
     const DeviceIndex index(d);
     Device& device = *devices_[d];
@@ -99,12 +102,14 @@ absl::Status CudaBackend::Init() {
     info.gencode_flags = GPUMUX_GENCODE_FLAGS;
     info.driver_version = driver;
     info.runtime_version = runtime;
-    if (cudaError_t e = cudaDeviceGetStreamPriorityRange(&device.priorities.least, &device.priorities.greatest);
+    if (cudaError_t e =
+            cudaDeviceGetStreamPriorityRange(&device.priorities.least, &device.priorities.greatest);
         e != cudaSuccess) {
       return fail(e, "cudaDeviceGetStreamPriorityRange");
     }
     cudaStream_t internal = nullptr;
-    if (cudaError_t e = cudaStreamCreateWithFlags(&internal, cudaStreamNonBlocking); e != cudaSuccess) {
+    if (cudaError_t e = cudaStreamCreateWithFlags(&internal, cudaStreamNonBlocking);
+        e != cudaSuccess) {
       return fail(e, "cudaStreamCreateWithFlags");
     }
     device.internal_stream = internal;
@@ -113,7 +118,8 @@ absl::Status CudaBackend::Init() {
     // now, so that the first request is not slow and FreeMemory does not
     // move under a client's feet when the module loads lazily.
     void* scratch = nullptr;
-    if (cudaError_t e = cudaMalloc(&scratch, 2 << 20); e != cudaSuccess) return fail(e, "warm-up cudaMalloc");
+    if (cudaError_t e = cudaMalloc(&scratch, 2 << 20); e != cudaSuccess)
+      return fail(e, "warm-up cudaMalloc");
     cudaIpcMemHandle_t handle;
     cudaError_t e = cudaMemsetAsync(scratch, 0, 2 << 20, internal);
     // Every fill kernel, aligned and not: a kernel loaded lazily on first
@@ -127,7 +133,8 @@ absl::Status CudaBackend::Init() {
         launch.kind = kind;
         launch.elements = 1024;
         for (int misalign : {0, 1}) {
-          if (e == cudaSuccess) e = LaunchFillRandom(internal, static_cast<char*>(scratch) + misalign, launch);
+          if (e == cudaSuccess)
+            e = LaunchFillRandom(internal, static_cast<char*>(scratch) + misalign, launch);
         }
       }
     }
@@ -135,9 +142,10 @@ absl::Status CudaBackend::Init() {
     if (e == cudaSuccess) e = cudaIpcGetMemHandle(&handle, scratch);
     cudaFree(scratch);
     if (e != cudaSuccess) return fail(e, "warm-up");
-    spdlog::info("CUDA device {}: {} (sm_{}{}), {} SMs, {} MiB, PCI {}, priorities [{}, {}]", d, info.name,
-                 info.major, info.minor, info.multi_processor_count, info.total_memory >> 20, info.pci_bus_id,
-                 device.priorities.greatest, device.priorities.least);
+    spdlog::info("CUDA device {}: {} (sm_{}{}), {} SMs, {} MiB, PCI {}, priorities [{}, {}]", d,
+                 info.name, info.major, info.minor, info.multi_processor_count,
+                 info.total_memory >> 20, info.pci_bus_id, device.priorities.greatest,
+                 device.priorities.least);
   }
   return absl::OkStatus();
 }
@@ -182,18 +190,22 @@ CudaBackend::~CudaBackend() {
     cudaSetDevice(d);
     FreeRetiring(device, absl::InfiniteFuture());
     absl::MutexLock lock(&device.mu);
-    for (const auto& [address, segment] : device.segments) cudaFree(reinterpret_cast<void*>(address));
+    for (const auto& [address, segment] : device.segments)
+      cudaFree(reinterpret_cast<void*>(address));
     device.segments.clear();
-    if (device.internal_stream != nullptr) cudaStreamDestroy(device.internal_stream);  // null: Init failed first
+    if (device.internal_stream != nullptr)
+      cudaStreamDestroy(device.internal_stream);  // null: Init failed first
   }
 }
 
-const DeviceInfo& CudaBackend::device_info(DeviceIndex device) const { return devices_[device.value()]->info; }
+const DeviceInfo& CudaBackend::device_info(DeviceIndex device) const {
+  return devices_[device.value()]->info;
+}
 
 absl::Status CudaBackend::CheckDevice(DeviceIndex device) const {
   if (device.value() >= 0 && device.value() < device_count()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(), "; devices are 0..",
-                                                 device_count() - 1));
+  return absl::InvalidArgumentError(absl::StrCat("CUDA backend: no device ", device.value(),
+                                                 "; devices are 0..", device_count() - 1));
 }
 
 absl::Status CudaBackend::UseDevice(DeviceIndex device) const {
@@ -215,9 +227,9 @@ absl::Status CudaBackend::Check(DeviceIndex device, int error, absl::string_view
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
   if (d.health.ok()) {
-    d.health = absl::UnavailableError(absl::StrCat(
-        "CUDA device ", device.value(), " is unhealthy: ", status.message(),
-        "; its context is lost until gpumuxd restarts"));
+    d.health = absl::UnavailableError(absl::StrCat("CUDA device ", device.value(),
+                                                   " is unhealthy: ", status.message(),
+                                                   "; its context is lost until gpumuxd restarts"));
     d.unhealthy.store(true, std::memory_order_release);
     spdlog::error("{}", std::string(d.health.message()));
   }
@@ -244,8 +256,9 @@ absl::StatusOr<uint64_t> CudaBackend::FreeMemory(DeviceIndex device) const {
 absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, uint64_t size) {
   GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   if (size == 0 || size % kSizeGranularity != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device.value(), ": segment size ", size,
-                                                   " bytes must be a positive multiple of ", kSizeGranularity));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", device.value(), ": segment size ", size,
+                     " bytes must be a positive multiple of ", kSizeGranularity));
   }
   Device& d = *devices_[device.value()];
   const uint64_t reserved = (size + kPage - 1) / kPage * kPage;
@@ -331,7 +344,8 @@ void CudaBackend::FreeRetiring(Device& device, absl::Time now) {
   if (due.empty() || device.unhealthy.load()) return;
   if (!UseDevice(device.info.index).ok()) return;
   for (const Retiring& r : due) {
-    absl::Status status = Check(device.info.index, cudaFree(reinterpret_cast<void*>(r.address)), "cudaFree");
+    absl::Status status =
+        Check(device.info.index, cudaFree(reinterpret_cast<void*>(r.address)), "cudaFree");
     if (!status.ok()) spdlog::error("{}", std::string(status.message()));
   }
 }
@@ -345,8 +359,9 @@ void CudaBackend::ReapKeepAlives() {
   {
     absl::MutexLock lock(&reaper_mu_);
     if (keep_alives_.empty()) return;
-    auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(),
-                                  [](const KeepAlive& k) { return CudaNotReady(cudaEventQuery(k.done)); });
+    auto pending = std::partition(keep_alives_.begin(), keep_alives_.end(), [](const KeepAlive& k) {
+      return CudaNotReady(cudaEventQuery(k.done));
+    });
     std::move(pending, keep_alives_.end(), std::back_inserter(done));
     keep_alives_.erase(pending, keep_alives_.end());
   }
@@ -365,7 +380,9 @@ void CudaBackend::RunReaper() {
     absl::MutexLock lock(&reaper_mu_);
     if (stopping_) return;
     if (!keep_alives_.empty()) next = std::min(next, absl::Now() + kKeepAlivePoll);
-    const auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reaper_mu_) { return reaper_wake_ || stopping_; };
+    const auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reaper_mu_) {
+      return reaper_wake_ || stopping_;
+    };
     reaper_mu_.AwaitWithDeadline(absl::Condition(&woken), next);
     reaper_wake_ = false;
   }

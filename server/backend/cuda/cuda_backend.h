@@ -105,7 +105,8 @@ class CudaBackend final : public DeviceBackend {
   absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) override;
   absl::StatusOr<float> ElapsedTimeMs(BackendEvent start, BackendEvent end) override;
   absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) override;
-  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) override;
+  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device,
+                                                  absl::string_view handle) override;
 
   absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
                                   DeviceIndex src_device, uint64_t src, uint64_t bytes) override;
@@ -114,10 +115,12 @@ class CudaBackend final : public DeviceBackend {
   absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
                                 std::shared_ptr<void> keep_alive) override;
   absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override;
-  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
-                          uint64_t offset) override;
+  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
+                          uint64_t seed, uint64_t offset) override;
 
-  void AbandonInterprocessWaits() override { abandon_waits_.store(true, std::memory_order_relaxed); }
+  void AbandonInterprocessWaits() override {
+    abandon_waits_.store(true, std::memory_order_relaxed);
+  }
   // cudaHostRegister / cudaHostUnregister, with the books that give
   // ALREADY_EXISTS and NOT_FOUND.
   absl::Status PinHostMemory(void* data, uint64_t bytes) override;

@@ -66,14 +66,15 @@ absl::Status CudaBackend::Wait(DeviceIndex device, absl::string_view what, Query
     if (error == cudaSuccess) return absl::OkStatus();
     if (!CudaNotReady(error)) return Check(device, error, what);
     if (abandon_waits_.load(std::memory_order_relaxed)) {
-      return absl::UnavailableError(
-          absl::StrCat("gpumuxd is shutting down: gave up waiting (", what, ") on CUDA device ", device.value()));
+      return absl::UnavailableError(absl::StrCat("gpumuxd is shutting down: gave up waiting (",
+                                                 what, ") on CUDA device ", device.value()));
     }
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited < kSpin) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(waited / 8, kMaxSleep));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(waited / 8, kMaxSleep));
     }
   }
 }
@@ -102,16 +103,18 @@ absl::Status CudaBackend::Synchronize(DeviceIndex device) {
                                 [stream] { return static_cast<int>(cudaStreamQuery(stream)); }));
   }
   for (const std::shared_ptr<CUevent_st>& drain : drains) {
-    GPUMUX_RETURN_IF_ERROR(Wait(device, "synchronizing the device",
-                                [&drain] { return static_cast<int>(cudaEventQuery(drain.get())); }));
+    GPUMUX_RETURN_IF_ERROR(Wait(device, "synchronizing the device", [&drain] {
+      return static_cast<int>(cudaEventQuery(drain.get()));
+    }));
   }
   ReapKeepAlives();
   return absl::OkStatus();
 }
 
 void CudaBackend::PruneDrainingLocked() {
-  auto keep = std::partition(draining_.begin(), draining_.end(),
-                             [](const Draining& d) { return CudaNotReady(cudaEventQuery(d.done.get())); });
+  auto keep = std::partition(draining_.begin(), draining_.end(), [](const Draining& d) {
+    return CudaNotReady(cudaEventQuery(d.done.get()));
+  });
   draining_.erase(keep, draining_.end());
 }
 
@@ -125,13 +128,14 @@ absl::StatusOr<BackendStream> CudaBackend::CreateStream(DeviceIndex device, int 
   GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   const StreamPriorityRange range = devices_[device.value()]->priorities;
   if (priority > range.least || priority < range.greatest) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device.value(), ": stream priority ", priority,
-                                                   " is outside [", range.greatest, ", ", range.least,
-                                                   "] (lower is higher priority; clamp to the range)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA device ", device.value(), ": stream priority ", priority, " is outside [",
+        range.greatest, ", ", range.least, "] (lower is higher priority; clamp to the range)"));
   }
   cudaStream_t stream = nullptr;
-  GPUMUX_RETURN_IF_ERROR(Check(device, cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority),
-                               "cudaStreamCreateWithPriority"));
+  GPUMUX_RETURN_IF_ERROR(
+      Check(device, cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, priority),
+            "cudaStreamCreateWithPriority"));
   std::shared_ptr<CUstream_st> owned(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
   absl::MutexLock lock(&mu_);
   const uint64_t handle = next_handle_++;
@@ -179,8 +183,8 @@ absl::StatusOr<bool> CudaBackend::QueryStream(BackendStream stream) {
 absl::Status CudaBackend::SynchronizeStream(BackendStream stream) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  GPUMUX_RETURN_IF_ERROR(
-      Wait(s.device, "synchronizing a stream", [&s] { return static_cast<int>(cudaStreamQuery(s.get())); }));
+  GPUMUX_RETURN_IF_ERROR(Wait(s.device, "synchronizing a stream",
+                              [&s] { return static_cast<int>(cudaStreamQuery(s.get())); }));
   ReapKeepAlives();
   return absl::OkStatus();
 }
@@ -196,7 +200,8 @@ BackendEvent CudaBackend::AddEvent(Event event, bool foreign) {
       // kMaxKeptIpcEvents new handles at most).
       auto oldest = ipc_events_.end();
       for (auto it = ipc_events_.begin(); it != ipc_events_.end(); ++it) {
-        if (it->second.kept != nullptr && (oldest == ipc_events_.end() || it->second.last_use < oldest->second.last_use)) {
+        if (it->second.kept != nullptr &&
+            (oldest == ipc_events_.end() || it->second.last_use < oldest->second.last_use)) {
           oldest = it;
         }
       }
@@ -229,11 +234,13 @@ absl::StatusOr<BackendEvent> CudaBackend::CreateEvent(DeviceIndex device, EventF
   if (flags.blocking) cuda_flags |= cudaEventBlockingSync;
   if (flags.interprocess) cuda_flags |= cudaEventInterprocess;
   cudaEvent_t raw = nullptr;
-  GPUMUX_RETURN_IF_ERROR(Check(device, cudaEventCreateWithFlags(&raw, cuda_flags), "cudaEventCreateWithFlags"));
+  GPUMUX_RETURN_IF_ERROR(
+      Check(device, cudaEventCreateWithFlags(&raw, cuda_flags), "cudaEventCreateWithFlags"));
   auto object = std::make_shared<EventObject>(device, raw);
   if (flags.interprocess) {
     cudaIpcEventHandle_t handle;
-    GPUMUX_RETURN_IF_ERROR(Check(device, cudaIpcGetEventHandle(&handle, raw), "cudaIpcGetEventHandle"));
+    GPUMUX_RETURN_IF_ERROR(
+        Check(device, cudaIpcGetEventHandle(&handle, raw), "cudaIpcGetEventHandle"));
     object->ipc_handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
   }
   return AddEvent(Event{device, flags, std::move(object)});
@@ -262,7 +269,8 @@ absl::Status CudaBackend::RecordEvent(BackendEvent event, BackendStream stream) 
                                                    s.device.value(), "."));
   }
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
-  GPUMUX_RETURN_IF_ERROR(Check(s.device, cudaEventRecord(e.object->event, s.get()), "cudaEventRecord"));
+  GPUMUX_RETURN_IF_ERROR(
+      Check(s.device, cudaEventRecord(e.object->event, s.get()), "cudaEventRecord"));
   e.object->recorded.store(true, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -298,10 +306,12 @@ absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEven
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(end));
   // torch.cuda.Event.elapsed_time's wording.
   if (!s.flags.enable_timing || !e.flags.enable_timing) {
-    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+    return absl::FailedPreconditionError(
+        "Both events must be created with argument 'enable_timing=True'.");
   }
   if (!s.object->recorded.load() || !e.object->recorded.load()) {
-    return absl::FailedPreconditionError("Both events must be recorded before calculating elapsed time.");
+    return absl::FailedPreconditionError(
+        "Both events must be recorded before calculating elapsed time.");
   }
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   float ms = 0;
@@ -318,17 +328,20 @@ absl::StatusOr<float> CudaBackend::ElapsedTimeMs(BackendEvent start, BackendEven
 absl::StatusOr<std::string> CudaBackend::GetIpcEventHandle(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(Event e, FindEvent(event));
   if (!e.flags.interprocess) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "event ", event.value(), " is not interprocess: create it with interprocess=True to share it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("event ", event.value(),
+                     " is not interprocess: create it with interprocess=True to share it"));
   }
   return e.object->ipc_handle;
 }
 
-absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
+absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
+                                                             absl::string_view handle) {
   GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   if (handle.size() != sizeof(cudaIpcEventHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("an interprocess event handle has ", sizeof(cudaIpcEventHandle_t),
-                                                   " bytes, not ", handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat("an interprocess event handle has ",
+                                                   sizeof(cudaIpcEventHandle_t), " bytes, not ",
+                                                   handle.size()));
   }
   EventFlags flags;
   flags.interprocess = true;
@@ -340,8 +353,9 @@ absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
     if (it != ipc_events_.end()) {
       if (std::shared_ptr<EventObject> object = it->second.object.lock()) {
         if (object->device != device) {
-          return absl::InvalidArgumentError(absl::StrCat("the interprocess event handle names an event of device ",
-                                                         object->device.value(), ", not device ", device.value()));
+          return absl::InvalidArgumentError(
+              absl::StrCat("the interprocess event handle names an event of device ",
+                           object->device.value(), ", not device ", device.value()));
         }
         it->second.last_use = ++ipc_event_uses_;
         const uint64_t id = next_handle_++;
@@ -357,7 +371,8 @@ absl::StatusOr<BackendEvent> CudaBackend::OpenIpcEventHandle(DeviceIndex device,
   if (error != cudaSuccess) {
     absl::Status status = Check(device, error, "cudaIpcOpenEventHandle");
     if (absl::IsUnavailable(status)) return status;  // the device, not the handle
-    return absl::InvalidArgumentError(absl::StrCat("cannot open the interprocess event handle: ", status.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open the interprocess event handle: ", status.message()));
   }
   auto object = std::make_shared<EventObject>(device, raw);
   object->recorded.store(true);

@@ -24,11 +24,12 @@ absl::Status CudaBackend::CheckRange(DeviceIndex device, uint64_t address, uint6
     if (offset < it->second.size && bytes <= it->second.size - offset) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "CUDA device %d: %d bytes at 0x%x are not inside one live segment of the device", device.value(), bytes,
-      address));
+      "CUDA device %d: %d bytes at 0x%x are not inside one live segment of the device",
+      device.value(), bytes, address));
 }
 
-absl::Status CudaBackend::ReleaseAfter(const Stream& stream, std::shared_ptr<const void> keep_alive) {
+absl::Status CudaBackend::ReleaseAfter(const Stream& stream,
+                                       std::shared_ptr<const void> keep_alive) {
   if (keep_alive == nullptr) return absl::OkStatus();
   cudaEvent_t done = nullptr;
   cudaError_t error = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
@@ -48,8 +49,9 @@ absl::Status CudaBackend::ReleaseAfter(const Stream& stream, std::shared_ptr<con
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
-                                             DeviceIndex src_device, uint64_t src, uint64_t bytes) {
+absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device,
+                                             uint64_t dst, DeviceIndex src_device, uint64_t src,
+                                             uint64_t bytes) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(dst_device));
   GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
@@ -61,12 +63,15 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
   auto* to = reinterpret_cast<void*>(dst);
   auto* from = reinterpret_cast<const void*>(src);
   if (dst_device != src_device) {
-    return Check(s.device, cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), bytes, s.get()),
-                 "cudaMemcpyPeerAsync");
+    return Check(
+        s.device,
+        cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), bytes, s.get()),
+        "cudaMemcpyPeerAsync");
   }
   const bool overlap = dst < src + bytes && src < dst + bytes;
   if (!overlap) {
-    return Check(s.device, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s.get()), "cudaMemcpyAsync");
+    return Check(s.device, cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s.get()),
+                 "cudaMemcpyAsync");
   }
   // memmove. Chunks no longer than the distance between the ranges do not
   // overlap; taken in the right direction, each reads its bytes before a
@@ -77,11 +82,11 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
       const uint64_t n = std::min(distance, bytes - done);
       // Forward when moving down, from the end when moving up.
       const uint64_t offset = dst < src ? done : bytes - done - n;
-      GPUMUX_RETURN_IF_ERROR(Check(s.device,
-                                   cudaMemcpyAsync(static_cast<char*>(to) + offset,
-                                                   static_cast<const char*>(from) + offset, n,
-                                                   cudaMemcpyDeviceToDevice, s.get()),
-                                   "cudaMemcpyAsync (overlapping ranges)"));
+      GPUMUX_RETURN_IF_ERROR(Check(
+          s.device,
+          cudaMemcpyAsync(static_cast<char*>(to) + offset, static_cast<const char*>(from) + offset,
+                          n, cudaMemcpyDeviceToDevice, s.get()),
+          "cudaMemcpyAsync (overlapping ranges)"));
       done += n;
     }
     return absl::OkStatus();
@@ -92,8 +97,9 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
   const cudaError_t error = cudaMalloc(&temporary, bytes);
   if (error == cudaErrorMemoryAllocation) {
     ResetCudaError();
-    return absl::ResourceExhaustedError(absl::StrCat("CUDA device ", s.device.value(), ": no ", bytes,
-                                                     " bytes free for an overlapping copy's temporary"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("CUDA device ", s.device.value(), ": no ", bytes,
+                     " bytes free for an overlapping copy's temporary"));
   }
   GPUMUX_RETURN_IF_ERROR(Check(s.device, error, "cudaMalloc (overlapping copy)"));
   const int device = s.device.value();
@@ -102,32 +108,35 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
     cudaFree(const_cast<void*>(p));
   });
   cudaError_t copied = cudaMemcpyAsync(temporary, from, bytes, cudaMemcpyDeviceToDevice, s.get());
-  if (copied == cudaSuccess) copied = cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, s.get());
+  if (copied == cudaSuccess)
+    copied = cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, s.get());
   absl::Status status = Check(s.device, copied, "cudaMemcpyAsync (overlapping ranges)");
   absl::Status released = ReleaseAfter(s, std::move(owned));
   return status.ok() ? released : status;
 }
 
-absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src, uint64_t bytes,
-                                           std::shared_ptr<const void> keep_alive) {
+absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, const void* src,
+                                           uint64_t bytes, std::shared_ptr<const void> keep_alive) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr) return absl::InvalidArgumentError("host-to-device copy from a null host pointer");
+  if (src == nullptr)
+    return absl::InvalidArgumentError("host-to-device copy from a null host pointer");
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
-  GPUMUX_RETURN_IF_ERROR(Check(s.device,
-                               cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice,
-                                               s.get()),
-                               "cudaMemcpyAsync (host to device)"));
+  GPUMUX_RETURN_IF_ERROR(Check(
+      s.device,
+      cudaMemcpyAsync(reinterpret_cast<void*>(dst), src, bytes, cudaMemcpyHostToDevice, s.get()),
+      "cudaMemcpyAsync (host to device)"));
   return ReleaseAfter(s, std::move(keep_alive));
 }
 
-absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
-                                           std::shared_ptr<void> keep_alive) {
+absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src,
+                                           uint64_t bytes, std::shared_ptr<void> keep_alive) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
-  if (dst == nullptr) return absl::InvalidArgumentError("device-to-host copy into a null host pointer");
+  if (dst == nullptr)
+    return absl::InvalidArgumentError("device-to-host copy into a null host pointer");
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, src, bytes));
   GPUMUX_RETURN_IF_ERROR(Check(s.device,
                                cudaMemcpyAsync(dst, reinterpret_cast<const void*>(src), bytes,
@@ -136,23 +145,27 @@ absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint
   return ReleaseAfter(s, std::move(keep_alive));
 }
 
-absl::Status CudaBackend::Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) {
+absl::Status CudaBackend::Memset(BackendStream stream, uint64_t dst, uint8_t value,
+                                 uint64_t bytes) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
-  return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.get()), "cudaMemsetAsync");
+  return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.get()),
+               "cudaMemsetAsync");
 }
 
-absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
-                                     uint64_t offset) {
+absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
+                                     uint64_t seed, uint64_t offset) {
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   GPUMUX_RETURN_IF_ERROR(ValidateRngRequest(request));
   if (offset % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("random fill: generator offset ", offset, " is not a multiple of 4"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("random fill: generator offset ", offset, " is not a multiple of 4"));
   }
-  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, request.elements * RngElementSize(request.dtype)));
+  GPUMUX_RETURN_IF_ERROR(
+      CheckRange(s.device, dst, request.elements * RngElementSize(request.dtype)));
   FillRandomLaunch launch;
   launch.dtype = static_cast<int>(request.dtype);
   launch.kind = static_cast<int>(request.kind);
@@ -161,7 +174,8 @@ absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const R
   launch.b = request.b;
   launch.seed = seed;
   launch.offset = offset;
-  return Check(s.device, LaunchFillRandom(s.get(), reinterpret_cast<void*>(dst), launch), "the random fill kernel");
+  return Check(s.device, LaunchFillRandom(s.get(), reinterpret_cast<void*>(dst), launch),
+               "the random fill kernel");
 }
 
 absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {
@@ -172,7 +186,8 @@ absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {
   }
   {
     absl::MutexLock lock(&mu_);
-    if (pinned_.contains(data)) return absl::AlreadyExistsError("host memory at this address is already pinned");
+    if (pinned_.contains(data))
+      return absl::AlreadyExistsError("host memory at this address is already pinned");
   }
   // Portable: pinned for every device's context, not only the current one.
   const cudaError_t error = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
@@ -190,7 +205,8 @@ absl::Status CudaBackend::UnpinHostMemory(void* data) {
   if (data == nullptr) return absl::InvalidArgumentError("cannot unpin a null pointer");
   {
     absl::MutexLock lock(&mu_);
-    if (pinned_.erase(data) == 0) return absl::NotFoundError("host memory at this address is not pinned");
+    if (pinned_.erase(data) == 0)
+      return absl::NotFoundError("host memory at this address is not pinned");
   }
   return CudaStatus(cudaHostUnregister(data), "cudaHostUnregister");
 }

@@ -34,6 +34,8 @@ uint64_t Nvtx3Sink::RangeStart(SessionId session, absl::string_view message) {
   return nvtxDomainRangeStartEx(static_cast<nvtxDomainHandle_t>(domain_), &attributes);
 }
 
-void Nvtx3Sink::RangeEnd(uint64_t range) { nvtxDomainRangeEnd(static_cast<nvtxDomainHandle_t>(domain_), range); }
+void Nvtx3Sink::RangeEnd(uint64_t range) {
+  nvtxDomainRangeEnd(static_cast<nvtxDomainHandle_t>(domain_), range);
+}
 
 }  // namespace gpumux

@@ -66,17 +66,19 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const Options& 
         "host backend: device_memory ", options.device_memory, " bytes is not in [2 MiB, 4 TiB]"));
   }
   if (options.stream_workers < 1 || options.stream_workers > kMaxStreamWorkers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host backend: stream_workers ", options.stream_workers, " is not in [1, ",
-        kMaxStreamWorkers, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("host backend: stream_workers ",
+                                                   options.stream_workers, " is not in [1, ",
+                                                   kMaxStreamWorkers, "]"));
   }
   return std::unique_ptr<HostBackend>(new HostBackend(options));
 }
 
 HostBackend::HostBackend(const Options& options)
     : options_(options),
-      own_memory_files_(options.memory_files == nullptr ? std::make_unique<MemoryFileTable>() : nullptr),
-      memory_files_(options.memory_files != nullptr ? options.memory_files : own_memory_files_.get()),
+      own_memory_files_(options.memory_files == nullptr ? std::make_unique<MemoryFileTable>()
+                                                        : nullptr),
+      memory_files_(options.memory_files != nullptr ? options.memory_files
+                                                    : own_memory_files_.get()),
       stream_pool_(std::make_unique<HostStreamPool>(options.stream_workers, &shutting_down_)) {
   const int workers = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 0; i < options.device_count; ++i) {
@@ -137,9 +139,9 @@ absl::StatusOr<uint64_t> HostBackend::FreeMemory(DeviceIndex device) const {
 absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, uint64_t size) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (size == 0 || size % kSizeGranularity != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host device ", device.value(), ": segment size ", size,
-        " bytes must be a positive multiple of ", kSizeGranularity));
+    return absl::InvalidArgumentError(
+        absl::StrCat("host device ", device.value(), ": segment size ", size,
+                     " bytes must be a positive multiple of ", kSizeGranularity));
   }
   Device& d = *devices_[device.value()];
   const uint64_t span = AlignUp(size);
@@ -149,9 +151,9 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
     absl::MutexLock lock(&d.mu);
     const uint64_t total = d.info.total_memory;
     if (size > total - d.used) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "host device %d: cannot allocate %d bytes: %d of %d bytes free", device.value(), size,
-          total - d.used, total));
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("host device %d: cannot allocate %d bytes: %d of %d bytes free",
+                          device.value(), size, total - d.used, total));
     }
     // First fit in address order: the lowest free address is reused first.
     auto it = d.free_ranges.begin();
@@ -176,7 +178,8 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
   if (!options_.backed) {
     absl::MutexLock lock(&d.mu);
     d.segments.emplace(address, Segment{size, nullptr, std::string(), nullptr});
-    return BackendSegment{address, size, SegmentHandle{SegmentHandle::Kind::kHostMemfd, std::string()}};
+    return BackendSegment{address, size,
+                          SegmentHandle{SegmentHandle::Kind::kHostMemfd, std::string()}};
   }
   absl::StatusOr<SealedMemory> memory =
       SealedMemory::Create(absl::StrCat("gpumux-d", device.value(), "-segment-", serial), size);
@@ -185,8 +188,8 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
     d.used -= size;
     InsertFreeRange(d.free_ranges, address, span);
     return absl::Status(memory.status().code(),
-                        absl::StrFormat("host device %d: cannot allocate %d bytes: %s", device.value(), size,
-                                        memory.status().message()));
+                        absl::StrFormat("host device %d: cannot allocate %d bytes: %s",
+                                        device.value(), size, memory.status().message()));
   }
   auto shared = std::make_shared<const SealedMemory>(*std::move(memory));
   std::string key = memory_files_->Add(shared);
@@ -204,8 +207,8 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   absl::MutexLock lock(&d.mu);
   auto it = d.segments.find(address);
   if (it == d.segments.end()) {
-    return absl::NotFoundError(absl::StrFormat(
-        "host device %d: no segment at address 0x%x", device.value(), address));
+    return absl::NotFoundError(
+        absl::StrFormat("host device %d: no segment at address 0x%x", device.value(), address));
   }
   const uint64_t size = it->second.size;
   // No session can fetch it from now on; queued work holding the mapping

@@ -42,11 +42,11 @@
 #include "absl/synchronization/mutex.h"
 #include "common/sealed_memory.h"
 #include "server/backend/device_backend.h"
-#include "server/backend/memory_file_table.h"
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_stream.h"
 #include "server/backend/host/host_stream_pool.h"
 #include "server/backend/host/segment_mapping.h"
+#include "server/backend/memory_file_table.h"
 
 namespace gpumux {
 
@@ -104,7 +104,8 @@ class HostBackend final : public DeviceBackend {
   absl::Status StreamWaitEvent(BackendStream stream, BackendEvent event) override;
   absl::StatusOr<float> ElapsedTimeMs(BackendEvent start, BackendEvent end) override;
   absl::StatusOr<std::string> GetIpcEventHandle(BackendEvent event) override;
-  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) override;
+  absl::StatusOr<BackendEvent> OpenIpcEventHandle(DeviceIndex device,
+                                                  absl::string_view handle) override;
 
   absl::Status CopyDeviceToDevice(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
                                   DeviceIndex src_device, uint64_t src, uint64_t bytes) override;
@@ -113,12 +114,14 @@ class HostBackend final : public DeviceBackend {
   absl::Status CopyDeviceToHost(BackendStream stream, void* dst, uint64_t src, uint64_t bytes,
                                 std::shared_ptr<void> keep_alive) override;
   absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override;
-  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request, uint64_t seed,
-                          uint64_t offset) override;
+  absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
+                          uint64_t seed, uint64_t offset) override;
 
   // Host memory needs no pinning: these only keep the books CUDA keeps, so
   // that misuse fails here as it would there.
-  void AbandonInterprocessWaits() override { shutting_down_.store(true, std::memory_order_relaxed); }
+  void AbandonInterprocessWaits() override {
+    shutting_down_.store(true, std::memory_order_relaxed);
+  }
   absl::Status PinHostMemory(void* data, uint64_t bytes) override;
   absl::Status UnpinHostMemory(void* data) override;
 
@@ -126,7 +129,7 @@ class HostBackend final : public DeviceBackend {
   struct Segment {
     uint64_t size = 0;
     std::shared_ptr<const SealedMemory> memory;  // null when !options_.backed
-    std::string key;  // in memory_files_
+    std::string key;                             // in memory_files_
     // Mapped into this process on first use by queued work.
     std::shared_ptr<SegmentMapping> mapping;
   };

@@ -77,10 +77,10 @@ std::vector<std::shared_ptr<HostStream>> HostBackend::TakeFinishedLocked() {
 absl::StatusOr<BackendStream> HostBackend::CreateStream(DeviceIndex device, int priority) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   if (priority > kPriorityRange.least || priority < kPriorityRange.greatest) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host device ", device.value(), ": stream priority ", priority, " is outside [",
-        kPriorityRange.greatest, ", ", kPriorityRange.least,
-        "] (lower is higher priority; clamp to the range)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("host device ", device.value(), ": stream priority ", priority,
+                     " is outside [", kPriorityRange.greatest, ", ", kPriorityRange.least,
+                     "] (lower is higher priority; clamp to the range)"));
   }
   std::vector<std::shared_ptr<HostStream>> finished;
   uint64_t handle = 0;
@@ -167,7 +167,8 @@ absl::StatusOr<BackendEvent> HostBackend::CreateEvent(DeviceIndex device, EventF
   std::string handle = MakeHostIpcEventHandle(key);
   const BackendEvent event = AddEvent(std::make_shared<HostEvent>(device, flags, ipc, handle));
   absl::MutexLock lock(&mu_);
-  own_ipc_events_.emplace(std::move(key), OwnIpcEvent{event, device, std::move(ipc), std::move(handle)});
+  own_ipc_events_.emplace(std::move(key),
+                          OwnIpcEvent{event, device, std::move(ipc), std::move(handle)});
   return event;
 }
 
@@ -219,7 +220,8 @@ absl::StatusOr<bool> HostBackend::QueryEvent(BackendEvent event) {
 absl::Status HostBackend::SynchronizeEvent(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
   if (!e->Wait(e->recorded(), &shutting_down_)) {
-    return absl::UnavailableError("gpumuxd is shutting down: gave up waiting for an interprocess event");
+    return absl::UnavailableError(
+        "gpumuxd is shutting down: gave up waiting for an interprocess event");
   }
   return absl::OkStatus();
 }
@@ -240,12 +242,14 @@ absl::StatusOr<float> HostBackend::ElapsedTimeMs(BackendEvent start, BackendEven
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(end));
   // torch.cuda.Event.elapsed_time's wording.
   if (!s->flags().enable_timing || !e->flags().enable_timing) {
-    return absl::FailedPreconditionError("Both events must be created with argument 'enable_timing=True'.");
+    return absl::FailedPreconditionError(
+        "Both events must be created with argument 'enable_timing=True'.");
   }
   const uint64_t start_generation = s->recorded();
   const uint64_t end_generation = e->recorded();
   if (start_generation == 0 || end_generation == 0) {
-    return absl::FailedPreconditionError("Both events must be recorded before calculating elapsed time.");
+    return absl::FailedPreconditionError(
+        "Both events must be recorded before calculating elapsed time.");
   }
   if (!s->IsComplete(start_generation) || !e->IsComplete(end_generation)) {
     return absl::FailedPreconditionError(
@@ -258,13 +262,15 @@ absl::StatusOr<float> HostBackend::ElapsedTimeMs(BackendEvent start, BackendEven
 absl::StatusOr<std::string> HostBackend::GetIpcEventHandle(BackendEvent event) {
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostEvent> e, FindEvent(event));
   if (e->ipc() == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "event ", event.value(), " is not interprocess: create it with interprocess=True to share it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("event ", event.value(),
+                     " is not interprocess: create it with interprocess=True to share it"));
   }
   return e->ipc_handle();
 }
 
-absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device, absl::string_view handle) {
+absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device,
+                                                             absl::string_view handle) {
   static_assert(kIpcEventHandleBytes == kHostIpcEventHandleBytes);
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   GPUMUX_ASSIGN_OR_RETURN(std::string key, HostIpcEventKey(handle));
@@ -274,13 +280,15 @@ absl::StatusOr<BackendEvent> HostBackend::OpenIpcEventHandle(DeviceIndex device,
     auto own = own_ipc_events_.find(key);
     if (own == own_ipc_events_.end()) {
       return absl::NotFoundError(
-          "the interprocess event handle names no live event of this daemon (its creator destroyed it, "
+          "the interprocess event handle names no live event of this daemon (its creator destroyed "
+          "it, "
           "its session ended, or it came from another daemon)");
     }
     // An event of this backend knows its device, as CUDA's do.
     if (own->second.device != device) {
-      return absl::InvalidArgumentError(absl::StrCat("the interprocess event handle names an event of device ",
-                                                     own->second.device.value(), ", not device ", device.value()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the interprocess event handle names an event of device ",
+                       own->second.device.value(), ", not device ", device.value()));
     }
     ipc = own->second.ipc;
   }

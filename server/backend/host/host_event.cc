@@ -18,7 +18,8 @@ int64_t SteadyNowNs() {
 
 HostEvent::HostEvent(DeviceIndex device, EventFlags flags) : device_(device), flags_(flags) {}
 
-HostEvent::HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc, std::string handle)
+HostEvent::HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc,
+                     std::string handle)
     : device_(device), flags_(flags), ipc_(std::move(ipc)), ipc_handle_(std::move(handle)) {}
 
 uint64_t HostEvent::Record() {
@@ -127,9 +128,10 @@ bool HostEvent::Wait(uint64_t generation, const std::atomic<bool>* cancel) const
 void HostEvent::LogAbandoned(const HostIpcAbandonedRecord& abandoned) const {
   // Logged here, once per record: only the call that completed the record
   // on the dead process's behalf sees kAbandoned.
-  spdlog::warn("host backend: interprocess event {}: record {} counted as complete: the process "
-               "that made it (pid {}) exited before completing it",
-               ipc_->name(), abandoned.generation, abandoned.recorder);
+  spdlog::warn(
+      "host backend: interprocess event {}: record {} counted as complete: the process "
+      "that made it (pid {}) exited before completing it",
+      ipc_->name(), abandoned.generation, abandoned.recorder);
 }
 
 }  // namespace gpumux

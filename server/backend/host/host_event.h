@@ -43,7 +43,8 @@ class HostEvent {
   HostEvent(DeviceIndex device, EventFlags flags);
   // An interprocess event over `ipc` (created here, or another event of this
   // backend opened from `handle`, sharing its block).
-  HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc, std::string handle);
+  HostEvent(DeviceIndex device, EventFlags flags, std::shared_ptr<HostIpcEvent> ipc,
+            std::string handle);
 
   DeviceIndex device() const { return device_; }
   const EventFlags& flags() const { return flags_; }

@@ -24,9 +24,11 @@ HostIpcWaitWatcher::~HostIpcWaitWatcher() {
   thread_.join();
 }
 
-void HostIpcWaitWatcher::Watch(std::shared_ptr<const HostEvent> event, uint64_t generation, Done done) {
+void HostIpcWaitWatcher::Watch(std::shared_ptr<const HostEvent> event, uint64_t generation,
+                               Done done) {
   absl::MutexLock lock(&mu_);
-  watched_.emplace(Clock::now() + kFirstCheck, Watched{std::move(event), generation, std::move(done)});
+  watched_.emplace(Clock::now() + kFirstCheck,
+                   Watched{std::move(event), generation, std::move(done)});
   // The thread may sleep until a later record is due.
   changed_cv_.Signal();
 }
@@ -62,7 +64,8 @@ void HostIpcWaitWatcher::Run() {
       if (!watched.event->IsComplete(watched.generation)) {
         // relaxed: the flag only asks waits to stop; it guards no data.
         if (!give_up_->load(std::memory_order_relaxed)) {
-          watched.interval = std::min<Clock::duration>(2 * watched.interval, kHostIpcEventWaitSlice);
+          watched.interval =
+              std::min<Clock::duration>(2 * watched.interval, kHostIpcEventWaitSlice);
           pending.push_back(std::move(watched));
           continue;
         }

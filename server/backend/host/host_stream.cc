@@ -7,7 +7,8 @@
 
 namespace gpumux {
 
-std::shared_ptr<HostStream> HostStream::Create(HostStreamPool& pool, DeviceIndex device, int priority) {
+std::shared_ptr<HostStream> HostStream::Create(HostStreamPool& pool, DeviceIndex device,
+                                               int priority) {
   // Not make_shared: the constructor is private.
   return std::shared_ptr<HostStream>(new HostStream(pool, device, priority));
 }

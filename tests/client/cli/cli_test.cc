@@ -11,9 +11,9 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
 #include "tests/support/in_process_daemon.h"
-#include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
@@ -85,7 +85,8 @@ TEST(CliTest, BadCommandsAndFlagsExitTwoWithUsage) {
 }
 
 TEST(CliTest, EveryCommandTakesHelp) {
-  for (const char* command : {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "replay"}) {
+  for (const char* command :
+       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "replay"}) {
     for (const char* help : {"--help", "-h"}) {
       CliRun run = RunGpumux({command, help});
       EXPECT_EQ(run.exit_code, 0) << command << " " << help << ": " << run.err;
@@ -124,7 +125,8 @@ TEST_F(CliDaemonTest, Devices) {
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(
       run.out,
-      StartsWith("INDEX  NAME                  BACKEND      TOTAL       FREE  CAPABILITY  SMS  PCI  HEALTH\n"
+      StartsWith("INDEX  NAME                  BACKEND      TOTAL       FREE  CAPABILITY  SMS  PCI "
+                 " HEALTH\n"
                  "    0  gpumux host device 0  host     64.00 MiB  64.00 MiB         0.0 "));
   EXPECT_THAT(run.out, HasSubstr("\n    1  gpumux host device 1  host     64.00 MiB  64.00 MiB "));
   run = RunHere({"devices", "--json"});

@@ -159,21 +159,26 @@ TEST(DevicesFormatTest, TableAndJson) {
   device.multi_processor_count = 132;
   device.pci_bus_id = "00000000:19:00.0";
   device.arch_list = {"sm_90", "compute_90"};
-  device.gencode_flags = "-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90";
+  device.gencode_flags =
+      "-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90";
   device.driver_version = 13000;
   device.runtime_version = 13000;
   device.healthy = true;
   device.health = "ok";
   const std::vector<DeviceProperties> devices = {device};
   EXPECT_EQ(FormatDevicesTable(devices),
-            "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS  PCI               HEALTH\n"
-            "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132  00000000:19:00.0  ok\n");
+            "INDEX  NAME         BACKEND       TOTAL        FREE  CAPABILITY  SMS  PCI             "
+            "  HEALTH\n"
+            "    0  NVIDIA H200  cuda     150.00 GiB  100.00 GiB         9.0  132  "
+            "00000000:19:00.0  ok\n");
   EXPECT_EQ(FormatDevicesJson(devices),
             "[\n {\n  \"index\": 0,\n  \"name\": \"NVIDIA H200\",\n  \"backend\": \"cuda\",\n"
             "  \"total_memory\": 161061273600,\n  \"free_memory\": 107374182400,\n"
             "  \"major\": 9,\n  \"minor\": 0,\n  \"multi_processor_count\": 132,\n"
-            "  \"pci_bus_id\": \"00000000:19:00.0\",\n  \"arch_list\": [\n   \"sm_90\",\n   \"compute_90\"\n  ],\n"
-            "  \"gencode_flags\": \"-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90\",\n"
+            "  \"pci_bus_id\": \"00000000:19:00.0\",\n  \"arch_list\": [\n   \"sm_90\",\n   "
+            "\"compute_90\"\n  ],\n"
+            "  \"gencode_flags\": \"-gencode compute=compute_90,code=sm_90 -gencode "
+            "compute=compute_90,code=compute_90\",\n"
             "  \"driver_version\": 13000,\n  \"runtime_version\": 13000,\n  \"healthy\": true,\n"
             "  \"health\": \"ok\"\n }\n]\n");
 }
@@ -188,7 +193,8 @@ std::vector<SessionInfo> ExampleSessions() {
   trainer.opened_unix_micros = 1700000000000000;
   trainer.streams = 3;
   trainer.events = 12;
-  trainer.devices.push_back({.device = 0, .allocated_bytes = 1024, .reserved_bytes = 2 << 20, .allocations = 1});
+  trainer.devices.push_back(
+      {.device = 0, .allocated_bytes = 1024, .reserved_bytes = 2 << 20, .allocations = 1});
   trainer.devices.push_back(
       {.device = 1, .reserved_bytes = 20 << 20, .memory_limit_bytes = uint64_t{1} << 30});
   SessionInfo idle;
