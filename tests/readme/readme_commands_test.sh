@@ -100,7 +100,7 @@ private_dir /run/gpumux
 private_dir /opt/gpumux
 overlay /usr/local
 if [[ $build_dir != "$source_dir/build" ]]; then  # the README says build/
-  [[ -d $source_dir/build ]] || mkdir "$source_dir/build"
+  [[ -d $source_dir/build ]] || mkdir "$source_dir/build"  # git ignores it
   mount --bind "$build_dir" "$source_dir/build"
 fi
 mount -t tmpfs gpumux-readme-test /tmp
@@ -172,17 +172,16 @@ stop_daemon() {
 
 # run_daemon_command TEXT OUT: a gpumuxd command in place of the test's daemon.
 run_daemon_command() {
-  local pid rc=0
+  local rc=0
   stop_daemon
   bash -c "exec $1" < /dev/null > "$2.daemon" 2>&1 &
-  pid=$!
-  if wait_until_served "$pid" "$2.daemon"; then
+  daemon_pid=$!
+  if wait_until_served "$daemon_pid" "$2.daemon"; then
     build/client/cli/gpumux devices > "$2" 2>&1 || rc=$?
-    kill -TERM "$pid"
-    wait "$pid" || rc=$?
-  else
-    wait "$pid" || rc=$?
+    kill -TERM "$daemon_pid"
   fi
+  wait "$daemon_pid" || rc=$?
+  daemon_pid=
   cat "$2.daemon" >> "$2"
   start_daemon
   return "$rc"
@@ -214,9 +213,9 @@ while IFS=$'\t' read -r -d '' line text; do
   out=$work/out.$line
   rc=0
   start=$SECONDS
-  case $text in
-    gpumuxd\ *) run_daemon_command "$text" "$out" || rc=$? ;;
-    export\ *) eval "$text" > "$out" 2>&1 || rc=$? ;;  # for the commands after it
+  case ${text%% *} in
+    gpumuxd | */gpumuxd) run_daemon_command "$text" "$out" || rc=$? ;;
+    export) eval "$text" > "$out" 2>&1 || rc=$? ;;  # for the commands after it
     *) timeout 120 bash -c "$text" < /dev/null > "$out" 2>&1 || rc=$? ;;
   esac
   ran=$((ran + 1))
@@ -233,9 +232,11 @@ while IFS=$'\t' read -r -d '' line text; do
   fi
 done < "$work/commands"
 
-# The test's daemon is left as it started: no session, nothing allocated.
+# The test's daemon is left as it started: no session, nothing reserved.
 sessions=$(build/client/cli/gpumux sessions --json)
 [[ $sessions == "[]" ]] || { echo "FAILED: sessions left after the commands: $sessions"; failures=$((failures + 1)); }
+build/client/cli/gpumux stats --device 0 --json | grep -q '"reserved_bytes.all.current": 0,' ||
+  { echo "FAILED: device 0 still has memory reserved after the commands"; failures=$((failures + 1)); }
 stop_daemon
 
 for key in "${!not_run[@]}" "${!expect[@]}" "${!needs_memory_gib[@]}"; do
