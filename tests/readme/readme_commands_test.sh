@@ -19,7 +19,8 @@
 # gpumuxd and gpumux, named bare in the prose, are the build tree's (first on
 # PATH). A command starting with gpumuxd replaces the test's daemon while it
 # runs: it must serve (gpumux devices answers) and stop with exit 0 on
-# SIGTERM, or, if it exits by itself, exit 0.
+# SIGTERM, or, if it exits by itself, exit 0. No GPU is visible to them
+# (CUDA_VISIBLE_DEVICES is empty), so the daemons run the host backend.
 set -euo pipefail
 
 source_dir=$(cd "$1" && pwd)
@@ -107,6 +108,7 @@ mount -t tmpfs gpumux-readme-test /tmp
 work=$(mktemp -d /tmp/readme-test-XXXXXX)
 export PATH=$build_dir/server:$build_dir/client/cli:$PATH
 unset GPUMUX_ADDRESS
+export CUDA_VISIBLE_DEVICES=  # --backend=auto is host, as in CI, and a GPU stays untouched
 cd "$source_dir"
 
 # The commands, in README order: "LINE<TAB>TEXT" records, NUL-terminated.
