@@ -237,7 +237,8 @@ done < "$work/commands"
 # The test's daemon is left as it started: no session, nothing reserved.
 sessions=$(build/client/cli/gpumux sessions --json)
 [[ $sessions == "[]" ]] || { echo "FAILED: sessions left after the commands: $sessions"; failures=$((failures + 1)); }
-build/client/cli/gpumux stats --device 0 --json | grep -q '"reserved_bytes.all.current": 0,' ||
+stats=$(build/client/cli/gpumux stats --device 0 --json)  # not piped into grep -q: pipefail and SIGPIPE
+grep -q '"reserved_bytes.all.current": 0,' <<<"$stats" ||
   { echo "FAILED: device 0 still has memory reserved after the commands"; failures=$((failures + 1)); }
 stop_daemon
 
