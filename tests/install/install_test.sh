@@ -57,9 +57,13 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 # shellcheck disable=SC2046  # pkg-config's flags are words
 c++ -std=c++20 "$example/main.cc" -o "$work/pkg-config-example" $(pkg-config --cflags --libs gpumux) \
   -Wl,-rpath,"$prefix/lib" || fail "building with pkg-config gpumux failed"
-ldd "$work/cmake-shared/client_example" | grep -q "$prefix/lib/libgpumux.so" ||
+# ldd's output is read whole: `ldd | grep -q` fails under pipefail when grep
+# exits at its match and ldd, still writing, dies of SIGPIPE.
+shared_libs=$(ldd "$work/cmake-shared/client_example")
+static_libs=$(ldd "$work/cmake-static/client_example")
+grep -q "$prefix/lib/libgpumux.so" <<<"$shared_libs" ||
   fail "the gpumux::client build does not use the installed libgpumux.so"
-if ldd "$work/cmake-static/client_example" | grep -q libgpumux; then
+if grep -q libgpumux <<<"$static_libs"; then
   fail "the gpumux::client_static build links libgpumux.so"
 fi
 

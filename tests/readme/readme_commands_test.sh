@@ -1,0 +1,253 @@
+#!/usr/bin/env bash
+# Runs every command README.md shows, as written, from the repository root,
+# against a gpumuxd started from the build tree (build/server/gpumuxd without
+# flags, as scripts/run.sh starts it) on the default socket.
+#   readme_commands_test.sh SOURCE_DIR BUILD_DIR
+#
+# The commands: every line of a ```sh block (a line ending in \ continues on
+# the next; a whole-line comment is none), and every inline code span outside
+# the fenced blocks that starts with build/ or scripts/, or with gpumuxd,
+# gpumux, cmake, bash or c++ and an argument. Each is either run or listed in
+# not_run below with the reason, matched by its exact text (a trailing
+# "# comment" aside); a listed command the README no longer shows fails the
+# test, so the list stays exact.
+#
+# Everything runs in a private mount namespace (unshare -m): /run/gpumux,
+# /opt/gpumux and /tmp are fresh tmpfs there, and /usr/local a private overlay,
+# so the daemon on /run/gpumux/gpumux.sock and what `cmake --install` writes
+# are the test's own and a developer's daemon or install is never touched.
+# gpumuxd and gpumux, named bare in the prose, are the build tree's (first on
+# PATH). A command starting with gpumuxd replaces the test's daemon while it
+# runs: it must serve (gpumux devices answers) and stop with exit 0 on
+# SIGTERM, or, if it exits by itself, exit 0. No GPU is visible to them
+# (CUDA_VISIBLE_DEVICES is empty), so the daemons run the host backend.
+set -euo pipefail
+
+source_dir=$(cd "$1" && pwd)
+build_dir=$(cd "$2" && pwd)
+fail() { echo "readme_commands_test: $*" >&2; exit 1; }
+
+# Commands the test does not run, and why.
+declare -A not_run=(
+  ["bash scripts/run.sh"]="installs Debian packages and rebuilds the tree, then runs gpumuxd in the foreground: the test starts that last step itself (build/server/gpumuxd, no flags)"
+  ["bash scripts/test.sh"]="is CI itself: installs packages, rebuilds with -Werror and runs the whole suite, this test included, then the fuzzers"
+  ["scripts/fuzz.sh"]="builds the 10 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
+  ["scripts/sanitize.sh"]="rebuilds the tree with ASan and UBSan and runs the whole suite under them (20 minutes)"
+  ["scripts/chaos.sh"]="names the chaos script; its run is the next entry"
+  ["scripts/chaos.sh --kills 1000"]="1,000 kills 50-250 ms apart take several minutes; the ctest chaos test runs the same code with 50"
+  ["scripts/gpu-check"]="names the script; its two commands are in the GPU check block"
+  ["scripts/gpu-check bundle --tar"]="a Release build of the whole tree with CUDA into build-gpu/ (many minutes)"
+  ["scripts/gpu-check run BUNDLE_DIR"]="runs the gpu-labelled tests on a GPU machine; BUNDLE_DIR is the output of the bundle command"
+  ["scripts/bundle/gpu-benchmarks.sh"]="the GPU benchmarks, run inside a bundle by run-gpu-check on a GPU machine"
+  ["build/bench/gpumux_load_bench"]="64 client processes for 60 s, then 256 sessions: over this test's time budget"
+)
+
+# A line the output must match (grep -E), for the commands whose output
+# carries their point.
+declare -A expect=(
+  ["build/client/cli/gpumux devices"]="^ +0  gpumux host device 0 +host +8\.00 GiB"
+  ["build/client/cli/gpumux stats --device 0 --json"]='"allocated_bytes\.all\.current": 0'
+  ["build/client/cli/gpumux summary --device 0"]="PyTorch CUDA memory summary, device ID 0"
+  ["build/client/cli/gpumux empty-cache"]="^released "
+  ["build/client/cli/gpumux replay testdata/trace_gpt2s_train_b8_s1024.csv.gz"]="^peak_reserved=13061062656$"
+  ["build/client/cli/gpumux replay testdata/trace_resnet50_train_b64.csv.gz --address unix:///run/gpumux/gpumux.sock"]="^peak_reserved=6803161088$"
+  ["build/bench/gpumux_replay_inprocess testdata/trace_resnet50_train_b64.csv.gz"]="^peak_reserved=6803161088$"
+  ["build/bench/gpumux_replay_inprocess testdata/trace_gpt2s_train_b8_s1024.csv.gz"]="^peak_reserved=13061062656$"
+  ["build/bench/gpumux_rpc_bench"]="^alloc_free_over_noop_p50="
+  ["build/bench/gpumux_stream_bench"]="^h2d_staging_over_memcpy="
+  ["cmake --build /tmp/example && /tmp/example/client_example unix:///run/gpumux/gpumux.sock"]='imported 1048576 bytes in session [0-9]+: "hello from gpumux"'
+  ["/tmp/client_example unix:///run/gpumux/gpumux.sock"]='imported 1048576 bytes in session [0-9]+: "hello from gpumux"'
+  ["gpumuxd --host-device-memory=16GiB"]="^ +0  gpumux host device 0 +host +16\.00 GiB"
+  ["gpumuxd --help"]="--host-device-memory"
+)
+
+# Memory a command takes while it runs (GiB of MemAvailable), checked first
+# so that a small machine fails with the reason instead of an OOM kill.
+declare -A needs_memory_gib=(
+  ["build/client/cli/gpumux replay testdata/trace_resnet50_train_b64.csv.gz --address unix:///run/gpumux/gpumux.sock"]=8
+)
+
+# Into a private mount namespace first.
+if [[ -z ${GPUMUX_README_TEST_IN_NAMESPACE:-} ]]; then
+  export GPUMUX_README_TEST_IN_NAMESPACE=1
+  if unshare -m --propagation private true 2>/dev/null; then
+    exec unshare -m --propagation private bash "$0" "$source_dir" "$build_dir"
+  elif unshare -r -m true 2>/dev/null; then  # not root: root in a user namespace
+    exec unshare -r -m bash "$0" "$source_dir" "$build_dir"
+  fi
+  fail "needs a private mount namespace (unshare -m as root, or unshare -r -m) so that its gpumuxd on" \
+       "/run/gpumux/gpumux.sock and its installs into /opt/gpumux and /usr/local stay its own"
+fi
+
+case "$source_dir/ $build_dir/" in
+  /tmp/*|*" /tmp/"*) fail "the source and build trees must lie outside /tmp, which the test replaces" ;;
+esac
+scratch=$build_dir/tests/readme/namespace  # a tmpfs in the namespace only
+mkdir -p "$scratch"
+mount -t tmpfs gpumux-readme-test "$scratch"
+# private_dir DIR: a fresh tmpfs on DIR; where DIR does not exist, its parent
+# becomes an overlay whose writes stay in the namespace, and DIR is made there.
+overlay() {
+  local dir=$1 name
+  name=$(tr / _ <<<"$dir")
+  mkdir -p "$scratch/$name/upper" "$scratch/$name/work"
+  mount -t overlay gpumux-readme-test -o "lowerdir=$dir,upperdir=$scratch/$name/upper,workdir=$scratch/$name/work" "$dir"
+}
+private_dir() {
+  if [[ ! -d $1 ]]; then overlay "$(dirname "$1")"; mkdir -p "$1"; fi
+  mount -t tmpfs gpumux-readme-test "$1"
+}
+private_dir /run/gpumux
+private_dir /opt/gpumux
+overlay /usr/local
+if [[ $build_dir != "$source_dir/build" ]]; then  # the README says build/
+  [[ -d $source_dir/build ]] || mkdir "$source_dir/build"  # git ignores it
+  mount --bind "$build_dir" "$source_dir/build"
+fi
+mount -t tmpfs gpumux-readme-test /tmp
+work=$(mktemp -d /tmp/readme-test-XXXXXX)
+export PATH=$build_dir/server:$build_dir/client/cli:$PATH
+unset GPUMUX_ADDRESS
+export CUDA_VISIBLE_DEVICES=  # --backend=auto is host, as in CI, and a GPU stays untouched
+cd "$source_dir"
+
+# The commands, in README order: "LINE<TAB>TEXT" records, NUL-terminated.
+awk '
+  function emit(text) { printf "%d\t%s%c", start, text, 0 }
+  fence == "" && /^```/ { fence = substr($0, 4); if (fence == "") fence = "plain"; next }
+  fence != "" && /^```[ \t]*$/ { fence = ""; next }
+  fence ~ /^(bash|shell|console|zsh)$/ { print "README.md:" NR ": a ```" fence " block: write ```sh" > "/dev/stderr"; exit 1 }
+  fence == "sh" {
+    if (pending == "") start = NR
+    line = pending $0
+    if (line ~ /\\$/) { pending = line "\n"; next }
+    pending = ""
+    if (line !~ /^[ \t]*(#|$)/) emit(line)
+    next
+  }
+  fence != "" { next }
+  {
+    rest = $0
+    while (match(rest, /`[^`]+`/)) {
+      span = substr(rest, RSTART + 1, RLENGTH - 2)
+      rest = substr(rest, RSTART + RLENGTH)
+      if (span ~ /^(\.\/)?(build|scripts)\/[^ ]/ || span ~ /^(gpumuxd|gpumux|cmake|bash|c\+\+) +[^ ]/) {
+        start = NR
+        emit(span)
+      }
+    }
+  }
+' README.md > "$work/commands" || fail "could not read the commands from README.md"
+
+key_of() {  # the command without a trailing comment ("  # ...")
+  sed -E 's/[[:space:]]+# .*$//' <<<"$1"
+}
+
+daemon_pid=
+cleanup() {
+  if [[ -n $daemon_pid ]]; then kill "$daemon_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+wait_until_served() {  # PID LOG: until gpumux devices answers, or PID exits
+  for _ in $(seq 200); do
+    kill -0 "$1" 2>/dev/null || return 1
+    build/client/cli/gpumux devices > /dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  cat "$2" >&2
+  fail "gpumuxd (pid $1) did not serve within 10 s"
+}
+start_daemon() {
+  build/server/gpumuxd < /dev/null > "$work/daemon.log" 2>&1 &
+  daemon_pid=$!
+  wait_until_served "$daemon_pid" "$work/daemon.log" ||
+    { cat "$work/daemon.log" >&2; fail "build/server/gpumuxd did not start"; }
+}
+stop_daemon() {
+  kill -TERM "$daemon_pid"
+  local rc=0
+  wait "$daemon_pid" || rc=$?
+  daemon_pid=
+  [[ $rc == 0 ]] || { cat "$work/daemon.log" >&2; fail "build/server/gpumuxd exited $rc on SIGTERM"; }
+}
+
+# run_daemon_command TEXT OUT: a gpumuxd command in place of the test's daemon.
+run_daemon_command() {
+  local rc=0
+  stop_daemon
+  bash -c "exec $1" < /dev/null > "$2.daemon" 2>&1 &
+  daemon_pid=$!
+  if wait_until_served "$daemon_pid" "$2.daemon"; then
+    build/client/cli/gpumux devices > "$2" 2>&1 || rc=$?
+    kill -TERM "$daemon_pid"
+  fi
+  wait "$daemon_pid" || rc=$?
+  daemon_pid=
+  cat "$2.daemon" >> "$2"
+  start_daemon
+  return "$rc"
+}
+
+start_daemon
+declare -A seen=()
+failures=0
+ran=0
+skipped=0
+while IFS=$'\t' read -r -d '' line text; do
+  key=$(key_of "$text")
+  [[ -n ${seen[$key]:-} ]] && continue
+  seen[$key]=1
+  if [[ -n ${not_run[$key]+x} ]]; then
+    echo "not run: README.md:$line: $key (${not_run[$key]})"
+    skipped=$((skipped + 1))
+    continue
+  fi
+  need=${needs_memory_gib[$key]:-0}
+  if (( need > 0 )); then
+    available=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo)
+    if (( available < need )); then
+      echo "FAILED: README.md:$line: $key needs $need GiB of free memory, the machine has $available GiB"
+      failures=$((failures + 1))
+      continue
+    fi
+  fi
+  out=$work/out.$line
+  rc=0
+  start=$SECONDS
+  case ${text%% *} in
+    gpumuxd | */gpumuxd) run_daemon_command "$text" "$out" || rc=$? ;;
+    export) eval "$text" > "$out" 2>&1 || rc=$? ;;  # for the commands after it
+    *) timeout 120 bash -c "$text" < /dev/null > "$out" 2>&1 || rc=$? ;;
+  esac
+  ran=$((ran + 1))
+  if [[ $rc != 0 ]]; then
+    echo "FAILED: README.md:$line: $key exited $rc; its output ends:"
+    tail -n 20 "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  elif [[ -n ${expect[$key]:-} ]] && ! grep -Eq -- "${expect[$key]}" "$out"; then
+    echo "FAILED: README.md:$line: $key printed no line matching /${expect[$key]}/; its output ends:"
+    tail -n 20 "$out" | sed 's/^/    /'
+    failures=$((failures + 1))
+  else
+    echo "ok: README.md:$line: $key ($((SECONDS - start)) s)"
+  fi
+done < "$work/commands"
+
+# The test's daemon is left as it started: no session, nothing reserved.
+sessions=$(build/client/cli/gpumux sessions --json)
+[[ $sessions == "[]" ]] || { echo "FAILED: sessions left after the commands: $sessions"; failures=$((failures + 1)); }
+stats=$(build/client/cli/gpumux stats --device 0 --json)  # not piped into grep -q: pipefail and SIGPIPE
+grep -q '"reserved_bytes.all.current": 0,' <<<"$stats" ||
+  { echo "FAILED: device 0 still has memory reserved after the commands"; failures=$((failures + 1)); }
+stop_daemon
+
+for key in "${!not_run[@]}" "${!expect[@]}" "${!needs_memory_gib[@]}"; do
+  if [[ -z ${seen[$key]:-} ]]; then
+    echo "FAILED: the test names a command README.md no longer shows: $key"
+    failures=$((failures + 1))
+  fi
+done
+(( ran > 0 )) || fail "found no command in README.md"
+(( failures == 0 )) || fail "$failures of the README's commands failed ($ran run, $skipped listed as not run)"
+echo "readme_commands_test: $ran README commands ran as written, $skipped listed as not run"
