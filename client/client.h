@@ -30,6 +30,7 @@
 #include "client/device_properties.h"
 #include "client/event.h"
 #include "client/memory_snapshot.h"
+#include "client/nvtx.h"
 #include "client/random_options.h"
 #include "client/stream.h"
 #include "common/default_address.h"
@@ -37,13 +38,6 @@
 #include "common/ids.h"
 
 namespace gpumux {
-
-class Client;
-namespace nvtx {
-absl::Status Mark(Client& client, absl::string_view message);
-absl::StatusOr<int> RangePush(Client& client, absl::string_view message);
-absl::StatusOr<int> RangePop(Client& client);
-}  // namespace nvtx
 
 class Client {
  public:

@@ -40,6 +40,7 @@ declare -A not_run=(
   ["scripts/gpu-check run BUNDLE_DIR"]="runs the gpu-labelled tests on a GPU machine; BUNDLE_DIR is the output of the bundle command"
   ["scripts/bundle/gpu-benchmarks.sh"]="the GPU benchmarks, run inside a bundle by run-gpu-check on a GPU machine"
   ["build/bench/gpumux_load_bench"]="64 client processes for 60 s, then 256 sessions: over this test's time budget"
+  ["scripts/format.sh"]="rewrites the sources in place; the test runs scripts/format.sh --check, which changes nothing"
 )
 
 # A line the output must match (grep -E), for the commands whose output
