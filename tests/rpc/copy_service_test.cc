@@ -31,10 +31,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
-constexpr auto kNotFound = grpc::StatusCode::NOT_FOUND;
-constexpr auto kOutOfRange = grpc::StatusCode::OUT_OF_RANGE;
-constexpr auto kPrecondition = grpc::StatusCode::FAILED_PRECONDITION;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 

@@ -19,10 +19,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
-constexpr auto kNotFound = grpc::StatusCode::NOT_FOUND;
-constexpr auto kPrecondition = grpc::StatusCode::FAILED_PRECONDITION;
-
 using EventServiceTest = DaemonTest;
 
 TEST_F(EventServiceTest, EventCreationChecksFlagsAndDevice) {

@@ -10,6 +10,12 @@
 
 namespace gpumux::testing {
 
+// The codes the wire-level tests expect most, by short name.
+inline constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+inline constexpr auto kNotFound = grpc::StatusCode::NOT_FOUND;
+inline constexpr auto kOutOfRange = grpc::StatusCode::OUT_OF_RANGE;
+inline constexpr auto kPrecondition = grpc::StatusCode::FAILED_PRECONDITION;
+
 MATCHER(GrpcIsOk, "is OK") {
   if (!arg.ok())
     *result_listener << "status is " << arg.error_code() << ": " << arg.error_message();

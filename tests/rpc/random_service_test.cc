@@ -22,9 +22,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
-constexpr auto kNotFound = grpc::StatusCode::NOT_FOUND;
-constexpr auto kOutOfRange = grpc::StatusCode::OUT_OF_RANGE;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
 v1::GenerateRequest Uniform(uint64_t allocation, v1::Dtype dtype, uint64_t elements, double low,
