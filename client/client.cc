@@ -236,18 +236,20 @@ absl::StatusOr<std::pair<int, int>> Client::GetDeviceCapability(std::optional<De
   return std::make_pair(properties.major, properties.minor);
 }
 
+absl::StatusOr<DeviceProperties> Client::Impl::BuildProperties() {
+  GPUMUX_ASSIGN_OR_RETURN(int count, CachedDeviceCount());
+  if (count == 0) return DeviceProperties();
+  return self_.GetDeviceProperties(DeviceIndex(0));
+}
+
 absl::StatusOr<std::vector<std::string>> Client::GetArchList() {
-  GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
-  if (count == 0) return std::vector<std::string>();
-  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(DeviceIndex(0)));
-  return std::move(properties.arch_list);
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties build, impl_->BuildProperties());
+  return std::move(build.arch_list);
 }
 
 absl::StatusOr<std::string> Client::GetGencodeFlags() {
-  GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
-  if (count == 0) return std::string();
-  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(DeviceIndex(0)));
-  return std::move(properties.gencode_flags);
+  GPUMUX_ASSIGN_OR_RETURN(DeviceProperties build, impl_->BuildProperties());
+  return std::move(build.gencode_flags);
 }
 
 absl::Status Client::Init() {

@@ -94,6 +94,9 @@ class Client::Impl {
   bool UseStaging(TransferPath path, uint64_t size) const;
   // The device count, asked once.
   absl::StatusOr<int> CachedDeviceCount();
+  // Device 0's properties, which carry the daemon's build (arch list,
+  // gencode flags); empty ones for a daemon without devices.
+  absl::StatusOr<DeviceProperties> BuildProperties();
   // The PCI bus id of `device`, asked once.
   absl::StatusOr<std::string> PciBusId(DeviceIndex device);
 

@@ -9,7 +9,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/cuda_device.h"
 #include "client/cuda_interop.h"
+#include "common/cuda_status.h"
 #include "common/status_macros.h"
 
 namespace gpumux {
@@ -75,24 +77,15 @@ class ThreadHandles {
 
 thread_local ThreadHandles t_handles;
 
-absl::Status CudaCallError(cudaError_t error, absl::string_view what) {
-  cudaGetLastError();  // a non-sticky error must not surface in the next call
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
-}
-
 // cublasCreate_v2 on CUDA device `device`, the thread's current device left
 // as it was.
 absl::StatusOr<cublasHandle_t> CreateHandle(const Cublas& cublas, int device) {
-  int previous = 0;
-  if (cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess)
-    return CudaCallError(e, "cudaGetDevice");
-  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess)
-    return CudaCallError(e, "cudaSetDevice");
+  CudaDeviceScope scope(device);
+  GPUMUX_RETURN_IF_ERROR(CudaStatus(scope.status(), "cudaSetDevice"));
   cublasHandle_t handle = nullptr;
-  const cublasStatus_t created = cublas.create(&handle);
-  cudaSetDevice(previous);
-  if (created != CUBLAS_STATUS_SUCCESS) return CublasError(cublas, created, "cublasCreate_v2");
+  if (cublasStatus_t created = cublas.create(&handle); created != CUBLAS_STATUS_SUCCESS) {
+    return CublasError(cublas, created, "cublasCreate_v2");
+  }
   return handle;
 }
 
@@ -101,22 +94,14 @@ absl::StatusOr<cublasHandle_t> CreateHandle(const Cublas& cublas, int device) {
 absl::StatusOr<void*> CurrentCublasHandle(absl::string_view pci_bus_id) {
   GPUMUX_RETURN_IF_ERROR(LoadedCublas().status());
   const Cublas& cublas = *LoadedCublas();
-  int device = -1;
-  const std::string bus_id(pci_bus_id);
-  if (cudaError_t e = cudaDeviceGetByPCIBusId(&device, bus_id.c_str()); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::NotFoundError(absl::StrCat("no visible CUDA device has PCI bus id ", bus_id, " (",
-                                            cudaGetErrorName(e), "); check CUDA_VISIBLE_DEVICES"));
+  GPUMUX_ASSIGN_OR_RETURN(const int device, ResolveCudaDevice(pci_bus_id));
+  auto& handles = t_handles.handles();
+  auto it = handles.find(device);
+  if (it == handles.end()) {
+    GPUMUX_ASSIGN_OR_RETURN(cublasHandle_t created, CreateHandle(cublas, device));
+    it = handles.emplace(device, created).first;
   }
-  cublasHandle_t& handle = t_handles.handles()[device];
-  if (handle == nullptr) {
-    absl::StatusOr<cublasHandle_t> created = CreateHandle(cublas, device);
-    if (!created.ok()) {
-      t_handles.handles().erase(device);
-      return created.status();
-    }
-    handle = *created;
-  }
+  const cublasHandle_t handle = it->second;
   if (cublasStatus_t set = cublas.set_stream(handle, CurrentCudaStream());
       set != CUBLAS_STATUS_SUCCESS) {
     return CublasError(cublas, set, "cublasSetStream_v2");

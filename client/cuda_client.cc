@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/cuda_device.h"
 #include "client/cuda_free_fence.h"
 #include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
@@ -25,29 +26,31 @@
 namespace gpumux {
 namespace {
 
-// Makes `device` current on this thread for a scope, restoring the caller's.
-class DeviceScope {
+class CudaIpcMapping final : public MappedSegment {
  public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) status_ = cudaSetDevice(device);
+  CudaIpcMapping(void* base, uint64_t size, int device)
+      : base_(base), size_(size), device_(device) {}
+  ~CudaIpcMapping() override {
+    CudaDeviceScope scope(device_);
+    if (cudaError_t e = cudaIpcCloseMemHandle(base_); e != cudaSuccess) {
+      spdlog::warn("gpumux: {}", CudaStatus(e, "cudaIpcCloseMemHandle").ToString());
+    }
   }
-  ~DeviceScope() {
-    int current = -1;
-    if (previous_ >= 0 && cudaGetDevice(&current) == cudaSuccess && current != previous_)
-      cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  cudaError_t status() const { return status_; }
+  void* base() const override { return base_; }
+  uint64_t size() const override { return size_; }
+  int cuda_device() const override { return device_; }
 
  private:
-  int previous_ = -1;
-  cudaError_t status_ = cudaSuccess;
+  void* const base_;
+  const uint64_t size_;
+  const int device_;
 };
 
-// This process's CUDA ordinal of the device with `pci_bus_id`, cached.
-absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
+thread_local cudaStream_t t_current_stream = cudaStreamLegacy;
+
+}  // namespace
+
+absl::StatusOr<int> ResolveCudaDevice(absl::string_view pci_bus_id) {
   if (pci_bus_id.empty()) {
     int current = 0;
     if (cudaError_t e = cudaGetDevice(&current); e != cudaSuccess)
@@ -70,30 +73,6 @@ absl::StatusOr<int> ResolveDevice(absl::string_view pci_bus_id) {
   return device;
 }
 
-class CudaIpcMapping final : public MappedSegment {
- public:
-  CudaIpcMapping(void* base, uint64_t size, int device)
-      : base_(base), size_(size), device_(device) {}
-  ~CudaIpcMapping() override {
-    DeviceScope scope(device_);
-    if (cudaError_t e = cudaIpcCloseMemHandle(base_); e != cudaSuccess) {
-      spdlog::warn("gpumux: {}", CudaStatus(e, "cudaIpcCloseMemHandle").ToString());
-    }
-  }
-  void* base() const override { return base_; }
-  uint64_t size() const override { return size_; }
-  int cuda_device() const override { return device_; }
-
- private:
-  void* const base_;
-  const uint64_t size_;
-  const int device_;
-};
-
-thread_local cudaStream_t t_current_stream = cudaStreamLegacy;
-
-}  // namespace
-
 bool CudaDeviceVisible() {
   int count = 0;
   return CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount").ok() && count > 0;
@@ -112,9 +91,9 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_v
                                                    sizeof(cudaIpcMemHandle_t), " bytes, not ",
                                                    handle.size()));
   }
-  absl::StatusOr<int> device = ResolveDevice(pci_bus_id);
+  absl::StatusOr<int> device = ResolveCudaDevice(pci_bus_id);
   if (!device.ok()) return device.status();
-  DeviceScope scope(*device);
+  CudaDeviceScope scope(*device);
   if (scope.status() != cudaSuccess) return CudaStatus(scope.status(), "cudaSetDevice");
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
@@ -159,7 +138,7 @@ void WaitForFreeFences() {
 }
 
 std::string RecordFreeFence(int cuda_device) {
-  DeviceScope scope(cuda_device);
+  CudaDeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (scope.status() == cudaSuccess && cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
