@@ -10,9 +10,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "allocator/allocator_config.h"
 #include "replay/inprocess_target.h"
 #include "replay/trace_replay.h"
-#include "server/allocator/allocator_config.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

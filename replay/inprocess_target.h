@@ -13,9 +13,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "allocator/allocator_config.h"
+#include "allocator/caching_allocator.h"
 #include "replay/trace_replay.h"
-#include "server/allocator/allocator_config.h"
-#include "server/allocator/caching_allocator.h"
 #include "server/backend/host/host_backend.h"
 
 namespace gpumux {

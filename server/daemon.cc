@@ -20,12 +20,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "allocator/allocator_config.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "server/allocator/allocator_config.h"
 #include "server/backend/host/host_backend.h"
 #ifdef GPUMUX_HAVE_CUDA
 #include "server/backend/cuda/cuda_backend.h"

@@ -5,13 +5,13 @@
 #include <limits>
 #include <memory>
 
+#include "allocator/allocator_config.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/client.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"
 #include "replay/trace_replay.h"
-#include "server/allocator/allocator_config.h"
 
 namespace gpumux {
 

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "common/rng_fill.h"
+#include "common/segment_source.h"
 
 namespace gpumux {
 
@@ -41,29 +42,6 @@ struct DeviceInfo {
   int runtime_version = 0;
 };
 
-// How another process maps a segment.
-struct SegmentHandle {
-  enum class Kind { kHostMemfd, kCudaIpc };
-  Kind kind = Kind::kHostMemfd;
-  // kHostMemfd: the MemoryFileTable key of the segment's memory file;
-  // kCudaIpc: 64 handle bytes.
-  std::string data;
-  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostMemfd.
-  std::string pci_bus_id;
-};
-
-// A contiguous range of device memory obtained from the backend.
-struct BackendSegment {
-  uint64_t address = 0;  // device address of the first byte
-  uint64_t size = 0;
-  SegmentHandle handle;
-};
-
-// Backend streams and events, named by opaque handles the backend assigns
-// (never 0, never reused by one backend object).
-using BackendStream = StrongId<struct BackendStreamTag, uint64_t>;
-using BackendEvent = StrongId<struct BackendEventTag, uint64_t>;
-
 // cudaDeviceGetStreamPriorityRange: numerically lower is higher priority, so
 // `greatest` <= `least` (CUDA on Hopper: least 0, greatest -5).
 struct StreamPriorityRange {
@@ -71,35 +49,22 @@ struct StreamPriorityRange {
   int greatest = 0;
 };
 
-// torch.cuda.Event's flags (note: timing is off by default, as in torch, not
-// as in cudaEventDefault). `blocking` asks SynchronizeEvent to sleep rather
-// than spin (cudaEventBlockingSync). An interprocess event cannot also time
-// (CUDA requires cudaEventDisableTiming with cudaEventInterprocess).
-struct EventFlags {
-  bool enable_timing = false;
-  bool blocking = false;
-  bool interprocess = false;
-};
-
-// Size of an interprocess event handle (cudaIpcEventHandle_t's 64 bytes).
-inline constexpr size_t kIpcEventHandleBytes = 64;
-
 // Every call below that names a stream or an event returns NOT_FOUND for a
 // handle this backend did not create or has destroyed, and INVALID_ARGUMENT
 // for a device out of range.
-class DeviceBackend {
+class DeviceBackend : public SegmentSource {
  public:
-  virtual ~DeviceBackend() = default;
+  ~DeviceBackend() override = default;
 
   // "host" or "cuda".
   virtual absl::string_view name() const = 0;
-  virtual int device_count() const = 0;
+  int device_count() const override = 0;
   // Precondition: 0 <= device < device_count().
   virtual const DeviceInfo& device_info(DeviceIndex device) const = 0;
   // Bytes the backend could still hand out on `device` (cudaMemGetInfo's
   // free). INVALID_ARGUMENT for a device out of range; the CUDA error when
   // the device cannot tell (a lost context), never a made-up 0.
-  virtual absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const = 0;
+  absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const override = 0;
   // OK while the device works. After a sticky CUDA error (an illegal address,
   // a kernel fault, an uncorrectable ECC error) the device's context is lost
   // until the daemon restarts: this returns UNAVAILABLE saying why, and every
@@ -117,6 +82,16 @@ class DeviceBackend {
   // NOT_FOUND for an address that is not a live segment of `device`. Work
   // already queued on it still completes safely (its results are lost).
   virtual absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) = 0;
+
+  // SegmentSource's names for the calls above, as the allocator makes them.
+  uint64_t TotalMemory(DeviceIndex device) const final { return device_info(device).total_memory; }
+  absl::StatusOr<BackendSegment> ObtainSegment(DeviceIndex device, uint64_t size,
+                                               StreamId /*stream*/) final {
+    return AllocateSegment(device, size);
+  }
+  absl::Status ReturnSegment(DeviceIndex device, uint64_t address) final {
+    return ReleaseSegment(device, address);
+  }
 
   // Blocks until all work queued on the device's streams (including destroyed
   // streams that still drain) has completed.
@@ -141,18 +116,18 @@ class DeviceBackend {
   // --- Events: completion markers recorded on streams. ---
 
   // INVALID_ARGUMENT for interprocess together with enable_timing.
-  virtual absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) = 0;
+  absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) override = 0;
   // Work already queued that records or waits on the event is unaffected.
-  virtual absl::Status DestroyEvent(BackendEvent event) = 0;
+  absl::Status DestroyEvent(BackendEvent event) override = 0;
   // Captures the work queued on `stream` so far (cudaEventRecord); the event
   // completes when that work has. Re-recording replaces the capture.
   // INVALID_ARGUMENT when event and stream are on different devices.
-  virtual absl::Status RecordEvent(BackendEvent event, BackendStream stream) = 0;
+  absl::Status RecordEvent(BackendEvent event, BackendStream stream) override = 0;
   // True when the captured work completed, or the event was never recorded.
-  virtual absl::StatusOr<bool> QueryEvent(BackendEvent event) = 0;
+  absl::StatusOr<bool> QueryEvent(BackendEvent event) override = 0;
   // Blocks until the captured work completed; returns at once if never
   // recorded. UNAVAILABLE when AbandonInterprocessWaits gave up the wait.
-  virtual absl::Status SynchronizeEvent(BackendEvent event) = 0;
+  absl::Status SynchronizeEvent(BackendEvent event) override = 0;
   // Later work on `stream` waits for the event's work as captured at this
   // call (cudaStreamWaitEvent); a never-recorded event adds no wait. Stream
   // and event may be on different devices.

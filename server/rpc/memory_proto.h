@@ -5,10 +5,10 @@
 
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "common/memory_stats.h"
 #include "gpumux/v1/common.pb.h"
 #include "gpumux/v1/memory.pb.h"
-#include "server/allocator/caching_allocator.h"
 #include "server/core/memory_manager.h"
 
 namespace gpumux {

@@ -1,9 +1,9 @@
 // What gpumux adds to PyTorch's allocator: per-client and per-stream reuse,
 // dedicated segments, empty_cache per client, Recharge and RemoveClient.
 
+#include "allocator/caching_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/allocator/caching_allocator.h"
 #include "tests/allocator/allocator_test_util.h"
 
 namespace gpumux::testing {

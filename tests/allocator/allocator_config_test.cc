@@ -1,4 +1,4 @@
-#include "server/allocator/allocator_config.h"
+#include "allocator/allocator_config.h"
 
 #include <cstdint>
 #include <string>

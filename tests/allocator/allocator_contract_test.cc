@@ -7,9 +7,9 @@
 #include <thread>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/allocator/caching_allocator.h"
 #include "server/backend/forwarding_backend.h"
 #include "tests/allocator/allocator_test_util.h"
 

@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "allocator/caching_allocator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/allocator/caching_allocator.h"
 #include "tests/allocator/allocator_test_util.h"
 
 namespace gpumux::testing {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "common/memory_stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/allocator/caching_allocator.h"
 #include "tests/allocator/allocator_test_util.h"
 
 namespace gpumux::testing {

@@ -21,10 +21,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "allocator/caching_allocator.h"
 #include "common/host_ipc_event.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/allocator/caching_allocator.h"
 #include "server/backend/forwarding_backend.h"
 #include "server/backend/host/host_backend.h"
 #include "tests/allocator/allocator_test_util.h"

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "allocator/allocator_config.h"
+#include "allocator/caching_allocator.h"
 #include "gtest/gtest.h"
-#include "server/allocator/allocator_config.h"
-#include "server/allocator/caching_allocator.h"
 #include "server/backend/host/host_backend.h"
 #include "tests/status_matchers.h"
 

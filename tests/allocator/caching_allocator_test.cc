@@ -2,7 +2,7 @@
 // fit, splitting in both pools, oversize blocks, coalescing and the
 // inactive_split books, argument errors.
 
-#include "server/allocator/caching_allocator.h"
+#include "allocator/caching_allocator.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

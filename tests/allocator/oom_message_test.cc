@@ -1,7 +1,7 @@
 // PyTorch's out-of-memory text with the session's figures, and what it says
 // when the backend cannot tell how much is free.
 
-#include "server/allocator/oom_message.h"
+#include "allocator/oom_message.h"
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"

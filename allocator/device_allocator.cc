@@ -1,12 +1,12 @@
-#include "server/allocator/device_allocator.h"
+#include "allocator/device_allocator.h"
 
 #include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "allocator/oom_message.h"
+#include "allocator/stat_updates.h"
 #include "common/status_macros.h"
-#include "server/allocator/oom_message.h"
-#include "server/allocator/stat_updates.h"
 #include "spdlog/spdlog.h"
 
 // DeviceCachingAllocator::malloc and free: the hot path and the segments it
@@ -14,7 +14,7 @@
 
 namespace gpumux {
 
-DeviceAllocator::DeviceAllocator(DeviceIndex device, DeviceBackend* backend,
+DeviceAllocator::DeviceAllocator(DeviceIndex device, SegmentSource* backend,
                                  const AllocatorOptions& options,
                                  std::atomic<uint64_t>* next_segment_id)
     : device_(device),
@@ -28,7 +28,7 @@ DeviceAllocator::DeviceAllocator(DeviceIndex device, DeviceBackend* backend,
 DeviceAllocator::~DeviceAllocator() {
   absl::MutexLock lock(&mu_);
   for (const auto& [address, segment] : segments_) {
-    absl::Status status = backend_->ReleaseSegment(device_, address);
+    absl::Status status = backend_->ReturnSegment(device_, address);
     if (!status.ok())
       spdlog::warn("allocator: releasing segment {:#x}: {}", address, status.ToString());
   }
@@ -130,7 +130,7 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
     r.shortage = Shortage::kClientLimit;
     return absl::OkStatus();
   }
-  absl::StatusOr<BackendSegment> got = backend_->AllocateSegment(device_, r.alloc_size);
+  absl::StatusOr<BackendSegment> got = backend_->ObtainSegment(device_, r.alloc_size, r.stream);
   if (!got.ok()) {
     if (got.status().code() != absl::StatusCode::kResourceExhausted) return got.status();
     r.shortage = Shortage::kDevice;
@@ -242,7 +242,7 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
   OomReport report;
   report.device = device_.value();
   report.attempted_segment_size = r.alloc_size;
-  report.device_total = backend_->device_info(device_).total_memory;
+  report.device_total = backend_->TotalMemory(device_);
   report.device_free = backend_->FreeMemory(device_);
   report.device_allocated = static_cast<uint64_t>(stats_.allocated_bytes[kAggregate].current);
   report.device_reserved = static_cast<uint64_t>(stats_.reserved_bytes[kAggregate].current);
@@ -370,7 +370,7 @@ void DeviceAllocator::CacheBlockLocked(Block* block) {
 void DeviceAllocator::ReleaseSegmentLocked(Block* block, ReleasedSegments* released) {
   Segment* segment = block->segment;
   ClientState* owner = segment->owner;
-  absl::Status status = backend_->ReleaseSegment(device_, segment->address);
+  absl::Status status = backend_->ReturnSegment(device_, segment->address);
   if (!status.ok()) {
     // The backend keeps what it could not free; the books must still balance.
     spdlog::error("allocator: releasing segment {} at {:#x} on GPU {}: {}", segment->id.value(),

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/container/btree_set.h"
-#include "server/allocator/block.h"
-#include "server/allocator/node_recycler.h"
+#include "allocator/block.h"
+#include "allocator/node_recycler.h"
 
 namespace gpumux {
 

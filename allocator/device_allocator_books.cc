@@ -1,6 +1,6 @@
-#include "server/allocator/device_allocator.h"
+#include "allocator/device_allocator.h"
 
-#include "server/allocator/stat_updates.h"
+#include "allocator/stat_updates.h"
 
 // The books: recharging blocks between clients, limits, stats and snapshots.
 

@@ -11,9 +11,9 @@
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
+#include "allocator/block_pool.h"
 #include "common/ids.h"
 #include "common/memory_stats.h"
-#include "server/allocator/block_pool.h"
 
 namespace gpumux {
 

@@ -35,13 +35,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "server/allocator/allocator_config.h"
-#include "server/allocator/block.h"
-#include "server/allocator/block_arena.h"
-#include "server/allocator/block_events.h"
-#include "server/allocator/block_pool.h"
-#include "server/allocator/caching_allocator.h"
-#include "server/allocator/client_state.h"
+#include "allocator/allocator_config.h"
+#include "allocator/block.h"
+#include "allocator/block_arena.h"
+#include "allocator/block_events.h"
+#include "allocator/block_pool.h"
+#include "allocator/caching_allocator.h"
+#include "allocator/client_state.h"
 
 namespace gpumux {
 
@@ -51,7 +51,7 @@ class DeviceAllocator {
 
   // `backend` must outlive this; `next_segment_id` is shared by the devices of
   // one CachingAllocator so that segment ids are unique across them.
-  DeviceAllocator(DeviceIndex device, DeviceBackend* backend, const AllocatorOptions& options,
+  DeviceAllocator(DeviceIndex device, SegmentSource* backend, const AllocatorOptions& options,
                   std::atomic<uint64_t>* next_segment_id);
   // Returns every segment still held to the backend (without callbacks).
   ~DeviceAllocator();
@@ -162,7 +162,7 @@ class DeviceAllocator {
   }
 
   const DeviceIndex device_;
-  DeviceBackend* const backend_;
+  SegmentSource* const backend_;
   const AllocatorOptions options_;
   std::atomic<uint64_t>* const next_segment_id_;
 

@@ -1,4 +1,4 @@
-#include "server/allocator/block_arena.h"
+#include "allocator/block_arena.h"
 
 namespace gpumux {
 

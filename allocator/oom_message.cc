@@ -1,4 +1,4 @@
-#include "server/allocator/oom_message.h"
+#include "allocator/oom_message.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_size.h"

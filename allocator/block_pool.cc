@@ -1,4 +1,4 @@
-#include "server/allocator/block_pool.h"
+#include "allocator/block_pool.h"
 
 #include <cstdlib>
 

@@ -1,9 +1,9 @@
-#include "server/allocator/device_allocator.h"
+#include "allocator/device_allocator.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "server/allocator/stat_updates.h"
+#include "allocator/stat_updates.h"
 #include "spdlog/spdlog.h"
 
 // Giving cached memory back: garbage collection, PyTorch's two release steps

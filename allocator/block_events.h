@@ -51,9 +51,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "allocator/block.h"
 #include "common/ids.h"
-#include "server/allocator/block.h"
-#include "server/backend/device_backend.h"
+#include "common/segment_source.h"
 
 namespace gpumux {
 
@@ -64,7 +64,7 @@ class BlockEvents {
   using OnReady = absl::FunctionRef<void(Block*)>;
 
   // `backend` must outlive this; pooled events are created on `device`.
-  BlockEvents(DeviceIndex device, DeviceBackend* backend);
+  BlockEvents(DeviceIndex device, SegmentSource* backend);
   // Destroys every event it holds, pooled or outstanding, without waiting.
   ~BlockEvents();
   BlockEvents(const BlockEvents&) = delete;
@@ -170,7 +170,7 @@ class BlockEvents {
   void LogError(const char* what, BackendEvent event, const absl::Status& status);
 
   const DeviceIndex device_;
-  DeviceBackend* const backend_;
+  SegmentSource* const backend_;
   // Events recorded by Insert, per stream, oldest first.
   absl::flat_hash_map<BackendStream, std::deque<Pending>> by_stream_;
   absl::flat_hash_map<BackendEvent, Shared> shared_;

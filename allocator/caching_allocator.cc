@@ -1,12 +1,12 @@
-#include "server/allocator/caching_allocator.h"
+#include "allocator/caching_allocator.h"
 
 #include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "allocator/device_allocator.h"
 #include "common/byte_size.h"
-#include "server/allocator/device_allocator.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -16,7 +16,7 @@ using ReleasedSegments = DeviceAllocator::ReleasedSegments;
 
 }  // namespace
 
-CachingAllocator::CachingAllocator(DeviceBackend* backend, AllocatorOptions options,
+CachingAllocator::CachingAllocator(SegmentSource* backend, AllocatorOptions options,
                                    SegmentReleasedCallback on_segment_released)
     : backend_(backend),
       options_(std::move(options)),
@@ -57,7 +57,7 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
                                                    " bytes requested on GPU ", device.value(),
                                                    ")"));
   }
-  const uint64_t total = backend_->device_info(device).total_memory;
+  const uint64_t total = backend_->TotalMemory(device);
   if (size > total) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cannot allocate ", size, " bytes (", FormatTorchSize(size), ") on GPU ", device.value(),

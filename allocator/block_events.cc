@@ -1,4 +1,4 @@
-#include "server/allocator/block_events.h"
+#include "allocator/block_events.h"
 
 #include <algorithm>
 #include <string>
@@ -10,7 +10,7 @@
 
 namespace gpumux {
 
-BlockEvents::BlockEvents(DeviceIndex device, DeviceBackend* backend)
+BlockEvents::BlockEvents(DeviceIndex device, SegmentSource* backend)
     : device_(device), backend_(backend) {}
 
 BlockEvents::~BlockEvents() {

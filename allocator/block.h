@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/ids.h"
-#include "server/backend/device_backend.h"
+#include "common/segment_source.h"
 
 namespace gpumux {
 
@@ -18,7 +18,7 @@ class BlockPool;
 struct ClientState;
 struct Block;
 
-// One range from DeviceBackend::AllocateSegment.
+// One range from SegmentSource::ObtainSegment.
 struct Segment {
   SegmentId id;
   uint64_t address = 0;

@@ -1,4 +1,4 @@
-#include "server/allocator/device_allocator.h"
+#include "allocator/device_allocator.h"
 
 // Reuse across streams: recordStream, and the pending frees that wait on
 // other streams' work (PyTorch's process_events and

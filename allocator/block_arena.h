@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "server/allocator/block.h"
+#include "allocator/block.h"
 
 namespace gpumux {
 

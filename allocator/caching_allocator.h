@@ -1,7 +1,7 @@
 #pragma once
 
 // CachingAllocator: PyTorch's CUDA caching allocator (DeviceCachingAllocator)
-// over segments from a DeviceBackend, one instance per device behind one
+// over segments from a SegmentSource, one instance per device behind one
 // front. Beyond PyTorch it keeps the books per client (a daemon session):
 // every block and segment is charged to one client, each client has its own
 // DeviceStats with PyTorch's 122 keys and an optional byte limit, and free
@@ -31,10 +31,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "allocator/allocator_config.h"
 #include "common/ids.h"
 #include "common/memory_stats.h"
-#include "server/allocator/allocator_config.h"
-#include "server/backend/device_backend.h"
+#include "common/segment_source.h"
 
 namespace gpumux {
 
@@ -92,7 +92,7 @@ class CachingAllocator {
   using SegmentReleasedCallback = std::function<void(DeviceIndex, SegmentId)>;
 
   // `backend` must outlive the allocator.
-  CachingAllocator(DeviceBackend* backend, AllocatorOptions options,
+  CachingAllocator(SegmentSource* backend, AllocatorOptions options,
                    SegmentReleasedCallback on_segment_released = nullptr);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
@@ -214,7 +214,7 @@ class CachingAllocator {
   DeviceAllocator& DeviceOrDie(DeviceIndex device) const;
   void NotifyReleased(DeviceIndex device, const absl::InlinedVector<SegmentId, 4>& released) const;
 
-  DeviceBackend* backend_;
+  SegmentSource* backend_;
   AllocatorOptions options_;
   SegmentReleasedCallback on_segment_released_;
   std::atomic<uint64_t> next_segment_id_{1};  // relaxed: only uniqueness matters

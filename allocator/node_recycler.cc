@@ -1,4 +1,4 @@
-#include "server/allocator/node_recycler.h"
+#include "allocator/node_recycler.h"
 
 namespace gpumux {
 

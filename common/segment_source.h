@@ -1,0 +1,85 @@
+#pragma once
+
+// SegmentSource: what PyTorch's caching allocator (allocator/) needs from
+// whatever gives it memory: segments of device memory and completion events
+// on streams. The daemon's DeviceBackend is one (it hands out real device
+// memory); the client's lease source is another (it leases segments from the
+// daemon, so the client runs the same allocator in its own process). Also the
+// value types both sides name: segment handles, streams and events.
+// Implementations are thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/ids.h"
+
+namespace gpumux {
+
+// How another process maps a segment.
+struct SegmentHandle {
+  enum class Kind { kHostMemfd, kCudaIpc };
+  Kind kind = Kind::kHostMemfd;
+  // kHostMemfd: the MemoryFileTable key of the segment's memory file;
+  // kCudaIpc: 64 handle bytes.
+  std::string data;
+  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostMemfd.
+  std::string pci_bus_id;
+};
+
+// A contiguous range of device memory obtained from the backend.
+struct BackendSegment {
+  uint64_t address = 0;  // device address of the first byte
+  uint64_t size = 0;
+  SegmentHandle handle;
+};
+
+// Backend streams and events, named by opaque handles the backend assigns
+// (never 0, never reused by one backend object).
+using BackendStream = StrongId<struct BackendStreamTag, uint64_t>;
+using BackendEvent = StrongId<struct BackendEventTag, uint64_t>;
+
+// torch.cuda.Event's flags (note: timing is off by default, as in torch, not
+// as in cudaEventDefault). `blocking` asks SynchronizeEvent to sleep rather
+// than spin (cudaEventBlockingSync). An interprocess event cannot also time
+// (CUDA requires cudaEventDisableTiming with cudaEventInterprocess).
+struct EventFlags {
+  bool enable_timing = false;
+  bool blocking = false;
+  bool interprocess = false;
+};
+
+// Size of an interprocess event handle (cudaIpcEventHandle_t's 64 bytes).
+inline constexpr size_t kIpcEventHandleBytes = 64;
+
+class SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+
+  virtual int device_count() const = 0;
+  // The device's memory in bytes (cudaMemGetInfo's total).
+  // Precondition: 0 <= device < device_count().
+  virtual uint64_t TotalMemory(DeviceIndex device) const = 0;
+  // Bytes that could still be handed out on `device`, or why that is unknown.
+  virtual absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const = 0;
+
+  // A new segment of `size` bytes (a multiple of 512) for work on `stream`,
+  // as the allocator's client names it. RESOURCE_EXHAUSTED when the memory
+  // is not there (the allocator then frees its cache and retries); other
+  // codes pass through to the allocator's caller.
+  virtual absl::StatusOr<BackendSegment> ObtainSegment(DeviceIndex device, uint64_t size,
+                                                       StreamId stream) = 0;
+  // Gives back a segment from ObtainSegment, named by its address.
+  virtual absl::Status ReturnSegment(DeviceIndex device, uint64_t address) = 0;
+
+  // Events on streams, as DeviceBackend documents them (device_backend.h).
+  virtual absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) = 0;
+  virtual absl::Status DestroyEvent(BackendEvent event) = 0;
+  virtual absl::Status RecordEvent(BackendEvent event, BackendStream stream) = 0;
+  virtual absl::StatusOr<bool> QueryEvent(BackendEvent event) = 0;
+  virtual absl::Status SynchronizeEvent(BackendEvent event) = 0;
+};
+
+}  // namespace gpumux
