@@ -29,6 +29,10 @@ struct Segment {
   Block* head = nullptr;         // the block at `address`
   bool is_small = false;
   bool dedicated = false;
+  // Leased whole to a client that carves its own blocks (the fast path): a
+  // dedicated segment whose one block stands for the lease, not for an
+  // allocation, so only the segment-level stats count it.
+  bool leased = false;
 };
 
 // A stream other than its allocation stream that used a block (recordStream):

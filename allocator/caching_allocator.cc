@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/device_allocator.h"
 #include "common/byte_size.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -42,9 +43,7 @@ void CachingAllocator::NotifyReleased(DeviceIndex device, const ReleasedSegments
   for (SegmentId id : released) on_segment_released_(device, id);
 }
 
-absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, ClientId client,
-                                                            StreamId stream, uint64_t size,
-                                                            bool dedicated) {
+absl::Status CachingAllocator::CheckRequest(DeviceIndex device, uint64_t size) const {
   if (device.value() < 0 || device.value() >= device_count()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPU ", device.value(), " does not exist: this node has ", device_count(), " devices"));
@@ -63,9 +62,32 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
         "cannot allocate ", size, " bytes (", FormatTorchSize(size), ") on GPU ", device.value(),
         ": it has a total capacity of ", total, " bytes (", FormatTorchSize(total), ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, ClientId client,
+                                                            StreamId stream, uint64_t size,
+                                                            bool dedicated) {
+  GPUMUX_RETURN_IF_ERROR(CheckRequest(device, size));
   ReleasedSegments released;
   absl::StatusOr<AllocationResult> result =
       devices_[device.value()]->Allocate(client, stream, size, dedicated, &released);
+  NotifyReleased(device, released);
+  return result;
+}
+
+absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, ClientId client,
+                                                         StreamId stream, uint64_t size,
+                                                         bool small_pool) {
+  GPUMUX_RETURN_IF_ERROR(CheckRequest(device, size));
+  if (size % kRoundLarge != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot lease a segment of ", size, " bytes on GPU ", device.value(),
+                     ": a segment's size is a multiple of 2 MiB (", kRoundLarge, " bytes)"));
+  }
+  ReleasedSegments released;
+  absl::StatusOr<AllocationResult> result =
+      devices_[device.value()]->Lease(client, stream, size, small_pool, &released);
   NotifyReleased(device, released);
   return result;
 }

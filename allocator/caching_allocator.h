@@ -77,7 +77,10 @@ struct SegmentSnapshot {
   StreamId stream;
   ClientId client;  // the client whose stream the segment serves
   bool is_small = false;
-  bool dedicated = false;             // a shareable allocation's own segment
+  bool dedicated = false;  // a shareable allocation's own segment
+  // Leased to `client`, which carves its blocks itself: `blocks` is empty
+  // here (the client's allocator has them) and the sizes are 0.
+  bool leased = false;
   std::vector<BlockSnapshot> blocks;  // by address
 };
 
@@ -117,6 +120,20 @@ class CachingAllocator {
   // device is full. Other backend errors pass through unchanged.
   absl::StatusOr<AllocationResult> Allocate(DeviceIndex device, ClientId client, StreamId stream,
                                             uint64_t size, bool dedicated = false);
+
+  // A whole segment of `size` bytes for `client` to carve its own blocks
+  // from (the client runs this allocator over its leases): the client's
+  // limit and the device's memory are checked as for a new segment of
+  // Allocate, with the same retries (the client's cached segments here, then
+  // every client's when the device is full), and the segment-level stats
+  // (segment, reserved_bytes, num_device_alloc; in the small pool when
+  // `small_pool`) count it; the block-level ones (allocation, allocated,
+  // active, requested bytes) do not. Free of its address returns it, after
+  // the work RecordStream named, like any block. Errors as Allocate, plus
+  // INVALID_ARGUMENT for a size that is not a multiple of 2 MiB (PyTorch's
+  // segment sizes all are).
+  absl::StatusOr<AllocationResult> Lease(DeviceIndex device, ClientId client, StreamId stream,
+                                         uint64_t size, bool small_pool);
 
   // PyTorch's free: allocation, allocated_bytes and oversize_allocations drop
   // now. Without stream uses and `wait_for` events the block returns to its
@@ -212,6 +229,8 @@ class CachingAllocator {
 
  private:
   DeviceAllocator& DeviceOrDie(DeviceIndex device) const;
+  // INVALID_ARGUMENT for a device out of range or a size Allocate refuses.
+  absl::Status CheckRequest(DeviceIndex device, uint64_t size) const;
   void NotifyReleased(DeviceIndex device, const absl::InlinedVector<SegmentId, 4>& released) const;
 
   SegmentSource* backend_;

@@ -86,6 +86,24 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
   return AllocFoundBlockLocked(r, size);
 }
 
+absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamId stream,
+                                                        uint64_t size, bool small_pool,
+                                                        ReleasedSegments* released) {
+  absl::MutexLock lock(&mu_);
+  if (!events_.empty()) ProcessEventsLocked(released);
+  Request r;
+  r.client = ClientLocked(client);
+  r.stream = stream;
+  r.size = r.alloc_size = size;
+  r.is_small = small_pool;
+  r.dedicated = r.leased = true;
+  StreamPools& pools = r.client->PoolsFor(stream);
+  r.pool = small_pool ? &pools.small : &pools.large;
+  GPUMUX_RETURN_IF_ERROR(NewSegmentWithRetriesLocked(r, released));
+  if (r.block == nullptr) return OutOfMemoryLocked(r);
+  return AllocFoundBlockLocked(r, size);
+}
+
 Block* DeviceAllocator::GetFreeBlockLocked(Request& r) {
   BlockPool& pool = *r.pool;
   if (GcEnabledFor(r.client)) ++r.client->free_block_calls[r.is_small ? 0 : 1];
@@ -145,6 +163,7 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
   segment->owner = client;
   segment->is_small = r.is_small;
   segment->dedicated = r.dedicated;
+  segment->leased = r.leased;
 
   Block* block = arena_.New();
   block->address = segment->address;
@@ -216,14 +235,16 @@ AllocationResult DeviceAllocator::AllocFoundBlockLocked(Request& r, uint64_t ori
   block->charged = client;
   allocated_.emplace(block->address, block);
   const bool oversize = block->size >= options_.max_split_size;
-  Charge(client, [&](DeviceStats& s) {
-    Increase(s.allocation, pool, 1);
-    Increase(s.allocated_bytes, pool, Bytes(block->size));
-    Increase(s.active, pool, 1);
-    Increase(s.active_bytes, pool, Bytes(block->size));
-    Increase(s.requested_bytes, pool, Bytes(orig_size));
-    if (oversize) s.oversize_allocations.Increase(1);
-  });
+  // A lease's block is the client's to carve: its allocations count there.
+  if (!r.leased)
+    Charge(client, [&](DeviceStats& s) {
+      Increase(s.allocation, pool, 1);
+      Increase(s.allocated_bytes, pool, Bytes(block->size));
+      Increase(s.active, pool, 1);
+      Increase(s.active_bytes, pool, Bytes(block->size));
+      Increase(s.requested_bytes, pool, Bytes(orig_size));
+      if (oversize) s.oversize_allocations.Increase(1);
+    });
 
   AllocationResult result;
   result.address = block->address;
@@ -281,11 +302,12 @@ void DeviceAllocator::FreeOneLocked(uint64_t address, absl::Span<const BackendEv
   block->allocated = false;
   const int pool = PoolStat(block->is_small);
   const bool oversize = block->size >= options_.max_split_size;
-  Charge(block->charged, [&](DeviceStats& s) {
-    Decrease(s.allocation, pool, 1);
-    Decrease(s.allocated_bytes, pool, Bytes(block->size));
-    if (oversize) s.oversize_allocations.Decrease(1);
-  });
+  if (!block->segment->leased)
+    Charge(block->charged, [&](DeviceStats& s) {
+      Decrease(s.allocation, pool, 1);
+      Decrease(s.allocated_bytes, pool, Bytes(block->size));
+      if (oversize) s.oversize_allocations.Decrease(1);
+    });
   if (block->stream_uses.empty() && wait_for.empty()) {
     FreeBlockLocked(block, released);
     return;
@@ -302,11 +324,12 @@ void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) 
   const int pool_stat = PoolStat(block->is_small);
   const int64_t original_size = Bytes(block->size);
   const int64_t requested = Bytes(block->requested_size);
-  Charge(charged, [&](DeviceStats& s) {
-    Decrease(s.active, pool_stat, 1);
-    Decrease(s.active_bytes, pool_stat, original_size);
-    Decrease(s.requested_bytes, pool_stat, requested);
-  });
+  if (!block->segment->leased)
+    Charge(charged, [&](DeviceStats& s) {
+      Decrease(s.active, pool_stat, 1);
+      Decrease(s.active_bytes, pool_stat, original_size);
+      Decrease(s.requested_bytes, pool_stat, requested);
+    });
   block->charged = owner;
   if (block->segment->dedicated) {
     ReleaseSegmentLocked(block, released);  // never cached

@@ -62,6 +62,8 @@ class DeviceAllocator {
   // device. `size` is already validated (non-zero, within the device).
   absl::StatusOr<AllocationResult> Allocate(ClientId client, StreamId stream, uint64_t size,
                                             bool dedicated, ReleasedSegments* released);
+  absl::StatusOr<AllocationResult> Lease(ClientId client, StreamId stream, uint64_t size,
+                                         bool small_pool, ReleasedSegments* released);
   void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);
   void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream);
@@ -90,6 +92,7 @@ class DeviceAllocator {
     uint64_t alloc_size = 0;  // size of a new segment
     bool is_small = false;
     bool dedicated = false;
+    bool leased = false;        // implies dedicated
     BlockPool* pool = nullptr;  // the client's pool for stream and size class
     Block* block = nullptr;
     Shortage shortage = Shortage::kNone;

@@ -110,6 +110,8 @@ void DeviceAllocator::AppendSnapshot(std::optional<ClientId> client,
     s.client = segment->owner->id;
     s.is_small = segment->is_small;
     s.dedicated = segment->dedicated;
+    s.leased = segment->leased;
+    if (segment->leased) continue;
     for (const Block* b = segment->head; b != nullptr; b = b->next) {
       BlockSnapshot& block = s.blocks.emplace_back();
       block.address = b->address;

@@ -58,6 +58,22 @@ void MemoryManager::AddSession(SessionId session) {
 absl::StatusOr<AllocationView> MemoryManager::Allocate(
     SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
     absl::Span<const AllocationId> frees, absl::Span<const std::string> free_wait_event_handles) {
+  return AllocateWith(session, device, stream, frees, free_wait_event_handles, shareable, [&] {
+    return allocator_.Allocate(device, session, stream, size, shareable);
+  });
+}
+
+absl::StatusOr<AllocationView> MemoryManager::Lease(SessionId session, DeviceIndex device,
+                                                    StreamId stream, uint64_t size, bool small_pool,
+                                                    absl::Span<const AllocationId> frees) {
+  return AllocateWith(session, device, stream, frees, {}, /*shareable=*/false,
+                      [&] { return allocator_.Lease(device, session, stream, size, small_pool); });
+}
+
+absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
+    SessionId session, DeviceIndex device, StreamId stream, absl::Span<const AllocationId> frees,
+    absl::Span<const std::string> free_wait_event_handles, bool shareable,
+    absl::FunctionRef<absl::StatusOr<AllocationResult>()> allocate) {
   // The allocator pools by the session's own stream ids: only check them.
   // The default stream always exists, so the common case takes no lock.
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
@@ -73,8 +89,7 @@ absl::StatusOr<AllocationView> MemoryManager::Allocate(
   if (!frees.empty()) GPUMUX_RETURN_IF_ERROR(FreeChecked(session, frees, free_wait_event_handles));
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
-  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,
-                          allocator_.Allocate(device, session, stream, size, shareable));
+  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result, allocate());
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);

@@ -131,6 +131,18 @@ class MemoryManager {
       SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
       absl::Span<const AllocationId> frees = {},
       absl::Span<const std::string> free_wait_event_handles = {});
+  // The fast path: leases a whole segment of `size` bytes (a multiple of
+  // 2 MiB) on `device` for `stream`, which the session's client carves its
+  // blocks from itself (CachingAllocator::Lease: the session's limit and the
+  // device's memory are checked under the device's lock, the segment is
+  // zeroed and the session's segment-level stats count it). The view's id
+  // names the lease: Free returns it, copies and fills name local memory by
+  // it and an offset into the segment, and the session's end returns it.
+  // `frees` (earlier leases returned, allocations freed) apply first, as in
+  // Allocate. Errors as Allocate.
+  absl::StatusOr<AllocationView> Lease(SessionId session, DeviceIndex device, StreamId stream,
+                                       uint64_t size, bool small_pool,
+                                       absl::Span<const AllocationId> frees = {});
   // Checks every id, then frees them all: INVALID_ARGUMENT for more than
   // kMaxFreeIds ids or kMaxWaitEventHandles handles, an id named twice or a
   // handle that is not kIpcEventHandleBytes long; NOT_FOUND for an id that
@@ -231,6 +243,12 @@ class MemoryManager {
   // id named twice. Needs no lock.
   static absl::Status CheckFreeRequest(absl::Span<const AllocationId> ids,
                                        absl::Span<const std::string> wait_event_handles);
+  // Allocate and Lease: checks, applies the frees, runs `allocate` and books
+  // the block it returns for the session.
+  absl::StatusOr<AllocationView> AllocateWith(
+      SessionId session, DeviceIndex device, StreamId stream, absl::Span<const AllocationId> frees,
+      absl::Span<const std::string> free_wait_event_handles, bool shareable,
+      absl::FunctionRef<absl::StatusOr<AllocationResult>()> allocate) ABSL_LOCKS_EXCLUDED(mu_);
   // Free after CheckFreeRequest.
   absl::Status FreeChecked(SessionId session, absl::Span<const AllocationId> ids,
                            absl::Span<const std::string> wait_event_handles)

@@ -41,6 +41,20 @@ grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* c
   });
 }
 
+grpc::ServerUnaryReactor* MemoryService::Lease(grpc::CallbackServerContext* context,
+                                               const v1::LeaseRequest* request,
+                                               v1::AllocateResponse* response) {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(
+        AllocationView view,
+        memory_->Lease(session, DeviceIndex(request->device()), StreamId(request->stream()),
+                       request->size(), request->small_pool(),
+                       ToIds(request->free_allocation_ids())));
+    ToProto(view, response->mutable_allocation());
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context,
                                               const v1::FreeRequest* request,
                                               v1::FreeResponse* /*response*/) {

@@ -18,6 +18,9 @@ class MemoryService final : public v1::Memory::CallbackService {
   grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
                                      const v1::AllocateRequest* request,
                                      v1::AllocateResponse* response) override;
+  grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context,
+                                  const v1::LeaseRequest* request,
+                                  v1::AllocateResponse* response) override;
   grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context,
                                  const v1::FreeRequest* request,
                                  v1::FreeResponse* response) override;

@@ -1,4 +1,4 @@
-// libFuzzer target for gpumux.v1.Memory: allocations, frees (also riding on
+// libFuzzer target for gpumux.v1.Memory: allocations, leases, frees (also riding on
 // Allocate, with wait event handles), record_stream, caches, stats, limits,
 // share tokens and imports, against the fixture's allocations and stream.
 
@@ -19,6 +19,10 @@ const FuzzService& TargetService() {
               {"device: 0 size: 4096", "device: 1 size: 25165824 shareable: true",
                "device: 0 size: 512 stream: 1 free_allocation_ids: 1000",
                absl::StrCat("device: 1 size: 1 free_wait_event_handles: ", kSeedEventHandle)}),
+          Unary<Memory>("Lease", &Memory::Stub::Lease,
+                        {"device: 0 size: 2097152", "device: 1 size: 20971520 stream: 1",
+                         "device: 0 size: 4194304 small_pool: true free_allocation_ids: 1000",
+                         "device: 0 size: 4096"}),
           Unary<Memory>(
               "Free", &Memory::Stub::Free,
               {"allocation_ids: 1000", "allocation_ids: 4 allocation_ids: 4",

@@ -145,6 +145,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return stream->Finish();
   };
   const std::string good_handle(64, '\x01');
+  auto lease = [&](int32_t on_device, uint64_t size, uint64_t stream = 0) {
+    v1::LeaseRequest request;
+    request.set_device(on_device);
+    request.set_size(size);
+    request.set_stream(stream);
+    v1::AllocateResponse response;
+    return me.memory().Lease(me.Context().get(), request, &response);
+  };
 
   const std::vector<BadInput> table = {
       // Memory
@@ -164,6 +172,29 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return me.Allocate(0, 512, nullptr, false, their_stream); }},
       {"a stream of another device", grpc::StatusCode::INVALID_ARGUMENT, "is on device 1",
        [&] { return me.Allocate(0, 512, nullptr, false, stream1); }},
+      {"lease of 0 bytes", grpc::StatusCode::INVALID_ARGUMENT, "0 bytes",
+       [&] { return lease(0, 0); }},
+      {"lease not a segment size", grpc::StatusCode::INVALID_ARGUMENT, "multiple of 2 MiB",
+       [&] { return lease(0, 4096); }},
+      {"lease above device memory", grpc::StatusCode::INVALID_ARGUMENT, "total capacity",
+       [&] { return lease(0, 66u << 20); }},
+      {"lease near 2^64", grpc::StatusCode::INVALID_ARGUMENT, "more than 1EB",
+       [&] { return lease(0, ~uint64_t{0}); }},
+      {"lease on a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 2",
+       [&] { return lease(2, 2u << 20); }},
+      {"lease for an unknown stream", grpc::StatusCode::NOT_FOUND, "stream 7 not found",
+       [&] { return lease(0, 2u << 20, 7); }},
+      {"lease for another session's stream", grpc::StatusCode::NOT_FOUND,
+       "not a stream of this session", [&] { return lease(0, 2u << 20, their_stream); }},
+      {"lease returning a foreign id", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] {
+         v1::LeaseRequest request;
+         request.set_device(0);
+         request.set_size(2u << 20);
+         request.add_free_allocation_ids(theirs.allocation_id());
+         v1::AllocateResponse response;
+         return me.memory().Lease(me.Context().get(), request, &response);
+       }},
       {"unknown id", grpc::StatusCode::NOT_FOUND, "allocation 999999 not found",
        [&] { return me.Free({999999}); }},
       {"freed id", grpc::StatusCode::NOT_FOUND, "not a live allocation",
