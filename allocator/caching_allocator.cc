@@ -109,8 +109,8 @@ void CachingAllocator::RetireStream(DeviceIndex device, BackendStream backend_st
 }
 
 void CachingAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream,
-                                    BackendStream backend_stream) {
-  DeviceOrDie(device).RecordStream(address, stream, backend_stream);
+                                    BackendStream backend_stream, bool even_allocation_stream) {
+  DeviceOrDie(device).RecordStream(address, stream, backend_stream, even_allocation_stream);
 }
 
 void CachingAllocator::Recharge(DeviceIndex device, uint64_t address, ClientId new_client) {

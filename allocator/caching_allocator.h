@@ -176,8 +176,12 @@ class CachingAllocator {
   // `stream` is compared with the allocation stream's id as the block's
   // client names it, so a caller acting for another session must not pass
   // an id that aliases it. Precondition as for Free.
+  // With `even_allocation_stream` the stream is recorded even when it is the
+  // allocation stream: for work whose order the block's next user does not
+  // share (the daemon's copies into memory the client also reads and writes
+  // directly, in the client's allocator).
   void RecordStream(DeviceIndex device, uint64_t address, StreamId stream,
-                    BackendStream backend_stream);
+                    BackendStream backend_stream, bool even_allocation_stream = false);
 
   // Moves a live block's charge (and, for a dedicated block, its segment's) to
   // another client: used when a shared allocation's owner leaves. A block of

@@ -148,7 +148,8 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
     r.shortage = Shortage::kClientLimit;
     return absl::OkStatus();
   }
-  absl::StatusOr<BackendSegment> got = backend_->ObtainSegment(device_, r.alloc_size, r.stream);
+  absl::StatusOr<BackendSegment> got =
+      backend_->ObtainSegment(device_, r.alloc_size, r.stream, r.is_small);
   if (!got.ok()) {
     if (got.status().code() != absl::StatusCode::kResourceExhausted) return got.status();
     r.shortage = Shortage::kDevice;

@@ -66,7 +66,8 @@ class DeviceAllocator {
                                          bool small_pool, ReleasedSegments* released);
   void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);
-  void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream);
+  void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream,
+                    bool even_allocation_stream);
   void RetireStream(BackendStream backend_stream);
   void Recharge(uint64_t address, ClientId new_client);
   EmptyCacheResult EmptyCache(std::optional<ClientId> client, ReleasedSegments* released);

@@ -7,13 +7,13 @@
 
 namespace gpumux {
 
-void DeviceAllocator::RecordStream(uint64_t address, StreamId stream,
-                                   BackendStream backend_stream) {
+void DeviceAllocator::RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream,
+                                   bool even_allocation_stream) {
   absl::MutexLock lock(&mu_);
   Block* block = AllocatedBlockOrDie(address);
   // Work on the allocation stream is ordered before any reuse, which happens
   // on that stream too.
-  if (stream == block->stream) return;
+  if (stream == block->stream && !even_allocation_stream) return;
   const StreamUse use{stream, backend_stream};
   for (const StreamUse& u : block->stream_uses) {
     if (u == use) return;

@@ -1,7 +1,9 @@
 // RPC latency through a real gpumuxd over its Unix socket, side by side in one
 // run: a no-op round trip (Session.Ping, which authenticates like every
 // session call), Allocate+Free as the client library does it (the free rides
-// on the next Allocate), and Allocate+Free as two synchronous RPCs.
+// on the next Allocate), Allocate+Free as two synchronous RPCs, and
+// Allocate+Free of a second client in local allocation mode (the fast path:
+// a cache hit makes no call).
 // Rounds interleave the three so machine noise hits them alike.
 //
 // usage: gpumux_rpc_bench [--address A] [--gpumuxd PATH] [--iterations N]
@@ -9,7 +11,8 @@
 // Without --address it starts gpumuxd (next to this binary's build tree, or
 // PATH) on a temporary socket and stops it afterwards.
 // Prints name=value lines: noop_p50_us, alloc_free_p50_us,
-// alloc_free_over_noop_p50 (and p99s, and the synchronous pair's figures).
+// alloc_free_over_noop_p50 (and p99s, and the synchronous pair's figures),
+// local_alloc_free_p50_us and local_alloc_free_over_noop_p50 (and p99s).
 
 #include <algorithm>
 #include <chrono>
@@ -78,7 +81,15 @@ int main(int argc, char** argv) {
       rc = 1;
     } else {
       gpumux::Client& c = **client;
-      std::vector<double> noop, pair, sync_pair;
+      auto local_client = gpumux::Client::Connect(
+          flags.address,
+          {.client_name = "gpumux_rpc_bench_local", .allocation = gpumux::AllocationMode::kLocal});
+      if (!local_client.ok()) {
+        std::fprintf(stderr, "gpumux_rpc_bench: %s\n", local_client.status().ToString().c_str());
+        return 1;
+      }
+      gpumux::Client& local = **local_client;
+      std::vector<double> noop, pair, sync_pair, local_pair;
       auto time_us = [](auto&& body) {
         auto start = Clock::now();
         body();
@@ -88,8 +99,10 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 200; ++i) {
         (void)c.Ping();
         auto b = c.Allocate(flags.size);
-        if (!b.ok()) {
-          std::fprintf(stderr, "allocate: %s\n", b.status().ToString().c_str());
+        auto l = local.Allocate(flags.size);
+        if (!b.ok() || !l.ok()) {
+          std::fprintf(stderr, "allocate: %s\n",
+                       (b.ok() ? l.status() : b.status()).ToString().c_str());
           return 1;
         }
       }
@@ -112,6 +125,12 @@ int main(int argc, char** argv) {
             if (!b.ok() || !c.Free(std::move(*b)).ok()) rc = 1;
           }));
         }
+        for (int i = 0; i < flags.iterations; ++i) {
+          local_pair.push_back(time_us([&] {
+            auto b = local.Allocate(flags.size);
+            if (!b.ok()) rc = 1;
+          }));  // freed, locally, inside the timed body
+        }
       }
       if (rc != 0) {
         std::fprintf(stderr, "gpumux_rpc_bench: a call failed\n");
@@ -130,6 +149,11 @@ int main(int argc, char** argv) {
         std::printf("noop_p50_us=%.2f\n", noop50);
         std::printf("alloc_free_p50_us=%.2f\n", pair50);
         std::printf("alloc_free_over_noop_p50=%.3f\n", pair50 / noop50);
+        const double local50 = Percentile(local_pair, 0.5), local99 = Percentile(local_pair, 0.99);
+        std::printf("local_alloc_free_p50_us=%.3f\n", local50);
+        std::printf("local_alloc_free_p99_us=%.3f\n", local99);
+        std::printf("local_alloc_free_over_noop_p50=%.4f\n", local50 / noop50);
+        std::printf("local_alloc_free_over_noop_p99=%.4f\n", local99 / noop99);
       }
     }
   }

@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "allocator/allocator_config.h"
 #include "client/channel.h"
 #include "client/client_impl.h"
 #include "client/cuda_blas.h"
@@ -75,7 +77,36 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
     impl.memory_files_ =
         std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), impl.credentials_);
   }
+  GPUMUX_RETURN_IF_ERROR(impl.StartLocalAllocation(options.allocation));
   return client;
+}
+
+absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
+  if (mode == AllocationMode::kDefault) {
+    const char* env = std::getenv("GPUMUX_ALLOCATION");
+    const absl::string_view value = env == nullptr ? "" : env;
+    if (value.empty() || value == "daemon") {
+      mode = AllocationMode::kDaemon;
+    } else if (value == "local") {
+      mode = AllocationMode::kLocal;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPUMUX_ALLOCATION=", value, " is neither \"daemon\" nor \"local\""));
+    }
+  }
+  if (mode != AllocationMode::kLocal) return absl::OkStatus();
+  // Host-backend leases are memory files, which come from the memory socket.
+  if (memory_files_ == nullptr && self_.backend() != "cuda") return absl::OkStatus();
+  GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions options,
+                          AllocatorOptions::Parse(session_->opened().allocator_conf()));
+  GPUMUX_ASSIGN_OR_RETURN(const int device_count, CachedDeviceCount());
+  std::vector<uint64_t> total_memory;
+  for (int d = 0; d < device_count; ++d) {
+    GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, self_.GetDeviceProperties(DeviceIndex(d)));
+    total_memory.push_back(properties.total_memory);
+  }
+  local_ = std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
+  return absl::OkStatus();
 }
 
 Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Channel> channel,
@@ -103,6 +134,8 @@ Client::~Client() {
     absl::MutexLock lock(&impl.staging_mu_);
     impl.staging_.reset();
   }
+  // Returns its leases through the batcher, which Stop below flushes.
+  impl.local_.reset();
   if (impl.session_ != nullptr) {
     absl::Status flushed = impl.frees_.Stop();
     // With the session gone (or the daemon: UNAVAILABLE) the daemon has
@@ -293,6 +326,22 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
                                               const AllocateOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, device, "the allocation"));
+  if (impl_->local_ != nullptr && !options.shareable) {
+    GPUMUX_ASSIGN_OR_RETURN(LocalBlock block, impl_->local_->Allocate(device, stream.id(), size));
+    DeviceBuffer::Info info;
+    info.id = AllocationId((uint64_t{1} << 63) |
+                           impl_->next_local_id_.fetch_add(1, std::memory_order_relaxed));
+    info.lease = block.lease;
+    info.device = device;
+    info.size = size;
+    info.allocated_size = block.size;
+    info.address = block.address;
+    info.segment_id = block.segment_id;
+    info.offset = block.offset;
+    info.cuda_device = block.cuda_device;
+    info.local = true;
+    return DeviceBuffer(this, info, block.data);
+  }
   v1::AllocateRequest request;
   request.set_device(device.value());
   request.set_size(size);
@@ -364,6 +413,13 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
         absl::StrCat("allocation ", ToString(foreign), " belongs to another Client"));
   }
   const int cuda_device = buffer.cuda_device_;
+  if (buffer.local_) {
+    const DeviceIndex device = buffer.device();
+    const uint64_t address = buffer.address();
+    buffer.Detach();
+    impl_->FreeLocal(device, address, cuda_device);
+    return absl::OkStatus();
+  }
   FreeBatch free;
   free.ids.push_back(buffer.Detach());
   if (std::string fence = impl_->FreeFence(cuda_device); !fence.empty())
@@ -377,6 +433,11 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
   if (buffer.client_ != this) {
     return absl::InvalidArgumentError(
         absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
+  }
+  if (buffer.local_) {
+    return absl::FailedPreconditionError(
+        "a block of the client's own allocator cannot wait on event handles at its free: allocate "
+        "it with AllocationMode::kDaemon, or wait on the events before Free");
   }
   v1::FreeRequest request;
   request.add_allocation_ids(buffer.id().value());
@@ -410,6 +471,10 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
                              ->ResolveStream(stream, buffer.device(),
                                              absl::StrCat("allocation ", ToString(buffer.id())))
                              .status());
+  if (buffer.local_) {
+    impl_->local_->RecordStream(buffer.device(), buffer.address(), stream.id());
+    return absl::OkStatus();
+  }
   impl_->FlushFreesBeforeCall();
   v1::RecordStreamRequest request;
   request.set_allocation_id(buffer.id().value());
@@ -431,6 +496,25 @@ void Client::Impl::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_dev
   do {
     FlushFreesBeforeCall();
   } while (!frees_.Enqueue(id, fence, device));
+}
+
+void Client::Impl::FreeLocal(DeviceIndex device, uint64_t address, int cuda_device) {
+  local_->Free(device, address, cuda_device);
+}
+
+absl::StatusOr<uint64_t> Client::Impl::WireOffset(const DeviceBuffer& buffer, uint64_t offset,
+                                                  uint64_t size, absl::string_view role) const {
+  if (!buffer.local_) return offset;
+  if (offset > buffer.size() || size > buffer.size() - offset) {
+    return absl::OutOfRangeError(absl::StrCat(size, " bytes at offset ", offset, " do not fit the ",
+                                              role, " allocation of ", buffer.size(), " bytes"));
+  }
+  return buffer.offset() + offset;
+}
+
+void Client::Impl::NoteDaemonWork(const DeviceBuffer& buffer, const Stream& stream, bool waited) {
+  if (!buffer.local_ || waited) return;
+  local_->RecordDaemonWork(buffer.device(), buffer.address(), stream.id());
 }
 
 std::string Client::Impl::FreeFence(int cuda_device) {
@@ -465,6 +549,12 @@ void Client::Impl::OnNotice(const v1::SessionServerMessage& notice) {
 
 absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot share an empty DeviceBuffer");
+  if (buffer.local_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "allocation ", ToString(buffer.id()),
+        " is not shareable: it is a block of this client's own allocator; allocate it with "
+        "AllocateOptions.shareable"));
+  }
   impl_->FlushFreesBeforeCall();
   v1::ShareRequest request;
   request.set_allocation_id(buffer.id().value());

@@ -364,6 +364,7 @@ class Client {
   friend class DeviceBuffer;
   friend class DeviceGuard;
   friend class Event;
+  friend class LocalAllocator;
   friend class Stream;
   friend class StreamGuard;
   friend absl::Status nvtx::Mark(Client& client, absl::string_view message);

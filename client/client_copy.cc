@@ -35,11 +35,6 @@ absl::Status CheckRange(const DeviceBuffer& buffer, uint64_t offset, uint64_t si
                    " allocation ", ToString(buffer.id()), " of ", buffer.size(), " bytes"));
 }
 
-void SetRange(v1::DeviceRange* range, const DeviceBuffer& buffer, uint64_t offset) {
-  range->set_allocation_id(buffer.id().value());
-  range->set_offset(offset);
-}
-
 // Options of one call of a copy split into several: only the last waits or
 // reports completion.
 CopyOptions ChunkOptions(const CopyOptions& options, bool last) {
@@ -52,6 +47,14 @@ CopyOptions ChunkOptions(const CopyOptions& options, bool last) {
 }
 
 }  // namespace
+
+absl::Status Client::Impl::SetRange(v1::DeviceRange* range, const DeviceBuffer& buffer,
+                                    uint64_t offset, uint64_t size, absl::string_view role) const {
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t wire_offset, WireOffset(buffer, offset, size, role));
+  range->set_allocation_id(buffer.local_ ? buffer.lease_.value() : buffer.id().value());
+  range->set_offset(wire_offset);
+  return absl::OkStatus();
+}
 
 bool Client::Impl::UseStaging(TransferPath path, uint64_t size) const {
   if (size == 0) return false;  // nothing to stage
@@ -109,13 +112,15 @@ absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, 
     const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
     const bool last = done + n == size;
     v1::HostToDeviceRequest request;
-    SetRange(request.mutable_dst(), dst, dst_offset + done);
+    GPUMUX_RETURN_IF_ERROR(
+        SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
     request.set_data(src + done, n);
     *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
     v1::CopyResponse response;
     GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
       return copy_stub_->HostToDevice(context, request, &response);
     }));
+    NoteDaemonWork(dst, stream, request.options().wait());
     if (last) {
       completion = AdoptCompletionEvent(stream.device(), response.event(),
                                         std::move(*response.mutable_event_ipc_handle()));
@@ -143,7 +148,8 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
     GPUMUX_RETURN_IF_ERROR(staging->Wait(slot, check));
     ParallelMemcpy(staging->data() + staging->half_offset(slot), src + done, n);
     v1::HostToDeviceRequest request;
-    SetRange(request.mutable_dst(), dst, dst_offset + done);
+    GPUMUX_RETURN_IF_ERROR(
+        SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
     request.mutable_staging()->set_offset(staging->half_offset(slot));
     request.mutable_staging()->set_size(n);
     // Every call reports its completion, which guards the half, unless it
@@ -156,6 +162,7 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
     GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
       return copy_stub_->HostToDevice(context, request, &response);
     }));
+    NoteDaemonWork(dst, stream, request.options().wait());
     if (wire->completion_event() && response.event() == 0) {
       return absl::InternalError("gpumuxd returned no completion event for a staged copy");
     }
@@ -210,13 +217,14 @@ absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBu
     const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
     const bool last = done + n == size;
     v1::DeviceToHostRequest request;
-    SetRange(request.mutable_src(), src, src_offset + done);
+    GPUMUX_RETURN_IF_ERROR(SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
     request.set_inline_size(n);
     *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
     v1::DeviceToHostResponse response;
     GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
       return copy_stub_->DeviceToHost(context, request, &response);
     }));
+    NoteDaemonWork(src, stream, request.options().wait());
     if (response.data().size() != n) {
       return absl::InternalError(absl::StrCat("gpumuxd returned ", response.data().size(),
                                               " bytes for an inline copy of ", n));
@@ -246,7 +254,7 @@ absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBu
     const uint64_t n = std::min(size - done, staging->size());
     const bool last = done + n == size;
     v1::DeviceToHostRequest request;
-    SetRange(request.mutable_src(), src, src_offset + done);
+    GPUMUX_RETURN_IF_ERROR(SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
     request.mutable_staging()->set_offset(0);
     request.mutable_staging()->set_size(n);
     *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
@@ -255,6 +263,7 @@ absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBu
     GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
       return copy_stub_->DeviceToHost(context, request, &response);
     }));
+    NoteDaemonWork(src, stream, request.options().wait());
     ParallelMemcpy(dst + done, staging->data(), n);
     if (last) {
       completion = AdoptCompletionEvent(stream.device(), response.event(),
@@ -278,14 +287,20 @@ absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64
     GPUMUX_RETURN_IF_ERROR(stream.WaitStream(CurrentStream(src.device())));
   }
   v1::DeviceToDeviceRequest request;
-  SetRange(request.mutable_dst(), dst, dst_offset);
-  SetRange(request.mutable_src(), src, src_offset);
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetRange(request.mutable_dst(), dst, dst_offset, size, "destination"));
+  GPUMUX_RETURN_IF_ERROR(impl_->SetRange(request.mutable_src(), src, src_offset, size, "source"));
   request.set_size(size);
   *request.mutable_options() = ToProto(stream, options);
+  // A local source on another device is read on this device's stream,
+  // which its own device's allocator cannot record: wait for the copy.
+  if (src.local() && src.device() != dst.device()) request.mutable_options()->set_wait(true);
   v1::CopyResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->copy_stub_->DeviceToDevice(context, request, &response);
   }));
+  impl_->NoteDaemonWork(dst, stream, request.options().wait());
+  impl_->NoteDaemonWork(src, stream, request.options().wait());
   return impl_->AdoptCompletionEvent(stream.device(), response.event(),
                                      std::move(*response.mutable_event_ipc_handle()));
 }
@@ -296,7 +311,7 @@ absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, u
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, dst.device(), "the memset"));
   v1::MemsetRequest request;
-  SetRange(request.mutable_dst(), dst, offset);
+  GPUMUX_RETURN_IF_ERROR(impl_->SetRange(request.mutable_dst(), dst, offset, size, "destination"));
   request.set_size(size);
   request.set_value(value);
   *request.mutable_options() = ToProto(stream, options);
@@ -304,6 +319,7 @@ absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, u
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->copy_stub_->Memset(context, request, &response);
   }));
+  impl_->NoteDaemonWork(dst, stream, request.options().wait());
   return impl_->AdoptCompletionEvent(stream.device(), response.event(),
                                      std::move(*response.mutable_event_ipc_handle()));
 }

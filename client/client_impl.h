@@ -5,6 +5,7 @@
 // libgpumux's own files include this header; client/client.h names none of
 // it, so a program using the library sees no gRPC or protobuf header.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "client/client.h"
 #include "client/current_streams.h"
 #include "client/free_batcher.h"
+#include "client/local_allocator.h"
 #include "client/segment_mapper.h"
 #include "client/session_stream.h"
 #include "client/staging_buffer.h"
@@ -68,6 +70,26 @@ class Client::Impl {
   // or "" for -1.
   static std::string FreeFence(int cuda_device);
   void OnNotice(const v1::SessionServerMessage& notice);
+  // Local allocation mode: starts the local allocator when `mode` (resolved
+  // against GPUMUX_ALLOCATION) asks for it and this connection can map
+  // leases. INVALID_ARGUMENT for a GPUMUX_ALLOCATION it does not know.
+  absl::Status StartLocalAllocation(AllocationMode mode);
+  // Frees a block of the local allocator (DeviceBuffer's destructor, Free).
+  void FreeLocal(DeviceIndex device, uint64_t address, int cuda_device);
+  // The daemon's offset for `offset` into `buffer` (its offset in the lease
+  // for a local block); for a local block also checks that `size` bytes
+  // there fit it, as the daemon checks an allocation's range.
+  absl::StatusOr<uint64_t> WireOffset(const DeviceBuffer& buffer, uint64_t offset, uint64_t size,
+                                      absl::string_view role) const;
+  // Work the daemon queued on `stream` touches `buffer`: a local block is
+  // not reused before it completed, unless the caller waited for it.
+  void NoteDaemonWork(const DeviceBuffer& buffer, const Stream& stream, bool waited);
+  // Names `size` bytes at `offset` into `buffer` for the daemon (WireOffset).
+  absl::Status SetRange(v1::DeviceRange* range, const DeviceBuffer& buffer, uint64_t offset,
+                        uint64_t size, absl::string_view role) const;
+  // Memory stats of the session on `device`: the daemon's, merged with the
+  // local allocator's in local mode.
+  absl::StatusOr<std::map<std::string, int64_t>> SessionStats(DeviceIndex device);
   // OK while the session lives, else SessionEndedError().
   absl::Status CheckSession();
 
@@ -131,8 +153,13 @@ class Client::Impl {
   SessionId session_id_;
   // "<session_id>:<secret>", the gpumux-session metadata value.
   std::string credentials_;
-  // Last member: its thread sends through everything above.
+  // Last members: the batcher's thread sends through everything above, and
+  // the local allocator returns its leases through the batcher.
   FreeBatcher frees_;
+  // Ids of local blocks (DeviceBuffer::id), below their top bit.
+  std::atomic<uint64_t> next_local_id_{1};
+  // Set at Connect in local allocation mode; null in daemon mode.
+  std::unique_ptr<LocalAllocator> local_;
 };
 
 }  // namespace gpumux

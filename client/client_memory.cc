@@ -4,24 +4,64 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
 #include "client/memory_fraction.h"
 #include "client/proto_conversion.h"
+#include "common/memory_stats.h"
+#include "common/memory_summary.h"
 #include "common/status_macros.h"
 
 namespace gpumux {
 
+namespace {
+
+// The stats the daemon keeps for leases too: it is their authority.
+bool SegmentLevel(absl::string_view key) {
+  return absl::StartsWith(key, "segment.") || absl::StartsWith(key, "reserved_bytes.") ||
+         absl::StartsWith(key, "oversize_segments.") || key == "num_device_alloc" ||
+         key == "num_device_free" || key == "max_split_size";
+}
+
+const char* StateName(BlockState state) {
+  switch (state) {
+    case BlockState::kActiveAllocated:
+      return "active_allocated";
+    case BlockState::kActivePendingFree:
+      return "active_pending_free";
+    case BlockState::kInactive:
+      break;
+  }
+  return "inactive";
+}
+
+}  // namespace
+
 absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
-  impl_->FlushFreesBeforeCall();
+  return impl_->SessionStats(device);
+}
+
+absl::StatusOr<std::map<std::string, int64_t>> Client::Impl::SessionStats(DeviceIndex device) {
+  FlushFreesBeforeCall();
   v1::GetStatsRequest request;
   request.set_device(device.value());
   v1::MemoryStats response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->GetStats(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->GetStats(context, request, &response);
   }));
-  return FromProto(response);
+  std::map<std::string, int64_t> stats = FromProto(response);
+  if (local_ == nullptr) return stats;
+  // Local allocation: the blocks are the client's, the segments (leases and
+  // the daemon's shareable allocations) the daemon's; block-level figures
+  // add up (a peak of the sum is at most the sum of the peaks: exact while
+  // one side is idle, as when nothing is shareable).
+  for (const auto& [key, value] : FlattenMemoryStats(local_->Stats(device))) {
+    if (!SegmentLevel(key)) stats[key] += value;
+  }
+  return stats;
 }
 
 absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view key) {
@@ -47,6 +87,10 @@ absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
 }
 
 absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
+  if (impl_->local_ != nullptr) {
+    GPUMUX_ASSIGN_OR_RETURN(auto stats, impl_->SessionStats(device));
+    return FormatMemorySummary(stats, device.value(), abbreviated);
+  }
   impl_->FlushFreesBeforeCall();
   v1::GetSummaryRequest request;
   request.set_device(device.value());
@@ -70,7 +114,32 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->GetSnapshot(context, request, &response);
   }));
-  return FromProto(response);
+  std::vector<SegmentInfo> segments = FromProto(response);
+  if (impl_->local_ == nullptr) return segments;
+  // The daemon lists leases without blocks: they are in the local allocator.
+  absl::flat_hash_map<std::pair<int32_t, uint64_t>, SegmentSnapshot> local;
+  for (SegmentSnapshot& s : impl_->local_->Snapshot(device)) {
+    const std::pair<int32_t, uint64_t> key(s.device.value(), s.address);
+    local.emplace(key, std::move(s));
+  }
+  for (SegmentInfo& segment : segments) {
+    if (!segment.leased) continue;
+    auto it = local.find({segment.device, segment.address});
+    if (it == local.end()) continue;  // returned meanwhile
+    const SegmentSnapshot& s = it->second;
+    segment.allocated_size = s.allocated_size;
+    segment.active_size = s.active_size;
+    segment.requested_size = s.requested_size;
+    for (const BlockSnapshot& b : s.blocks) {
+      BlockInfo& block = segment.blocks.emplace_back();
+      block.address = b.address;
+      block.size = b.size;
+      block.requested_size = b.requested_size;
+      block.state = StateName(b.state);
+      if (b.state != BlockState::kInactive) block.session_id = session_id();
+    }
+  }
+  return segments;
 }
 
 absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
@@ -78,9 +147,11 @@ absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->ResetPeakStats(context, request, &response);
-  });
+  }));
+  if (impl_->local_ != nullptr) impl_->local_->ResetPeakStats(device);
+  return absl::OkStatus();
 }
 
 absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
@@ -88,14 +159,27 @@ absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->ResetAccumulatedStats(context, request, &response);
-  });
+  }));
+  if (impl_->local_ != nullptr) impl_->local_->ResetAccumulatedStats(device);
+  return absl::OkStatus();
 }
 
 // --- Cache and limits ----------------------------------------------------------
 
 absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
+  EmptyCacheResult local;
+  if (impl_->local_ != nullptr) {
+    if (options.device.has_value()) {
+      GPUMUX_ASSIGN_OR_RETURN(const int count, impl_->CachedDeviceCount());
+      if (options.device->value() < 0 || options.device->value() >= count) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("device ", options.device->value(), " is out of range [0, ", count, ")"));
+      }
+    }
+    local = impl_->local_->EmptyCache(options.device);  // its leases leave with the flush
+  }
   impl_->FlushFreesBeforeCall();
   v1::EmptyCacheRequest request;
   if (options.device.has_value()) {
@@ -109,8 +193,8 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
     return impl_->memory_stub_->EmptyCache(context, request, &response);
   }));
   ReleasedCache result;
-  result.released_bytes = response.released_bytes();
-  result.released_segments = response.released_segments();
+  result.released_bytes = response.released_bytes() + local.released_bytes;
+  result.released_segments = response.released_segments() + local.released_segments;
   return result;
 }
 
@@ -121,9 +205,13 @@ absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex de
   request.set_device(device.value());
   request.set_fraction(fraction);
   v1::SetMemoryLimitResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
-  });
+  }));
+  // The daemon checks every lease against it; the local allocator checks
+  // first, so its retry and PyTorch's message are the client's.
+  if (impl_->local_ != nullptr) impl_->local_->SetMemoryLimit(device, response.limit_bytes());
+  return absl::OkStatus();
 }
 
 absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
@@ -136,9 +224,11 @@ absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
     request.set_bytes(bytes);
   }
   v1::SetMemoryLimitResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
-  });
+  }));
+  if (impl_->local_ != nullptr) impl_->local_->SetMemoryLimit(device, response.limit_bytes());
+  return absl::OkStatus();
 }
 
 }  // namespace gpumux

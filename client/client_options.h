@@ -14,6 +14,20 @@
 
 namespace gpumux {
 
+// Where allocations run (docs/design.md, "Local allocation").
+enum class AllocationMode {
+  // GPUMUX_ALLOCATION=daemon|local in the environment, else kDaemon.
+  kDefault,
+  // Every Allocate and free is a request to the daemon.
+  kDaemon,
+  // The client runs PyTorch's caching allocator itself over segments it
+  // leases from the daemon: a cached allocation costs no round trip.
+  // Shareable allocations still come from the daemon. Needs the daemon's
+  // memory socket on the host backend (a Unix address); over TCP there the
+  // client allocates through the daemon.
+  kLocal,
+};
+
 struct ClientOptions {
   // The session's client name; empty: this process's name (/proc/self/comm).
   std::string client_name;
@@ -39,6 +53,7 @@ struct ClientOptions {
   // staged copy that returns before it ran costs one more round trip (its
   // completion event's destruction): around 64 KiB the two break even.
   uint64_t max_inline_copy = uint64_t{64} << 10;
+  AllocationMode allocation = AllocationMode::kDefault;
 };
 
 struct AllocateOptions {

@@ -10,6 +10,35 @@
 #include "common/status_macros.h"
 
 namespace gpumux {
+namespace {
+
+// The bytes `elements` values of `dtype` fill; OUT_OF_RANGE past 2^64.
+absl::StatusOr<uint64_t> RandomFillBytes(Dtype dtype, uint64_t elements) {
+  uint64_t size = 1;
+  switch (dtype) {
+    case Dtype::kFloat64:
+    case Dtype::kInt64:
+      size = 8;
+      break;
+    case Dtype::kFloat32:
+    case Dtype::kInt32:
+      size = 4;
+      break;
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16:
+      size = 2;
+      break;
+    case Dtype::kUInt8:
+      size = 1;
+      break;
+  }
+  if (elements > UINT64_MAX / size) {
+    return absl::OutOfRangeError(absl::StrCat(elements, " elements of ", size, " bytes overflow"));
+  }
+  return elements * size;
+}
+
+}  // namespace
 
 absl::Status Client::ManualSeed(uint64_t seed, std::optional<DeviceIndex> device) {
   v1::ManualSeedRequest request;
@@ -115,8 +144,8 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, dst.device(), "the fill"));
   v1::GenerateRequest request;
-  request.mutable_dst()->set_allocation_id(dst.id().value());
-  request.mutable_dst()->set_offset(offset);
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, RandomFillBytes(dtype, elements));
+  GPUMUX_RETURN_IF_ERROR(impl_->SetRange(request.mutable_dst(), dst, offset, bytes, "destination"));
   request.set_dtype(ToProto(dtype));
   request.set_elements(elements);
   std::visit(
@@ -138,6 +167,7 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->random_stub_->Generate(context, request, &response);
   }));
+  impl_->NoteDaemonWork(dst, stream, request.options().wait());
   GenerateResult result;
   result.seed = response.seed();
   result.offset = response.offset();

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -137,7 +138,12 @@ void WaitForFreeFences() {
   }
 }
 
-std::string RecordFreeFence(int cuda_device) {
+namespace {
+
+// Records the fence of the calling thread's current stream on `cuda_device`
+// into `fence`; false when there is nothing to wait for (a stream capturing
+// a graph, or a failed record, after which the device was synchronized).
+bool RecordFence(int cuda_device, Fence* out) {
   CudaDeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -151,7 +157,7 @@ std::string RecordFreeFence(int cuda_device) {
         "gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no "
         "fence",
         cuda_device);
-    return "";
+    return false;
   }
   unsigned long long stream_id = 0;
   cudaError_t error = scope.status();
@@ -175,13 +181,39 @@ std::string RecordFreeFence(int cuda_device) {
     fence = slot;
     if (error == cudaSuccess) error = cudaEventRecord(fence.event, stream);
   }
-  if (error == cudaSuccess) return fence.handle;
+  if (error == cudaSuccess) {
+    *out = fence;
+    return true;
+  }
   // Without a fence the memory may be reused only once this device is idle.
   spdlog::warn(
       "gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead",
       cuda_device, CudaStatus(error, "recording the free fence").ToString());
   cudaDeviceSynchronize();
-  return "";
+  return false;
+}
+
+}  // namespace
+
+std::string RecordFreeFence(int cuda_device) {
+  Fence fence;
+  return RecordFence(cuda_device, &fence) ? fence.handle : std::string();
+}
+
+std::function<bool()> RecordLocalFreeFence(int cuda_device) {
+  Fence fence;
+  if (!RecordFence(cuda_device, &fence)) return nullptr;
+  // The stream's one fence event: a later record of it completes after this
+  // one, so its query never says done too early.
+  return [event = fence.event, cuda_device] {
+    const cudaError_t e = cudaEventQuery(event);
+    if (e == cudaSuccess) return true;
+    if (CudaNotReady(e)) return false;
+    ResetCudaError();
+    spdlog::warn("gpumux: {} on CUDA device {}; the block counts as free",
+                 CudaStatus(e, "querying a free fence").ToString(), cuda_device);
+    return true;
+  };
 }
 
 namespace {

@@ -18,6 +18,8 @@ bool CudaDeviceVisible() { return false; }
 
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
 
+std::function<bool()> RecordLocalFreeFence(int /*cuda_device*/) { return nullptr; }
+
 void WaitForFreeFences() {}
 absl::StatusOr<void*> CurrentCublasHandle(absl::string_view /*pci_bus_id*/) {
   return absl::FailedPreconditionError("current_blas_handle needs a CUDA-enabled client build");

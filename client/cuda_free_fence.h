@@ -4,6 +4,7 @@
 // caller's own kernels. Built from cuda_client.cc (CUDA builds) or
 // cuda_client_unavailable.cc.
 
+#include <functional>
 #include <string>
 
 namespace gpumux {
@@ -17,6 +18,13 @@ namespace gpumux {
 // synchronizes the device instead, logs, and returns "" (nothing left to
 // wait for). Without CUDA support: "".
 std::string RecordFreeFence(int cuda_device);
+
+// RecordFreeFence for a block of this process's own allocator (local
+// allocation): the same record, answered by querying the fence's event here
+// (an interprocess handle cannot be opened by the process that made it):
+// true once the captured work completed. Null when there is nothing to wait
+// for, as when RecordFreeFence returns "".
+std::function<bool()> RecordLocalFreeFence(int cuda_device);
 
 // Waits until every fence recorded so far completed. A client ending its
 // session calls it first: the daemon drops a closed session's fences

@@ -17,7 +17,9 @@ DeviceBuffer::DeviceBuffer(Client* client, const Info& info, void* data)
       data_(data),
       segment_id_(info.segment_id),
       offset_(info.offset),
-      cuda_device_(info.cuda_device) {}
+      cuda_device_(info.cuda_device),
+      local_(info.local),
+      lease_(info.lease) {}
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : client_(std::exchange(other.client_, nullptr)),
@@ -29,7 +31,9 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
       data_(std::exchange(other.data_, nullptr)),
       segment_id_(other.segment_id_),
       offset_(other.offset_),
-      cuda_device_(other.cuda_device_) {}
+      cuda_device_(other.cuda_device_),
+      local_(other.local_),
+      lease_(other.lease_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this == &other) return *this;
@@ -44,13 +48,16 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   segment_id_ = other.segment_id_;
   offset_ = other.offset_;
   cuda_device_ = other.cuda_device_;
+  local_ = other.local_;
+  lease_ = other.lease_;
   return *this;
 }
 
 DeviceBuffer::~DeviceBuffer() { Reset(); }
 
 AllocationId DeviceBuffer::Detach() {
-  if (data_ != nullptr) client_->impl_->mapper_.Release(device_, segment_id_);
+  // A local block's lease holds the mapping.
+  if (data_ != nullptr && !local_) client_->impl_->mapper_.Release(device_, segment_id_);
   client_ = nullptr;
   data_ = nullptr;
   return id_;
@@ -59,6 +66,11 @@ AllocationId DeviceBuffer::Detach() {
 void DeviceBuffer::Reset() {
   if (client_ == nullptr) return;
   Client* client = client_;
+  if (local_) {
+    Detach();
+    client->impl_->FreeLocal(device_, address_, cuda_device_);
+    return;
+  }
   client->impl_->EnqueueFree(Detach(), device_, cuda_device_);
 }
 

@@ -33,7 +33,12 @@ class DeviceBuffer {
   bool valid() const { return client_ != nullptr; }
   explicit operator bool() const { return valid(); }
 
+  // The daemon's allocation id; for a block of the client's own allocator
+  // (AllocationMode::kLocal) an id the client assigns, with the top bit set
+  // so that it never equals a daemon's. Unique within the Client.
   AllocationId id() const { return id_; }
+  // A block of the client's own allocator, carved from a leased segment.
+  bool local() const { return local_; }
   DeviceIndex device() const { return device_; }
   // The size asked for.
   uint64_t size() const { return size_; }
@@ -64,6 +69,8 @@ class DeviceBuffer {
     // This process's CUDA ordinal the segment is mapped on; -1 for host
     // memory or no mapping.
     int cuda_device = -1;
+    bool local = false;
+    AllocationId lease;  // a local block's lease
   };
 
   DeviceBuffer(Client* client, const Info& info, void* data);
@@ -84,6 +91,9 @@ class DeviceBuffer {
   uint64_t offset_ = 0;
   // Where a free fence is recorded (Info::cuda_device).
   int cuda_device_ = -1;
+  bool local_ = false;
+  // The lease a local block lies in: how the daemon names its memory.
+  AllocationId lease_;
 };
 
 }  // namespace gpumux

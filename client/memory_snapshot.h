@@ -38,6 +38,9 @@ struct SegmentInfo {
   SessionId session_id;
   SegmentId segment_id;
   bool shareable = false;
+  // Leased to the session, whose client carves the blocks (local
+  // allocation). Another process's view lists no blocks for it.
+  bool leased = false;
 };
 
 }  // namespace gpumux

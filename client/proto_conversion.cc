@@ -48,6 +48,7 @@ SegmentInfo FromProto(const v1::SnapshotSegment& proto) {
   segment.session_id = SessionId(proto.session_id());
   segment.segment_id = SegmentId(proto.segment_id());
   segment.shareable = proto.shareable();
+  segment.leased = proto.leased();
   return segment;
 }
 

@@ -66,11 +66,12 @@ class SegmentSource {
   virtual absl::StatusOr<uint64_t> FreeMemory(DeviceIndex device) const = 0;
 
   // A new segment of `size` bytes (a multiple of 512) for work on `stream`,
-  // as the allocator's client names it. RESOURCE_EXHAUSTED when the memory
+  // as the allocator's client names it, for its small pool (PyTorch's 2 MiB
+  // segments of blocks up to 1 MiB) or its large one. RESOURCE_EXHAUSTED when the memory
   // is not there (the allocator then frees its cache and retries); other
   // codes pass through to the allocator's caller.
   virtual absl::StatusOr<BackendSegment> ObtainSegment(DeviceIndex device, uint64_t size,
-                                                       StreamId stream) = 0;
+                                                       StreamId stream, bool small_pool) = 0;
   // Gives back a segment from ObtainSegment, named by its address.
   virtual absl::Status ReturnSegment(DeviceIndex device, uint64_t address) = 0;
 

@@ -318,8 +318,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                         s.rng.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get());
-  s.session_service = std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions,
-                                                       std::string(backend->name()));
+  s.session_service = std::make_unique<SessionService>(
+      s.lifecycle.get(), &s.sessions, backend->name(), s.memory->allocator().options().conf);
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);

@@ -86,7 +86,7 @@ class DeviceBackend : public SegmentSource {
   // SegmentSource's names for the calls above, as the allocator makes them.
   uint64_t TotalMemory(DeviceIndex device) const final { return device_info(device).total_memory; }
   absl::StatusOr<BackendSegment> ObtainSegment(DeviceIndex device, uint64_t size,
-                                               StreamId /*stream*/) final {
+                                               StreamId /*stream*/, bool /*small_pool*/) final {
     return AllocateSegment(device, size);
   }
   absl::Status ReturnSegment(DeviceIndex device, uint64_t address) final {

@@ -60,7 +60,8 @@ void ToProto(const std::vector<SegmentSnapshot>& segments, v1::MemorySnapshot* o
     seg->set_is_expandable(false);
     seg->set_session_id(s.client.value());
     seg->set_segment_id(s.id.value());
-    seg->set_shareable(s.dedicated);
+    seg->set_shareable(s.dedicated && !s.leased);
+    seg->set_leased(s.leased);
     for (const BlockSnapshot& b : s.blocks) {
       v1::SnapshotBlock* block = seg->add_blocks();
       block->set_address(b.address);

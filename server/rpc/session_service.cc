@@ -24,8 +24,9 @@ class SessionReactor final
     : public grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>,
       public std::enable_shared_from_this<SessionReactor> {
  public:
-  SessionReactor(SessionLifecycle* lifecycle, std::string backend_name)
-      : lifecycle_(lifecycle), backend_name_(std::move(backend_name)) {}
+  // `daemon` (the daemon's facts every SessionOpened carries) must outlive it.
+  SessionReactor(SessionLifecycle* lifecycle, const v1::SessionOpened* daemon)
+      : lifecycle_(lifecycle), daemon_(daemon) {}
 
   void Begin(std::shared_ptr<SessionReactor> self) {
     self_ = std::move(self);
@@ -79,9 +80,8 @@ class SessionReactor final
     }
     v1::SessionServerMessage reply;
     v1::SessionOpened* msg = reply.mutable_opened();
+    *msg = *daemon_;
     ToProto(*opened, msg);
-    msg->set_backend(backend_name_);
-    msg->set_daemon_version(kDaemonVersion);
     Send(std::move(reply));
     StartRead(&request_);
   }
@@ -165,7 +165,7 @@ class SessionReactor final
   }
 
   SessionLifecycle* lifecycle_;
-  std::string backend_name_;
+  const v1::SessionOpened* daemon_;
   std::shared_ptr<SessionReactor> self_;  // keeps this alive until OnDone
   v1::SessionClientMessage request_;
   absl::Mutex mu_;
@@ -180,9 +180,17 @@ class SessionReactor final
 
 }  // namespace
 
+SessionService::SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
+                               absl::string_view backend_name, absl::string_view allocator_conf)
+    : lifecycle_(lifecycle), sessions_(sessions) {
+  daemon_.set_backend(std::string(backend_name));
+  daemon_.set_daemon_version(kDaemonVersion);
+  daemon_.set_allocator_conf(std::string(allocator_conf));
+}
+
 grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* SessionService::Open(
     grpc::CallbackServerContext* /*context*/) {
-  auto reactor = std::make_shared<SessionReactor>(lifecycle_, backend_name_);
+  auto reactor = std::make_shared<SessionReactor>(lifecycle_, &daemon_);
   SessionReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;

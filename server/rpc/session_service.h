@@ -6,6 +6,7 @@
 // session is closed and everything it held is released. Conversion lives in
 // session_proto.h.
 
+#include "absl/strings/string_view.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "server/core/session_lifecycle.h"
 #include "server/core/session_registry.h"
@@ -15,9 +16,10 @@ namespace gpumux {
 class SessionService final : public v1::Session::CallbackService {
  public:
   // All must outlive the service.
+  // Every SessionOpened names the backend, this daemon's version and its
+  // allocator configuration (what a client's own allocator runs with).
   SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
-                 std::string backend_name)
-      : lifecycle_(lifecycle), sessions_(sessions), backend_name_(std::move(backend_name)) {}
+                 absl::string_view backend_name, absl::string_view allocator_conf);
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Open(
       grpc::CallbackServerContext* context) override;
@@ -28,7 +30,7 @@ class SessionService final : public v1::Session::CallbackService {
  private:
   SessionLifecycle* lifecycle_;
   const SessionRegistry* sessions_;
-  std::string backend_name_;
+  v1::SessionOpened daemon_;  // the fields every session's SessionOpened shares
 };
 
 }  // namespace gpumux

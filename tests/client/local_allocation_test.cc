@@ -1,0 +1,245 @@
+// AllocationMode::kLocal against a real daemon: the client runs PyTorch's
+// allocator over segments it leases, so cached allocations make no call;
+// the daemon's books hold the leases, daemon work on local blocks fences
+// their reuse, and the session's end returns every lease.
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/observer.h"
+#include "gmock/gmock.h"
+#include "gpumux/v1/memory.pb.h"
+#include "gtest/gtest.h"
+#include "tests/client/rpc_recorder.h"
+#include "tests/status_matchers.h"
+#include "tests/support/daemon_client_test.h"
+
+namespace gpumux::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+ClientOptions Local() {
+  ClientOptions options;
+  options.allocation = AllocationMode::kLocal;
+  options.free_batch_delay = absl::InfiniteDuration();
+  return options;
+}
+
+class LocalAllocationTest : public DaemonClientTest {
+ protected:
+  LocalAllocationTest() : DaemonClientTest({.client = Local()}) {}
+
+  int64_t Stat(const std::string& key) {
+    absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats(DeviceIndex(0));
+    EXPECT_OK(stats);
+    return stats.ok() ? stats->at(key) : -1;
+  }
+  // The daemon's own books for the device, as another process sees them.
+  int64_t DeviceStat(const std::string& key) {
+    Observer observer(daemon().address());
+    absl::StatusOr<std::map<std::string, int64_t>> stats = observer.MemoryStats(DeviceIndex(0));
+    EXPECT_OK(stats);
+    return stats.ok() ? stats->at(key) : -1;
+  }
+};
+
+TEST_F(LocalAllocationTest, CachedAllocationsMakeNoCall) {
+  RpcRecorder wire;
+  const SessionId session = client().session_id();
+  {
+    absl::StatusOr<DeviceBuffer> first = client().Allocate(4096);
+    ASSERT_OK(first);
+    EXPECT_TRUE(first->local());
+    EXPECT_NE(first->data(), nullptr);
+    EXPECT_EQ(first->allocated_size(), 4096u);
+  }
+  EXPECT_THAT(wire.Calls(session, "Memory/Lease"), SizeIs(1));
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<DeviceBuffer> again = client().Allocate(4096);
+    ASSERT_OK(again);
+  }
+  EXPECT_THAT(wire.Calls(session, "Memory/Lease"), SizeIs(1));
+  EXPECT_THAT(wire.Calls(session, "Memory/Allocate"), IsEmpty());
+  EXPECT_THAT(wire.Calls(session, "Memory/Free"), IsEmpty());
+  auto leases = wire.Requests<v1::LeaseRequest>(session, "Memory/Lease");
+  EXPECT_EQ(leases[0].size(), 2 * kMiB);  // PyTorch's small-pool segment
+  EXPECT_TRUE(leases[0].small_pool());
+}
+
+TEST_F(LocalAllocationTest, StatsJoinTheClientsBlocksAndTheDaemonsLeases) {
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(3 * kMiB);  // a 20 MiB segment
+  ASSERT_OK(a);
+  absl::StatusOr<DeviceBuffer> b = client().Allocate(1000);  // a 2 MiB one
+  ASSERT_OK(b);
+  EXPECT_EQ(Stat("allocated_bytes.all.current"), static_cast<int64_t>(3 * kMiB + 1024));
+  EXPECT_EQ(Stat("requested_bytes.all.current"), static_cast<int64_t>(3 * kMiB + 1000));
+  EXPECT_EQ(Stat("reserved_bytes.all.current"), static_cast<int64_t>(22 * kMiB));
+  EXPECT_EQ(Stat("segment.all.current"), 2);
+  EXPECT_EQ(Stat("allocation.all.current"), 2);
+  // The daemon holds the leases, whoever asks.
+  EXPECT_EQ(DeviceStat("reserved_bytes.all.current"), static_cast<int64_t>(22 * kMiB));
+  absl::StatusOr<int64_t> allocated = client().MemoryAllocated();
+  ASSERT_OK(allocated);
+  EXPECT_EQ(*allocated, static_cast<int64_t>(3 * kMiB + 1024));
+  absl::StatusOr<std::string> summary = client().MemorySummary();
+  ASSERT_OK(summary);
+  EXPECT_THAT(*summary, HasSubstr("PyTorch CUDA memory summary, device ID 0"));
+  // The session's snapshot has the leases' blocks.
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot();
+  ASSERT_OK(snapshot);
+  ASSERT_THAT(*snapshot, SizeIs(2));
+  uint64_t allocated_in_snapshot = 0;
+  for (const SegmentInfo& s : *snapshot) {
+    EXPECT_TRUE(s.leased);
+    EXPECT_FALSE(s.shareable);
+    EXPECT_FALSE(s.blocks.empty());
+    allocated_in_snapshot += s.allocated_size;
+  }
+  EXPECT_EQ(allocated_in_snapshot, 3 * kMiB + 1024);
+}
+
+TEST_F(LocalAllocationTest, EmptyCacheReturnsWhollyFreeLeases) {
+  {
+    absl::StatusOr<DeviceBuffer> a = client().Allocate(12 * kMiB);
+    ASSERT_OK(a);
+  }
+  EXPECT_EQ(DeviceStat("reserved_bytes.all.current"), static_cast<int64_t>(12 * kMiB));
+  absl::StatusOr<ReleasedCache> released = client().EmptyCache();
+  ASSERT_OK(released);
+  EXPECT_EQ(released->released_bytes, 12 * kMiB);
+  EXPECT_EQ(released->released_segments, 1u);
+  EXPECT_EQ(DeviceStat("reserved_bytes.all.current"), 0);
+  EXPECT_EQ(Stat("reserved_bytes.all.current"), 0);
+}
+
+TEST_F(LocalAllocationTest, EveryLeaseGoesBackWhenTheClientCloses) {
+  {
+    std::vector<DeviceBuffer> held;
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<DeviceBuffer> buffer = client().Allocate(12 * kMiB);
+      ASSERT_OK(buffer);
+      held.push_back(std::move(*buffer));
+    }
+  }
+  // Cached in the client now, and still leased.
+  EXPECT_EQ(DeviceStat("reserved_bytes.all.current"), static_cast<int64_t>(36 * kMiB));
+  DisconnectClient();
+  EXPECT_EQ(DeviceStat("reserved_bytes.all.current"), 0);
+}
+
+TEST_F(LocalAllocationTest, ALimitHoldsWithPyTorchsMessage) {
+  ASSERT_OK(client().SetMemoryLimit(20 * kMiB));  // one 12 MiB segment fits, two do not
+  absl::StatusOr<DeviceBuffer> a = client().Allocate(12 * kMiB);
+  ASSERT_OK(a);
+  absl::StatusOr<DeviceBuffer> b = client().Allocate(12 * kMiB);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(b.status().message(), HasSubstr("CUDA out of memory. Tried to allocate 12.00 MiB"));
+  EXPECT_EQ(Stat("num_ooms"), 1);
+}
+
+TEST_F(LocalAllocationTest, AFullDeviceIsOutOfMemoryAndTheCacheIsRetried) {
+  std::vector<DeviceBuffer> held;
+  // Two host devices of 64 MiB: three 20 MiB leases fit, a fourth does not.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(20 * kMiB);
+    ASSERT_OK(buffer);
+    held.push_back(std::move(*buffer));
+  }
+  absl::StatusOr<DeviceBuffer> over = client().Allocate(20 * kMiB);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), HasSubstr("CUDA out of memory"));
+  held.pop_back();  // a cached 20 MiB block: the next one of that size reuses it
+  absl::StatusOr<DeviceBuffer> reused = client().Allocate(20 * kMiB);
+  EXPECT_OK(reused);
+  held.clear();
+  reused = absl::UnavailableError("dropped");
+  // A different size cannot reuse the cached 20 MiB segments: the retry
+  // returns them to the daemon and leases anew.
+  absl::StatusOr<DeviceBuffer> big = client().Allocate(60 * kMiB);
+  EXPECT_OK(big);
+  EXPECT_GE(Stat("num_alloc_retries"), 1);
+}
+
+TEST_F(LocalAllocationTest, CopiesFillsAndMemsetsReachLocalBlocks) {
+  absl::StatusOr<DeviceBuffer> dst = client().Allocate(8192);
+  ASSERT_OK(dst);
+  absl::StatusOr<DeviceBuffer> src = client().Allocate(8192);
+  ASSERT_OK(src);
+  ASSERT_NE(dst->offset(), src->offset());  // one lease, two blocks
+  std::vector<char> pattern(8192);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<char>(i * 7);
+  CopyOptions wait;
+  wait.wait = true;
+  ASSERT_OK(client().CopyHostToDevice(*src, 0, pattern.data(), pattern.size(), wait).status());
+  EXPECT_EQ(std::memcmp(src->data(), pattern.data(), pattern.size()), 0);
+  ASSERT_OK(client().CopyDeviceToDevice(*dst, 0, *src, 0, 8192, wait).status());
+  EXPECT_EQ(std::memcmp(dst->data(), pattern.data(), pattern.size()), 0);
+  ASSERT_OK(client().Memset(*dst, 100, 0x5a, 10, wait).status());
+  EXPECT_EQ(static_cast<const char*>(dst->data())[105], 0x5a);
+  EXPECT_EQ(static_cast<const char*>(dst->data())[110], pattern[110]);
+  std::vector<char> back(8192);
+  ASSERT_OK(client().CopyDeviceToHost(back.data(), *src, 0, back.size(), wait).status());
+  EXPECT_EQ(back, pattern);
+  ASSERT_OK(client().Generate(*dst, 0, Dtype::kFloat32, 2048, Uniform{0, 1}, wait).status());
+  const float* values = static_cast<const float*>(dst->data());
+  for (int i = 0; i < 2048; ++i) ASSERT_TRUE(values[i] >= 0 && values[i] < 1) << i;
+}
+
+TEST_F(LocalAllocationTest, RangesAreCheckedAgainstTheBlockNotTheLease) {
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
+  ASSERT_OK(buffer);
+  absl::StatusOr<DeviceBuffer> neighbour = client().Allocate(4096);
+  ASSERT_OK(neighbour);
+  char byte = 1;
+  EXPECT_EQ(client().CopyHostToDevice(*buffer, 4096, &byte, 1).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(client().Memset(*buffer, 0, 0, 4097).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      client().Generate(*buffer, 0, Dtype::kFloat32, 1025, Uniform{0, 1}).status().code(),
+      absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(LocalAllocationTest, ABlockIsNotReusedBeforeTheDaemonsWorkOnItCompleted) {
+  // A 32 MiB memset queued without waiting, and the block freed at once.
+  absl::StatusOr<DeviceBuffer> block = client().Allocate(32 * kMiB);
+  ASSERT_OK(block);
+  const uint64_t address = block->address();
+  ASSERT_OK(client().Memset(*block, 0, 0x11, 32 * kMiB).status());  // not waited for
+  *block = DeviceBuffer();  // freed while the memset may still run
+  absl::StatusOr<DeviceBuffer> next = client().Allocate(32 * kMiB);
+  ASSERT_OK(next);
+  if (next->address() == address) {
+    // Reused: only after the memset completed, so its bytes are all there.
+    const unsigned char* bytes = static_cast<const unsigned char*>(next->data());
+    for (uint64_t i = 0; i < 32 * kMiB; i += 4096) ASSERT_EQ(bytes[i], 0x11) << i;
+  }
+  ASSERT_OK(client().Synchronize(DeviceIndex(0)));
+}
+
+TEST_F(LocalAllocationTest, ShareableAllocationsStillComeFromTheDaemon) {
+  AllocateOptions shareable;
+  shareable.shareable = true;
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096, DeviceIndex(0), shareable);
+  ASSERT_OK(buffer);
+  EXPECT_FALSE(buffer->local());
+  absl::StatusOr<std::string> token = client().Share(*buffer);
+  ASSERT_OK(token);
+  std::unique_ptr<Client> other = ConnectAnother();
+  ASSERT_NE(other, nullptr);
+  EXPECT_OK(other->Import(*token));
+  // A local block cannot be shared: its lease is not shareable.
+  absl::StatusOr<DeviceBuffer> local = client().Allocate(4096);
+  ASSERT_OK(local);
+  EXPECT_EQ(client().Share(*local).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gpumux::testing
