@@ -67,7 +67,8 @@ TEST_F(AllocatorTest, ALeaseHonoursTheClientsLimitWithPyTorchsMessage) {
   ASSERT_OK(LeaseOn(*allocator_, 20 * kMiB));
   absl::StatusOr<AllocationResult> over = LeaseOn(*allocator_, 20 * kMiB);
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(over.status().message(), HasSubstr("CUDA out of memory. Tried to allocate 20.00 MiB"));
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("CUDA out of memory. Tried to allocate 20.00 MiB"));
   EXPECT_EQ(StatsOf(kA).num_ooms, 1);
   EXPECT_OK(LeaseOn(*allocator_, 10 * kMiB));  // what is left under the limit
 }
