@@ -1,5 +1,6 @@
 #include "allocator/caching_allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -145,6 +146,30 @@ void CachingAllocator::SetMemoryLimit(DeviceIndex device, ClientId client, uint6
 
 uint64_t CachingAllocator::GetMemoryLimit(DeviceIndex device, ClientId client) const {
   return DeviceOrDie(device).GetMemoryLimit(client);
+}
+
+void CachingAllocator::SetClientTenant(ClientId client, const std::string& tenant) {
+  for (const std::unique_ptr<DeviceAllocator>& d : devices_) d->SetClientTenant(client, tenant);
+}
+
+void CachingAllocator::SetTenantLimit(std::optional<DeviceIndex> device, const std::string& tenant,
+                                      uint64_t limit_bytes) {
+  if (device.has_value()) {
+    DeviceOrDie(*device).SetTenantLimit(tenant, limit_bytes);
+    return;
+  }
+  for (const std::unique_ptr<DeviceAllocator>& d : devices_) d->SetTenantLimit(tenant, limit_bytes);
+}
+
+std::vector<TenantUsage> CachingAllocator::ListTenants(std::optional<DeviceIndex> device) const {
+  std::vector<TenantUsage> out;
+  for (int i = 0; i < device_count(); ++i) {
+    if (device.has_value() && device->value() != i) continue;
+    devices_[i]->AppendTenants(&out);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TenantUsage& a, const TenantUsage& b) { return a.tenant < b.tenant; });
+  return out;
 }
 
 DeviceStats CachingAllocator::GetStats(DeviceIndex device) const {

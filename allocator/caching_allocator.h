@@ -6,6 +6,10 @@
 // every block and segment is charged to one client, each client has its own
 // DeviceStats with PyTorch's 122 keys and an optional byte limit, and free
 // blocks are reused only for the client and stream that allocated them.
+// Clients may belong to a tenant (a pod's several processes), and a tenant
+// may have a byte limit per device over all its clients' segments together,
+// checked under the device's mutex with each new segment's charge, so that
+// clients allocating concurrently can never together pass it.
 // As in PyTorch, a freed block that other streams used (RecordStream) is not
 // reused until the work queued on them by the time of the free has completed
 // ("active_pending_free"); Free can also be told to wait on caller events,
@@ -84,6 +88,16 @@ struct SegmentSnapshot {
   std::vector<BlockSnapshot> blocks;  // by address
 };
 
+// One tenant's books on one device (ListTenants).
+struct TenantUsage {
+  std::string tenant;
+  DeviceIndex device;
+  uint64_t limit_bytes = 0;       // 0 = none
+  uint64_t reserved_bytes = 0;    // segments of its clients
+  uint64_t allocated_bytes = 0;   // blocks charged to its clients
+  std::vector<ClientId> clients;  // its clients on the device, by id
+};
+
 struct EmptyCacheResult {
   uint64_t released_bytes = 0;
   uint64_t released_segments = 0;
@@ -115,17 +129,21 @@ class CachingAllocator {
   // Errors: INVALID_ARGUMENT for a device out of range, size 0, or a size
   // above the device's total memory (or >= 1 EB); RESOURCE_EXHAUSTED with
   // PyTorch's OOM text (plus the client's figures) when neither the device
-  // nor the client's limit can fit it, even after releasing cached segments:
-  // the client's own when its limit is the obstacle, every client's when the
-  // device is full. Other backend errors pass through unchanged.
+  // nor the client's limit nor its tenant's can fit it, even after releasing
+  // cached segments: the client's own when its limit is the obstacle, those
+  // of every client of its tenant when the tenant's limit is, every client's
+  // when the device is full (the OOM text then also names the tenant, its
+  // limit and its reserved bytes when it has a limit). Other backend errors
+  // pass through unchanged.
   absl::StatusOr<AllocationResult> Allocate(DeviceIndex device, ClientId client, StreamId stream,
                                             uint64_t size, bool dedicated = false);
 
   // A whole segment of `size` bytes for `client` to carve its own blocks
   // from (the client runs this allocator over its leases): the client's
-  // limit and the device's memory are checked as for a new segment of
-  // Allocate, with the same retries (the client's cached segments here, then
-  // every client's when the device is full), and the segment-level stats
+  // limit, its tenant's and the device's memory are checked as for a new
+  // segment of Allocate, with the same retries (the client's cached segments
+  // here, its tenant's, then every client's when the device is full), and the
+  // segment-level stats
   // (segment, reserved_bytes, num_device_alloc; in the small pool when
   // `small_pool`) count it; the block-level ones (allocation, allocated,
   // active, requested bytes) do not. Free of its address returns it, after
@@ -219,6 +237,25 @@ class CachingAllocator {
   // Like set_per_process_memory_fraction it is checked before each new segment.
   void SetMemoryLimit(DeviceIndex device, ClientId client, uint64_t limit_bytes);
   uint64_t GetMemoryLimit(DeviceIndex device, ClientId client) const;
+
+  // Puts `client` in `tenant` (non-empty) on every device, moving its
+  // reserved bytes from its previous tenant's books to the new one's (a
+  // tenant's limit is not checked for that: only new segments are refused).
+  // The daemon calls it as a session starts, before its first allocation; a
+  // client never put in a tenant has none. RemoveClient takes it out.
+  void SetClientTenant(ClientId client, const std::string& tenant);
+
+  // Byte cap on the segments reserved for all clients of `tenant` together on
+  // `device`, or on every device when nullopt; 0 = no limit. Checked before
+  // each new segment after the client's own limit; lowering it below what
+  // the tenant holds refuses new segments until enough are released. A
+  // tenant's limit stays when its last client goes, for its next ones.
+  // Precondition: `device` in range (callers validate).
+  void SetTenantLimit(std::optional<DeviceIndex> device, const std::string& tenant,
+                      uint64_t limit_bytes);
+  // Every tenant with a limit or a client, on `device` (every device when
+  // nullopt), sorted by (tenant, device).
+  std::vector<TenantUsage> ListTenants(std::optional<DeviceIndex> device) const;
 
   // Device-wide stats, or one client's (zeros for a client never seen).
   DeviceStats GetStats(DeviceIndex device) const;

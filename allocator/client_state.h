@@ -2,9 +2,9 @@
 
 // ClientState: what a DeviceAllocator keeps per client (daemon session) on
 // one device: its PyTorch stats, its byte limit, the get_free_block call
-// counters that age cached blocks for garbage collection, and its cached free
-// blocks, one small and one large BlockPool per stream. Plain data guarded by
-// the DeviceAllocator's mutex; blocks point at it directly.
+// counters that age cached blocks for garbage collection, its cached free
+// blocks, one small and one large BlockPool per stream, and its tenant. Plain
+// data guarded by the DeviceAllocator's mutex; blocks point at it directly.
 
 #include <array>
 #include <cstdint>
@@ -17,6 +17,8 @@
 
 namespace gpumux {
 
+struct TenantState;
+
 // The two pools of one (client, stream).
 struct StreamPools {
   BlockPool small{/*is_small=*/true};
@@ -28,6 +30,8 @@ struct ClientState {
   DeviceStats stats;
   // PyTorch's allowed_memory_maximum over this client's segments; 0 = none.
   uint64_t limit = 0;
+  // The tenant whose limit also covers this client's segments; null: none.
+  TenantState* tenant = nullptr;
   // PyTorch's BlockPool::get_free_blocks_call_count, per size class
   // (0 small, 1 large), over all of the client's streams.
   std::array<int64_t, 2> free_block_calls{};

@@ -127,14 +127,26 @@ absl::Status DeviceAllocator::NewSegmentWithRetriesLocked(Request& r, ReleasedSe
   if (r.block == nullptr && ReleaseAvailableCachedBlocksLocked(r, released)) {
     GPUMUX_RETURN_IF_ERROR(AllocBlockLocked(r, /*is_retry=*/false));
   }
-  if (r.block != nullptr) return absl::OkStatus();
-  // Over its own limit only the client's cache can help; a full device takes
-  // every client's cached segments (released, never lent to another client).
-  const bool whole_device = r.shortage == Shortage::kDevice;
-  ReleaseCachedBlocksLocked(whole_device ? nullptr : r.client, r.client, released);
-  GPUMUX_RETURN_IF_ERROR(AllocBlockLocked(r, /*is_retry=*/true));
-  if (r.block == nullptr && !whole_device && r.shortage == Shortage::kDevice) {
-    ReleaseCachedBlocksLocked(nullptr, r.client, released);
+  // Each obstacle releases what can help with it, widening while a retry
+  // meets a wider one: over its own limit the client's cache, over its
+  // tenant's the caches of every client of the tenant (the same tenant, so
+  // nothing is lent across tenants), and a full device every client's cached
+  // segments (released, never lent to another client).
+  Shortage released_for = Shortage::kNone;
+  while (r.block == nullptr && r.shortage > released_for) {
+    released_for = r.shortage;
+    switch (released_for) {
+      case Shortage::kClientLimit:
+        ReleaseCachedBlocksLocked(r.client, r.client, released);
+        break;
+      case Shortage::kTenantLimit:
+        ReleaseTenantCacheLocked(r.client->tenant, r.client, released);
+        break;
+      case Shortage::kNone:  // not reached: a shortage is above kNone
+      case Shortage::kDevice:
+        ReleaseCachedBlocksLocked(nullptr, r.client, released);
+        break;
+    }
     GPUMUX_RETURN_IF_ERROR(AllocBlockLocked(r, /*is_retry=*/true));
   }
   return absl::OkStatus();
@@ -146,6 +158,13 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
   r.shortage = Shortage::kNone;
   if (client->limit > 0 && client->reserved() + r.alloc_size > client->limit) {
     r.shortage = Shortage::kClientLimit;
+    return absl::OkStatus();
+  }
+  // Under mu_ with the charge below: concurrent clients of the tenant see
+  // each other's segments, so together they never pass its limit.
+  TenantState* tenant = client->tenant;
+  if (tenant != nullptr && tenant->limit > 0 && tenant->reserved + r.alloc_size > tenant->limit) {
+    r.shortage = Shortage::kTenantLimit;
     return absl::OkStatus();
   }
   absl::StatusOr<BackendSegment> got =
@@ -185,6 +204,7 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
     if (oversize) s.oversize_segments.Increase(1);
     ++s.num_device_alloc;
   });
+  if (tenant != nullptr) tenant->reserved += r.alloc_size;
   r.block = block;
   return absl::OkStatus();
 }
@@ -272,6 +292,12 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
       static_cast<uint64_t>(r.client->stats.allocated_bytes[kAggregate].current);
   report.client_reserved = r.client->reserved();
   report.client_limit = r.client->limit;
+  if (const TenantState* tenant = r.client->tenant; tenant != nullptr && tenant->limit > 0) {
+    report.tenant = tenant->name;
+    report.tenant_limit = tenant->limit;
+    report.tenant_reserved = tenant->reserved;
+    for (const ClientState* client : tenant->clients) report.tenant_clients += !client->removed;
+  }
   return absl::ResourceExhaustedError(FormatOomMessage(report));
 }
 
@@ -408,6 +434,7 @@ void DeviceAllocator::ReleaseSegmentLocked(Block* block, ReleasedSegments* relea
     if (oversize) s.oversize_segments.Decrease(1);
     ++s.num_device_free;
   });
+  if (owner->tenant != nullptr) owner->tenant->reserved -= segment->size;
   released->push_back(segment->id);
   arena_.Delete(block);
   const uint64_t address = segment->address;

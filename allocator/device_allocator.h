@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -42,6 +43,7 @@
 #include "allocator/block_pool.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/client_state.h"
+#include "allocator/tenant_state.h"
 
 namespace gpumux {
 
@@ -73,6 +75,10 @@ class DeviceAllocator {
   EmptyCacheResult EmptyCache(std::optional<ClientId> client, ReleasedSegments* released);
   void RemoveClient(ClientId client, ReleasedSegments* released);
   void SetMemoryLimit(ClientId client, uint64_t limit_bytes);
+  void SetClientTenant(ClientId client, const std::string& tenant);
+  void SetTenantLimit(const std::string& tenant, uint64_t limit_bytes);
+  // Appends this device's tenants, sorted by name.
+  void AppendTenants(std::vector<TenantUsage>* out) const;
   uint64_t GetMemoryLimit(ClientId client) const;
   DeviceStats GetStats() const;
   DeviceStats GetClientStats(ClientId client) const;
@@ -83,7 +89,9 @@ class DeviceAllocator {
 
  private:
   // Why the last AllocBlockLocked found no segment.
-  enum class Shortage { kNone, kClientLimit, kDevice };
+  // Ordered by how much releasing helps: the client's cache, its tenant's,
+  // every client's.
+  enum class Shortage { kNone, kClientLimit, kTenantLimit, kDevice };
 
   // PyTorch's AllocParams.
   struct Request {
@@ -122,6 +130,11 @@ class DeviceAllocator {
   EmptyCacheResult ReleaseCachedBlocksLocked(ClientState* only, ClientState* requester,
                                              ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // release_cached_blocks over every client of `tenant`: ends the pending
+  // frees of blocks in their segments that it can, then releases their
+  // caches; counts num_sync_all_streams as ReleaseCachedBlocksLocked.
+  void ReleaseTenantCacheLocked(TenantState* tenant, ClientState* requester,
+                                ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases every unsplit cached block of `client` (large pools first).
   EmptyCacheResult ReleaseClientCacheLocked(ClientState* client, ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,6 +168,12 @@ class DeviceAllocator {
   // back to the backend.
   void ReleaseSegmentLocked(Block* block, ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant named `name`, created on first use.
+  TenantState* TenantLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `client` out of its tenant's books (moving its reserved bytes out).
+  void LeaveTenantLocked(ClientState* client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops a tenant without limit or clients.
+  void MaybeForgetTenantLocked(TenantState* tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a removed client's state once nothing refers to it.
   void MaybeForgetClientLocked(ClientState* client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -176,6 +195,7 @@ class DeviceAllocator {
   absl::flat_hash_map<uint64_t, Block*> allocated_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ClientId, std::unique_ptr<ClientState>> clients_ ABSL_GUARDED_BY(mu_);
   ClientState* last_client_ ABSL_GUARDED_BY(mu_) = nullptr;  // lookup cache
+  absl::flat_hash_map<std::string, std::unique_ptr<TenantState>> tenants_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
   BlockArena arena_ ABSL_GUARDED_BY(mu_);
   BlockEvents events_ ABSL_GUARDED_BY(mu_);

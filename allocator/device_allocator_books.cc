@@ -1,5 +1,8 @@
 #include "allocator/device_allocator.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "allocator/stat_updates.h"
 
 // The books: recharging blocks between clients, limits, stats and snapshots.
@@ -49,6 +52,12 @@ void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
     if (segment->size >= options_.max_split_size) Move(f.oversize_segments, t.oversize_segments, 1);
     segment->owner = to;
     block->owner = to;
+    // The segment's bytes follow it to the new owner's tenant, unchecked
+    // against its limit like the owner's own: no new memory is reserved.
+    if (from->tenant != to->tenant) {
+      if (from->tenant != nullptr) from->tenant->reserved -= segment->size;
+      if (to->tenant != nullptr) to->tenant->reserved += segment->size;
+    }
   }
   MaybeForgetClientLocked(from);
 }
@@ -56,6 +65,49 @@ void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
 void DeviceAllocator::SetMemoryLimit(ClientId client, uint64_t limit_bytes) {
   absl::MutexLock lock(&mu_);
   ClientLocked(client)->limit = limit_bytes;
+}
+
+void DeviceAllocator::SetClientTenant(ClientId client, const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  ClientState* state = ClientLocked(client);
+  if (state->tenant != nullptr && state->tenant->name == tenant) return;
+  LeaveTenantLocked(state);
+  TenantState* joined = TenantLocked(tenant);
+  joined->clients.insert(state);
+  joined->reserved += state->reserved();
+  state->tenant = joined;
+}
+
+void DeviceAllocator::SetTenantLimit(const std::string& tenant, uint64_t limit_bytes) {
+  absl::MutexLock lock(&mu_);
+  if (limit_bytes > 0) {
+    TenantLocked(tenant)->limit = limit_bytes;
+    return;
+  }
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end()) return;
+  it->second->limit = 0;
+  MaybeForgetTenantLocked(it->second.get());
+}
+
+void DeviceAllocator::AppendTenants(std::vector<TenantUsage>* out) const {
+  absl::MutexLock lock(&mu_);
+  const size_t first = out->size();
+  for (const auto& [name, tenant] : tenants_) {
+    TenantUsage& usage = out->emplace_back();
+    usage.tenant = name;
+    usage.device = device_;
+    usage.limit_bytes = tenant->limit;
+    usage.reserved_bytes = tenant->reserved;
+    for (const ClientState* client : tenant->clients) {
+      usage.allocated_bytes +=
+          static_cast<uint64_t>(client->stats.allocated_bytes[kAggregate].current);
+      if (!client->removed) usage.clients.push_back(client->id);
+    }
+    std::sort(usage.clients.begin(), usage.clients.end());
+  }
+  std::sort(out->begin() + static_cast<std::ptrdiff_t>(first), out->end(),
+            [](const TenantUsage& a, const TenantUsage& b) { return a.tenant < b.tenant; });
 }
 
 uint64_t DeviceAllocator::GetMemoryLimit(ClientId client) const {

@@ -111,6 +111,18 @@ EmptyCacheResult DeviceAllocator::ReleaseCachedBlocksLocked(ClientState* only,
   return result;
 }
 
+void DeviceAllocator::ReleaseTenantCacheLocked(TenantState* tenant, ClientState* requester,
+                                               ReleasedSegments* released) {
+  ++stats_.num_sync_all_streams;
+  ++requester->stats.num_sync_all_streams;
+  // The tenant outlives this: it has a limit (the obstacle) and the
+  // requester. Its removed clients may go with a pending block freed here.
+  SynchronizeAndFreeEventsLocked([tenant](const Block* b) { return b->owner->tenant == tenant; },
+                                 released);
+  // Releasing segments touches no client state nor the set of clients.
+  for (ClientState* client : tenant->clients) ReleaseClientCacheLocked(client, released);
+}
+
 EmptyCacheResult DeviceAllocator::ReleaseClientCacheLocked(ClientState* client,
                                                            ReleasedSegments* released) {
   // Segments return to the backend without touching client states, so
@@ -186,7 +198,32 @@ void DeviceAllocator::MaybeForgetClientLocked(ClientState* client) {
     return;
   }
   if (last_client_ == client) last_client_ = nullptr;
+  LeaveTenantLocked(client);
   clients_.erase(client->id);
+}
+
+TenantState* DeviceAllocator::TenantLocked(const std::string& name) {
+  std::unique_ptr<TenantState>& slot = tenants_[name];
+  if (slot == nullptr) {
+    slot = std::make_unique<TenantState>();
+    slot->name = name;
+  }
+  return slot.get();
+}
+
+void DeviceAllocator::LeaveTenantLocked(ClientState* client) {
+  TenantState* tenant = client->tenant;
+  if (tenant == nullptr) return;
+  tenant->reserved -= client->reserved();
+  tenant->clients.erase(client);
+  client->tenant = nullptr;
+  MaybeForgetTenantLocked(tenant);
+}
+
+void DeviceAllocator::MaybeForgetTenantLocked(TenantState* tenant) {
+  if (tenant->limit != 0 || !tenant->clients.empty()) return;
+  const std::string name = tenant->name;  // the key outlives its erase
+  tenants_.erase(name);
 }
 
 }  // namespace gpumux

@@ -29,6 +29,13 @@ std::string FormatOomMessage(const OomReport& r) {
   if (r.client_limit > 0)
     absl::StrAppend(&message, " of its ", FormatTorchSize(r.client_limit), " limit");
   absl::StrAppend(&message, ".");
+  if (!r.tenant.empty()) {
+    absl::StrAppend(&message, " Its tenant '", r.tenant, "' has ",
+                    FormatTorchSize(r.tenant_reserved), " reserved on GPU ", r.device, " over ",
+                    r.tenant_clients, r.tenant_clients == 1 ? " session" : " sessions", ", of its ",
+                    FormatTorchSize(r.tenant_limit),
+                    " limit for all of them together (`gpumux tenant-limit` changes it).");
+  }
   return message;
 }
 

@@ -61,11 +61,10 @@ bool SamePeaks(const gpumux::ReplayResult& a, const gpumux::ReplayResult& b) {
 
 int main(int argc, char** argv) {
   Flags flags;
-  absl::Status parsed = gpumux::bench::ParseBenchFlags(
-      argc, argv,
-      {{"gpumuxd", &flags.gpumuxd},
-       {"repeat", &flags.repeat},
-       {"daemon-repeat", &flags.daemon_repeat}});
+  absl::Status parsed = gpumux::bench::ParseBenchFlags(argc, argv,
+                                                       {{"gpumuxd", &flags.gpumuxd},
+                                                        {"repeat", &flags.repeat},
+                                                        {"daemon-repeat", &flags.daemon_repeat}});
   if (!parsed.ok()) {
     std::fprintf(stderr, "%s\nusage: %s [--gpumuxd PATH] [--repeat N] [--daemon-repeat N]\n",
                  std::string(parsed.message()).c_str(), argv[0]);
@@ -88,8 +87,8 @@ int main(int argc, char** argv) {
     absl::StatusOr<Run> a = Measure(*events, **inprocess, flags.repeat);
     // One session at a time: each holds the trace's peak of host memory.
     auto through = [&](gpumux::AllocationMode mode, int repeat) -> absl::StatusOr<Run> {
-      auto client = gpumux::Client::Connect(daemon.address(),
-                                            {.client_name = "replay", .allocation = mode});
+      auto client =
+          gpumux::Client::Connect(daemon.address(), {.client_name = "replay", .allocation = mode});
       if (!client.ok()) return client.status();
       gpumux::ClientReplayTarget target(**client, gpumux::DeviceIndex(0));
       return Measure(*events, target, repeat);
@@ -98,7 +97,11 @@ int main(int argc, char** argv) {
     absl::StatusOr<Run> c = through(gpumux::AllocationMode::kDaemon, flags.daemon_repeat);
     if (!a.ok() || !b.ok() || !c.ok()) {
       std::fprintf(stderr, "gpumux_replay_modes_bench: %s: %s\n", name.c_str(),
-                   (!a.ok() ? a.status() : !b.ok() ? b.status() : c.status()).ToString().c_str());
+                   (!a.ok()   ? a.status()
+                    : !b.ok() ? b.status()
+                              : c.status())
+                       .ToString()
+                       .c_str());
       return 1;
     }
     const double ratio = b->ops_per_second / a->ops_per_second;

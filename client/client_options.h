@@ -31,8 +31,10 @@ enum class AllocationMode {
 struct ClientOptions {
   // The session's client name; empty: this process's name (/proc/self/comm).
   std::string client_name;
-  // Groups sessions for operators (gpumux sessions, Observe); segments are never
-  // shared between sessions, of one tenant or not. Empty: the session is its own tenant.
+  // Groups sessions for operators (gpumux sessions, Observe) and under one
+  // tenant memory limit for all of them together (gpumuxd
+  // --tenant-memory-limit, gpumux tenant-limit); segments are never shared
+  // between sessions, of one tenant or not. Empty: the session is its own tenant.
   std::string tenant;
   // Free-form labels, e.g. Kubernetes pod and namespace.
   std::map<std::string, std::string> labels;

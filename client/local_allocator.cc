@@ -2,10 +2,10 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include <chrono>
 #include <functional>
 #include <thread>
+#include "absl/strings/str_cat.h"
 
 #include "client/client_impl.h"
 #include "client/cuda_free_fence.h"
@@ -104,8 +104,8 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
       absl::MutexLock lock(&mu_);
       auto it = leases_.find({device, address});
       if (it == leases_.end()) {
-        return absl::NotFoundError(absl::StrCat("no lease at address ", address, " on GPU ",
-                                                device.value()));
+        return absl::NotFoundError(
+            absl::StrCat("no lease at address ", address, " on GPU ", device.value()));
       }
       held = it->second;
       leases_.erase(it);
@@ -196,7 +196,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
   };
   struct EventEntry {
     DeviceIndex device;
-    Event daemon;                // pooled: the daemon's event, recorded by RPC
+    Event daemon;                 // pooled: the daemon's event, recorded by RPC
     std::function<bool()> fence;  // or a free fence recorded here: its query
   };
 

@@ -31,6 +31,7 @@
 #include "server/backend/cuda/cuda_backend.h"
 #include "server/backend/cuda/nvtx3_sink.h"
 #endif
+#include "common/admin_socket.h"
 #include "common/logging.h"
 #include "common/memory_socket.h"
 #include "server/core/device_work.h"
@@ -41,6 +42,8 @@
 #include "server/core/session_registry.h"
 #include "server/core/staging_buffers.h"
 #include "server/core/stream_manager.h"
+#include "server/rpc/admin_service.h"
+#include "server/rpc/admin_socket_server.h"
 #include "server/rpc/blocking_executor.h"
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
@@ -176,6 +179,7 @@ void RaiseDescriptorLimit() {
 absl::Status PrepareSocketPath(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("the socket path must not be empty");
   // The memory socket's path is the longer one.
+  static_assert(kMemorySocketSuffix.size() >= kAdminSocketSuffix.size());
   if (MemorySocketPath(path).size() >= sizeof(sockaddr_un{}.sun_path)) {
     return absl::InvalidArgumentError(
         absl::StrCat("socket path '", path, "' is longer than ",
@@ -196,9 +200,10 @@ absl::Status PrepareSocketPath(const std::string& path) {
     }
     std::filesystem::remove(path, ec);  // stale socket from a daemon that died
   }
-  // The live daemon's memory socket sits next to its gRPC one (checked
-  // above); a stale one goes too.
+  // The live daemon's memory and admin sockets sit next to its gRPC one
+  // (checked above); stale ones go too.
   std::filesystem::remove(MemorySocketPath(path), ec);
+  std::filesystem::remove(AdminSocketPath(path), ec);
   return absl::OkStatus();
 }
 
@@ -236,12 +241,21 @@ struct Daemon::State {
   std::unique_ptr<ObserveService> observe_service;
   std::unique_ptr<DeviceService> tcp_device_service;
   std::unique_ptr<ObserveService> tcp_observe_service;
+  // gpumux.v1.Admin: served to operators on the admin socket, refused to
+  // other peers there and to everyone on the main Unix socket.
+  std::unique_ptr<AdminService> admin_service;
+  std::unique_ptr<AdminDenyService> admin_refusal;       // admin socket, other peers
+  std::unique_ptr<AdminDenyService> unix_admin_refusal;  // main Unix socket
+  std::unique_ptr<grpc::Server> admin_server;            // operators' connections
+  std::unique_ptr<grpc::Server> admin_refusal_server;    // everyone else's
   TcpDenyService tcp_deny_service;
   std::unique_ptr<grpc::Server> unix_server;
   std::unique_ptr<grpc::Server> tcp_server;
   int tcp_port = 0;
   // Uses the registry and the table; stopped by Shutdown, destroyed first.
   std::unique_ptr<MemorySocketServer> memory_socket;
+  // Hands connections to the admin servers; stopped by Shutdown before them.
+  std::unique_ptr<AdminSocketServer> admin_socket;
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   // Watches device health (a sticky CUDA error) once a second.
@@ -291,6 +305,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                              {"--blocking-threads", options.blocking_threads}}) {
     if (value == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
   }
+  for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
+    if (absl::Status status = CheckTenantName(limit.tenant); !status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tenant-memory-limit: tenant '", limit.tenant, "': ", status.message()));
+    }
+    if (limit.bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--tenant-memory-limit: tenant '",
+                                                     limit.tenant, "': a limit must be positive"));
+    }
+  }
   std::optional<gid_t> socket_gid;
   if (!options.socket_group.empty()) {
     GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
@@ -308,6 +332,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.memory = std::make_unique<MemoryManager>(
       backend, allocator_options, &s.sessions, s.streams.get(),
       MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
+  for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
+    // Checked above: this cannot fail.
+    GPUMUX_RETURN_IF_ERROR(s.memory->SetTenantLimit(limit.tenant, std::nullopt, limit.bytes));
+  }
   s.staging = std::make_unique<StagingBuffers>(backend, &s.memory_files);
   s.rng = std::make_unique<RngGenerators>(backend->device_count());
 #ifdef GPUMUX_HAVE_CUDA
@@ -331,10 +359,38 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service =
       std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
+  const std::string admin_path = AdminSocketPath(options.socket_path);
+  s.admin_service = std::make_unique<AdminService>(s.memory.get());
+  s.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
+      "gpumux.v1.Admin serves only root and gpumuxd's own uid ", geteuid(),
+      " (the peer credentials of this connection to ", admin_path, " are another user's)"));
+  s.unix_admin_refusal = std::make_unique<AdminDenyService>(
+      absl::StrCat("gpumux.v1.Admin is not served on this socket: connect to the admin socket ",
+                   admin_path, " as root or gpumuxd's user"));
 
   InstallProtobufLogHandler();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  // The admin servers listen nowhere: the admin socket hands them each
+  // connection by descriptor, after reading its peer's credentials. Before
+  // the main socket, so that a daemon answering there serves Admin too.
+  for (auto [service, server] : {std::pair<grpc::Service*, std::unique_ptr<grpc::Server>*>{
+                                     s.admin_service.get(), &s.admin_server},
+                                 {s.admin_refusal.get(), &s.admin_refusal_server}}) {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service);
+    builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
+    *server = builder.BuildAndStart();
+    if (*server == nullptr) {
+      return absl::UnavailableError("cannot start the admin service's gRPC server");
+    }
+  }
+  absl::StatusOr<std::unique_ptr<AdminSocketServer>> admin_socket =
+      AdminSocketServer::Start(AdminSocketServer::Options{.path = admin_path, .group = socket_gid},
+                               s.admin_server.get(), s.admin_refusal_server.get());
+  if (!admin_socket.ok()) return admin_socket.status();
+  s.admin_socket = *std::move(admin_socket);
 
   grpc::ServerBuilder unix_builder;
   unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path),
@@ -348,6 +404,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.copy_service.get());
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
+  unix_builder.RegisterService(s.unix_admin_refusal.get());
   unix_builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -399,10 +456,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
           absl::StrCat("cannot listen on TCP address ", options.listen_address));
     }
   }
-  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
+  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
     if (server == nullptr) continue;
     server->GetHealthCheckService()->SetServingStatus(true);
   }
+  s.admin_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Admin", true);
   for (const char* name : kServiceNames)
     s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
   // The TCP listener serves only the read-only surface; health says so (the
@@ -415,8 +473,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
 
   spdlog::info(
-      "gpumuxd serving on unix://{} (shared memory on {}){}; backend {} with {} devices",
-      options.socket_path, s.memory_socket->path(),
+      "gpumuxd serving on unix://{} (shared memory on {}, admin on {}){}; backend {} with {} "
+      "devices",
+      options.socket_path, s.memory_socket->path(), s.admin_socket->path(),
       options.listen_address.empty()
           ? ""
           : absl::StrCat(" and observe-only on TCP ",
@@ -438,7 +497,7 @@ void Daemon::Shutdown(int deadline_ms) {
   }
   State& s = *state_;
   if (s.health_watcher.joinable()) s.health_watcher.join();
-  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get()}) {
+  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
   }
   // Ends every session stream now (their clients see UNAVAILABLE); the rest of
@@ -451,6 +510,9 @@ void Daemon::Shutdown(int deadline_ms) {
   s.backend->AbandonInterprocessWaits();
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms);
   if (s.tcp_server != nullptr) s.tcp_server->Shutdown(deadline);
+  s.admin_socket->Stop();  // no connection reaches the admin servers after this
+  s.admin_server->Shutdown(deadline);
+  s.admin_refusal_server->Shutdown(deadline);
   s.unix_server->Shutdown(deadline);
   s.unix_server->Wait();
   s.memory_socket->Stop();

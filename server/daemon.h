@@ -2,13 +2,15 @@
 
 // Daemon: gpumuxd assembled. It picks a backend, builds the memory books and
 // session registry, and serves every service on a Unix socket (mode 0660) and,
-// optionally, the read-only observe surface on a TCP listener. Start() returns
+// optionally, the read-only observe surface on a TCP listener; gpumux.v1.Admin
+// only on the admin socket next to the Unix one (common/admin_socket.h). Start() returns
 // once both listeners accept calls; Shutdown() stops accepting, ends every
 // session (releasing what it held) and returns the backend's memory.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -47,11 +49,20 @@ class Daemon {
     // Threads for calls that may block (synchronize, waited copies), over all
     // sessions; past it such calls queue for a free one.
     size_t blocking_threads = 512;
+    // Byte limits on the segments of all sessions of a tenant together, on
+    // every device (gpumuxd --tenant-memory-limit); gpumux.v1.Admin changes
+    // them at run time. Each tenant a valid name (CheckTenantName), each
+    // limit positive.
+    struct TenantMemoryLimit {
+      std::string tenant;
+      uint64_t bytes = 0;
+    };
+    std::vector<TenantMemoryLimit> tenant_memory_limits;
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in
-  // 0-65535, an unknown socket group, a budget of 0), UNAVAILABLE when a listener cannot bind,
-  // FAILED_PRECONDITION when another daemon serves the socket or the backend
+  // 0-65535, an unknown socket group, a budget of 0, a bad tenant limit), UNAVAILABLE when a
+  // listener cannot bind, FAILED_PRECONDITION when another daemon serves the socket or the backend
   // is not available in this build, PERMISSION_DENIED when a socket cannot
   // be given its group or mode 0660.
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Options& options);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,12 +15,14 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/byte_size.h"
 #include "common/default_address.h"
 #include "common/logging.h"
 #include "server/daemon.h"
+#include "server/tenant_memory_limit_flag.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(),
@@ -45,8 +48,43 @@ ABSL_FLAG(uint64_t, max_share_tokens, 262144,
           "most share tokens of live allocations, over all sessions");
 ABSL_FLAG(uint64_t, blocking_threads, 512,
           "most threads for calls that may block (synchronize, waited copies)");
+ABSL_FLAG(std::string, tenant_memory_limit, "",
+          "TENANT=SIZE[,TENANT=SIZE...]: a byte limit on all sessions of each tenant together, on "
+          "every device (repeatable; SIZE as for --host-device-memory; gpumux tenant-limit changes "
+          "it at run time)");
 
 namespace {
+
+// Abseil keeps only the last value of a repeated flag: every "--NAME=V" and
+// "--NAME V" of the list `flag` is joined into one "--NAME=V1,V2" where the
+// first stood.
+void JoinRepeated(const std::string& flag, std::vector<std::string>& args) {
+  std::vector<std::string> kept;
+  std::vector<std::string> values;
+  size_t first = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (i > 0 && arg == "--") {  // the rest are positional
+      kept.insert(kept.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    std::string value;
+    if (arg.rfind(flag + "=", 0) == 0) {
+      value = arg.substr(flag.size() + 1);
+    } else if (arg == flag && i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      kept.push_back(arg);
+      continue;
+    }
+    if (values.empty()) first = kept.size();
+    values.push_back(std::move(value));
+  }
+  if (values.empty()) return;
+  kept.insert(kept.begin() + static_cast<std::ptrdiff_t>(first),
+              flag + "=" + absl::StrJoin(values, ","));
+  args = std::move(kept);
+}
 
 // The documented spelling is --host-device-memory; Abseil flag names cannot
 // hold dashes, so "--a-b[=v]" is read as "--a_b[=v]" (values are untouched).
@@ -60,8 +98,9 @@ std::vector<char*> DashesToUnderscores(int argc, char** argv, std::vector<std::s
         if (arg[i] == '-') arg[i] = '_';
       }
     }
-    out.push_back(arg.data());
   }
+  JoinRepeated("--tenant_memory_limit", storage);
+  for (std::string& arg : storage) out.push_back(arg.data());
   return out;
 }
 
@@ -99,11 +138,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> arg_storage;
   std::vector<char*> args = DashesToUnderscores(argc, argv, arg_storage);
   argv = args.data();
+  argc = static_cast<int>(args.size());  // repeated flags were joined
   absl::SetProgramUsageMessage(
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, "
       "--backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
-      "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads");
+      "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads, "
+      "--tenant-memory-limit");
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h" || arg == "-help") {
@@ -137,6 +178,13 @@ int main(int argc, char** argv) {
                  std::string(memory.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<std::vector<gpumux::Daemon::Options::TenantMemoryLimit>> tenant_limits =
+      gpumux::ParseTenantMemoryLimits(absl::GetFlag(FLAGS_tenant_memory_limit));
+  if (!tenant_limits.ok()) {
+    std::fprintf(stderr, "gpumuxd: --tenant-memory-limit: %s\n",
+                 std::string(tenant_limits.status().message()).c_str());
+    return 2;
+  }
   gpumux::Daemon::Options options;
   options.socket_path = absl::GetFlag(FLAGS_socket);
   options.socket_group = absl::GetFlag(FLAGS_socket_group);
@@ -151,6 +199,7 @@ int main(int argc, char** argv) {
   options.max_events = absl::GetFlag(FLAGS_max_events);
   options.max_share_tokens = absl::GetFlag(FLAGS_max_share_tokens);
   options.blocking_threads = absl::GetFlag(FLAGS_blocking_threads);
+  options.tenant_memory_limits = *std::move(tenant_limits);
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.

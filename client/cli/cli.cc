@@ -18,6 +18,7 @@ constexpr Command kCommands[] = {
     {"devices", RunDevices, kDevicesUsage},    {"stats", RunStats, kStatsUsage},
     {"summary", RunSummary, kSummaryUsage},    {"snapshot", RunSnapshot, kSnapshotUsage},
     {"sessions", RunSessions, kSessionsUsage}, {"empty-cache", RunEmptyCache, kEmptyCacheUsage},
+    {"tenants", RunTenants, kTenantsUsage},    {"tenant-limit", RunTenantLimit, kTenantLimitUsage},
     {"replay", RunReplay, kReplayUsage},
 };
 
@@ -32,18 +33,18 @@ bool AsksForHelp(const std::vector<std::string>& args) {
 }  // namespace
 
 const std::string& CliUsage() {
-  static const std::string* usage = new std::string(
-      absl::StrCat("usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
-                   "\n"
-                   "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
-                   DefaultAddress(),
-                   ").\n"
-                   "Tables by default; --json where offered prints JSON for machines.\n"
-                   "\n"
-                   "commands:\n  ",
-                   kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage,
-                   "  ", kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kReplayUsage,
-                   "      (without --address: in this process; with it: through that daemon)\n"));
+  static const std::string* usage = new std::string(absl::StrCat(
+      "usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
+      "\n"
+      "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
+      DefaultAddress(),
+      ").\n"
+      "Tables by default; --json where offered prints JSON for machines.\n"
+      "\n"
+      "commands:\n  ",
+      kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
+      kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ", kTenantLimitUsage, "  ",
+      kReplayUsage, "      (without --address: in this process; with it: through that daemon)\n"));
   return *usage;
 }
 

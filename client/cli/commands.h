@@ -19,6 +19,8 @@ inline constexpr char kSummaryUsage[] =
 inline constexpr char kSnapshotUsage[] = "gpumux snapshot [--device N] [--session ID] [--json]\n";
 inline constexpr char kSessionsUsage[] = "gpumux sessions [--json]\n";
 inline constexpr char kEmptyCacheUsage[] = "gpumux empty-cache [--device N]\n";
+inline constexpr char kTenantsUsage[] = "gpumux tenants [--json]\n";
+inline constexpr char kTenantLimitUsage[] = "gpumux tenant-limit TENANT SIZE|none [--device N]\n";
 inline constexpr char kReplayUsage[] =
     "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n";
 
@@ -35,6 +37,11 @@ int RunSessions(const CommandContext& context, const std::vector<std::string>& a
 // Opens a session and empties every session's cache (Memory.EmptyCache with
 // all_sessions) on one device or all.
 int RunEmptyCache(const CommandContext& context, const std::vector<std::string>& args);
+// Admin.ListTenants: each tenant's limit, reserved and allocated bytes and
+// sessions per device (root or gpumuxd's user only).
+int RunTenants(const CommandContext& context, const std::vector<std::string>& args);
+// Admin.SetTenantLimit on one device or all (root or gpumuxd's user only).
+int RunTenantLimit(const CommandContext& context, const std::vector<std::string>& args);
 // Replays a PyTorch allocation trace in this process (no --address) or
 // through the daemon at --address.
 int RunReplay(const CommandContext& context, const std::vector<std::string>& args);

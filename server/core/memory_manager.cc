@@ -50,9 +50,21 @@ absl::Status MemoryManager::CheckDevice(DeviceIndex device) const {
   return CheckDeviceInRange(device, allocator_.device_count());
 }
 
-void MemoryManager::AddSession(SessionId session) {
+void MemoryManager::AddSession(SessionId session, const std::string& tenant) {
+  // Before the session's first call can allocate: the registry has it open,
+  // but its Open has not returned to the client yet.
+  allocator_.SetClientTenant(session, tenant);
   absl::MutexLock lock(&mu_);
   books_[session].imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
+}
+
+absl::Status MemoryManager::SetTenantLimit(const std::string& tenant,
+                                           std::optional<DeviceIndex> device,
+                                           uint64_t limit_bytes) {
+  GPUMUX_RETURN_IF_ERROR(CheckTenantName(tenant));
+  if (device.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDevice(*device));
+  allocator_.SetTenantLimit(device, tenant, limit_bytes);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<AllocationView> MemoryManager::Allocate(

@@ -108,8 +108,9 @@ class MemoryManager {
                 StreamManager* streams, Limits limits = {});
   ~MemoryManager();
 
-  // Starts the books for an open session.
-  void AddSession(SessionId session);
+  // Starts the books for an open session, a client of `tenant` (non-empty)
+  // in the allocator, whose tenant limits then cover its segments.
+  void AddSession(SessionId session, const std::string& tenant);
   // Frees everything the session holds and returns its cached segments.
   // Shared allocations others imported stay alive, charged to an importer.
   ReleaseSummary ReleaseSession(SessionId session);
@@ -196,6 +197,17 @@ class MemoryManager {
   // outside [0, 1] with PyTorch's message.
   absl::StatusOr<uint64_t> SetMemoryLimit(SessionId session, DeviceIndex device,
                                           const MemoryLimit& limit);
+
+  // Caps the segments of all sessions of `tenant` together at `limit_bytes`
+  // on `device`, or on every device when nullopt; 0 removes the cap
+  // (CachingAllocator::SetTenantLimit: checked under the device's lock with
+  // each new segment; lowering it refuses new segments, it takes nothing
+  // away). A tenant need not have sessions yet. INVALID_ARGUMENT for a bad
+  // tenant name (CheckTenantName) or a device out of range.
+  absl::Status SetTenantLimit(const std::string& tenant, std::optional<DeviceIndex> device,
+                              uint64_t limit_bytes);
+  // Every tenant with a limit or a session, per device, by (tenant, device).
+  std::vector<TenantUsage> ListTenants() const { return allocator_.ListTenants(std::nullopt); }
 
   // Device-wide stats, or one session's (NOT_FOUND when it is not open).
   absl::StatusOr<DeviceStats> GetStats(DeviceIndex device, std::optional<SessionId> session) const;

@@ -13,7 +13,7 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
                                                      std::shared_ptr<NoticeSink> sink) {
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
-  memory_->AddSession(opened->info.id);
+  memory_->AddSession(opened->info.id, opened->info.tenant);
   streams_->AddSession(opened->info.id);
   staging_->AddSession(opened->info.id);
   rng_->AddSession(opened->info.id);

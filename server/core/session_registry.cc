@@ -59,6 +59,15 @@ absl::Status SessionRegistry::ShuttingDownError() {
   return absl::UnavailableError("gpumuxd is shutting down; reconnect once it is back");
 }
 
+absl::Status CheckTenantName(absl::string_view tenant) {
+  if (tenant.empty()) {
+    return absl::InvalidArgumentError(
+        "the tenant must not be empty (a session without one is its own tenant "
+        "\"session-<id>\")");
+  }
+  return CheckField("tenant", tenant);
+}
+
 absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info,
                                                     std::shared_ptr<NoticeSink> sink) {
   if (shutting_down()) return ShuttingDownError();

@@ -46,6 +46,10 @@ struct OpenedSession {
 // session that ended (or never opened) while a call for it was under way.
 absl::Status SessionClosedError(SessionId session);
 
+// A tenant name as sessions and tenant limits take it: INVALID_ARGUMENT for
+// an empty one, one over 256 bytes or one holding a control character.
+absl::Status CheckTenantName(absl::string_view tenant);
+
 class SessionRegistry {
  public:
   // Daemon-wide budget (gpumuxd --max-sessions).

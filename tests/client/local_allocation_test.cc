@@ -202,9 +202,8 @@ TEST_F(LocalAllocationTest, RangesAreCheckedAgainstTheBlockNotTheLease) {
   EXPECT_EQ(client().CopyHostToDevice(*buffer, 4096, &byte, 1).status().code(),
             absl::StatusCode::kOutOfRange);
   EXPECT_EQ(client().Memset(*buffer, 0, 0, 4097).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(
-      client().Generate(*buffer, 0, Dtype::kFloat32, 1025, Uniform{0, 1}).status().code(),
-      absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(client().Generate(*buffer, 0, Dtype::kFloat32, 1025, Uniform{0, 1}).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(LocalAllocationTest, ABlockIsNotReusedBeforeTheDaemonsWorkOnItCompleted) {

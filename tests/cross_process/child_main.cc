@@ -18,6 +18,10 @@
 //     itself, as a process recording its own work does, and prints its handle
 //     in hex; completes it on the first stdin line (printing "completed"),
 //     exits on the second.
+//   gpumux_test_child tenant-churn ADDRESS TENANT ITERATIONS
+//     opens a session of TENANT and allocates 12-24 MiB on device 0 and frees
+//     it, ITERATIONS times; prints "refused N of M" (the allocations that were
+//     RESOURCE_EXHAUSTED) and exits 0, or exits 1 on any other error.
 
 #include <unistd.h>
 
@@ -136,6 +140,27 @@ int EventMake(char** argv) {
   return 0;
 }
 
+int TenantChurn(char** argv) {
+  auto client = gpumux::Client::Connect(argv[2], {.client_name = "churn", .tenant = argv[3]});
+  if (!client.ok()) return Fail("connect", client.status());
+  const uint64_t iterations = Arg(argv[4]);
+  uint64_t refused = 0;
+  for (uint64_t i = 0; i < iterations; ++i) {
+    const uint64_t size = (12 + 2 * ((i + static_cast<uint64_t>(getpid())) % 7)) << 20;
+    auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
+    if (absl::IsResourceExhausted(buffer.status())) {
+      ++refused;
+      continue;
+    }
+    if (!buffer.ok()) return Fail("allocate", buffer.status());
+    // Touch it, so the memory is really there; dropping it frees it.
+    static_cast<char*>(buffer->data())[0] = 1;
+  }
+  std::printf("refused %llu of %llu\n", static_cast<unsigned long long>(refused),
+              static_cast<unsigned long long>(iterations));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,6 +169,7 @@ int main(int argc, char** argv) {
   if (argc >= 4 && std::strcmp(argv[1], "hold") == 0) return Hold(argv);
   if (argc >= 4 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
   if (argc >= 3 && std::strcmp(argv[1], "event-make") == 0) return EventMake(argv);
+  if (argc >= 5 && std::strcmp(argv[1], "tenant-churn") == 0) return TenantChurn(argv);
   std::fprintf(stderr, "usage: see the header of tests/cross_process/child_main.cc\n");
   return 2;
 }

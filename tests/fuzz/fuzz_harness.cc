@@ -9,13 +9,16 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/admin_socket.h"
 #include "common/logging.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpc/grpc.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 
 namespace gpumux::fuzz {
@@ -88,6 +91,8 @@ FuzzHarness::FuzzHarness() {
   arguments.SetMaxReceiveMessageSize(-1);  // as libgpumux: inline copies reach 64 MiB
   channel_ = grpc::CreateCustomChannel("unix://" + options.socket_path,
                                        grpc::InsecureChannelCredentials(), arguments);
+  admin_channel_ = grpc::CreateChannel("unix://" + AdminSocketPath(options.socket_path),
+                                       grpc::InsecureChannelCredentials());
 
   session_stream_ = Stub<v1::Session>().Open(&session_context_);
   v1::SessionClientMessage open;
@@ -158,6 +163,11 @@ void FuzzHarness::CheckStatus(absl::string_view call, const grpc::Status& status
       request.size() > kShownRequestBytes ? "..." : ""));
 }
 
+const std::shared_ptr<grpc::Channel>& FuzzHarness::ChannelFor(absl::string_view method) const {
+  static const std::string admin = absl::StrCat("/", v1::Admin::service_full_name(), "/");
+  return absl::StartsWith(method, admin) ? admin_channel_ : channel_;
+}
+
 grpc::Status FuzzHarness::CallRaw(const std::string& method, absl::string_view request,
                                   std::string* response) {
   std::unique_ptr<grpc::ClientContext> context = Context();
@@ -165,7 +175,7 @@ grpc::Status FuzzHarness::CallRaw(const std::string& method, absl::string_view r
   grpc::ByteBuffer request_buffer(&slice, 1);
   grpc::ByteBuffer reply;
   grpc::Status status;
-  grpc::GenericStub stub(channel_);
+  grpc::GenericStub stub(ChannelFor(method));
   grpc::CompletionQueue cq;
   std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
       stub.PrepareUnaryCall(context.get(), method, request_buffer, &cq);
@@ -348,6 +358,16 @@ void FuzzHarness::CheckForLeaks() {
     v1::SetMemoryLimitResponse response;
     Expect("lifting the session's memory limit",
            Stub<v1::Memory>().SetMemoryLimit(Context().get(), request, &response));
+  }
+  {
+    // An Admin input may have capped the session's own tenant.
+    v1::SetTenantLimitRequest request;
+    request.set_tenant(absl::StrCat("session-", session_id_));
+    request.set_all_devices(true);
+    request.set_unlimited(true);
+    v1::SetTenantLimitResponse response;
+    Expect("lifting the session's tenant limit",
+           Stub<v1::Admin>().SetTenantLimit(Context().get(), request, &response));
   }
   MakeFixture();
   Settle();

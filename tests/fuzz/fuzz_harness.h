@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
@@ -89,9 +91,11 @@ class FuzzHarness {
 
   // The service's typed stub on the harness's channel (one per process, as
   // the harness).
+  // gpumux.v1.Admin's is on the admin socket, as the daemon serves it.
   template <typename Service>
   typename Service::Stub& Stub() {
-    static const std::unique_ptr<typename Service::Stub> stub = Service::NewStub(channel_);
+    static const std::unique_ptr<typename Service::Stub> stub =
+        Service::NewStub(ChannelFor(absl::StrCat("/", Service::service_full_name(), "/")));
     return *stub;
   }
 
@@ -117,6 +121,9 @@ class FuzzHarness {
   FuzzHarness();
 
   void TrackEvent(uint64_t event);
+  // The admin socket's channel for a method of gpumux.v1.Admin ("/gpumux.v1.
+  // Admin/..."), the main socket's for any other.
+  const std::shared_ptr<grpc::Channel>& ChannelFor(absl::string_view method) const;
   // Makes whatever fixture object is gone (all of them at first).
   void MakeFixture();
   // Frees what the fuzzer got, resets the session's limits, remakes the
@@ -136,6 +143,7 @@ class FuzzHarness {
   std::string dir_;
   std::unique_ptr<Daemon> daemon_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> admin_channel_;
   grpc::ClientContext session_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::SessionClientMessage, v1::SessionServerMessage>>
       session_stream_;

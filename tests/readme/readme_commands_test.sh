@@ -32,7 +32,7 @@ fail() { echo "readme_commands_test: $*" >&2; exit 1; }
 declare -A not_run=(
   ["bash scripts/run.sh"]="installs Debian packages and rebuilds the tree, then runs gpumuxd in the foreground: the test starts that last step itself (build/server/gpumuxd, no flags)"
   ["bash scripts/test.sh"]="is CI itself: installs packages, rebuilds with -Werror and runs the whole suite, this test included, then the fuzzers"
-  ["scripts/fuzz.sh"]="builds the 10 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
+  ["scripts/fuzz.sh"]="builds the 11 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
   ["scripts/sanitize.sh"]="rebuilds the tree with ASan and UBSan and runs the whole suite under them (20 minutes)"
   ["scripts/chaos.sh"]="names the chaos script; its run is the next entry"
   ["scripts/chaos.sh --kills 1000"]="1,000 kills 50-250 ms apart take several minutes; the ctest chaos test runs the same code with 50"
@@ -41,6 +41,7 @@ declare -A not_run=(
   ["scripts/gpu-check run BUNDLE_DIR"]="runs the gpu-labelled tests on a GPU machine; BUNDLE_DIR is the output of the bundle command"
   ["scripts/bundle/gpu-benchmarks.sh"]="the GPU benchmarks, run inside a bundle by run-gpu-check on a GPU machine"
   ["build/bench/gpumux_load_bench"]="64 client processes for 60 s, then 256 sessions: over this test's time budget"
+  ["build/bench/gpumux_replay_modes_bench"]="replays both traces through a real daemon with their whole host memory (13 GiB for GPT-2), once in daemon mode at 12-15 k ops/s: about a minute and 14 GiB"
   ["scripts/format.sh"]="rewrites the sources in place; the test runs scripts/format.sh --check, which changes nothing"
 )
 
@@ -51,6 +52,8 @@ declare -A expect=(
   ["build/client/cli/gpumux stats --device 0 --json"]='"allocated_bytes\.all\.current": 0'
   ["build/client/cli/gpumux summary --device 0"]="PyTorch CUDA memory summary, device ID 0"
   ["build/client/cli/gpumux empty-cache"]="^released "
+  ["build/client/cli/gpumux tenant-limit pod-a 4GiB"]="^tenant 'pod-a': limit 4294967296 bytes \(4\.00 GiB\) on every device$"
+  ["build/client/cli/gpumux tenants"]="^pod-a +0 +4\.00 GiB +0 bytes +0 bytes +-$"
   ["build/client/cli/gpumux replay testdata/trace_gpt2s_train_b8_s1024.csv.gz"]="^peak_reserved=13061062656$"
   ["build/client/cli/gpumux replay testdata/trace_resnet50_train_b64.csv.gz --address unix:///run/gpumux/gpumux.sock"]="^peak_reserved=6803161088$"
   ["build/bench/gpumux_replay_inprocess testdata/trace_resnet50_train_b64.csv.gz"]="^peak_reserved=6803161088$"

@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "common/admin_socket.h"
+#include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
+#include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/stream_calls.h"
 #include "tests/support/raw_session.h"
@@ -34,6 +37,27 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
   RawSession other(channel, "other");
   auto observe = v1::Observe::NewStub(channel);
   auto device = v1::Device::NewStub(channel);
+  auto admin = v1::Admin::NewStub(grpc::CreateChannel(
+      "unix://" + AdminSocketPath(daemon.socket_path()), grpc::InsecureChannelCredentials()));
+  // Admin.SetTenantLimit of `limit` bytes on device `target`. Special
+  // values: target kUnset leaves the device unset, kFalse sets all_devices
+  // false, kNegative sets device -1; limit kUnset leaves it unset, kFalse
+  // sets unlimited false.
+  constexpr int kUnset = -1, kFalse = -2, kNegative = -3;
+  auto tenant_limit = [&](const std::string& tenant, int target, int64_t limit,
+                          v1::Admin::Stub* stub = nullptr) {
+    v1::SetTenantLimitRequest request;
+    request.set_tenant(tenant);
+    if (target >= 0) request.set_device(target);
+    if (target == kNegative) request.set_device(-1);
+    if (target == kFalse) request.set_all_devices(false);
+    if (limit >= 0) request.set_bytes(static_cast<uint64_t>(limit));
+    if (limit == kFalse) request.set_unlimited(false);
+    grpc::ClientContext context;
+    v1::SetTenantLimitResponse response;
+    return (stub == nullptr ? admin.get() : stub)->SetTenantLimit(&context, request, &response);
+  };
+  auto main_socket_admin = v1::Admin::NewStub(channel);
 
   v1::Allocation mine, theirs, freed, plain, shared;
   ASSERT_TRUE(me.Allocate(0, 4096, &mine).ok());
@@ -472,6 +496,36 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] {
          v1::NvtxDepth depth;
          return me.nvtx().RangePop(me.Context().get(), v1::NvtxRangePopRequest(), &depth);
+       }},
+      {"tenant limit for an empty tenant", grpc::StatusCode::INVALID_ARGUMENT,
+       "the tenant must not be empty", [&] { return tenant_limit("", 0, 4096); }},
+      {"tenant limit for a tenant with a control character", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+001B", [&] { return tenant_limit("pod\x1b[31m", 0, 4096); }},
+      {"tenant limit for a tenant over 256 bytes", grpc::StatusCode::INVALID_ARGUMENT,
+       "at most 256", [&] { return tenant_limit(std::string(257, 't'), 0, 4096); }},
+      {"tenant limit on a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 2",
+       [&] { return tenant_limit("pod", 2, 4096); }},
+      {"tenant limit on a negative device", grpc::StatusCode::INVALID_ARGUMENT, "device -1",
+       [&] { return tenant_limit("pod", kNegative, 4096); }},
+      {"tenant limit without a device", grpc::StatusCode::INVALID_ARGUMENT, "no target",
+       [&] { return tenant_limit("pod", kUnset, 4096); }},
+      {"tenant limit with all_devices false", grpc::StatusCode::INVALID_ARGUMENT,
+       "all_devices is false", [&] { return tenant_limit("pod", kFalse, 4096); }},
+      {"tenant limit without a limit", grpc::StatusCode::INVALID_ARGUMENT, "no limit",
+       [&] { return tenant_limit("pod", 0, kUnset); }},
+      {"tenant limit of 0 bytes", grpc::StatusCode::INVALID_ARGUMENT,
+       "a byte limit must be positive", [&] { return tenant_limit("pod", 0, 0); }},
+      {"tenant limit with unlimited false", grpc::StatusCode::INVALID_ARGUMENT,
+       "unlimited is false", [&] { return tenant_limit("pod", 0, kFalse); }},
+      {"Admin on the main socket", grpc::StatusCode::PERMISSION_DENIED,
+       "connect to the admin socket",
+       [&] { return tenant_limit("pod", 0, 4096, main_socket_admin.get()); }},
+      {"Admin tenants list on the main socket", grpc::StatusCode::PERMISSION_DENIED,
+       "connect to the admin socket",
+       [&] {
+         grpc::ClientContext context;
+         v1::ListTenantsResponse response;
+         return main_socket_admin->ListTenants(&context, v1::ListTenantsRequest(), &response);
        }},
   };
   EXPECT_GE(table.size(), 60u);

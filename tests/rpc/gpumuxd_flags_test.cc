@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -42,10 +44,11 @@ TEST(GpumuxdFlagsTest, HelpListsEveryFlagAsTheReadmeSpellsIt) {
   for (const char* help : {"--help", "-h"}) {
     const ProcessRun run = RunGpumuxd(help);
     EXPECT_EQ(run.exit_code, 0) << help;
-    for (const char* flag : {"--socket", "--socket-group", "--listen", "--backend",
-                             "--host-devices", "--host-device-memory", "--host-stream-workers",
-                             "--allocator-conf", "--log-level", "--max-sessions", "--max-streams",
-                             "--max-events", "--max-share-tokens", "--blocking-threads"}) {
+    for (const char* flag :
+         {"--socket", "--socket-group", "--listen", "--backend", "--host-devices",
+          "--host-device-memory", "--host-stream-workers", "--allocator-conf", "--log-level",
+          "--max-sessions", "--max-streams", "--max-events", "--max-share-tokens",
+          "--blocking-threads", "--tenant-memory-limit"}) {
       EXPECT_THAT(run.output, HasSubstr(std::string("  ") + flag + "\n")) << flag;
     }
     EXPECT_THAT(run.output, HasSubstr("KiB, MiB, GiB, TiB"));
@@ -65,6 +68,24 @@ TEST(GpumuxdFlagsTest, BadCommandLinesExit2SayingWhy) {
   run = RunGpumuxd("--no-such-flag=1");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.output, HasSubstr("no_such_flag"));
+}
+
+TEST(GpumuxdFlagsTest, BadTenantMemoryLimitsExit2NamingTheItem) {
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--tenant-memory-limit=pod", "'pod' is not TENANT=SIZE"},
+           {"--tenant-memory-limit==1GiB", "'=1GiB': the tenant is empty"},
+           {"--tenant-memory-limit=pod=12XB", "'pod=12XB': "},
+           {"--tenant-memory-limit=pod=0", "'pod=0': a limit must be positive"},
+           {"--tenant-memory-limit=a=1GiB,,b=2GiB", "'' is not TENANT=SIZE"},
+           {"--tenant-memory-limit=a=1GiB --tenant-memory-limit=b=-1", "'b=-1': "},
+           {"\"--tenant-memory-limit=$(printf 'a\\001b')=1GiB\"", "control character U+0001"},
+       }) {
+    // Were the limits taken, start would fail on --backend instead.
+    const ProcessRun run = RunGpumuxd("--backend=bogus " + args);
+    EXPECT_EQ(run.exit_code, 2) << args << ": " << run.output;
+    EXPECT_THAT(run.output, HasSubstr("--tenant-memory-limit")) << args;
+    EXPECT_THAT(run.output, HasSubstr(says)) << args;
+  }
 }
 
 }  // namespace

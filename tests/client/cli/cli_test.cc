@@ -21,6 +21,8 @@ namespace {
 using ::gpumux::testing::DaemonClientTest;
 using ::gpumux::testing::InProcessDaemon;
 using ::gpumux::testing::IsOkAndHolds;
+using ::gpumux::testing::StatusIs;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -85,8 +87,8 @@ TEST(CliTest, BadCommandsAndFlagsExitTwoWithUsage) {
 }
 
 TEST(CliTest, EveryCommandTakesHelp) {
-  for (const char* command :
-       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "replay"}) {
+  for (const char* command : {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache",
+                              "tenants", "tenant-limit", "replay"}) {
     for (const char* help : {"--help", "-h"}) {
       CliRun run = RunGpumux({command, help});
       EXPECT_EQ(run.exit_code, 0) << command << " " << help << ": " << run.err;
@@ -210,6 +212,53 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(RunHere({"sessions", "--json"}).out, "[]\n");
+}
+
+TEST_F(CliDaemonTest, TenantLimitIsEnforcedAndTenantsListsIt) {
+  CliRun run = RunHere({"tenant-limit", "pod", "4MiB"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "tenant 'pod': limit 4194304 bytes (4.00 MiB) on every device\n");
+  ClientOptions options;
+  options.tenant = "pod";
+  auto client = ConnectAnother(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);  // a 2 MiB segment
+  ASSERT_OK(small);
+  EXPECT_THAT(client->Allocate(3 << 20),  // a 20 MiB segment
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("Its tenant 'pod'")));
+  run = RunHere({"tenants"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("TENANT  DEVICE     LIMIT  RESERVED   ALLOCATED  SESSIONS\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\npod +0 +4\\.00 MiB +2\\.00 MiB +1024 bytes +[0-9]+\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\n +1 +4\\.00 MiB +0 bytes +0 bytes +[0-9]+\n"));
+  run = RunHere({"tenants", "--json"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\"tenant\": \"pod\""));
+  EXPECT_THAT(run.out, HasSubstr("\"limit_bytes\": 4194304"));
+  EXPECT_THAT(run.out, HasSubstr("\"reserved_bytes\": 2097152"));
+  run = RunHere({"tenant-limit", "pod", "none", "--device", "0"});
+  EXPECT_EQ(run.out, "tenant 'pod': no limit on GPU 0\n");
+  EXPECT_OK(client->Allocate(3 << 20));
+  // What the daemon refuses, and what the CLI refuses before asking.
+  run = RunHere({"tenant-limit", "", "1GiB"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("INVALID_ARGUMENT: the tenant must not be empty"));
+  run = RunHere({"tenant-limit", "pod", "1GiB", "--device", "7"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("INVALID_ARGUMENT"));
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"tenant-limit", "pod"},
+                                             {"tenant-limit", "pod", "0"},
+                                             {"tenant-limit", "pod", "12XB"},
+                                             {"tenant-limit", "pod", "1GiB", "extra"},
+                                             {"tenants", "extra"}}) {
+    run = RunHere(args);
+    EXPECT_EQ(run.exit_code, 2) << args[1];
+    EXPECT_THAT(run.err, HasSubstr("usage: gpumux ten")) << args[1];
+  }
+  run = RunGpumux({"--address", "localhost:1", "tenants"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.err, HasSubstr("is not a Unix socket"));
 }
 
 TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {

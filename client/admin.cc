@@ -1,0 +1,108 @@
+#include "client/admin.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/channel.h"
+#include "client/grpc_status.h"
+#include "common/admin_socket.h"
+#include "common/status_macros.h"
+#include "gpumux/v1/admin.grpc.pb.h"
+#include "grpcpp/client_context.h"
+
+namespace gpumux {
+namespace {
+
+constexpr auto kAdminCallTimeout = std::chrono::seconds(30);
+
+// The admin socket's target next to the daemon socket `address` names, or
+// nullopt when `address` is not a Unix socket.
+std::optional<std::string> AdminTarget(absl::string_view address) {
+  const std::string target = ToGrpcTarget(address);
+  if (!absl::StartsWith(target, "unix:")) return std::nullopt;
+  return AdminSocketPath(target);
+}
+
+}  // namespace
+
+class Admin::Impl {
+ public:
+  explicit Impl(absl::string_view address) {
+    std::optional<std::string> target = AdminTarget(address);
+    if (!target.has_value()) {
+      address_ = std::string(address);
+      return;
+    }
+    address_ = *std::move(target);
+    stub_ = v1::Admin::NewStub(CreateDaemonChannel(address_));
+  }
+
+  template <typename Call>
+  absl::Status CallDaemon(Call call) {
+    if (stub_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", address_,
+          "' is not a Unix socket: gpumuxd serves gpumux.v1.Admin only on its admin socket, next "
+          "to its Unix socket (give --address unix:///PATH)"));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kAdminCallTimeout);
+    return FromGrpcStatus(call(&context), address_);
+  }
+
+  std::string address_;
+  std::unique_ptr<v1::Admin::Stub> stub_;
+};
+
+Admin::Admin(absl::string_view address) : impl_(std::make_unique<Impl>(address)) {}
+Admin::~Admin() = default;
+
+const std::string& Admin::address() const { return impl_->address_; }
+
+absl::Status Admin::SetTenantLimit(const std::string& tenant, std::optional<uint64_t> limit_bytes,
+                                   std::optional<DeviceIndex> device) {
+  v1::SetTenantLimitRequest request;
+  request.set_tenant(tenant);
+  if (device.has_value()) {
+    request.set_device(device->value());
+  } else {
+    request.set_all_devices(true);
+  }
+  if (limit_bytes.has_value()) {
+    request.set_bytes(*limit_bytes);
+  } else {
+    request.set_unlimited(true);
+  }
+  v1::SetTenantLimitResponse response;
+  return impl_->CallDaemon([&](grpc::ClientContext* context) {
+    return impl_->stub_->SetTenantLimit(context, request, &response);
+  });
+}
+
+absl::StatusOr<std::vector<TenantInfo>> Admin::ListTenants() {
+  v1::ListTenantsResponse response;
+  GPUMUX_RETURN_IF_ERROR(impl_->CallDaemon([&](grpc::ClientContext* context) {
+    return impl_->stub_->ListTenants(context, v1::ListTenantsRequest(), &response);
+  }));
+  std::vector<TenantInfo> tenants;
+  tenants.reserve(response.tenants_size());
+  for (const v1::TenantInfo& info : response.tenants()) {
+    TenantInfo& tenant = tenants.emplace_back();
+    tenant.tenant = info.tenant();
+    for (const v1::TenantDeviceUsage& usage : info.devices()) {
+      TenantDeviceUsage& device = tenant.devices.emplace_back();
+      device.device = usage.device();
+      device.limit_bytes = usage.limit_bytes();
+      device.reserved_bytes = usage.reserved_bytes();
+      device.allocated_bytes = usage.allocated_bytes();
+      for (uint64_t id : usage.session_ids()) device.sessions.emplace_back(id);
+    }
+  }
+  return tenants;
+}
+
+}  // namespace gpumux

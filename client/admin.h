@@ -1,0 +1,54 @@
+#pragma once
+
+// libgpumux's operator surface that changes the daemon's policy: tenant
+// memory limits (gpumux.v1.Admin), for the gpumux CLI's tenants and
+// tenant-limit. The daemon serves it on its admin socket, next to its Unix
+// socket, and only to root and its own user (by the connection's peer
+// credentials): anyone else gets PERMISSION_DENIED. It opens no session.
+//
+// Every call has a 30-second deadline and returns the daemon's status; when
+// the daemon cannot be reached, UNAVAILABLE "cannot reach gpumuxd at
+// <admin socket>: ...". Thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/tenant_info.h"
+#include "common/default_address.h"
+#include "common/ids.h"
+
+namespace gpumux {
+
+class Admin {
+ public:
+  // The admin socket of the daemon at `address` ("unix:///path" or "/path":
+  // the daemon's Unix socket; Admin is never served over TCP). Connects
+  // lazily; a TCP address fails every call with INVALID_ARGUMENT.
+  explicit Admin(absl::string_view address = DefaultAddress());
+  ~Admin();
+  Admin(const Admin&) = delete;
+  Admin& operator=(const Admin&) = delete;
+
+  // "unix://<socket>.admin", or the address as given when it is not a Unix one.
+  const std::string& address() const;
+
+  // Caps the segments of all sessions of `tenant` together at `limit_bytes`
+  // (nullopt: no cap) on `device`, or on every device when nullopt.
+  // INVALID_ARGUMENT for a bad tenant name, a device out of range or a limit
+  // of 0 bytes.
+  absl::Status SetTenantLimit(const std::string& tenant, std::optional<uint64_t> limit_bytes,
+                              std::optional<DeviceIndex> device = std::nullopt);
+  // Every tenant with a limit or a session, by name, with its figures per device.
+  absl::StatusOr<std::vector<TenantInfo>> ListTenants();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpumux

@@ -1,0 +1,63 @@
+#include "server/rpc/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/admin_proto.h"
+#include "server/rpc/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AdminService::SetTenantLimit(grpc::CallbackServerContext* context,
+                                                       const v1::SetTenantLimitRequest* request,
+                                                       v1::SetTenantLimitResponse* /*response*/) {
+  absl::StatusOr<TenantLimitChange> change = FromProto(*request);
+  if (!change.ok()) return FinishWith(context, change.status());
+  absl::Status status =
+      memory_->SetTenantLimit(change->tenant, change->device, change->limit_bytes);
+  if (status.ok()) {
+    // Policy changes are the operator's to audit.
+    spdlog::info("tenant '{}': memory limit on {} set to {}", change->tenant,
+                 change->device.has_value() ? absl::StrCat("GPU ", change->device->value())
+                                            : std::string("every device"),
+                 change->limit_bytes == 0 ? std::string("unlimited")
+                                          : absl::StrCat(change->limit_bytes, " bytes"));
+  }
+  return FinishWith(context, status);
+}
+
+grpc::ServerUnaryReactor* AdminService::ListTenants(grpc::CallbackServerContext* context,
+                                                    const v1::ListTenantsRequest* /*request*/,
+                                                    v1::ListTenantsResponse* response) {
+  ToProto(memory_->ListTenants(), response);
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::Deny(grpc::CallbackServerContext* context) const {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, reason_));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::SetTenantLimit(
+    grpc::CallbackServerContext* context, const v1::SetTenantLimitRequest* /*request*/,
+    v1::SetTenantLimitResponse* /*response*/) {
+  return Deny(context);
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::ListTenants(grpc::CallbackServerContext* context,
+                                                        const v1::ListTenantsRequest* /*request*/,
+                                                        v1::ListTenantsResponse* /*response*/) {
+  return Deny(context);
+}
+
+}  // namespace gpumux
