@@ -93,6 +93,17 @@ absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, Cli
   return result;
 }
 
+void CachingAllocator::SetStatsPublisher(
+    std::function<void(DeviceIndex, const DeviceStats&)> publish) {
+  for (int d = 0; d < device_count(); ++d) {
+    const DeviceIndex device(d);
+    devices_[static_cast<size_t>(d)]->SetStatsPublisher(
+        publish == nullptr
+            ? std::function<void(const DeviceStats&)>()
+            : [publish, device](const DeviceStats& stats) { publish(device, stats); });
+  }
+}
+
 void CachingAllocator::Free(DeviceIndex device, uint64_t address,
                             absl::Span<const BackendEvent> wait_for) {
   FreeBatch(device, absl::MakeConstSpan(&address, 1), wait_for);

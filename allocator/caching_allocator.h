@@ -257,6 +257,11 @@ class CachingAllocator {
   // nullopt), sorted by (tenant, device).
   std::vector<TenantUsage> ListTenants(std::optional<DeviceIndex> device) const;
 
+  // Runs `publish(device, stats)` with a device's device-wide stats at the
+  // end of every call that may change them, under that device's mutex (so
+  // the last publication is the current figures). Set it before other calls.
+  void SetStatsPublisher(std::function<void(DeviceIndex, const DeviceStats&)> publish);
+
   // Device-wide stats, or one client's (zeros for a client never seen).
   DeviceStats GetStats(DeviceIndex device) const;
   DeviceStats GetClientStats(DeviceIndex device, ClientId client) const;

@@ -65,6 +65,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
                                                            uint64_t size, bool dedicated,
                                                            ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   // Before any client lookup: freeing pending blocks may forget removed clients.
   if (!events_.empty()) ProcessEventsLocked(released);
   Request r;
@@ -90,6 +91,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamI
                                                         uint64_t size, bool small_pool,
                                                         ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   if (!events_.empty()) ProcessEventsLocked(released);
   Request r;
   r.client = ClientLocked(client);
@@ -313,6 +315,7 @@ void DeviceAllocator::Free(absl::Span<const uint64_t> addresses,
   }
   for (size_t start = 0; start < addresses.size(); start += kSlice) {
     absl::MutexLock lock(&mu_);
+    PublishOnExit publish(this);
     for (uint64_t address : addresses.subspan(start, kSlice))
       FreeOneLocked(address, wait_for, released);
   }

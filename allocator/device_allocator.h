@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,10 +85,29 @@ class DeviceAllocator {
   DeviceStats GetClientStats(ClientId client) const;
   void ResetPeakStats(std::optional<ClientId> client);
   void ResetAccumulatedStats(std::optional<ClientId> client);
+  // Runs `publish` with the device-wide stats, under the device's mutex,
+  // at the end of every call that may change them; before any such call.
+  void SetStatsPublisher(std::function<void(const DeviceStats&)> publish);
   // Appends this device's segments (of `client`'s, when given) by address.
   void AppendSnapshot(std::optional<ClientId> client, std::vector<SegmentSnapshot>* out) const;
 
  private:
+  // Declared right after a MutexLock of mu_: publishes the stats as the
+  // call ends, the mutex still held (so publications follow the changes'
+  // order).
+  class PublishOnExit {
+   public:
+    explicit PublishOnExit(DeviceAllocator* allocator) : allocator_(allocator) {}
+    ~PublishOnExit() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (allocator_->publish_) allocator_->publish_(allocator_->stats_);
+    }
+    PublishOnExit(const PublishOnExit&) = delete;
+    PublishOnExit& operator=(const PublishOnExit&) = delete;
+
+   private:
+    DeviceAllocator* allocator_;
+  };
+
   // Why the last AllocBlockLocked found no segment.
   // Ordered by how much releasing helps: the client's cache, its tenant's,
   // every client's.
@@ -199,6 +219,7 @@ class DeviceAllocator {
   absl::btree_map<uint64_t, std::unique_ptr<Segment>> segments_ ABSL_GUARDED_BY(mu_);
   BlockArena arena_ ABSL_GUARDED_BY(mu_);
   BlockEvents events_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const DeviceStats&)> publish_;  // set before use; may be empty
 };
 
 }  // namespace gpumux

@@ -27,6 +27,7 @@ void Move(Stat& from, Stat& to, int64_t n) {
 
 void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   Block* block = AllocatedBlockOrDie(address);
   ClientState* to = ClientLocked(new_client);
   ClientState* from = block->charged;
@@ -60,6 +61,11 @@ void DeviceAllocator::Recharge(uint64_t address, ClientId new_client) {
     }
   }
   MaybeForgetClientLocked(from);
+}
+
+void DeviceAllocator::SetStatsPublisher(std::function<void(const DeviceStats&)> publish) {
+  absl::MutexLock lock(&mu_);
+  publish_ = std::move(publish);
 }
 
 void DeviceAllocator::SetMemoryLimit(ClientId client, uint64_t limit_bytes) {
@@ -132,6 +138,7 @@ DeviceStats DeviceAllocator::GetClientStats(ClientId client) const {
 
 void DeviceAllocator::ResetPeakStats(std::optional<ClientId> client) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   if (!client.has_value()) {
     stats_.ResetPeak();
   } else if (auto it = clients_.find(*client); it != clients_.end()) {
@@ -141,6 +148,7 @@ void DeviceAllocator::ResetPeakStats(std::optional<ClientId> client) {
 
 void DeviceAllocator::ResetAccumulatedStats(std::optional<ClientId> client) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   if (!client.has_value()) {
     stats_.ResetAccumulated();
   } else if (auto it = clients_.find(*client); it != clients_.end()) {

@@ -146,6 +146,7 @@ EmptyCacheResult DeviceAllocator::ReleaseClientCacheLocked(ClientState* client,
 EmptyCacheResult DeviceAllocator::EmptyCache(std::optional<ClientId> client,
                                              ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   if (!client.has_value()) return ReleaseCachedBlocksLocked(nullptr, nullptr, released);
   auto it = clients_.find(*client);
   if (it == clients_.end()) return {};
@@ -154,6 +155,7 @@ EmptyCacheResult DeviceAllocator::EmptyCache(std::optional<ClientId> client,
 
 void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
   auto it = clients_.find(client);
   if (it == clients_.end()) return;
   ClientState* state = it->second.get();

@@ -106,6 +106,17 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
     total_memory.push_back(properties.total_memory);
   }
   local_ = std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
+  if (memory_files_ == nullptr) return absl::OkStatus();  // CUDA over TCP: the books stay here
+  // The page where the allocator publishes its figures for every observer.
+  v1::StatsPageResponse page;
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->GetStatsPage(context, v1::GetStatsPageRequest(), &page);
+  }));
+  GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files_->Fetch(page.key(), page.size()));
+  GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map(/*writable=*/true));
+  GPUMUX_ASSIGN_OR_RETURN(StatsPageWriter writer,
+                          StatsPageWriter::Attach(mapping.data(), page.size(), device_count));
+  local_->AttachStatsPage(std::move(memory), std::move(mapping), writer);
   return absl::OkStatus();
 }
 
@@ -163,6 +174,9 @@ bool Client::session_ended() const {
 }
 DeviceIndex Client::CurrentDevice() const { return impl_->current_.device(); }
 size_t Client::MappedSegmentCountForTest() const { return impl_->mapper_.size(); }
+void* Client::StatsPageForTest() const {
+  return impl_->local_ == nullptr ? nullptr : impl_->local_->StatsPageForTest();
+}
 uint64_t Client::OpenedMappingCountForTest() const { return impl_->mapper_.opened(); }
 
 absl::Status Client::Impl::CallWithSession(

@@ -355,6 +355,10 @@ class Client {
 
   // How many segments this client has mapped now.
   size_t MappedSegmentCountForTest() const;
+  // The stats page this client's own allocator publishes to (local
+  // allocation), mapped writable; null without one. For tests that play a
+  // hostile client.
+  void* StatsPageForTest() const;
   // How many segment mappings this client ever opened.
   uint64_t OpenedMappingCountForTest() const;
   // The size of the staging buffer mapped now; 0 before the first staged copy.

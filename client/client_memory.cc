@@ -53,7 +53,8 @@ absl::StatusOr<std::map<std::string, int64_t>> Client::Impl::SessionStats(Device
     return memory_stub_->GetStats(context, request, &response);
   }));
   std::map<std::string, int64_t> stats = FromProto(response);
-  if (local_ == nullptr) return stats;
+  // With a stats page the daemon's answer has the client's figures already.
+  if (local_ == nullptr || local_->has_stats_page()) return stats;
   // Local allocation: the blocks are the client's, the segments (leases and
   // the daemon's shareable allocations) the daemon's; block-level figures
   // add up (a peak of the sum is at most the sum of the peaks: exact while

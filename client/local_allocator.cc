@@ -300,4 +300,14 @@ std::vector<SegmentSnapshot> LocalAllocator::Snapshot(std::optional<DeviceIndex>
 
 size_t LocalAllocator::lease_count() const { return source_->lease_count(); }
 
+void LocalAllocator::AttachStatsPage(SealedMemory memory, MemoryMapping mapping,
+                                     StatsPageWriter writer) {
+  stats_memory_.emplace(std::move(memory));
+  mapping_ = std::move(mapping);
+  stats_page_.emplace(writer);
+  allocator_.SetStatsPublisher([this](DeviceIndex device, const DeviceStats& stats) {
+    stats_page_->Publish(device.value(), stats);
+  });
+}
+
 }  // namespace gpumux

@@ -35,7 +35,9 @@
 #include "client/client.h"
 #include "common/ids.h"
 #include "common/memory_stats.h"
+#include "common/sealed_memory.h"
 #include "common/segment_source.h"
+#include "common/stats_page.h"
 
 namespace gpumux {
 
@@ -84,12 +86,24 @@ class LocalAllocator {
   // Leases held now.
   size_t lease_count() const;
 
+  // Publishes the allocator's figures on the session's stats page from now
+  // on (common/stats_page.h), before each Allocate and Free returns. Call
+  // before any allocation.
+  void AttachStatsPage(SealedMemory memory, MemoryMapping mapping, StatsPageWriter writer);
+  bool has_stats_page() const { return stats_page_.has_value(); }
+  // The page's mapping, for tests that play a hostile client.
+  void* StatsPageForTest() const { return mapping_.data(); }
+
  private:
   class LeaseSource;
 
   Client::Impl& impl_;
   const ClientId client_;
   std::unique_ptr<LeaseSource> source_;
+  // The stats page, kept mapped while the allocator publishes to it.
+  std::optional<SealedMemory> stats_memory_;
+  MemoryMapping mapping_;
+  std::optional<StatsPageWriter> stats_page_;
   CachingAllocator allocator_;
 };
 

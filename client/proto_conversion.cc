@@ -70,6 +70,8 @@ SessionInfo FromProto(const v1::SessionInfo& proto) {
   session.opened_unix_micros = proto.opened_unix_micros();
   session.streams = proto.streams();
   session.events = proto.events();
+  session.stats_page = proto.stats_page();
+  session.stats_page_rejected = proto.stats_page_rejected();
   for (const v1::SessionDeviceUsage& usage : proto.devices()) {
     session.devices.push_back({.device = usage.device(),
                                .allocated_bytes = usage.allocated_bytes(),

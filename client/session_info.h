@@ -37,6 +37,10 @@ struct SessionInfo {
   // created or opened, alive now.
   uint32_t streams = 0;
   uint32_t events = 0;
+  // Allocates locally, publishing its figures on a stats page; and whether
+  // the daemon rejected them (they are left out of the session's figures).
+  bool stats_page = false;
+  bool stats_page_rejected = false;
   // One entry per device of the daemon, by index.
   std::vector<SessionDeviceUsage> devices;
 };

@@ -79,4 +79,58 @@ const std::vector<std::string>& MemoryStatsKeys() {
   return *keys;
 }
 
+namespace {
+
+void AddStat(Stat& into, const Stat& from) {
+  into.current += from.current;
+  into.peak += from.peak;
+  into.allocated += from.allocated;
+  into.freed += from.freed;
+}
+
+void AddArray(StatArray& into, const StatArray& from) {
+  for (size_t i = 0; i < into.size(); ++i) AddStat(into[i], from[i]);
+}
+
+bool PlausibleArray(const StatArray& a) {
+  for (const Stat& s : a) {
+    if (s.current < 0 || s.current > s.peak) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+DeviceStats MergeLocalStats(const DeviceStats& daemon, const DeviceStats& local) {
+  DeviceStats out = daemon;
+  for (auto [into, from] : {std::pair{&out.allocation, &local.allocation},
+                            {&out.active, &local.active},
+                            {&out.inactive_split, &local.inactive_split},
+                            {&out.allocated_bytes, &local.allocated_bytes},
+                            {&out.active_bytes, &local.active_bytes},
+                            {&out.inactive_split_bytes, &local.inactive_split_bytes},
+                            {&out.requested_bytes, &local.requested_bytes}}) {
+    AddArray(*into, *from);
+  }
+  out.num_alloc_retries += local.num_alloc_retries;
+  out.num_ooms += local.num_ooms;
+  AddStat(out.oversize_allocations, local.oversize_allocations);
+  out.num_sync_all_streams += local.num_sync_all_streams;
+  return out;
+}
+
+bool PlausibleLocalStats(const DeviceStats& stats, int64_t reserved) {
+  for (const StatArray* a :
+       {&stats.allocation, &stats.segment, &stats.active, &stats.inactive_split,
+        &stats.allocated_bytes, &stats.reserved_bytes, &stats.active_bytes,
+        &stats.inactive_split_bytes, &stats.requested_bytes}) {
+    if (!PlausibleArray(*a)) return false;
+  }
+  const int64_t active = stats.active_bytes[kAggregate].current;
+  return stats.allocated_bytes[kAggregate].current <= active && active <= reserved &&
+         stats.requested_bytes[kAggregate].current <= active &&
+         stats.reserved_bytes[kAggregate].current <= reserved && stats.num_alloc_retries >= 0 &&
+         stats.num_ooms >= 0 && stats.num_sync_all_streams >= 0;
+}
+
 }  // namespace gpumux

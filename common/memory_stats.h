@@ -64,6 +64,20 @@ struct DeviceStats {
 // The 122 (key, value) pairs of torch.cuda.memory_stats(), sorted by key.
 std::vector<std::pair<std::string, int64_t>> FlattenMemoryStats(const DeviceStats& stats);
 
+// A session's stats under local allocation: the segment-level figures
+// (segment, reserved_bytes, oversize_segments, num_device_alloc/free,
+// max_split_size) are the daemon's, which leases and shareable allocations
+// both count in; every other figure is the daemon's plus the client's own
+// allocator's (`local`). A peak of the sum is at most the sum of the peaks,
+// so the summed peaks are exact while one side is idle.
+DeviceStats MergeLocalStats(const DeviceStats& daemon, const DeviceStats& local);
+
+// Whether `stats` could be a real allocator's figures for a session the
+// daemon knows `reserved` bytes of segments of: no negative current value,
+// no current above its peak, and no more allocated, active or requested
+// bytes than reserved. Judges what a client publishes (common/stats_page.h).
+bool PlausibleLocalStats(const DeviceStats& stats, int64_t reserved);
+
 // The 122 keys alone, sorted.
 const std::vector<std::string>& MemoryStatsKeys();
 

@@ -331,7 +331,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
   s.memory = std::make_unique<MemoryManager>(
       backend, allocator_options, &s.sessions, s.streams.get(),
-      MemoryManager::Limits{.max_share_tokens = options.max_share_tokens});
+      MemoryManager::Limits{.max_share_tokens = options.max_share_tokens}, &s.memory_files);
   for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
     // Checked above: this cannot fail.
     GPUMUX_RETURN_IF_ERROR(s.memory->SetTenantLimit(limit.tenant, std::nullopt, limit.bytes));

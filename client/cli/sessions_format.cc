@@ -56,6 +56,10 @@ std::string FormatSessionsJson(const std::vector<SessionInfo>& sessions) {
     json.Uint(session.streams);
     json.Key("events");
     json.Uint(session.events);
+    json.Key("stats_page");
+    json.Bool(session.stats_page);
+    json.Key("stats_page_rejected");
+    json.Bool(session.stats_page_rejected);
     json.Key("devices");
     json.BeginArray();
     for (const SessionDeviceUsage& usage : session.devices) WriteUsage(usage, json);
@@ -74,7 +78,8 @@ std::string FormatSessionsTable(const std::vector<SessionInfo>& sessions) {
     std::vector<std::string> head = {
         absl::StrCat(session.session_id.value()),
         absl::StrCat(session.pid),
-        session.client_name,
+        session.stats_page_rejected ? absl::StrCat(session.client_name, " (stats page rejected)")
+                                    : session.client_name,
         session.tenant.empty() ? "-" : session.tenant,
         session.labels.empty() ? "-" : absl::StrJoin(session.labels, ",", absl::PairFormatter("=")),
         absl::StrCat(session.streams),

@@ -26,14 +26,18 @@ absl::Status NotFound(AllocationId id) {
 }  // namespace
 
 MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options,
-                             SessionRegistry* sessions, StreamManager* streams, Limits limits)
+                             SessionRegistry* sessions, StreamManager* streams, Limits limits,
+                             MemoryFileTable* memory_files)
     : backend_(backend),
       limits_(limits),
       sessions_(sessions),
       streams_(streams),
-      allocator_(backend, options, [this](DeviceIndex device, SegmentId segment) {
-        OnSegmentReleased(device, segment);
-      }) {
+      allocator_(
+          backend, options,
+          [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }),
+      pages_(memory_files == nullptr
+                 ? nullptr
+                 : std::make_unique<StatsPages>(memory_files, backend->device_count())) {
   streams_->set_stream_destroyer(
       [this](DeviceIndex device, BackendStream stream) { return DestroyStream(device, stream); });
 }
@@ -416,6 +420,7 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
 
 ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
   ReleaseSummary summary;
+  if (pages_ != nullptr) pages_->Remove(session);
   // Segments this session leaves behind: all charged to it before the frees,
   // less whatever stays charged (handed over to importers) afterwards.
   std::vector<DeviceStats> before;
@@ -493,11 +498,48 @@ absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, Device
 absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device,
                                                     std::optional<SessionId> session) const {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
-  if (!session.has_value()) return allocator_.GetStats(device);
+  if (!session.has_value()) {
+    DeviceStats stats = allocator_.GetStats(device);
+    if (pages_ == nullptr) return stats;
+    for (SessionId with_page : pages_->Sessions()) {
+      const int64_t reserved =
+          allocator_.GetClientStats(device, with_page).reserved_bytes[kAggregate].current;
+      if (std::optional<DeviceStats> local = pages_->Read(with_page, device, reserved)) {
+        stats = MergeLocalStats(stats, *local);
+      }
+    }
+    return stats;
+  }
   if (!sessions_->IsOpen(*session)) {
     return absl::NotFoundError(absl::StrCat("session ", session->value(), " not found"));
   }
-  return allocator_.GetClientStats(device, *session);
+  return SessionStatsWithPage(device, *session);
+}
+
+DeviceStats MemoryManager::SessionStatsWithPage(DeviceIndex device, SessionId session) const {
+  DeviceStats stats = allocator_.GetClientStats(device, session);
+  if (pages_ == nullptr) return stats;
+  std::optional<DeviceStats> local =
+      pages_->Read(session, device, stats.reserved_bytes[kAggregate].current);
+  return local.has_value() ? MergeLocalStats(stats, *local) : stats;
+}
+
+absl::StatusOr<StatsPageInfo> MemoryManager::GetStatsPage(SessionId session) {
+  if (pages_ == nullptr) {
+    return absl::FailedPreconditionError("this daemon passes no memory files: no stats pages");
+  }
+  if (!sessions_->IsOpen(session)) {
+    return absl::NotFoundError(absl::StrCat("session ", session.value(), " not found"));
+  }
+  return pages_->GetOrCreate(session);
+}
+
+bool MemoryManager::HasStatsPage(SessionId session) const {
+  return pages_ != nullptr && pages_->Has(session);
+}
+
+bool MemoryManager::StatsPageRejected(SessionId session) const {
+  return pages_ != nullptr && pages_->Rejected(session);
 }
 
 absl::Status MemoryManager::ResetPeakStats(SessionId session, DeviceIndex device) {
@@ -531,7 +573,7 @@ std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
   std::vector<SessionDeviceUsage> out;
   for (int d = 0; d < allocator_.device_count(); ++d) {
     DeviceIndex device(d);
-    DeviceStats stats = allocator_.GetClientStats(device, session);
+    DeviceStats stats = SessionStatsWithPage(device, session);
     SessionDeviceUsage usage;
     usage.device = device;
     usage.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);

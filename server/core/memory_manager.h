@@ -31,6 +31,7 @@
 #include "server/backend/device_backend.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/session_registry.h"
+#include "server/core/stats_pages.h"
 #include "server/core/stream_manager.h"
 
 namespace gpumux {
@@ -104,8 +105,11 @@ class MemoryManager {
 
   // `backend`, `sessions` and `streams` must outlive the manager. Becomes
   // `streams`' stream destroyer (DestroyStream below) until destroyed.
+  // With `memory_files` (which must outlive it too), sessions that allocate
+  // locally get stats pages (GetStatsPage).
   MemoryManager(DeviceBackend* backend, const AllocatorOptions& options, SessionRegistry* sessions,
-                StreamManager* streams, Limits limits = {});
+                StreamManager* streams, Limits limits = {},
+                MemoryFileTable* memory_files = nullptr);
   ~MemoryManager();
 
   // Starts the books for an open session, a client of `tenant` (non-empty)
@@ -209,7 +213,18 @@ class MemoryManager {
   // Every tenant with a limit or a session, per device, by (tenant, device).
   std::vector<TenantUsage> ListTenants() const { return allocator_.ListTenants(std::nullopt); }
 
+  // The session's stats page (created on first call), which its client's
+  // own allocator publishes to: from then on the session's and the device's
+  // stats include the figures there (StatsPages judges them).
+  // FAILED_PRECONDITION for a daemon without memory files to pass it.
+  absl::StatusOr<StatsPageInfo> GetStatsPage(SessionId session);
+  // Whether the session has a stats page, and whether the daemon rejected
+  // figures of it.
+  bool HasStatsPage(SessionId session) const;
+  bool StatsPageRejected(SessionId session) const;
+
   // Device-wide stats, or one session's (NOT_FOUND when it is not open).
+  // Both include what sessions publish on their stats pages.
   absl::StatusOr<DeviceStats> GetStats(DeviceIndex device, std::optional<SessionId> session) const;
   absl::Status ResetPeakStats(SessionId session, DeviceIndex device);
   absl::Status ResetAccumulatedStats(SessionId session, DeviceIndex device);
@@ -286,6 +301,8 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Subscribe(SessionId session, DeviceIndex device, SegmentId segment);
   void OnSegmentReleased(DeviceIndex device, SegmentId segment);
+  // The session's daemon-side stats on `device` merged with its page's.
+  DeviceStats SessionStatsWithPage(DeviceIndex device, SessionId session) const;
 
   DeviceBackend* backend_;
   const Limits limits_;
@@ -294,6 +311,7 @@ class MemoryManager {
   SessionRegistry* sessions_;
   StreamManager* streams_;
   CachingAllocator allocator_;
+  std::unique_ptr<StatsPages> pages_;  // null without memory files
 
   mutable absl::Mutex mu_;
   uint64_t next_allocation_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -12,6 +12,8 @@ std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& session
     SessionOverview overview;
     overview.counts = streams.Counts(info.id);
     overview.devices = memory.Usage(info.id);
+    overview.stats_page = memory.HasStatsPage(info.id);
+    overview.stats_page_rejected = memory.StatsPageRejected(info.id);
     overview.info = std::move(info);
     out.push_back(std::move(overview));
   }

@@ -18,6 +18,8 @@ struct SessionOverview {
   SessionInfo info;
   StreamCounts counts;
   std::vector<SessionDeviceUsage> devices;  // MemoryManager::Usage
+  bool stats_page = false;
+  bool stats_page_rejected = false;
 };
 
 // One overview per open session, in SessionRegistry::List's order.

@@ -55,6 +55,18 @@ grpc::ServerUnaryReactor* MemoryService::Lease(grpc::CallbackServerContext* cont
   });
 }
 
+grpc::ServerUnaryReactor* MemoryService::GetStatsPage(grpc::CallbackServerContext* context,
+                                                      const v1::GetStatsPageRequest* /*request*/,
+                                                      v1::StatsPageResponse* response) {
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(StatsPageInfo page, memory_->GetStatsPage(session));
+    response->set_key(page.key);
+    response->set_size(page.size);
+    response->set_device_count(page.device_count);
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* MemoryService::Free(grpc::CallbackServerContext* context,
                                               const v1::FreeRequest* request,
                                               v1::FreeResponse* /*response*/) {

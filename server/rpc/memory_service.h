@@ -21,6 +21,9 @@ class MemoryService final : public v1::Memory::CallbackService {
   grpc::ServerUnaryReactor* Lease(grpc::CallbackServerContext* context,
                                   const v1::LeaseRequest* request,
                                   v1::AllocateResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatsPage(grpc::CallbackServerContext* context,
+                                         const v1::GetStatsPageRequest* request,
+                                         v1::StatsPageResponse* response) override;
   grpc::ServerUnaryReactor* Free(grpc::CallbackServerContext* context,
                                  const v1::FreeRequest* request,
                                  v1::FreeResponse* response) override;

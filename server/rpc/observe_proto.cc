@@ -14,6 +14,8 @@ void ToProto(const SessionOverview& overview, v1::SessionInfo* out) {
   out->set_opened_unix_micros(absl::ToUnixMicros(info.opened));
   out->set_streams(static_cast<uint32_t>(overview.counts.streams));
   out->set_events(static_cast<uint32_t>(overview.counts.events));
+  out->set_stats_page(overview.stats_page);
+  out->set_stats_page_rejected(overview.stats_page_rejected);
   for (const SessionDeviceUsage& usage : overview.devices) {
     v1::SessionDeviceUsage* u = out->add_devices();
     u->set_device(usage.device.value());

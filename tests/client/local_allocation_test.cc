@@ -10,6 +10,8 @@
 
 #include "client/client.h"
 #include "client/observer.h"
+#include "common/memory_stats.h"
+#include "common/stats_page.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/memory.pb.h"
 #include "gtest/gtest.h"
@@ -104,6 +106,84 @@ TEST_F(LocalAllocationTest, StatsJoinTheClientsBlocksAndTheDaemonsLeases) {
     allocated_in_snapshot += s.allocated_size;
   }
   EXPECT_EQ(allocated_in_snapshot, 3 * kMiB + 1024);
+}
+
+TEST_F(LocalAllocationTest, AnotherProcesssViewEqualsTheClientsOwnAtAQuiescentPoint) {
+  std::vector<DeviceBuffer> held;
+  for (uint64_t size : {uint64_t{512}, uint64_t{4096}, 3 * kMiB, 25 * kMiB, uint64_t{70000}}) {
+    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(size);
+    ASSERT_OK(buffer);
+    held.push_back(std::move(*buffer));
+  }
+  held.erase(held.begin() + 1);  // a free: inactive split and freed counters move
+  absl::StatusOr<std::map<std::string, int64_t>> own = client().MemoryStats(DeviceIndex(0));
+  ASSERT_OK(own);
+  EXPECT_EQ(own->size(), 122u);
+  Observer observer(daemon().address());
+  absl::StatusOr<std::map<std::string, int64_t>> seen =
+      observer.MemoryStats(DeviceIndex(0), client().session_id());
+  ASSERT_OK(seen);
+  EXPECT_EQ(*seen, *own);  // all 122 keys
+  // The device's figures are the daemon's plus the page's.
+  absl::StatusOr<std::map<std::string, int64_t>> device = observer.MemoryStats(DeviceIndex(0));
+  ASSERT_OK(device);
+  EXPECT_EQ(device->at("allocated_bytes.all.current"), own->at("allocated_bytes.all.current"));
+  EXPECT_EQ(device->at("reserved_bytes.all.current"), own->at("reserved_bytes.all.current"));
+  absl::StatusOr<std::vector<SessionInfo>> sessions = observer.ListSessions();
+  ASSERT_OK(sessions);
+  ASSERT_THAT(*sessions, SizeIs(1));
+  EXPECT_TRUE((*sessions)[0].stats_page);
+  EXPECT_FALSE((*sessions)[0].stats_page_rejected);
+  EXPECT_EQ((*sessions)[0].devices[0].allocated_bytes,
+            static_cast<uint64_t>(own->at("allocated_bytes.all.current")));
+}
+
+TEST_F(LocalAllocationTest, AStatsPageOfGarbageChangesNoOtherSessionsFigures) {
+  absl::StatusOr<DeviceBuffer> mine = client().Allocate(4096);
+  ASSERT_OK(mine);
+  std::unique_ptr<Client> other = ConnectAnother(Local());
+  ASSERT_NE(other, nullptr);
+  absl::StatusOr<DeviceBuffer> theirs = other->Allocate(12 * kMiB);
+  ASSERT_OK(theirs);
+  Observer observer(daemon().address());
+  auto before = observer.MemoryStats(DeviceIndex(0), other->session_id());
+  ASSERT_OK(before);
+  // The hostile client writes all over its page, header and slots.
+  void* page = client().StatsPageForTest();
+  ASSERT_NE(page, nullptr);
+  std::memset(page, 0x7f, StatsPageBytes(2));
+  auto after = observer.MemoryStats(DeviceIndex(0), other->session_id());
+  ASSERT_OK(after);
+  EXPECT_EQ(*after, *before);
+  // Its own figures fall back to the daemon's books: its lease, no blocks.
+  auto own = observer.MemoryStats(DeviceIndex(0), client().session_id());
+  ASSERT_OK(own);
+  EXPECT_EQ(own->at("reserved_bytes.all.current"), static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(own->at("allocated_bytes.all.current"), 0);
+  // The device's: the other session's and the daemon's leases.
+  auto device = observer.MemoryStats(DeviceIndex(0));
+  ASSERT_OK(device);
+  EXPECT_EQ(device->at("allocated_bytes.all.current"), static_cast<int64_t>(12 * kMiB));
+  // Plausible-looking lies are judged against the daemon's books too: a
+  // fresh header with allocated bytes above what the session has leased.
+  InitStatsPage(page, 2);
+  DeviceStats lie;
+  lie.allocated_bytes[kAggregate].current = lie.allocated_bytes[kAggregate].peak = 1 << 30;
+  lie.active_bytes[kAggregate] = lie.allocated_bytes[kAggregate];
+  absl::StatusOr<StatsPageWriter> writer = StatsPageWriter::Attach(page, StatsPageBytes(2), 2);
+  ASSERT_OK(writer);
+  writer->Publish(0, lie);
+  own = observer.MemoryStats(DeviceIndex(0), client().session_id());
+  ASSERT_OK(own);
+  EXPECT_EQ(own->at("allocated_bytes.all.current"), 0);
+  absl::StatusOr<std::vector<SessionInfo>> sessions = observer.ListSessions();
+  ASSERT_OK(sessions);
+  for (const SessionInfo& s : *sessions) {
+    EXPECT_EQ(s.stats_page_rejected, s.session_id == client().session_id()) << s.session_id.value();
+  }
+  // The daemon serves on, for both.
+  EXPECT_OK(client().Allocate(4096).status());
+  EXPECT_OK(other->MemoryStats(DeviceIndex(0)).status());
 }
 
 TEST_F(LocalAllocationTest, EmptyCacheReturnsWhollyFreeLeases) {

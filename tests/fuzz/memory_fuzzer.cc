@@ -23,6 +23,7 @@ const FuzzService& TargetService() {
                         {"device: 0 size: 2097152", "device: 1 size: 20971520 stream: 1",
                          "device: 0 size: 4194304 small_pool: true free_allocation_ids: 1000",
                          "device: 0 size: 4096"}),
+          Unary<Memory>("GetStatsPage", &Memory::Stub::GetStatsPage, {""}),
           Unary<Memory>(
               "Free", &Memory::Stub::Free,
               {"allocation_ids: 1000", "allocation_ids: 4 allocation_ids: 4",

@@ -225,8 +225,10 @@ TEST(SessionsFormatTest, JsonListsSessionsWithSortedLabels) {
               HasSubstr("\"session_id\": 7,\n  \"client_name\": \"trainer\",\n  \"pid\": 4242"));
   EXPECT_THAT(json, HasSubstr("\"memory_limit_bytes\": 1073741824\n"));
   EXPECT_THAT(json, HasSubstr("\"opened_unix_micros\": 1700000000000000,\n  \"streams\": 3,\n"
-                              "  \"events\": 12,\n  \"devices\": ["));
-  EXPECT_THAT(json, HasSubstr("\"streams\": 0,\n  \"events\": 0,\n  \"devices\": []\n"));
+                              "  \"events\": 12,\n  \"stats_page\": false,\n"
+                              "  \"stats_page_rejected\": false,\n  \"devices\": ["));
+  EXPECT_THAT(json, HasSubstr("\"streams\": 0,\n  \"events\": 0,\n  \"stats_page\": false,\n"
+                              "  \"stats_page_rejected\": false,\n  \"devices\": []\n"));
   EXPECT_THAT(json, HasSubstr("\"labels\": {},"));
   EXPECT_THAT(json, HasSubstr("\"devices\": []\n"));
 }
