@@ -156,7 +156,12 @@ absl::Status ProcessAllocator::Free(void* ptr, uint64_t size, int device, void* 
     table_.erase(it);
   }
   Client* client = connected_.load(std::memory_order_acquire);
-  if (client == nullptr) return absl::OkStatus();  // Shutdown is under way
+  if (client == nullptr) {
+    // Shutdown is under way and may be destroying the client: leave the
+    // block to the session's end, which reclaims it.
+    new DeviceBuffer(std::move(entry.buffer));
+    return absl::OkStatus();
+  }
   if (stream != entry.stream) entry.recorded_streams.push_back(entry.stream);
   return Release(*client, std::move(entry), stream);
 }

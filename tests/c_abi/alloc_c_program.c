@@ -3,12 +3,13 @@
  * each function by name, call them through pointers. c_abi_test.cc runs it
  * against a gpumuxd (host backend, 2 devices of 256 MiB) with
  * GPUMUX_ADDRESS set.
- *   gpumux_alloc_c_program LIBRARY full|hold|unreachable
+ *   gpumux_alloc_c_program LIBRARY full|hold|refused CODE TEXT
  * full: every function and the bad inputs, then exits with two blocks still
  *   allocated (the library frees them at exit); prints "ok" last.
  * hold: allocates 8 MiB on each device, prints "holding", and exits when a
  *   line arrives on stdin, without freeing.
- * unreachable: GPUMUX_ADDRESS names no daemon; every call fails UNAVAILABLE.
+ * refused: the session cannot be opened (no daemon, a bad GPUMUX_ALLOCATION):
+ *   init and malloc fail with CODE and a message containing TEXT.
  * Exit status 0 when every check passed; each failed check prints "FAIL:". */
 
 #include <dlfcn.h>
@@ -315,28 +316,29 @@ static int Hold(void) {
   return failures == 0 ? 0 : 1; /* the library frees both at exit */
 }
 
-static int Unreachable(void) {
+/* The first call fails: the library cannot open its session. */
+static int Refused(int code, const char* text) {
   api.init(1);
-  CHECK(api.last_error_code() == 14 && Contains(api.last_error(), "cannot reach gpumuxd"),
-        "init without a daemon: code %d", api.last_error_code());
-  CHECK(api.malloc(4096, 0, NULL) == NULL && api.last_error_code() == 14,
-        "malloc without a daemon");
+  CHECK(api.last_error_code() == code && Contains(api.last_error(), text), "init: code %d, not %d",
+        api.last_error_code(), code);
+  CHECK(api.malloc(4096, 0, NULL) == NULL && api.last_error_code() == code, "malloc: code %d",
+        api.last_error_code());
   api.free(NULL, 0, 0, NULL);
-  CHECK(api.last_error()[0] == '\0', "free(NULL) without a daemon");
+  CHECK(api.last_error()[0] == '\0', "free(NULL) without a session");
   printf("%s\n", failures == 0 ? "ok" : "failed");
   return failures == 0 ? 0 : 1;
 }
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (argc != 3) {
-    printf("usage: %s LIBRARY full|hold|unreachable\n", argv[0]);
+  if (argc < 3) {
+    printf("usage: %s LIBRARY full|hold|refused CODE TEXT\n", argv[0]);
     return 2;
   }
   Load(argv[1]);
   CHECK(api.last_error()[0] == '\0' && api.last_error_code() == 0, "a fresh thread has an error");
   if (strcmp(argv[2], "hold") == 0) return Hold();
-  if (strcmp(argv[2], "unreachable") == 0) return Unreachable();
+  if (strcmp(argv[2], "refused") == 0 && argc == 5) return Refused(atoi(argv[3]), argv[4]);
   if (strcmp(argv[2], "full") != 0) {
     printf("unknown mode %s\n", argv[2]);
     return 2;

@@ -147,14 +147,25 @@ TEST_P(CAbiTest, ExitsAtOnceWhenTheDaemonIsGone) {
 
 INSTANTIATE_TEST_SUITE_P(AllocationModes, CAbiTest, ::testing::Values("local", "daemon"));
 
-TEST(CAbiNoDaemonTest, EveryCallFailsUnavailable) {
-  TempDir dir;
-  ScopedEnv address("GPUMUX_ADDRESS", "unix://" + dir.path() + "/no-daemon.sock");
-  Child program(kProgram, {kLibrary, "unreachable"});
+void ExpectRefused(const std::string& code, const std::string& text) {
+  Child program(kProgram, {kLibrary, "refused", code, text});
   const std::vector<std::string> lines = ReadAll(program);
   EXPECT_EQ(program.Wait(), 0) << Joined(lines);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(), "ok") << Joined(lines);
+}
+
+TEST(CAbiRefusedTest, WithoutADaemonEveryCallFailsUnavailable) {
+  TempDir dir;
+  ScopedEnv address("GPUMUX_ADDRESS", "unix://" + dir.path() + "/no-daemon.sock");
+  ExpectRefused("14", "cannot reach gpumuxd at unix://" + dir.path() + "/no-daemon.sock");
+}
+
+TEST(CAbiRefusedTest, ABadAllocationModeIsInvalidArgument) {
+  DaemonProcess daemon({"--host-devices=1"});
+  ScopedEnv address("GPUMUX_ADDRESS", daemon.address());
+  ScopedEnv mode("GPUMUX_ALLOCATION", "fast");
+  ExpectRefused("3", "GPUMUX_ALLOCATION=fast is neither \"daemon\" nor \"local\" (unset: local)");
 }
 
 TEST(CAbiSymbolsTest, ExportsOnlyTheGpumuxFunctions) {
