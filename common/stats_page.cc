@@ -31,14 +31,13 @@ absl::StatusOr<StatsPageWriter> StatsPageWriter::Attach(void* page, uint64_t siz
                                                         int device_count) {
   if (device_count < 0 || device_count > kMaxStatsPageDevices ||
       size < StatsPageBytes(device_count)) {
-    return absl::InvalidArgumentError(absl::StrCat("a stats page of ", size, " bytes cannot hold ",
-                                                   device_count, " devices"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a stats page of ", size, " bytes cannot hold ", device_count, " devices"));
   }
   const auto* header = static_cast<const StatsPageHeader*>(page);
   if (header->magic.load(std::memory_order_acquire) != kStatsPageMagic ||
       header->version.load(std::memory_order_relaxed) != kStatsPageVersion ||
-      header->device_count.load(std::memory_order_relaxed) !=
-          static_cast<uint32_t>(device_count)) {
+      header->device_count.load(std::memory_order_relaxed) != static_cast<uint32_t>(device_count)) {
     return absl::InvalidArgumentError("the daemon's stats page has an unknown header");
   }
   return StatsPageWriter(SlotsOf(page), device_count);
@@ -52,7 +51,8 @@ void StatsPageWriter::Publish(int device, const DeviceStats& stats) {
   const uint64_t sequence = slot.sequence.load(std::memory_order_relaxed);
   slot.sequence.store(sequence + 1, std::memory_order_relaxed);  // odd: being written
   std::atomic_thread_fence(std::memory_order_release);
-  for (size_t i = 0; i < kStatsValues; ++i) slot.values[i].store(values[i], std::memory_order_relaxed);
+  for (size_t i = 0; i < kStatsValues; ++i)
+    slot.values[i].store(values[i], std::memory_order_relaxed);
   slot.sequence.store(sequence + 2, std::memory_order_release);
 }
 

@@ -67,7 +67,8 @@ class StatsPageWriter {
   void Publish(int device, const DeviceStats& stats);
 
  private:
-  StatsPageWriter(StatsSlot* slots, int device_count) : slots_(slots), device_count_(device_count) {}
+  StatsPageWriter(StatsSlot* slots, int device_count)
+      : slots_(slots), device_count_(device_count) {}
   StatsSlot* slots_;
   int device_count_;
 };

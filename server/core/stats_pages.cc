@@ -33,8 +33,8 @@ absl::StatusOr<StatsPageInfo> StatsPages::GetOrCreate(SessionId session) {
   page->info.device_count = device_count_;
   absl::MutexLock lock(&mu_);
   if (auto it = pages_.find(session); it != pages_.end()) return it->second->info;  // a race
-  page->info.key = memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)),
-                                      session);
+  page->info.key =
+      memory_files_->Add(std::make_shared<const SealedMemory>(std::move(memory)), session);
   pages_.emplace(session, page);
   return page->info;
 }

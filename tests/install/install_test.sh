@@ -3,7 +3,8 @@
 # example (examples/client) built three ways against what was installed:
 # find_package(gpumux) with gpumux::client and with gpumux::client_static,
 # and pkg-config gpumux. Each runs against the installed gpumuxd: allocate,
-# write, share, import from a second process, memory summary.
+# write, share, import from a second process, memory summary. Then a C
+# program against the installed C ABI (gpumux/alloc.h, libgpumux_alloc.so).
 #   install_test.sh SOURCE_DIR BUILD_DIR [CUDA_INCLUDE_DIR]
 set -euo pipefail
 source_dir=$1
@@ -21,7 +22,8 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 prefix=$work/prefix
 cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
 for file in bin/gpumuxd bin/gpumux lib/libgpumux.a lib/libgpumux.so include/gpumux/client/client.h \
-            include/gpumux/client/observer.h lib/cmake/gpumux/gpumuxConfig.cmake \
+            include/gpumux/client/observer.h lib/libgpumux_alloc.so include/gpumux/alloc.h \
+            lib/cmake/gpumux/gpumuxConfig.cmake \
             lib/cmake/gpumux/gpumuxConfigVersion.cmake lib/pkgconfig/gpumux.pc; do
   [[ -e $prefix/$file ]] || fail "cmake --install did not install $file"
 done
@@ -67,6 +69,37 @@ if grep -q libgpumux <<<"$static_libs"; then
   fail "the gpumux::client_static build links libgpumux.so"
 fi
 
+# The C ABI (libgpumux_alloc.so, gpumux/alloc.h): a C program built as C
+# against the installed header and library, which exports the gpumux_*
+# functions only.
+exported=$(nm -D --defined-only "$prefix/lib/libgpumux_alloc.so" | awk '{print $3}')
+if grep -qv '^gpumux_' <<<"$exported"; then
+  fail "libgpumux_alloc.so exports more than gpumux_*: $(grep -v '^gpumux_' <<<"$exported" | head -3)"
+fi
+cat > "$work/alloc_example.c" <<'C'
+#include <gpumux/alloc.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void) {
+  gpumux_init(1);
+  char* p = gpumux_malloc(1 << 20, 0, NULL);
+  if (p == NULL) {
+    printf("gpumux_malloc failed: %s\n", gpumux_last_error());
+    return 1;
+  }
+  strcpy(p + 4096, "hello from C");
+  size_t segment = 0;
+  char* base = gpumux_base_allocation(p, &segment);
+  printf("c abi: %s, segment of %zu bytes at offset %ld\n", p + 4096, segment, (long)(p - base));
+  gpumux_free(p, 1 << 20, 0, NULL);
+  return gpumux_last_error()[0] == '\0' ? 0 : 1;
+}
+C
+cc -std=c11 -Wall -Wextra -Wpedantic -Werror "$work/alloc_example.c" -o "$work/alloc_example" \
+  -I"$prefix/include" -L"$prefix/lib" -lgpumux_alloc -Wl,-rpath,"$prefix/lib" ||
+  fail "building a C program against the installed gpumux/alloc.h and libgpumux_alloc.so failed"
+
 # The installed daemon, and each build against it.
 socket=$work/gpumux.sock
 "$prefix/bin/gpumuxd" --socket="$socket" --host-device-memory=256MiB > "$work/daemon.log" 2>&1 &
@@ -82,7 +115,10 @@ for program in "$work/cmake-shared/client_example" "$work/cmake-static/client_ex
     { echo "$out"; fail "$program printed no memory summary"; }
 done
 "$prefix/bin/gpumux" --address="unix://$socket" sessions > /dev/null || fail "the installed gpumux CLI failed"
+out=$(GPUMUX_ADDRESS="unix://$socket" "$work/alloc_example") || { echo "$out"; fail "the C ABI example failed"; }
+grep -q '^c abi: hello from C, segment of 2097152 bytes at offset [0-9]*$' <<<"$out" ||
+  { echo "$out"; fail "the C ABI example did not read back what it wrote"; }
 kill -TERM "$daemon_pid"
 wait "$daemon_pid" || { cat "$work/daemon.log"; fail "gpumuxd did not stop cleanly"; }
 daemon_pid=
-echo "install_test: installed, built three ways and ran against the installed daemon"
+echo "install_test: installed, built three ways and in C, and ran against the installed daemon"

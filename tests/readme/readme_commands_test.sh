@@ -64,6 +64,7 @@ declare -A expect=(
   ["build/example/client_example_pc unix:///run/gpumux/gpumux.sock"]='imported 1048576 bytes in session [0-9]+: "hello from gpumux"'
   ["gpumuxd --host-device-memory=16GiB"]="^ +0  gpumux host device 0 +host +16\.00 GiB"
   ["gpumuxd --help"]="--host-device-memory"
+  ["python3 -c 'import ctypes; lib = ctypes.CDLL(\"build/client/c_abi/libgpumux_alloc.so\"); lib.gpumux_malloc.restype = ctypes.c_void_p; print(lib.gpumux_malloc(ctypes.c_size_t(1 << 20), 0, None) is not None)'"]="^True$"
 )
 
 # Memory a command takes while it runs (GiB of MemAvailable), checked first
