@@ -44,6 +44,18 @@ void CachingAllocator::NotifyReleased(DeviceIndex device, const ReleasedSegments
   for (SegmentId id : released) on_segment_released_(device, id);
 }
 
+const char* BlockStateName(BlockState state) {
+  switch (state) {
+    case BlockState::kActiveAllocated:
+      return "active_allocated";
+    case BlockState::kActivePendingFree:
+      return "active_pending_free";
+    case BlockState::kInactive:
+      break;
+  }
+  return "inactive";
+}
+
 absl::Status CachingAllocator::CheckRequest(DeviceIndex device, uint64_t size) const {
   if (device.value() < 0 || device.value() >= device_count()) {
     return absl::InvalidArgumentError(absl::StrCat(

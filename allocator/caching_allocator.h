@@ -62,6 +62,10 @@ struct AllocationResult {
 // it counts as active, not as allocated, and is not yet reusable.
 enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
 
+// PyTorch's snapshot name of a state: "active_allocated",
+// "active_pending_free" or "inactive".
+const char* BlockStateName(BlockState state);
+
 struct BlockSnapshot {
   uint64_t address = 0;
   uint64_t size = 0;

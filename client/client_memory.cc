@@ -26,18 +26,6 @@ bool SegmentLevel(absl::string_view key) {
          key == "num_device_free" || key == "max_split_size";
 }
 
-const char* StateName(BlockState state) {
-  switch (state) {
-    case BlockState::kActiveAllocated:
-      return "active_allocated";
-    case BlockState::kActivePendingFree:
-      return "active_pending_free";
-    case BlockState::kInactive:
-      break;
-  }
-  return "inactive";
-}
-
 }  // namespace
 
 absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
@@ -136,7 +124,7 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
       block.address = b.address;
       block.size = b.size;
       block.requested_size = b.requested_size;
-      block.state = StateName(b.state);
+      block.state = BlockStateName(b.state);
       if (b.state != BlockState::kInactive) block.session_id = session_id();
     }
   }

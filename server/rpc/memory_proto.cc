@@ -13,18 +13,6 @@ v1::HandleKind ToProto(SegmentHandle::Kind kind) {
   return v1::HANDLE_KIND_UNSPECIFIED;
 }
 
-const char* StateName(BlockState state) {
-  switch (state) {
-    case BlockState::kActiveAllocated:
-      return "active_allocated";
-    case BlockState::kActivePendingFree:
-      return "active_pending_free";
-    case BlockState::kInactive:
-      return "inactive";
-  }
-  return "inactive";
-}
-
 }  // namespace
 
 void ToProto(const AllocationView& view, v1::Allocation* out) {
@@ -67,7 +55,7 @@ void ToProto(const std::vector<SegmentSnapshot>& segments, v1::MemorySnapshot* o
       block->set_address(b.address);
       block->set_size(b.size);
       block->set_requested_size(b.requested_size);
-      block->set_state(StateName(b.state));
+      block->set_state(BlockStateName(b.state));
       block->set_session_id(b.client.value());
     }
   }
