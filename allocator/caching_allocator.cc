@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/optional.h"
 #include "allocator/device_allocator.h"
 #include "common/byte_size.h"
 #include "common/status_macros.h"
@@ -56,6 +60,34 @@ const char* BlockStateName(BlockState state) {
   return "inactive";
 }
 
+std::optional<BlockState> ParseBlockState(absl::string_view name) {
+  for (BlockState state :
+       {BlockState::kActiveAllocated, BlockState::kActivePendingFree, BlockState::kInactive}) {
+    if (name == BlockStateName(state)) return state;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// The payload a refusal carries its shortage in: one byte, the enum's value.
+constexpr absl::string_view kShortagePayload = "type.gpumux.dev/allocator.Shortage";
+
+}  // namespace
+
+void SetShortage(Shortage shortage, absl::Status& status) {
+  status.SetPayload(kShortagePayload, absl::Cord(std::string(1, static_cast<char>(shortage))));
+}
+
+Shortage ShortageOf(const absl::Status& status) {
+  if (!absl::IsResourceExhausted(status)) return Shortage::kNone;
+  absl::optional<absl::Cord> payload = status.GetPayload(kShortagePayload);
+  if (!payload.has_value() || payload->size() != 1) return Shortage::kNone;
+  const int value = static_cast<unsigned char>((*payload)[0]);
+  if (value > static_cast<int>(Shortage::kDevice)) return Shortage::kNone;
+  return static_cast<Shortage>(value);
+}
+
 absl::Status CachingAllocator::CheckRequest(DeviceIndex device, uint64_t size) const {
   if (device.value() < 0 || device.value() >= device_count()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -80,18 +112,18 @@ absl::Status CachingAllocator::CheckRequest(DeviceIndex device, uint64_t size) c
 
 absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, ClientId client,
                                                             StreamId stream, uint64_t size,
-                                                            bool dedicated) {
+                                                            bool dedicated, bool count_oom) {
   GPUMUX_RETURN_IF_ERROR(CheckRequest(device, size));
   ReleasedSegments released;
   absl::StatusOr<AllocationResult> result =
-      devices_[device.value()]->Allocate(client, stream, size, dedicated, &released);
+      devices_[device.value()]->Allocate(client, stream, size, dedicated, count_oom, &released);
   NotifyReleased(device, released);
   return result;
 }
 
 absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, ClientId client,
                                                          StreamId stream, uint64_t size,
-                                                         bool small_pool) {
+                                                         bool small_pool, bool count_oom) {
   GPUMUX_RETURN_IF_ERROR(CheckRequest(device, size));
   if (size % kRoundLarge != 0) {
     return absl::InvalidArgumentError(
@@ -100,9 +132,14 @@ absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, Cli
   }
   ReleasedSegments released;
   absl::StatusOr<AllocationResult> result =
-      devices_[device.value()]->Lease(client, stream, size, small_pool, &released);
+      devices_[device.value()]->Lease(client, stream, size, small_pool, count_oom, &released);
   NotifyReleased(device, released);
   return result;
+}
+
+void CachingAllocator::CountOom(DeviceIndex device, ClientId client) {
+  if (device.value() >= 0 && device.value() < device_count())
+    devices_[device.value()]->CountOom(client);
 }
 
 void CachingAllocator::SetStatsPublisher(

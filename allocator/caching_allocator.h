@@ -34,6 +34,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "allocator/allocator_config.h"
 #include "common/ids.h"
@@ -46,6 +47,14 @@ namespace gpumux {
 using ClientId = SessionId;
 
 class DeviceAllocator;
+
+// What refused an allocation or lease (RESOURCE_EXHAUSTED from Allocate or
+// Lease), ordered by how much releasing cached segments helps: the client's
+// own limit (its cache), its tenant's limit (the tenant's clients' caches),
+// the device's memory (every client's cache). kNone for a status that is
+// not such a refusal.
+enum class Shortage { kNone, kClientLimit, kTenantLimit, kDevice };
+Shortage ShortageOf(const absl::Status& status);
 
 struct AllocationResult {
   uint64_t address = 0;         // device address of the block
@@ -65,6 +74,8 @@ enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
 // PyTorch's snapshot name of a state: "active_allocated",
 // "active_pending_free" or "inactive".
 const char* BlockStateName(BlockState state);
+// The state BlockStateName names; nullopt for any other string.
+std::optional<BlockState> ParseBlockState(absl::string_view name);
 
 struct BlockSnapshot {
   uint64_t address = 0;
@@ -90,6 +101,9 @@ struct SegmentSnapshot {
   // here (the client's allocator has them) and the sizes are 0.
   bool leased = false;
   std::vector<BlockSnapshot> blocks;  // by address
+  // Set by whoever fills a leased segment's blocks from its client (the
+  // daemon) when it could not: why. Empty otherwise.
+  std::string blocks_unavailable;
 };
 
 // One tenant's books on one device (ListTenants).
@@ -139,8 +153,12 @@ class CachingAllocator {
   // when the device is full (the OOM text then also names the tenant, its
   // limit and its reserved bytes when it has a limit). Other backend errors
   // pass through unchanged.
+  // ShortageOf(the refusal) names its obstacle. With `count_oom` false a
+  // refusal does not count in num_ooms: the caller may yet get the memory
+  // elsewhere (other processes' caches) and calls CountOom when it gives up.
   absl::StatusOr<AllocationResult> Allocate(DeviceIndex device, ClientId client, StreamId stream,
-                                            uint64_t size, bool dedicated = false);
+                                            uint64_t size, bool dedicated = false,
+                                            bool count_oom = true);
 
   // A whole segment of `size` bytes for `client` to carve its own blocks
   // from (the client runs this allocator over its leases): the client's
@@ -155,7 +173,10 @@ class CachingAllocator {
   // INVALID_ARGUMENT for a size that is not a multiple of 2 MiB (PyTorch's
   // segment sizes all are).
   absl::StatusOr<AllocationResult> Lease(DeviceIndex device, ClientId client, StreamId stream,
-                                         uint64_t size, bool small_pool);
+                                         uint64_t size, bool small_pool, bool count_oom = true);
+  // One more OOM of `client` on `device` (num_ooms), for a refusal made
+  // with count_oom false that stands.
+  void CountOom(DeviceIndex device, ClientId client);
 
   // PyTorch's free: allocation, allocated_bytes and oversize_allocations drop
   // now. Without stream uses and `wait_for` events the block returns to its

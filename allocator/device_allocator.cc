@@ -63,6 +63,7 @@ Block* DeviceAllocator::AllocatedBlockOrDie(uint64_t address) const {
 
 absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, StreamId stream,
                                                            uint64_t size, bool dedicated,
+                                                           bool count_oom,
                                                            ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
   PublishOnExit publish(this);
@@ -74,6 +75,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
   r.size = RoundSize(size, options_);
   r.is_small = r.size <= kSmallSize;
   r.dedicated = dedicated;
+  r.count_oom = count_oom;
   StreamPools& pools = r.client->PoolsFor(stream);
   r.pool = r.is_small ? &pools.small : &pools.large;
   if (!dedicated) r.block = GetFreeBlockLocked(r);
@@ -89,6 +91,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
 
 absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamId stream,
                                                         uint64_t size, bool small_pool,
+                                                        bool count_oom,
                                                         ReleasedSegments* released) {
   absl::MutexLock lock(&mu_);
   PublishOnExit publish(this);
@@ -99,6 +102,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamI
   r.size = r.alloc_size = size;
   r.is_small = small_pool;
   r.dedicated = r.leased = true;
+  r.count_oom = count_oom;
   StreamPools& pools = r.client->PoolsFor(stream);
   r.pool = small_pool ? &pools.small : &pools.large;
   GPUMUX_RETURN_IF_ERROR(NewSegmentWithRetriesLocked(r, released));
@@ -281,8 +285,14 @@ AllocationResult DeviceAllocator::AllocFoundBlockLocked(Request& r, uint64_t ori
   return result;
 }
 
+void DeviceAllocator::CountOom(ClientId client) {
+  absl::MutexLock lock(&mu_);
+  PublishOnExit publish(this);
+  Charge(ClientLocked(client), [](DeviceStats& s) { ++s.num_ooms; });
+}
+
 absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
-  Charge(r.client, [](DeviceStats& s) { ++s.num_ooms; });
+  if (r.count_oom) Charge(r.client, [](DeviceStats& s) { ++s.num_ooms; });
   OomReport report;
   report.device = device_.value();
   report.attempted_segment_size = r.alloc_size;
@@ -300,7 +310,9 @@ absl::Status DeviceAllocator::OutOfMemoryLocked(const Request& r) {
     report.tenant_reserved = tenant->reserved;
     for (const ClientState* client : tenant->clients) report.tenant_clients += !client->removed;
   }
-  return absl::ResourceExhaustedError(FormatOomMessage(report));
+  absl::Status status = absl::ResourceExhaustedError(FormatOomMessage(report));
+  SetShortage(r.shortage, status);
+  return status;
 }
 
 void DeviceAllocator::Free(absl::Span<const uint64_t> addresses,

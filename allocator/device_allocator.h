@@ -48,6 +48,9 @@
 
 namespace gpumux {
 
+// Marks `status` (a refusal) with what refused it, for ShortageOf.
+void SetShortage(Shortage shortage, absl::Status& status);
+
 class DeviceAllocator {
  public:
   using ReleasedSegments = absl::InlinedVector<SegmentId, 4>;
@@ -64,9 +67,12 @@ class DeviceAllocator {
   // The contracts of CachingAllocator's methods of the same names, for this
   // device. `size` is already validated (non-zero, within the device).
   absl::StatusOr<AllocationResult> Allocate(ClientId client, StreamId stream, uint64_t size,
-                                            bool dedicated, ReleasedSegments* released);
+                                            bool dedicated, bool count_oom,
+                                            ReleasedSegments* released);
   absl::StatusOr<AllocationResult> Lease(ClientId client, StreamId stream, uint64_t size,
-                                         bool small_pool, ReleasedSegments* released);
+                                         bool small_pool, bool count_oom,
+                                         ReleasedSegments* released);
+  void CountOom(ClientId client);
   void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);
   void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream,
@@ -108,11 +114,6 @@ class DeviceAllocator {
     DeviceAllocator* allocator_;
   };
 
-  // Why the last AllocBlockLocked found no segment.
-  // Ordered by how much releasing helps: the client's cache, its tenant's,
-  // every client's.
-  enum class Shortage { kNone, kClientLimit, kTenantLimit, kDevice };
-
   // PyTorch's AllocParams.
   struct Request {
     ClientState* client = nullptr;
@@ -124,7 +125,8 @@ class DeviceAllocator {
     bool leased = false;        // implies dedicated
     BlockPool* pool = nullptr;  // the client's pool for stream and size class
     Block* block = nullptr;
-    Shortage shortage = Shortage::kNone;
+    Shortage shortage = Shortage::kNone;  // why the last AllocBlockLocked found no segment
+    bool count_oom = true;
   };
 
   ClientState* ClientLocked(ClientId client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -105,8 +105,17 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
     GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, self_.GetDeviceProperties(DeviceIndex(d)));
     total_memory.push_back(properties.total_memory);
   }
-  local_ = std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
-  if (memory_files_ == nullptr) return absl::OkStatus();  // CUDA over TCP: the books stay here
+  auto local =
+      std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
+  if (memory_files_ != nullptr) {  // else CUDA over TCP: the books stay here
+    GPUMUX_RETURN_IF_ERROR(AttachStatsPage(*local, device_count));
+  }
+  absl::MutexLock lock(&answers_mu_);
+  local_ = std::move(local);
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::AttachStatsPage(LocalAllocator& local, int device_count) {
   // The page where the allocator publishes its figures for every observer.
   v1::StatsPageResponse page;
   GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
@@ -116,7 +125,7 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
   GPUMUX_ASSIGN_OR_RETURN(MemoryMapping mapping, memory.Map(/*writable=*/true));
   GPUMUX_ASSIGN_OR_RETURN(StatsPageWriter writer,
                           StatsPageWriter::Attach(mapping.data(), page.size(), device_count));
-  local_->AttachStatsPage(std::move(memory), std::move(mapping), writer);
+  local.AttachStatsPage(std::move(memory), std::move(mapping), writer);
   return absl::OkStatus();
 }
 
@@ -145,8 +154,11 @@ Client::~Client() {
     absl::MutexLock lock(&impl.staging_mu_);
     impl.staging_.reset();
   }
-  // Returns its leases through the batcher, which Stop below flushes.
-  impl.local_.reset();
+  {
+    // Returns its leases through the batcher, which Stop below flushes.
+    absl::MutexLock lock(&impl.answers_mu_);
+    impl.local_.reset();
+  }
   if (impl.session_ != nullptr) {
     absl::Status flushed = impl.frees_.Stop();
     // With the session gone (or the daemon: UNAVAILABLE) the daemon has
@@ -552,11 +564,63 @@ void Client::Impl::FlushFreesBeforeCall() {
 }
 
 void Client::Impl::OnNotice(const v1::SessionServerMessage& notice) {
-  if (notice.has_segment_released()) {
-    const v1::SegmentReleased& released = notice.segment_released();
-    mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
+  switch (notice.kind_case()) {
+    case v1::SessionServerMessage::kSegmentReleased: {
+      const v1::SegmentReleased& released = notice.segment_released();
+      mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
+      break;
+    }
+    case v1::SessionServerMessage::kReleaseCached:
+      ReleaseCachedForDaemon(notice.release_cached());
+      break;
+    case v1::SessionServerMessage::kBlocksRequest:
+      ListLeaseBlocks(notice.blocks_request().request_id());
+      break;
+    default:
+      break;  // notices this version does not know are ignored, so newer daemons work
   }
-  // Notices this version does not know are ignored, so newer daemons work.
+}
+
+void Client::Impl::ReleaseCachedForDaemon(const v1::ReleaseCached& request) {
+  const DeviceIndex device(request.device());
+  absl::MutexLock lock(&answers_mu_);
+  if (local_ != nullptr && device.value() >= 0 && device.value() < local_->device_count()) {
+    // The leases return through the batcher: sent now, so the daemon has
+    // them back before it reads the answer.
+    local_->EmptyCache(device);
+    if (absl::Status sent = frees_.Flush(); !sent.ok() && !absl::IsUnavailable(sent)) {
+      spdlog::warn("gpumux: returning cached leases for the daemon failed: {}", sent.ToString());
+    }
+  }
+  v1::SessionClientMessage answer;
+  answer.mutable_cache_released()->set_request_id(request.request_id());
+  session_->Send(answer);
+}
+
+void Client::Impl::ListLeaseBlocks(uint64_t request) {
+  // In messages of at most kMaxAnswerBlocks blocks each, well within the
+  // daemon's message size.
+  constexpr size_t kMaxAnswerBlocks = 16384;
+  std::vector<SegmentSnapshot> segments;
+  {
+    absl::MutexLock lock(&answers_mu_);
+    if (local_ != nullptr) segments = local_->Snapshot(std::nullopt);
+  }
+  v1::SessionClientMessage answer;
+  v1::LeaseBlocks* blocks = answer.mutable_lease_blocks();
+  blocks->set_request_id(request);
+  size_t in_message = 0;
+  for (const SegmentSnapshot& segment : segments) {
+    if (in_message > 0 && in_message + segment.blocks.size() > kMaxAnswerBlocks) {
+      if (!session_->Send(answer)) return;
+      blocks->clear_segments();
+      in_message = 0;
+    }
+    ToProto(segment, blocks->add_segments());
+    in_message += segment.blocks.size();
+  }
+  blocks->set_last(true);
+  session_->Send(answer);
 }
 
 // --- Sharing ---------------------------------------------------------------

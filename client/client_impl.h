@@ -70,10 +70,19 @@ class Client::Impl {
   // or "" for -1.
   static std::string FreeFence(int cuda_device);
   void OnNotice(const v1::SessionServerMessage& notice);
+  // The daemon's questions (on the notices' thread): return the wholly free
+  // cached leases of a device (memory pressure from another session), and
+  // list the blocks of every lease (a snapshot another process asked for).
+  // Both answer even without a local allocator, so the daemon never waits.
+  void ReleaseCachedForDaemon(const v1::ReleaseCached& request);
+  void ListLeaseBlocks(uint64_t request);
   // Local allocation mode: starts the local allocator when `mode` (resolved
   // against GPUMUX_ALLOCATION) asks for it and this connection can map
   // leases. INVALID_ARGUMENT for a GPUMUX_ALLOCATION it does not know.
   absl::Status StartLocalAllocation(AllocationMode mode);
+  // Maps the session's stats page (Memory.GetStatsPage) for `local` to
+  // publish its figures on.
+  absl::Status AttachStatsPage(LocalAllocator& local, int device_count);
   // Frees a block of the local allocator (DeviceBuffer's destructor, Free).
   void FreeLocal(DeviceIndex device, uint64_t address, int cuda_device);
   // The daemon's offset for `offset` into `buffer` (its offset in the lease
@@ -158,7 +167,12 @@ class Client::Impl {
   FreeBatcher frees_;
   // Ids of local blocks (DeviceBuffer::id), below their top bit.
   std::atomic<uint64_t> next_local_id_{1};
-  // Set at Connect in local allocation mode; null in daemon mode.
+  // Held while the notices' thread answers the daemon's questions with
+  // local_, and while local_ is set or reset (the thread runs from before
+  // Connect sets it until after ~Client resets it).
+  absl::Mutex answers_mu_;
+  // Set at Connect in local allocation mode; null in daemon mode. Read
+  // without answers_mu_ on every other path: those run between.
   std::unique_ptr<LocalAllocator> local_;
 };
 

@@ -85,6 +85,7 @@ class LocalAllocator {
 
   // Leases held now.
   size_t lease_count() const;
+  int device_count() const { return allocator_.device_count(); }
 
   // Publishes the allocator's figures on the session's stats page from now
   // on (common/stats_page.h), before each Allocate and Free returns. Call

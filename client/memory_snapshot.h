@@ -39,8 +39,13 @@ struct SegmentInfo {
   SegmentId segment_id;
   bool shareable = false;
   // Leased to the session, whose client carves the blocks (local
-  // allocation). Another process's view lists no blocks for it.
+  // allocation); another process's view gets them from that client.
   bool leased = false;
+  // A leased segment whose blocks the daemon could not get from its client
+  // (it did not answer in time, or answered wrongly): no blocks, sizes 0,
+  // and why.
+  bool blocks_unavailable = false;
+  std::string blocks_unavailable_reason;
 };
 
 }  // namespace gpumux

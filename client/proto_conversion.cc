@@ -49,7 +49,23 @@ SegmentInfo FromProto(const v1::SnapshotSegment& proto) {
   segment.segment_id = SegmentId(proto.segment_id());
   segment.shareable = proto.shareable();
   segment.leased = proto.leased();
+  segment.blocks_unavailable = proto.blocks_unavailable();
+  segment.blocks_unavailable_reason = proto.blocks_unavailable_reason();
   return segment;
+}
+
+void ToProto(const SegmentSnapshot& segment, v1::SnapshotSegment* out) {
+  out->set_device(segment.device.value());
+  out->set_address(segment.address);
+  out->set_total_size(segment.total_size);
+  out->mutable_blocks()->Reserve(static_cast<int>(segment.blocks.size()));
+  for (const BlockSnapshot& b : segment.blocks) {
+    v1::SnapshotBlock* block = out->add_blocks();
+    block->set_address(b.address);
+    block->set_size(b.size);
+    block->set_requested_size(b.requested_size);
+    block->set_state(BlockStateName(b.state));
+  }
 }
 
 std::vector<SegmentInfo> FromProto(const v1::MemorySnapshot& proto) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "client/copy_options.h"
 #include "client/device_properties.h"
 #include "client/memory_snapshot.h"
@@ -31,6 +32,9 @@ SessionInfo FromProto(const v1::SessionInfo& proto);
 std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto);
 
 v1::StreamRef ToProto(const Stream& stream);
+// A segment of the local allocator as a lease_blocks answer lists it: its
+// device, address, size and blocks.
+void ToProto(const SegmentSnapshot& segment, v1::SnapshotSegment* out);
 // CopyOptions for work queued on `stream` (already resolved from `options`).
 v1::CopyOptions ToProto(const Stream& stream, const CopyOptions& options);
 v1::Dtype ToProto(Dtype dtype);

@@ -63,8 +63,12 @@ absl::Status SessionStream::Close(absl::Duration timeout) {
   absl::MutexLock close_lock(&close_mu_);
   if (closed_) return close_status_;
   closed_ = true;
-  // False when the stream is already broken; Finish below says why.
-  stream_->WritesDone();
+  {
+    absl::MutexLock lock(&write_mu_);
+    writes_done_ = true;
+    // False when the stream is already broken; Finish below says why.
+    stream_->WritesDone();
+  }
   bool ended;
   {
     absl::MutexLock lock(&mu_);
@@ -75,6 +79,12 @@ absl::Status SessionStream::Close(absl::Duration timeout) {
   reader_.join();
   close_status_ = FromGrpcStatus(stream_->Finish(), address_);
   return close_status_;
+}
+
+bool SessionStream::Send(const v1::SessionClientMessage& message) {
+  absl::MutexLock lock(&write_mu_);
+  if (writes_done_) return false;
+  return stream_->Write(message);
 }
 
 void SessionStream::SetState(State state) {

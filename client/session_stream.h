@@ -48,6 +48,11 @@ class SessionStream {
   // True once the daemon ended the stream or it broke (daemon gone).
   bool ended() const;
 
+  // Sends a message after `open` (an answer to the daemon's question);
+  // false when the stream is closing or broken. Safe from any thread,
+  // including the notice handler.
+  bool Send(const v1::SessionClientMessage& message);
+
   // Half-closes the stream (which ends the session), waits up to `timeout`
   // for the daemon to end it, cancelling otherwise, and returns the final
   // status. Idempotent; later calls return the first result.
@@ -78,6 +83,10 @@ class SessionStream {
   State state_ ABSL_GUARDED_BY(mu_) = State::kOpening;
   // Set when the first message was not SessionOpened.
   bool unexpected_first_message_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Serializes writes after `open` with the half-close.
+  absl::Mutex write_mu_;
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
 
   absl::Mutex close_mu_;
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;

@@ -34,6 +34,7 @@
 #include "common/admin_socket.h"
 #include "common/logging.h"
 #include "common/memory_socket.h"
+#include "server/core/client_queries.h"
 #include "server/core/device_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
@@ -227,6 +228,8 @@ struct Daemon::State {
   std::unique_ptr<NvtxRanges> nvtx;
   std::unique_ptr<DeviceWork> work;
   std::unique_ptr<SessionLifecycle> lifecycle;
+  // The daemon's questions to local-allocating clients and their answers.
+  std::unique_ptr<ClientQueries> queries;
   // After the managers its tasks use, so it joins them first.
   BlockingExecutor executor;
   // Services: one set per server (a service registers with one server only).
@@ -305,6 +308,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                              {"--blocking-threads", options.blocking_threads}}) {
     if (value == 0) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
   }
+  if (options.client_reply_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--client-reply-timeout must be positive");
+  }
   for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
     if (absl::Status status = CheckTenantName(limit.tenant); !status.ok()) {
       return absl::InvalidArgumentError(
@@ -346,9 +352,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                         s.rng.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get());
-  s.session_service = std::make_unique<SessionService>(
-      s.lifecycle.get(), &s.sessions, backend->name(), s.memory->allocator().options().conf);
-  s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions);
+  s.queries = std::make_unique<ClientQueries>(&s.sessions);
+  s.session_service =
+      std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, s.queries.get(),
+                                       backend->name(), s.memory->allocator().options().conf);
+  s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions, s.queries.get(),
+                                                     &s.executor, options.client_reply_timeout);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
   s.copy_service =
@@ -358,7 +367,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service =
-      std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
+      std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions,
+                                       s.queries.get(), &s.executor, options.client_reply_timeout);
   const std::string admin_path = AdminSocketPath(options.socket_path);
   s.admin_service = std::make_unique<AdminService>(s.memory.get());
   s.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
@@ -440,8 +450,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
 
   if (!options.listen_address.empty()) {
     s.tcp_device_service = std::make_unique<DeviceService>(backend, &s.executor);
-    s.tcp_observe_service =
-        std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions);
+    s.tcp_observe_service = std::make_unique<ObserveService>(
+        s.memory.get(), s.streams.get(), &s.sessions, s.queries.get(), &s.executor,
+        options.client_reply_timeout);
     grpc::ServerBuilder tcp_builder;
     tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                                  &s.tcp_port);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace gpumux {
 
@@ -58,6 +59,11 @@ class Daemon {
       uint64_t bytes = 0;
     };
     std::vector<TenantMemoryLimit> tenant_memory_limits;
+    // How long the daemon waits for a local-allocating client to answer a
+    // question on its session stream (gpumuxd --client-reply-timeout): to
+    // return its cached leases for another session's allocation, or to list
+    // its blocks for a snapshot. Must be positive.
+    absl::Duration client_reply_timeout = absl::Seconds(1);
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in

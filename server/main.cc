@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "common/default_address.h"
 #include "common/logging.h"
@@ -48,6 +49,10 @@ ABSL_FLAG(uint64_t, max_share_tokens, 262144,
           "most share tokens of live allocations, over all sessions");
 ABSL_FLAG(uint64_t, blocking_threads, 512,
           "most threads for calls that may block (synchronize, waited copies)");
+ABSL_FLAG(absl::Duration, client_reply_timeout, absl::Seconds(1),
+          "how long to wait for a client that allocates locally to answer the daemon: to return "
+          "its cached leases for another session (memory pressure), or to list its blocks for a "
+          "snapshot");
 ABSL_FLAG(std::string, tenant_memory_limit, "",
           "TENANT=SIZE[,TENANT=SIZE...]: a byte limit on all sessions of each tenant together, on "
           "every device (repeatable; SIZE as for --host-device-memory; gpumux tenant-limit changes "
@@ -200,6 +205,7 @@ int main(int argc, char** argv) {
   options.max_share_tokens = absl::GetFlag(FLAGS_max_share_tokens);
   options.blocking_threads = absl::GetFlag(FLAGS_blocking_threads);
   options.tenant_memory_limits = *std::move(tenant_limits);
+  options.client_reply_timeout = absl::GetFlag(FLAGS_client_reply_timeout);
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.

@@ -63,6 +63,12 @@ void WriteSegment(const SegmentInfo& segment, JsonWriter& json) {
   json.Uint(segment.segment_id.value());
   json.Key("shareable");
   json.Bool(segment.shareable);
+  json.Key("leased");
+  json.Bool(segment.leased);
+  if (segment.blocks_unavailable) {
+    json.Key("blocks_unavailable");
+    json.String(segment.blocks_unavailable_reason);
+  }
   json.EndObject();
 }
 
@@ -86,9 +92,19 @@ std::string FormatSnapshotTable(const std::vector<SegmentInfo>& segments) {
                   absl::StrFormat("0x%x", segment.address), segment.segment_type,
                   FormatTorchSize(segment.total_size), FormatTorchSize(segment.allocated_size),
                   FormatTorchSize(segment.active_size), FormatTorchSize(segment.requested_size),
-                  absl::StrCat(segment.blocks.size()), segment.shareable ? "yes" : "no"});
+                  segment.blocks_unavailable ? std::string("unavailable")
+                                             : absl::StrCat(segment.blocks.size()),
+                  segment.shareable ? "yes" : "no"});
   }
-  return table.Render();
+  std::string out = table.Render();
+  // Why, under the table: a stopped or hung client, or a wrong answer.
+  for (const SegmentInfo& segment : segments) {
+    if (segment.blocks_unavailable) {
+      absl::StrAppend(&out, "segment ", segment.segment_id.value(), ": ",
+                      segment.blocks_unavailable_reason, "\n");
+    }
+  }
+  return out;
 }
 
 }  // namespace gpumux

@@ -59,7 +59,9 @@ void MemoryManager::AddSession(SessionId session, const std::string& tenant) {
   // but its Open has not returned to the client yet.
   allocator_.SetClientTenant(session, tenant);
   absl::MutexLock lock(&mu_);
-  books_[session].imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
+  SessionBooks& books = books_[session];
+  books.imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
+  books.leases.assign(static_cast<size_t>(allocator_.device_count()), 0);
 }
 
 absl::Status MemoryManager::SetTenantLimit(const std::string& tenant,
@@ -73,22 +75,58 @@ absl::Status MemoryManager::SetTenantLimit(const std::string& tenant,
 
 absl::StatusOr<AllocationView> MemoryManager::Allocate(
     SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
-    absl::Span<const AllocationId> frees, absl::Span<const std::string> free_wait_event_handles) {
-  return AllocateWith(session, device, stream, frees, free_wait_event_handles, shareable, [&] {
-    return allocator_.Allocate(device, session, stream, size, shareable);
-  });
+    absl::Span<const AllocationId> frees, absl::Span<const std::string> free_wait_event_handles,
+    bool count_oom) {
+  return AllocateWith(
+      session, device, stream, frees, free_wait_event_handles, shareable,
+      /*leased=*/false,
+      [&] { return allocator_.Allocate(device, session, stream, size, shareable, count_oom); });
 }
 
 absl::StatusOr<AllocationView> MemoryManager::Lease(SessionId session, DeviceIndex device,
                                                     StreamId stream, uint64_t size, bool small_pool,
-                                                    absl::Span<const AllocationId> frees) {
-  return AllocateWith(session, device, stream, frees, {}, /*shareable=*/false,
-                      [&] { return allocator_.Lease(device, session, stream, size, small_pool); });
+                                                    absl::Span<const AllocationId> frees,
+                                                    bool count_oom) {
+  return AllocateWith(
+      session, device, stream, frees, {}, /*shareable=*/false, /*leased=*/true,
+      [&] { return allocator_.Lease(device, session, stream, size, small_pool, count_oom); });
+}
+
+std::vector<SessionId> MemoryManager::PressureCandidates(SessionId session, DeviceIndex device,
+                                                         Shortage shortage) const {
+  if (shortage != Shortage::kDevice && shortage != Shortage::kTenantLimit) return {};
+  if (!CheckDevice(device).ok()) return {};
+  std::vector<SessionId> holders;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [other, books] : books_) {
+      if (other != session && books.leases[static_cast<size_t>(device.value())] > 0)
+        holders.push_back(other);
+    }
+  }
+  std::optional<std::string> tenant;
+  if (shortage == Shortage::kTenantLimit) {
+    std::optional<SessionInfo> info = sessions_->Get(session);
+    if (!info.has_value()) return {};
+    tenant = info->tenant;
+  }
+  std::vector<SessionId> out;
+  for (SessionId other : holders) {
+    if (tenant.has_value()) {
+      std::optional<SessionInfo> info = sessions_->Get(other);
+      if (!info.has_value() || info->tenant != *tenant) continue;
+    }
+    const DeviceStats stats = SessionStatsWithPage(device, other);
+    if (stats.reserved_bytes[kAggregate].current > stats.allocated_bytes[kAggregate].current)
+      out.push_back(other);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
     SessionId session, DeviceIndex device, StreamId stream, absl::Span<const AllocationId> frees,
-    absl::Span<const std::string> free_wait_event_handles, bool shareable,
+    absl::Span<const std::string> free_wait_event_handles, bool shareable, bool leased,
     absl::FunctionRef<absl::StatusOr<AllocationResult>()> allocate) {
   // The allocator pools by the session's own stream ids: only check them.
   // The default stream always exists, so the common case takes no lock.
@@ -122,6 +160,8 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
                                  result.address - result.segment_address,
                                  std::move(result.segment_handle)};
     block->shareable = shareable;
+    block->leased = leased;
+    if (leased) ++books_.at(session).leases[static_cast<size_t>(device.value())];
     block->allocated_by = session;
     block->charged = session;
     view = AddReferenceLocked(session, block.release(), /*imported=*/false);
@@ -332,6 +372,7 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
         summary->allocated_bytes += block->view.size;
       }
     }
+    if (block->leased) --books.leases[device_slot];
     for (const std::string& token : block->tokens) {
       unused_tokens_.erase(token);
       used_tokens_.erase(token);

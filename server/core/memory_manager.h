@@ -132,10 +132,13 @@ class MemoryManager {
   // allocates for `stream` (as StreamManager::Resolve names it). Errors as
   // Free and Resolve, plus: INVALID_ARGUMENT for a bad size;
   // RESOURCE_EXHAUSTED when the memory is not there.
+  // With `count_oom` false a refusal does not count in num_ooms (the caller
+  // may yet relieve it, see PressureCandidates, and calls CountOom when it
+  // gives up); ShortageOf(the refusal) names what refused it.
   absl::StatusOr<AllocationView> Allocate(
       SessionId session, DeviceIndex device, StreamId stream, uint64_t size, bool shareable,
       absl::Span<const AllocationId> frees = {},
-      absl::Span<const std::string> free_wait_event_handles = {});
+      absl::Span<const std::string> free_wait_event_handles = {}, bool count_oom = true);
   // The fast path: leases a whole segment of `size` bytes (a multiple of
   // 2 MiB) on `device` for `stream`, which the session's client carves its
   // blocks from itself (CachingAllocator::Lease: the session's limit and the
@@ -147,7 +150,20 @@ class MemoryManager {
   // Allocate. Errors as Allocate.
   absl::StatusOr<AllocationView> Lease(SessionId session, DeviceIndex device, StreamId stream,
                                        uint64_t size, bool small_pool,
-                                       absl::Span<const AllocationId> frees = {});
+                                       absl::Span<const AllocationId> frees = {},
+                                       bool count_oom = true);
+  // One more OOM of the session on `device` (num_ooms): a refusal made with
+  // count_oom false stands.
+  void CountOom(SessionId session, DeviceIndex device) { allocator_.CountOom(device, session); }
+
+  // Memory pressure across processes: the sessions other than `session`
+  // whose clients allocate locally and hold cached leases on `device` that
+  // could relieve `shortage` (every such session for a full device, those of
+  // `session`'s tenant for its tenant's limit, none for its own limit, whose
+  // relief is its own cache). Cached: reserved over allocated by their stats
+  // pages, or any lease at all for a session without a page.
+  std::vector<SessionId> PressureCandidates(SessionId session, DeviceIndex device,
+                                            Shortage shortage) const;
   // Checks every id, then frees them all: INVALID_ARGUMENT for more than
   // kMaxFreeIds ids or kMaxWaitEventHandles handles, an id named twice or a
   // handle that is not kIpcEventHandleBytes long; NOT_FOUND for an id that
@@ -242,7 +258,8 @@ class MemoryManager {
     AllocationView view;     // as first handed out (id: the owner's)
     SessionId allocated_by;  // whose stream ids the allocator knows it by
     bool shareable = false;
-    SessionId charged;  // whose stats carry it
+    bool leased = false;  // a lease (Lease), which the session's client carves
+    SessionId charged;    // whose stats carry it
     absl::InlinedVector<AllocationId, 1> refs;
     std::vector<std::string> tokens;  // issued for it, used or not
   };
@@ -253,6 +270,7 @@ class MemoryManager {
   };
   struct SessionBooks {
     absl::flat_hash_set<AllocationId> ids;
+    std::vector<uint32_t> leases;          // per device: live leases
     std::vector<uint64_t> imported_bytes;  // per device
     // Allocate and Free calls between their books and the allocator now;
     // ReleaseSession waits for them.
@@ -274,7 +292,7 @@ class MemoryManager {
   // the block it returns for the session.
   absl::StatusOr<AllocationView> AllocateWith(
       SessionId session, DeviceIndex device, StreamId stream, absl::Span<const AllocationId> frees,
-      absl::Span<const std::string> free_wait_event_handles, bool shareable,
+      absl::Span<const std::string> free_wait_event_handles, bool shareable, bool leased,
       absl::FunctionRef<absl::StatusOr<AllocationResult>()> allocate) ABSL_LOCKS_EXCLUDED(mu_);
   // Free after CheckFreeRequest.
   absl::Status FreeChecked(SessionId session, absl::Span<const AllocationId> ids,

@@ -172,16 +172,15 @@ std::vector<SessionInfo> SessionRegistry::List() const {
   return out;
 }
 
+std::shared_ptr<NoticeSink> SessionRegistry::SinkOf(SessionId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second.sink;
+}
+
 void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device,
                                             SegmentId segment) const {
-  std::shared_ptr<NoticeSink> sink;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    auto it = sessions_.find(id);
-    if (it == sessions_.end()) return;
-    sink = it->second.sink;
-  }
-  if (sink != nullptr) sink->SegmentReleased(device, segment);
+  if (std::shared_ptr<NoticeSink> sink = SinkOf(id)) sink->SegmentReleased(device, segment);
 }
 
 void SessionRegistry::TerminateAll(absl::string_view reason) const {

@@ -82,6 +82,8 @@ class SessionRegistry {
   // Open sessions by id.
   std::vector<SessionInfo> List() const;
 
+  // The session's sink; null for a session that is not open.
+  std::shared_ptr<NoticeSink> SinkOf(SessionId id) const;
   // Delivers a notice to the session's sink; a closed session is skipped.
   void NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const;
 

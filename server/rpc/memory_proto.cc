@@ -50,6 +50,10 @@ void ToProto(const std::vector<SegmentSnapshot>& segments, v1::MemorySnapshot* o
     seg->set_segment_id(s.id.value());
     seg->set_shareable(s.dedicated && !s.leased);
     seg->set_leased(s.leased);
+    if (!s.blocks_unavailable.empty()) {
+      seg->set_blocks_unavailable(true);
+      seg->set_blocks_unavailable_reason(s.blocks_unavailable);
+    }
     for (const BlockSnapshot& b : s.blocks) {
       v1::SnapshotBlock* block = seg->add_blocks();
       block->set_address(b.address);

@@ -1,6 +1,8 @@
 #include "server/rpc/memory_service.h"
 
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/memory_summary.h"
@@ -8,6 +10,7 @@
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/memory_proto.h"
 #include "server/rpc/serve_session_call.h"
+#include "server/rpc/session_auth.h"
 
 namespace gpumux {
 namespace {
@@ -25,34 +28,75 @@ std::optional<DeviceIndex> OptionalDevice(bool has, int32_t device) {
 
 }  // namespace
 
+template <typename Attempt, typename Fill>
+grpc::ServerUnaryReactor* MemoryService::ServeRelievingPressure(
+    grpc::CallbackServerContext* context, DeviceIndex device, bool count_ooms, Attempt attempt,
+    Fill fill) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
+  if (!session.ok()) {
+    reactor->Finish(ToGrpcStatus(session.status()));
+    return reactor;
+  }
+  absl::StatusOr<AllocationView> view = attempt(*session, /*first=*/true);
+  if (view.ok()) {
+    fill(*view);
+    reactor->Finish(FinishStatus(*sessions_, absl::OkStatus()));
+    return reactor;
+  }
+  const Shortage shortage = ShortageOf(view.status());
+  std::vector<SessionId> holders = memory_->PressureCandidates(*session, device, shortage);
+  if (holders.empty()) {
+    if (count_ooms && shortage != Shortage::kNone) memory_->CountOom(*session, device);
+    reactor->Finish(FinishStatus(*sessions_, view.status()));
+    return reactor;
+  }
+  // Waiting for other processes must not hold a gRPC thread.
+  FinishOnExecutor(reactor, *sessions_, *executor_, *session,
+                   [this, device, holders = std::move(holders), attempt, fill](SessionId s) {
+                     queries_->ReleaseCached(holders, device, absl::Now() + reply_timeout_);
+                     absl::StatusOr<AllocationView> retried = attempt(s, /*first=*/false);
+                     if (!retried.ok()) return retried.status();
+                     fill(*retried);
+                     return absl::OkStatus();
+                   });
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* MemoryService::Allocate(grpc::CallbackServerContext* context,
                                                   const v1::AllocateRequest* request,
                                                   v1::AllocateResponse* response) {
-  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    std::vector<AllocationId> frees = ToIds(request->free_allocation_ids());
-    std::vector<std::string> handles(request->free_wait_event_handles().begin(),
-                                     request->free_wait_event_handles().end());
-    GPUMUX_ASSIGN_OR_RETURN(
-        AllocationView view,
-        memory_->Allocate(session, DeviceIndex(request->device()), StreamId(request->stream()),
-                          request->size(), request->shareable(), frees, handles));
-    ToProto(view, response->mutable_allocation());
-    return absl::OkStatus();
-  });
+  return ServeRelievingPressure(
+      context, DeviceIndex(request->device()), /*count_ooms=*/true,
+      [this, request](SessionId session, bool first) {
+        // The frees apply with the first attempt only.
+        std::vector<AllocationId> frees;
+        std::vector<std::string> handles;
+        if (first) {
+          frees = ToIds(request->free_allocation_ids());
+          handles.assign(request->free_wait_event_handles().begin(),
+                         request->free_wait_event_handles().end());
+        }
+        return memory_->Allocate(session, DeviceIndex(request->device()),
+                                 StreamId(request->stream()), request->size(), request->shareable(),
+                                 frees, handles, /*count_oom=*/!first);
+      },
+      [response](const AllocationView& view) { ToProto(view, response->mutable_allocation()); });
 }
 
 grpc::ServerUnaryReactor* MemoryService::Lease(grpc::CallbackServerContext* context,
                                                const v1::LeaseRequest* request,
                                                v1::AllocateResponse* response) {
-  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(
-        AllocationView view,
-        memory_->Lease(session, DeviceIndex(request->device()), StreamId(request->stream()),
-                       request->size(), request->small_pool(),
-                       ToIds(request->free_allocation_ids())));
-    ToProto(view, response->mutable_allocation());
-    return absl::OkStatus();
-  });
+  return ServeRelievingPressure(
+      context, DeviceIndex(request->device()), /*count_ooms=*/false,
+      [this, request](SessionId session, bool first) {
+        return memory_->Lease(
+            session, DeviceIndex(request->device()), StreamId(request->stream()), request->size(),
+            request->small_pool(),
+            first ? ToIds(request->free_allocation_ids()) : std::vector<AllocationId>(),
+            /*count_oom=*/false);
+      },
+      [response](const AllocationView& view) { ToProto(view, response->mutable_allocation()); });
 }
 
 grpc::ServerUnaryReactor* MemoryService::GetStatsPage(grpc::CallbackServerContext* context,

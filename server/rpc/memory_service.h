@@ -3,17 +3,29 @@
 // gpumux.v1.Memory: a thin adapter from the wire to MemoryManager. Every call
 // authenticates its session first; conversion lives in memory_proto.h.
 
+#include "absl/time/time.h"
 #include "gpumux/v1/memory.grpc.pb.h"
+#include "server/core/client_queries.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_registry.h"
+#include "server/rpc/blocking_executor.h"
 
 namespace gpumux {
 
 class MemoryService final : public v1::Memory::CallbackService {
  public:
-  // Both must outlive the service.
-  MemoryService(MemoryManager* memory, const SessionRegistry* sessions)
-      : memory_(memory), sessions_(sessions) {}
+  // All must outlive the service. An Allocate or Lease that the device's
+  // memory (or the tenant's limit) refuses while other sessions' clients
+  // hold cached leases there asks them through `queries` to return those,
+  // waits up to `reply_timeout` for their answers on `executor`, and tries
+  // once more: granted then, or refused with PyTorch's OOM text.
+  MemoryService(MemoryManager* memory, const SessionRegistry* sessions, ClientQueries* queries,
+                BlockingExecutor* executor, absl::Duration reply_timeout)
+      : memory_(memory),
+        sessions_(sessions),
+        queries_(queries),
+        executor_(executor),
+        reply_timeout_(reply_timeout) {}
 
   grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
                                      const v1::AllocateRequest* request,
@@ -59,8 +71,22 @@ class MemoryService final : public v1::Memory::CallbackService {
                                    v1::ImportResponse* response) override;
 
  private:
+  // `attempt(session, first)` allocates for the call's session; a first
+  // refusal that other sessions' cached leases may relieve is retried on
+  // the executor after asking them (ReleaseCached). With `count_ooms` a
+  // refusal that stands counts in num_ooms once (Allocate; a refused Lease
+  // is counted by the client's allocator, which raises the OOM). `fill`
+  // writes the granted view into the response.
+  template <typename Attempt, typename Fill>
+  grpc::ServerUnaryReactor* ServeRelievingPressure(grpc::CallbackServerContext* context,
+                                                   DeviceIndex device, bool count_ooms,
+                                                   Attempt attempt, Fill fill);
+
   MemoryManager* memory_;
   const SessionRegistry* sessions_;
+  ClientQueries* queries_;
+  BlockingExecutor* executor_;
+  const absl::Duration reply_timeout_;
 };
 
 }  // namespace gpumux

@@ -1,7 +1,10 @@
 #include "server/rpc/observe_service.h"
 
 #include <optional>
+#include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_set.h"
 
 #include "common/memory_summary.h"
 #include "server/rpc/grpc_status.h"
@@ -55,13 +58,38 @@ grpc::ServerUnaryReactor* ObserveService::GetMemorySummary(grpc::CallbackServerC
 grpc::ServerUnaryReactor* ObserveService::GetMemorySnapshot(
     grpc::CallbackServerContext* context, const v1::ObserveSnapshotRequest* request,
     v1::MemorySnapshot* response) {
-  std::optional<DeviceIndex> device =
+  const std::optional<DeviceIndex> device =
       request->all_devices() ? std::nullopt
                              : std::optional<DeviceIndex>(DeviceIndex(request->device()));
-  absl::StatusOr<std::vector<SegmentSnapshot>> segments =
-      memory_->Snapshot(device, OptionalSession(request->session_id()));
-  if (segments.ok()) ToProto(*segments, response);
-  return FinishWith(context, segments.status());
+  const std::optional<SessionId> session = OptionalSession(request->session_id());
+  absl::StatusOr<std::vector<SegmentSnapshot>> segments = memory_->Snapshot(device, session);
+  if (!segments.ok()) return FinishWith(context, segments.status());
+  // Leased segments' blocks are in their clients' own allocators.
+  absl::flat_hash_set<SessionId> leasing;
+  for (const SegmentSnapshot& segment : *segments) {
+    if (segment.leased) leasing.insert(SessionId(segment.client.value()));
+  }
+  if (leasing.empty()) {
+    ToProto(*segments, response);
+    return FinishWith(context, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::vector<SessionId> ask(leasing.begin(), leasing.end());
+  absl::Status started =
+      executor_->Run([this, reactor, response, device, session, ask = std::move(ask)] {
+        const absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> answers =
+            queries_->LeaseBlocks(ask, absl::Now() + reply_timeout_);
+        // The books as they are now, after the answers: a lease returned
+        // meanwhile is gone from both.
+        absl::StatusOr<std::vector<SegmentSnapshot>> now = memory_->Snapshot(device, session);
+        if (now.ok()) {
+          FillLeaseBlocks(answers, reply_timeout_, *now);
+          ToProto(*now, response);
+        }
+        reactor->Finish(ToGrpcStatus(now.status()));
+      });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));
+  return reactor;
 }
 
 }  // namespace gpumux

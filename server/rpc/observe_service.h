@@ -5,19 +5,30 @@
 // MemoryManager); conversion lives in observe_proto.h and memory_proto.h.
 // Needs no session; served over TCP too.
 
+#include "absl/time/time.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "server/core/client_queries.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_registry.h"
 #include "server/core/stream_manager.h"
+#include "server/rpc/blocking_executor.h"
 
 namespace gpumux {
 
 class ObserveService final : public v1::Observe::CallbackService {
  public:
-  // All must outlive the service.
+  // All must outlive the service. A snapshot that covers leased segments
+  // asks their sessions' clients for the blocks through `queries`, waiting
+  // up to `reply_timeout` on `executor` (FillLeaseBlocks).
   ObserveService(const MemoryManager* memory, const StreamManager* streams,
-                 const SessionRegistry* sessions)
-      : memory_(memory), streams_(streams), sessions_(sessions) {}
+                 const SessionRegistry* sessions, ClientQueries* queries,
+                 BlockingExecutor* executor, absl::Duration reply_timeout)
+      : memory_(memory),
+        streams_(streams),
+        sessions_(sessions),
+        queries_(queries),
+        executor_(executor),
+        reply_timeout_(reply_timeout) {}
 
   grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
                                          const v1::ListSessionsRequest* request,
@@ -36,6 +47,9 @@ class ObserveService final : public v1::Observe::CallbackService {
   const MemoryManager* memory_;
   const StreamManager* streams_;
   const SessionRegistry* sessions_;
+  ClientQueries* queries_;
+  BlockingExecutor* executor_;
+  const absl::Duration reply_timeout_;
 };
 
 }  // namespace gpumux

@@ -3,6 +3,10 @@
 // Conversions between gpumux.v1.Session messages and the core's session
 // types, for the Session service.
 
+#include <cstdint>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
 #include "gpumux/v1/session.pb.h"
 #include "server/core/session_registry.h"
 
@@ -16,5 +20,14 @@ void ToProto(const OpenedSession& opened, v1::SessionOpened* out);
 
 // The notice that `segment` of `device` is being released.
 v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId segment);
+
+// The daemon's questions to a client (ClientQueries).
+v1::SessionServerMessage ReleaseCachedMessage(uint64_t request, DeviceIndex device);
+v1::SessionServerMessage BlocksRequestMessage(uint64_t request);
+
+// The segments of a client's lease_blocks answer, as far as the daemon
+// reads them: device, address and blocks. A block state that is not one of
+// PyTorch's three marks its segment `blocks_unavailable`.
+std::vector<SegmentSnapshot> FromProto(const v1::LeaseBlocks& answer);
 
 }  // namespace gpumux

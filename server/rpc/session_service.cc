@@ -25,8 +25,9 @@ class SessionReactor final
       public std::enable_shared_from_this<SessionReactor> {
  public:
   // `daemon` (the daemon's facts every SessionOpened carries) must outlive it.
-  SessionReactor(SessionLifecycle* lifecycle, const v1::SessionOpened* daemon)
-      : lifecycle_(lifecycle), daemon_(daemon) {}
+  SessionReactor(SessionLifecycle* lifecycle, ClientQueries* queries,
+                 const v1::SessionOpened* daemon)
+      : lifecycle_(lifecycle), queries_(queries), daemon_(daemon) {}
 
   void Begin(std::shared_ptr<SessionReactor> self) {
     self_ = std::move(self);
@@ -56,10 +57,15 @@ class SessionReactor final
       EndSession("client closed the session stream", grpc::Status::OK);
       return;
     }
-    if (HasSession()) {
-      EndSession("protocol error",
-                 grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                              "the session is already open; the stream takes no further messages"));
+    if (std::optional<SessionId> session = OpenSession(); session.has_value()) {
+      if (!TakeAnswer(*session)) {
+        EndSession("protocol error",
+                   grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                "the session is already open; the stream takes only answers to "
+                                "the daemon's questions (cache_released, lease_blocks)"));
+        return;
+      }
+      StartRead(&request_);
       return;
     }
     if (!request_.has_open()) {
@@ -120,6 +126,12 @@ class SessionReactor final
     void SegmentReleased(DeviceIndex device, SegmentId segment) override {
       if (auto reactor = reactor_.lock()) reactor->Send(SegmentReleasedMessage(device, segment));
     }
+    void AskReleaseCached(uint64_t request, DeviceIndex device) override {
+      if (auto reactor = reactor_.lock()) reactor->Send(ReleaseCachedMessage(request, device));
+    }
+    void AskLeaseBlocks(uint64_t request) override {
+      if (auto reactor = reactor_.lock()) reactor->Send(BlocksRequestMessage(request));
+    }
     void Terminate(absl::string_view reason) override {
       if (auto reactor = reactor_.lock()) {
         reactor->EndSession(reason,
@@ -131,9 +143,26 @@ class SessionReactor final
     std::weak_ptr<SessionReactor> reactor_;
   };
 
-  bool HasSession() {
+  bool HasSession() { return OpenSession().has_value(); }
+  std::optional<SessionId> OpenSession() {
     absl::MutexLock lock(&mu_);
-    return session_.has_value();
+    return session_;
+  }
+
+  // Hands an answer in request_ to the queries; false for any other message.
+  bool TakeAnswer(SessionId session) {
+    switch (request_.kind_case()) {
+      case v1::SessionClientMessage::kCacheReleased:
+        queries_->OnCacheReleased(session, request_.cache_released().request_id());
+        return true;
+      case v1::SessionClientMessage::kLeaseBlocks: {
+        const v1::LeaseBlocks& answer = request_.lease_blocks();
+        queries_->OnLeaseBlocks(session, answer.request_id(), FromProto(answer), answer.last());
+        return true;
+      }
+      default:
+        return false;
+    }
   }
 
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -149,7 +178,11 @@ class SessionReactor final
       closed_ = true;
       session = session_;
     }
-    if (session.has_value()) lifecycle_->Close(*session, reason);
+    if (!session.has_value()) return;
+    lifecycle_->Close(*session, reason);
+    // After its leases are back: an allocation waiting on its answer retries
+    // with them.
+    queries_->OnSessionClosed(*session);
   }
 
   void EndSession(absl::string_view reason, grpc::Status status) {
@@ -165,6 +198,7 @@ class SessionReactor final
   }
 
   SessionLifecycle* lifecycle_;
+  ClientQueries* queries_;
   const v1::SessionOpened* daemon_;
   std::shared_ptr<SessionReactor> self_;  // keeps this alive until OnDone
   v1::SessionClientMessage request_;
@@ -181,8 +215,9 @@ class SessionReactor final
 }  // namespace
 
 SessionService::SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
-                               absl::string_view backend_name, absl::string_view allocator_conf)
-    : lifecycle_(lifecycle), sessions_(sessions) {
+                               ClientQueries* queries, absl::string_view backend_name,
+                               absl::string_view allocator_conf)
+    : lifecycle_(lifecycle), sessions_(sessions), queries_(queries) {
   daemon_.set_backend(std::string(backend_name));
   daemon_.set_daemon_version(kDaemonVersion);
   daemon_.set_allocator_conf(std::string(allocator_conf));
@@ -190,7 +225,7 @@ SessionService::SessionService(SessionLifecycle* lifecycle, const SessionRegistr
 
 grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* SessionService::Open(
     grpc::CallbackServerContext* /*context*/) {
-  auto reactor = std::make_shared<SessionReactor>(lifecycle_, &daemon_);
+  auto reactor = std::make_shared<SessionReactor>(lifecycle_, queries_, &daemon_);
   SessionReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;

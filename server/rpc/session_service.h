@@ -8,6 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "gpumux/v1/session.grpc.pb.h"
+#include "server/core/client_queries.h"
 #include "server/core/session_lifecycle.h"
 #include "server/core/session_registry.h"
 
@@ -15,11 +16,12 @@ namespace gpumux {
 
 class SessionService final : public v1::Session::CallbackService {
  public:
-  // All must outlive the service.
+  // All must outlive the service. Clients' answers go to `queries`.
   // Every SessionOpened names the backend, this daemon's version and its
   // allocator configuration (what a client's own allocator runs with).
   SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
-                 absl::string_view backend_name, absl::string_view allocator_conf);
+                 ClientQueries* queries, absl::string_view backend_name,
+                 absl::string_view allocator_conf);
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Open(
       grpc::CallbackServerContext* context) override;
@@ -30,6 +32,7 @@ class SessionService final : public v1::Session::CallbackService {
  private:
   SessionLifecycle* lifecycle_;
   const SessionRegistry* sessions_;
+  ClientQueries* queries_;
   v1::SessionOpened daemon_;  // the fields every session's SessionOpened shares
 };
 

@@ -30,6 +30,8 @@ constexpr uint64_t kSize = 1 << 16;
 class NoSink final : public NoticeSink {
  public:
   void SegmentReleased(DeviceIndex, SegmentId) override {}
+  void AskReleaseCached(uint64_t, DeviceIndex) override {}
+  void AskLeaseBlocks(uint64_t) override {}
   void Terminate(absl::string_view) override {}
 };
 

@@ -75,6 +75,8 @@ class CoreTest : public ::testing::Test {
   class QuietSink final : public NoticeSink {
    public:
     void SegmentReleased(DeviceIndex, SegmentId) override {}
+    void AskReleaseCached(uint64_t, DeviceIndex) override {}
+    void AskLeaseBlocks(uint64_t) override {}
     void Terminate(absl::string_view) override {}
   };
 

@@ -22,6 +22,21 @@
 //     opens a session of TENANT and allocates 12-24 MiB on device 0 and frees
 //     it, ITERATIONS times; prints "refused N of M" (the allocations that were
 //     RESOURCE_EXHAUSTED) and exits 0, or exits 1 on any other error.
+//   gpumux_test_child cache ADDRESS BLOCK_MIB COUNT KEEP
+//     allocates locally (AllocationMode::kLocal): three 100 KiB blocks on
+//     device 0 (freeing the middle one, so a small lease is split), then
+//     COUNT blocks of BLOCK_MIB MiB, of which it frees all but the first
+//     KEEP (the rest stays cached in its leases); prints "ready". Then, per
+//     stdin line: "stats" prints "reserved R allocated A" (its own view);
+//     "snapshot" prints one line per lease, "ADDRESS BLOCK..." with each
+//     block as ADDRESS:SIZE:REQUESTED:STATE, sorted by address; "exit" or
+//     the end of stdin exits 0.
+//   gpumux_test_child replay ADDRESS TRACE CHECKPOINTS
+//     replays TRACE through a local-allocating client on device 0, pausing
+//     CHECKPOINTS times at evenly spaced quiescent points (between two
+//     operations) and once at the end: each time it prints its session id
+//     and its own memory_stats as "ID KEY=VALUE ..." and waits for a stdin
+//     line. Exits 0 after the last.
 
 #include <unistd.h>
 
@@ -29,11 +44,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "client/client.h"
 #include "common/host_ipc_event.h"
+#include "replay/client_target.h"
+#include "replay/trace_replay.h"
 #include "tests/support/test_pattern.h"
 
 namespace {
@@ -161,6 +181,117 @@ int TenantChurn(char** argv) {
   return 0;
 }
 
+int Cache(char** argv) {
+  auto client = gpumux::Client::Connect(
+      argv[2], {.client_name = "cache", .allocation = gpumux::AllocationMode::kLocal});
+  if (!client.ok()) return Fail("connect", client.status());
+  const gpumux::DeviceIndex device(0);
+  std::vector<gpumux::DeviceBuffer> kept;
+  for (int i = 0; i < 3; ++i) {
+    auto small = (*client)->Allocate(100 << 10, device);
+    if (!small.ok()) return Fail("allocate", small.status());
+    if (i != 1) kept.push_back(*std::move(small));
+  }
+  const uint64_t count = Arg(argv[4]), keep = Arg(argv[5]);
+  std::vector<gpumux::DeviceBuffer> blocks;
+  for (uint64_t i = 0; i < count; ++i) {
+    auto buffer = (*client)->Allocate(Arg(argv[3]) << 20, device);
+    if (!buffer.ok()) return Fail("allocate", buffer.status());
+    blocks.push_back(*std::move(buffer));
+  }
+  for (uint64_t i = 0; i < keep && i < count; ++i) kept.push_back(std::move(blocks[i]));
+  blocks.clear();  // frees the rest: cached
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof(line), stdin) != nullptr) {
+    const std::string command(line, std::strcspn(line, "\n"));
+    if (command == "stats") {
+      auto stats = (*client)->MemoryStats(device);
+      if (!stats.ok()) return Fail("stats", stats.status());
+      std::printf("reserved %lld allocated %lld\n",
+                  static_cast<long long>(stats->at("reserved_bytes.all.current")),
+                  static_cast<long long>(stats->at("allocated_bytes.all.current")));
+    } else if (command == "snapshot") {
+      auto segments = (*client)->MemorySnapshot(device);
+      if (!segments.ok()) return Fail("snapshot", segments.status());
+      for (const gpumux::SegmentInfo& segment : *segments) {
+        if (!segment.leased) continue;
+        std::string out = std::to_string(segment.address);
+        for (const gpumux::BlockInfo& block : segment.blocks) {
+          out += " " + std::to_string(block.address) + ":" + std::to_string(block.size) + ":" +
+                 std::to_string(block.requested_size) + ":" + block.state;
+        }
+        std::printf("%s\n", out.c_str());
+      }
+      std::printf("end\n");
+    } else if (command == "exit") {
+      break;
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// Forwards to a ClientReplayTarget and calls `pause` after every `every`
+// operations.
+class PausingTarget final : public gpumux::ReplayTarget {
+ public:
+  PausingTarget(gpumux::ReplayTarget& inner, uint64_t every, std::function<void()> pause)
+      : inner_(inner), every_(every), pause_(std::move(pause)) {}
+  absl::StatusOr<uint64_t> Allocate(uint64_t size, uint64_t stream) override {
+    absl::StatusOr<uint64_t> handle = inner_.Allocate(size, stream);
+    Count();
+    return handle;
+  }
+  absl::Status Free(uint64_t handle) override {
+    absl::Status status = inner_.Free(handle);
+    Count();
+    return status;
+  }
+  absl::StatusOr<std::map<std::string, int64_t>> Stats() override { return inner_.Stats(); }
+
+ private:
+  void Count() {
+    if (++operations_ % every_ == 0) pause_();
+  }
+  gpumux::ReplayTarget& inner_;
+  const uint64_t every_;
+  const std::function<void()> pause_;
+  uint64_t operations_ = 0;
+};
+
+int ReplayWithPauses(char** argv) {
+  auto client = gpumux::Client::Connect(
+      argv[2], {.client_name = "replay", .allocation = gpumux::AllocationMode::kLocal});
+  if (!client.ok()) return Fail("connect", client.status());
+  auto events = gpumux::LoadTrace(argv[3]);
+  if (!events.ok()) return Fail("trace", events.status());
+  const gpumux::DeviceIndex device(0);
+  bool failed = false;
+  auto pause = [&] {
+    auto stats = (*client)->MemoryStats(device);
+    if (!stats.ok()) {
+      Fail("stats", stats.status());
+      failed = true;
+      return;
+    }
+    std::string line = std::to_string((*client)->session_id().value());
+    for (const auto& [key, value] : *stats) line += " " + key + "=" + std::to_string(value);
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    char answer[16];
+    if (std::fgets(answer, sizeof(answer), stdin) == nullptr) failed = true;
+  };
+  gpumux::ClientReplayTarget inner(**client, device);
+  PausingTarget target(inner, events->size() / (Arg(argv[4]) + 1) + 1, pause);
+  auto result = gpumux::Replay(*events, target);
+  if (!result.ok()) return Fail("replay", result.status());
+  if (failed) return 1;
+  pause();  // the end
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,6 +301,8 @@ int main(int argc, char** argv) {
   if (argc >= 4 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
   if (argc >= 3 && std::strcmp(argv[1], "event-make") == 0) return EventMake(argv);
   if (argc >= 5 && std::strcmp(argv[1], "tenant-churn") == 0) return TenantChurn(argv);
+  if (argc >= 6 && std::strcmp(argv[1], "cache") == 0) return Cache(argv);
+  if (argc >= 5 && std::strcmp(argv[1], "replay") == 0) return ReplayWithPauses(argv);
   std::fprintf(stderr, "usage: see the header of tests/cross_process/child_main.cc\n");
   return 2;
 }

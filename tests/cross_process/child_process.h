@@ -54,11 +54,17 @@ class Child {
     if (to_child_ != nullptr) fclose(to_child_);
     if (from_child_ != nullptr) fclose(from_child_);
   }
+  // The next line without its newline, however long; "" at the end.
   std::string ReadLine() {
-    char line[512];
-    if (std::fgets(line, sizeof(line), from_child_) == nullptr) return "";
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
+    std::string s;
+    char part[512];
+    while (std::fgets(part, sizeof(part), from_child_) != nullptr) {
+      s += part;
+      if (s.back() == '\n') {
+        s.pop_back();
+        break;
+      }
+    }
     return s;
   }
   void WriteLine(const std::string& line) {

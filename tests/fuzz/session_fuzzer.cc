@@ -1,6 +1,7 @@
 // libFuzzer target for gpumux.v1.Session: the Open stream with an arbitrary
 // first message (raw; typed, the parsed message is sent twice, so an open
-// session also sees a message after its `open`), and Ping. Every session an
+// session also sees a message after its `open`, and after an `open` of its
+// own when it is an answer), and Ping. Every session an
 // input opens ends with its stream; the leak check sees none left.
 
 #include "gpumux/v1/session.grpc.pb.h"
@@ -17,6 +18,12 @@ void CallOpen(FuzzHarness& harness, absl::string_view bytes) {
   if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;
   std::unique_ptr<grpc::ClientContext> context = harness.Context();
   auto stream = harness.Stub<Session>().Open(context.get());
+  // An answer (cache_released, lease_blocks) reaches an open session.
+  if (!message.has_open()) {
+    v1::SessionClientMessage open;
+    open.mutable_open()->set_client_name("fuzz-answers");
+    stream->Write(open);
+  }
   if (stream->Write(message)) stream->Write(message);
   stream->WritesDone();
   v1::SessionServerMessage reply;
@@ -36,7 +43,11 @@ const FuzzService& TargetService() {
                          v1::SessionClientMessage(),
                          {"open { client_name: 'fuzz-open' pid: 1 }",
                           "open { client_name: 'a' tenant: 'team' labels { key: 'k' value: 'v' } }",
-                          "", "open { }"})},
+                          "", "open { }", "cache_released { request_id: 1 }",
+                          "lease_blocks { request_id: 1 last: true segments { device: 0 "
+                          "address: 4096 blocks { address: 4096 size: 512 state: 'inactive' } } }",
+                          "lease_blocks { request_id: 18446744073709551615 segments { device: -1 "
+                          "blocks { size: 0 state: 'borrowed' } } }"})},
           Unary<Session>("Ping", &Session::Stub::Ping, {""}),
       });
   return service;

@@ -168,6 +168,22 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     }
     return stream->Finish();
   };
+  // A session stream that sends `messages` and half-closes.
+  auto stream_of = [&](const std::vector<v1::SessionClientMessage>& messages) {
+    auto stub = v1::Session::NewStub(channel);
+    grpc::ClientContext context;
+    auto stream = stub->Open(&context);
+    for (const v1::SessionClientMessage& message : messages) stream->Write(message);
+    stream->WritesDone();
+    v1::SessionServerMessage reply;
+    while (stream->Read(&reply)) {
+    }
+    return stream->Finish();
+  };
+  v1::SessionClientMessage open_message;
+  open_message.mutable_open()->set_client_name("twice");
+  v1::SessionClientMessage answer_message;
+  answer_message.mutable_cache_released()->set_request_id(1);
   const std::string good_handle(64, '\x01');
   auto lease = [&](int32_t on_device, uint64_t size, uint64_t stream = 0) {
     v1::LeaseRequest request;
@@ -347,6 +363,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        "control character U+001B", [&] { return open_with("evil\x1b[31m"); }},
       {"client name over 256 bytes", grpc::StatusCode::INVALID_ARGUMENT, "at most 256",
        [&] { return open_with(std::string(300, 'n')); }},
+      {"an answer before `open`", grpc::StatusCode::INVALID_ARGUMENT,
+       "the first message on a session stream must be `open`",
+       [&] { return stream_of({answer_message}); }},
+      {"a second `open`", grpc::StatusCode::FAILED_PRECONDITION,
+       "the stream takes only answers to the daemon's questions",
+       [&] {
+         return stream_of({open_message, answer_message, open_message});
+       }},
       // Device and Observe
       {"properties of a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 5",
        [&] {

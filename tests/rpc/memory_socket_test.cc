@@ -253,6 +253,8 @@ TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
   class NoSink final : public NoticeSink {
    public:
     void SegmentReleased(DeviceIndex, SegmentId) override {}
+    void AskReleaseCached(uint64_t, DeviceIndex) override {}
+    void AskLeaseBlocks(uint64_t) override {}
     void Terminate(absl::string_view) override {}
   };
   SessionRegistry registry;

@@ -92,6 +92,8 @@ grpc::Status WireSession::Ping(int timeout_ms) {
 
 bool WireSession::ReadNotice(v1::SessionServerMessage* message) { return stream_->Read(message); }
 
+bool WireSession::Send(const v1::SessionClientMessage& message) { return stream_->Write(message); }
+
 grpc::Status WireSession::Close() {
   closed_ = true;
   stream_->WritesDone();

@@ -54,6 +54,8 @@ class WireSession {
   grpc::Status Ping(int timeout_ms = 5000);
   // Reads the next notice from the session stream; false at its end.
   bool ReadNotice(v1::SessionServerMessage* message);
+  // Writes a message after `open` (an answer) on the session stream.
+  bool Send(const v1::SessionClientMessage& message);
   // Half-closes and waits for the daemon to finish the stream.
   grpc::Status Close();
 

@@ -132,11 +132,40 @@ TEST(SnapshotFormatTest, JsonIsPyTorchsSegmentListPlusGpumuxFields) {
   ],
   "session_id": 7,
   "segment_id": 3,
-  "shareable": true
+  "shareable": true,
+  "leased": false
  }
 ]
 )");
   EXPECT_EQ(FormatSnapshotJson({}), "[]\n");
+}
+
+SegmentInfo UnavailableLease() {
+  SegmentInfo segment;
+  segment.address = 0x7f0a74000000;
+  segment.total_size = 2 << 20;
+  segment.segment_type = "small";
+  segment.session_id = SessionId(9);
+  segment.segment_id = SegmentId(4);
+  segment.leased = true;
+  segment.blocks_unavailable = true;
+  segment.blocks_unavailable_reason =
+      "blocks unavailable: session 9's client did not answer within 1s";
+  return segment;
+}
+
+TEST(SnapshotFormatTest, ALeaseWithoutItsBlocksSaysWhy) {
+  const std::string json = FormatSnapshotJson({UnavailableLease()});
+  EXPECT_THAT(json, HasSubstr("  \"blocks\": [],\n"));
+  EXPECT_THAT(json,
+              HasSubstr("  \"leased\": true,\n  \"blocks_unavailable\": \"blocks unavailable: "
+                        "session 9's client did not answer within 1s\"\n }"));
+  EXPECT_EQ(FormatSnapshotTable({UnavailableLease()}),
+            "DEVICE  SEGMENT  SESSION  ADDRESS         TYPE      TOTAL  ALLOCATED   ACTIVE  "
+            "REQUESTED       BLOCKS  SHAREABLE\n"
+            "     0        4        9  0x7f0a74000000  small  2.00 MiB    0 bytes  0 bytes    "
+            "0 bytes  unavailable  no\n"
+            "segment 4: blocks unavailable: session 9's client did not answer within 1s\n");
 }
 
 TEST(SnapshotFormatTest, TableHasOneLinePerSegment) {
