@@ -149,6 +149,20 @@ TEST(PressureTest, AnAllocationByTheDaemonGetsThemToo) {
   EXPECT_EQ(Stat(**client, "num_ooms"), 1);
 }
 
+TEST(PressureTest, EmptyCacheOfAllSessionsEmptiesLocalCachesToo) {
+  DaemonProcess daemon({"--host-devices=1", "--host-device-memory=1GiB"});
+  std::unique_ptr<Child> cache = StartCache(daemon, 24, 4, 1);
+  absl::StatusOr<std::unique_ptr<Client>> operator_client = Client::Connect(daemon.address());
+  ASSERT_TRUE(operator_client.ok()) << operator_client.status();
+  absl::StatusOr<ReleasedCache> released =
+      (*operator_client)->EmptyCache({.device = kDevice, .all_sessions = true});
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(released->released_bytes, 72 * kMiB);
+  EXPECT_EQ(released->released_segments, 3u);
+  // The kept 24 MiB block and the small lease with its two blocks stay.
+  EXPECT_EQ(ChildStats(*cache), std::make_pair(int64_t{26} * kMiB, 24 * kMiB + 204800));
+}
+
 TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
   DaemonProcess daemon(
       {"--host-devices=1", "--host-device-memory=128MiB", "--client-reply-timeout=500ms"});
