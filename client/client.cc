@@ -486,6 +486,13 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
                                              absl::StrCat("allocation ", ToString(buffer.id())))
                              .status());
   if (buffer.local_) {
+    // Another Client's block is in another allocator: as foreign as another
+    // session's allocation is to the daemon.
+    if (buffer.client_ != this) {
+      return absl::NotFoundError(
+          absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
+    }
+    GPUMUX_RETURN_IF_ERROR(impl_->CheckKnownStream(stream));
     impl_->local_->RecordStream(buffer.device(), buffer.address(), stream.id());
     return absl::OkStatus();
   }
