@@ -341,6 +341,9 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, device, "the allocation"));
   if (impl_->local_ != nullptr && !options.shareable) {
+    // A cached block asks the daemon nothing, so the session's end is
+    // checked here: the leases of an ended session are no longer its.
+    GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
     GPUMUX_ASSIGN_OR_RETURN(LocalBlock block, impl_->local_->Allocate(device, stream.id(), size));
     DeviceBuffer::Info info;
     info.id = AllocationId((uint64_t{1} << 63) |

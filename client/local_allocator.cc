@@ -11,10 +11,18 @@
 #include "client/cuda_free_fence.h"
 #include "client/event.h"
 #include "client/stream.h"
+#include "common/device_range.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
+namespace {
+
+// The daemon's latest refusal of a lease this thread asked for: the
+// allocator obtains segments on the thread that allocates.
+thread_local absl::Status lease_refusal;
+
+}  // namespace
 
 // The allocator's SegmentSource in the client: segments are leases of the
 // daemon, mapped here once each; events are the daemon's, recorded on the
@@ -57,6 +65,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
       return impl_.memory_stub_->Lease(context, request, &response);
     });
     if (!status.ok()) {
+      if (absl::IsResourceExhausted(status)) lease_refusal = status;
       if (request.free_allocation_ids_size() > 0) {
         // As Client::Allocate: frees apply all-or-nothing, so sending them
         // again settles whether they were; NOT_FOUND means they were.
@@ -240,8 +249,16 @@ LocalAllocator::~LocalAllocator() = default;
 
 absl::StatusOr<LocalBlock> LocalAllocator::Allocate(DeviceIndex device, StreamId stream,
                                                     uint64_t size) {
-  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,
-                          allocator_.Allocate(device, client_, stream, size));
+  GPUMUX_RETURN_IF_ERROR(CheckDeviceInRange(device, source_->device_count()));
+  lease_refusal = absl::OkStatus();
+  absl::StatusOr<AllocationResult> allocated = allocator_.Allocate(device, client_, stream, size);
+  if (!allocated.ok()) {
+    if (absl::IsResourceExhausted(allocated.status()) && !lease_refusal.ok()) {
+      return std::exchange(lease_refusal, absl::OkStatus());
+    }
+    return allocated.status();
+  }
+  const AllocationResult& result = *allocated;
   LocalBlock block;
   block.segment_id = result.segment_id;
   block.address = result.address;

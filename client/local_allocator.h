@@ -63,6 +63,10 @@ class LocalAllocator {
   LocalAllocator(const LocalAllocator&) = delete;
   LocalAllocator& operator=(const LocalAllocator&) = delete;
 
+  // The allocator's errors, except that a bad device is refused in the
+  // daemon's words, and an allocation that failed because the daemon refused
+  // a lease fails with the daemon's refusal: only the daemon knows which
+  // limit held (the session's, its tenant's, the device's).
   absl::StatusOr<LocalBlock> Allocate(DeviceIndex device, StreamId stream, uint64_t size);
   // Frees a block from Allocate; its reuse waits for the daemon's work
   // recorded on it, for every stream RecordStream named and, for a block
