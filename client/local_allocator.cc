@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <thread>
+#include <vector>
 #include "absl/strings/str_cat.h"
 
 #include "client/client_impl.h"
@@ -170,8 +171,8 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
     return entry->daemon.Synchronize();
   }
 
-  // A free fence this process recorded (its query), as an event the
-  // allocator waits on.
+  // A query as an event the allocator waits on: of a free fence this
+  // process recorded, or of an event a free waits for.
   BackendEvent AdoptFence(std::function<bool()> done) {
     auto entry = std::make_unique<EventEntry>();
     entry->fence = std::move(done);
@@ -206,7 +207,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
   struct EventEntry {
     DeviceIndex device;
     Event daemon;                 // pooled: the daemon's event, recorded by RPC
-    std::function<bool()> fence;  // or a free fence recorded here: its query
+    std::function<bool()> fence;  // or a query (AdoptFence)
   };
 
   static absl::Status UnknownEvent(BackendEvent event) {
@@ -276,14 +277,18 @@ absl::StatusOr<LocalBlock> LocalAllocator::Allocate(DeviceIndex device, StreamId
   return block;
 }
 
-void LocalAllocator::Free(DeviceIndex device, uint64_t address, int cuda_device) {
+void LocalAllocator::Free(DeviceIndex device, uint64_t address, int cuda_device,
+                          absl::Span<std::function<bool()>> completed) {
   std::function<bool()> fence = cuda_device < 0 ? nullptr : RecordLocalFreeFence(cuda_device);
-  if (fence == nullptr) {
+  if (fence == nullptr && completed.empty()) {
     allocator_.Free(device, address);
     return;
   }
-  const BackendEvent wait_for = source_->AdoptFence(std::move(fence));
-  allocator_.Free(device, address, absl::MakeConstSpan(&wait_for, 1));
+  std::vector<BackendEvent> wait_for;
+  if (fence != nullptr) wait_for.push_back(source_->AdoptFence(std::move(fence)));
+  for (std::function<bool()>& done : completed)
+    wait_for.push_back(source_->AdoptFence(std::move(done)));
+  allocator_.Free(device, address, wait_for);
 }
 
 void LocalAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream) {
