@@ -52,6 +52,9 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   options.client_name = "observed";
   options.tenant = "team-a";
   options.labels = {{"pod", "p-1"}};
+  // Pinned: another process's snapshot shows a local client's leases without
+  // their blocks, until snapshots come over the session stream.
+  options.allocation = AllocationMode::kDaemon;
   std::unique_ptr<Client> client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
   absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096, DeviceIndex(1));
