@@ -88,13 +88,13 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
   if (mode == AllocationMode::kDefault) {
     const char* env = std::getenv("GPUMUX_ALLOCATION");
     const absl::string_view value = env == nullptr ? "" : env;
-    if (value.empty() || value == "daemon") {
-      mode = AllocationMode::kDaemon;
-    } else if (value == "local") {
+    if (value.empty() || value == "local") {
       mode = AllocationMode::kLocal;
+    } else if (value == "daemon") {
+      mode = AllocationMode::kDaemon;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPUMUX_ALLOCATION=", value, " is neither \"daemon\" nor \"local\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPUMUX_ALLOCATION=", value, " is neither \"daemon\" nor \"local\" (unset: local)"));
     }
   }
   if (mode != AllocationMode::kLocal) return absl::OkStatus();
