@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -85,13 +88,13 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
   if (mode == AllocationMode::kDefault) {
     const char* env = std::getenv("GPUMUX_ALLOCATION");
     const absl::string_view value = env == nullptr ? "" : env;
-    if (value.empty() || value == "daemon") {
-      mode = AllocationMode::kDaemon;
-    } else if (value == "local") {
+    if (value.empty() || value == "local") {
       mode = AllocationMode::kLocal;
+    } else if (value == "daemon") {
+      mode = AllocationMode::kDaemon;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPUMUX_ALLOCATION=", value, " is neither \"daemon\" nor \"local\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPUMUX_ALLOCATION=", value, " is neither \"daemon\" nor \"local\" (unset: local)"));
     }
   }
   if (mode != AllocationMode::kLocal) return absl::OkStatus();
@@ -353,6 +356,9 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, device, "the allocation"));
   if (impl_->local_ != nullptr && !options.shareable) {
+    // A cached block asks the daemon nothing, so the session's end is
+    // checked here: the leases of an ended session are no longer its.
+    GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
     GPUMUX_ASSIGN_OR_RETURN(LocalBlock block, impl_->local_->Allocate(device, stream.id(), size));
     DeviceBuffer::Info info;
     info.id = AllocationId((uint64_t{1} << 63) |
@@ -460,21 +466,35 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     return absl::InvalidArgumentError(
         absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
   }
-  if (buffer.local_) {
-    return absl::FailedPreconditionError(
-        "a block of the client's own allocator cannot wait on event handles at its free: allocate "
-        "it with AllocationMode::kDaemon, or wait on the events before Free");
-  }
-  v1::FreeRequest request;
-  request.add_allocation_ids(buffer.id().value());
   for (const std::string& handle : wait_event_handles) {
     if (handle.size() != kEventIpcHandleBytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ",
                        kEventIpcHandleBytes, ", but got ", handle.size()));
     }
-    request.add_wait_event_handles(handle);
   }
+  if (buffer.local_) {
+    // The daemon opens each handle, refusing one as its Free would (before
+    // anything is freed); the allocator reuses the block once the opened
+    // events completed.
+    std::vector<std::function<bool()>> completed;
+    for (const std::string& handle : wait_event_handles) {
+      GPUMUX_ASSIGN_OR_RETURN(Event opened, OpenEventIpcHandle(buffer.device(), handle));
+      completed.push_back([event = std::make_shared<Event>(std::move(opened))] {
+        absl::StatusOr<bool> done = event->Query();
+        return !done.ok() || *done;  // a failed query (the session ended) holds nothing back
+      });
+    }
+    const DeviceIndex device = buffer.device();
+    const uint64_t address = buffer.address();
+    const int cuda_device = buffer.cuda_device_;
+    buffer.Detach();
+    impl_->local_->Free(device, address, cuda_device, absl::MakeSpan(completed));
+    return absl::OkStatus();
+  }
+  v1::FreeRequest request;
+  request.add_allocation_ids(buffer.id().value());
+  for (const std::string& handle : wait_event_handles) request.add_wait_event_handles(handle);
   if (std::string fence = impl_->FreeFence(buffer.cuda_device_); !fence.empty()) {
     request.add_wait_event_handles(fence);
   }
@@ -498,6 +518,13 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
                                              absl::StrCat("allocation ", ToString(buffer.id())))
                              .status());
   if (buffer.local_) {
+    // Another Client's block is in another allocator: as foreign as another
+    // session's allocation is to the daemon.
+    if (buffer.client_ != this) {
+      return absl::NotFoundError(
+          absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
+    }
+    GPUMUX_RETURN_IF_ERROR(impl_->CheckKnownStream(stream));
     impl_->local_->RecordStream(buffer.device(), buffer.address(), stream.id());
     return absl::OkStatus();
   }

@@ -116,8 +116,8 @@ class Client {
   // done already; UNAVAILABLE when the daemon or its memory socket cannot be
   // reached.
   absl::Status Init();
-  // torch.cuda.is_initialized(): whether what Init does is done (by Init or
-  // by the calls that needed it).
+  // torch.cuda.is_initialized(): whether what Init does is done (by Init, by
+  // the calls that needed it, or, with local allocation, by Connect).
   bool IsInitialized() const;
 
   // torch.cuda.current_blas_handle(): a cuBLAS handle (cublasHandle_t) for

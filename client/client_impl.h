@@ -106,6 +106,11 @@ class Client::Impl {
   // stream of another Client or device. `what` names the work for messages.
   absl::StatusOr<Stream> ResolveStream(const std::optional<Stream>& stream, DeviceIndex device,
                                        absl::string_view what);
+  // What the daemon would answer for `stream` of this Client (its default
+  // stream or one it created and did not destroy), for calls on local blocks
+  // that do not ask it: NOT_FOUND for an unknown stream, INVALID_ARGUMENT for
+  // one named on another device than its own.
+  absl::Status CheckKnownStream(const Stream& stream) const;
   // The completion event a reply named (an empty Event for id 0).
   Event AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::string ipc_handle);
   // The staging buffer, obtained and mapped on first use.
@@ -148,6 +153,9 @@ class Client::Impl {
   CurrentStreams current_;
   mutable absl::Mutex device_count_mu_;
   std::optional<int> device_count_ ABSL_GUARDED_BY(device_count_mu_);
+  mutable absl::Mutex streams_mu_;
+  // The streams CreateStream made and DestroyStream has not destroyed.
+  absl::flat_hash_map<StreamId, DeviceIndex> created_streams_ ABSL_GUARDED_BY(streams_mu_);
   absl::Mutex pci_bus_ids_mu_;
   absl::flat_hash_map<DeviceIndex, std::string> pci_bus_ids_ ABSL_GUARDED_BY(pci_bus_ids_mu_);
   // Held for a whole staged copy: staged copies take turns on the buffer.

@@ -16,7 +16,8 @@ namespace gpumux {
 
 // Where allocations run (docs/design.md, "Local allocation").
 enum class AllocationMode {
-  // GPUMUX_ALLOCATION=daemon|local in the environment, else kDaemon.
+  // GPUMUX_ALLOCATION=daemon|local in the environment; unset or empty:
+  // kLocal. Connect fails INVALID_ARGUMENT for any other value.
   kDefault,
   // Every Allocate and free is a request to the daemon.
   kDaemon,

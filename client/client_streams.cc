@@ -92,6 +92,10 @@ absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->stream_stub_->Create(context, request, &response);
   }));
+  {
+    absl::MutexLock lock(&impl_->streams_mu_);
+    impl_->created_streams_[StreamId(response.stream())] = DeviceIndex(response.device());
+  }
   return Stream(*this, DeviceIndex(response.device()), StreamId(response.stream()),
                 response.priority());
 }
@@ -105,9 +109,28 @@ absl::Status Client::DestroyStream(const Stream& stream) {
   v1::DestroyStreamRequest request;
   *request.mutable_stream() = ToProto(stream);
   v1::DestroyStreamResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
+  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->stream_stub_->Destroy(context, request, &response);
-  });
+  }));
+  absl::MutexLock lock(&impl_->streams_mu_);
+  impl_->created_streams_.erase(stream.id());
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::CheckKnownStream(const Stream& stream) const {
+  if (stream.id() == StreamId(0)) return absl::OkStatus();  // a default stream
+  absl::MutexLock lock(&streams_mu_);
+  auto it = created_streams_.find(stream.id());
+  if (it == created_streams_.end()) {
+    return absl::NotFoundError(absl::StrCat("stream ", ToString(stream.id()),
+                                            " not found: it is not a stream of this session"));
+  }
+  if (it->second != stream.device()) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()),
+                                                   " is on device ", it->second.value(),
+                                                   ", not device ", stream.device().value()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Event> Client::CreateEvent(DeviceIndex device, const EventOptions& options) {

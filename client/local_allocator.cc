@@ -5,16 +5,25 @@
 #include <chrono>
 #include <functional>
 #include <thread>
+#include <vector>
 #include "absl/strings/str_cat.h"
 
 #include "client/client_impl.h"
 #include "client/cuda_free_fence.h"
 #include "client/event.h"
 #include "client/stream.h"
+#include "common/device_range.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
+namespace {
+
+// The daemon's latest refusal of a lease this thread asked for: the
+// allocator obtains segments on the thread that allocates.
+thread_local absl::Status lease_refusal;
+
+}  // namespace
 
 // The allocator's SegmentSource in the client: segments are leases of the
 // daemon, mapped here once each; events are the daemon's, recorded on the
@@ -57,6 +66,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
       return impl_.memory_stub_->Lease(context, request, &response);
     });
     if (!status.ok()) {
+      if (absl::IsResourceExhausted(status)) lease_refusal = status;
       if (request.free_allocation_ids_size() > 0) {
         // As Client::Allocate: frees apply all-or-nothing, so sending them
         // again settles whether they were; NOT_FOUND means they were.
@@ -161,8 +171,8 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
     return entry->daemon.Synchronize();
   }
 
-  // A free fence this process recorded (its query), as an event the
-  // allocator waits on.
+  // A query as an event the allocator waits on: of a free fence this
+  // process recorded, or of an event a free waits for.
   BackendEvent AdoptFence(std::function<bool()> done) {
     auto entry = std::make_unique<EventEntry>();
     entry->fence = std::move(done);
@@ -197,7 +207,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
   struct EventEntry {
     DeviceIndex device;
     Event daemon;                 // pooled: the daemon's event, recorded by RPC
-    std::function<bool()> fence;  // or a free fence recorded here: its query
+    std::function<bool()> fence;  // or a query (AdoptFence)
   };
 
   static absl::Status UnknownEvent(BackendEvent event) {
@@ -240,8 +250,16 @@ LocalAllocator::~LocalAllocator() = default;
 
 absl::StatusOr<LocalBlock> LocalAllocator::Allocate(DeviceIndex device, StreamId stream,
                                                     uint64_t size) {
-  GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,
-                          allocator_.Allocate(device, client_, stream, size));
+  GPUMUX_RETURN_IF_ERROR(CheckDeviceInRange(device, source_->device_count()));
+  lease_refusal = absl::OkStatus();
+  absl::StatusOr<AllocationResult> allocated = allocator_.Allocate(device, client_, stream, size);
+  if (!allocated.ok()) {
+    if (absl::IsResourceExhausted(allocated.status()) && !lease_refusal.ok()) {
+      return std::exchange(lease_refusal, absl::OkStatus());
+    }
+    return allocated.status();
+  }
+  const AllocationResult& result = *allocated;
   LocalBlock block;
   block.segment_id = result.segment_id;
   block.address = result.address;
@@ -259,14 +277,18 @@ absl::StatusOr<LocalBlock> LocalAllocator::Allocate(DeviceIndex device, StreamId
   return block;
 }
 
-void LocalAllocator::Free(DeviceIndex device, uint64_t address, int cuda_device) {
+void LocalAllocator::Free(DeviceIndex device, uint64_t address, int cuda_device,
+                          absl::Span<std::function<bool()>> completed) {
   std::function<bool()> fence = cuda_device < 0 ? nullptr : RecordLocalFreeFence(cuda_device);
-  if (fence == nullptr) {
+  if (fence == nullptr && completed.empty()) {
     allocator_.Free(device, address);
     return;
   }
-  const BackendEvent wait_for = source_->AdoptFence(std::move(fence));
-  allocator_.Free(device, address, absl::MakeConstSpan(&wait_for, 1));
+  std::vector<BackendEvent> wait_for;
+  if (fence != nullptr) wait_for.push_back(source_->AdoptFence(std::move(fence)));
+  for (std::function<bool()>& done : completed)
+    wait_for.push_back(source_->AdoptFence(std::move(done)));
+  allocator_.Free(device, address, wait_for);
 }
 
 void LocalAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream) {

@@ -22,6 +22,7 @@
 // tables have their own).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "allocator/caching_allocator.h"
 #include "client/client.h"
 #include "common/ids.h"
@@ -63,12 +65,18 @@ class LocalAllocator {
   LocalAllocator(const LocalAllocator&) = delete;
   LocalAllocator& operator=(const LocalAllocator&) = delete;
 
+  // The allocator's errors, except that a bad device is refused in the
+  // daemon's words, and an allocation that failed because the daemon refused
+  // a lease fails with the daemon's refusal: only the daemon knows which
+  // limit held (the session's, its tenant's, the device's).
   absl::StatusOr<LocalBlock> Allocate(DeviceIndex device, StreamId stream, uint64_t size);
   // Frees a block from Allocate; its reuse waits for the daemon's work
-  // recorded on it, for every stream RecordStream named and, for a block
-  // mapped on CUDA device `cuda_device` (-1: none), for the calling thread's
-  // CUDA work queued so far (a free fence).
-  void Free(DeviceIndex device, uint64_t address, int cuda_device);
+  // recorded on it, for every stream RecordStream named, for each of
+  // `completed` (queries of events the caller waits on) to return true and,
+  // for a block mapped on CUDA device `cuda_device` (-1: none), for the
+  // calling thread's CUDA work queued so far (a free fence).
+  void Free(DeviceIndex device, uint64_t address, int cuda_device,
+            absl::Span<std::function<bool()>> completed = {});
   // tensor.record_stream(stream).
   void RecordStream(DeviceIndex device, uint64_t address, StreamId stream);
   // The daemon queued work on the block on `stream` (its completion is not

@@ -44,7 +44,9 @@ const std::string& CliUsage() {
       "commands:\n  ",
       kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
       kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ", kTenantLimitUsage, "  ",
-      kReplayUsage, "      (without --address: in this process; with it: through that daemon)\n"));
+      kReplayUsage,
+      "      (without --address: in this process; with it: as a client of that daemon,\n"
+      "      allocating locally over its leases unless GPUMUX_ALLOCATION=daemon)\n"));
   return *usage;
 }
 

@@ -557,6 +557,20 @@ absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device,
   return SessionStatsWithPage(device, *session);
 }
 
+std::vector<TenantUsage> MemoryManager::ListTenants() const {
+  std::vector<TenantUsage> tenants = allocator_.ListTenants(std::nullopt);
+  if (pages_ == nullptr) return tenants;
+  for (TenantUsage& usage : tenants) {
+    uint64_t allocated = 0;
+    for (ClientId client : usage.clients) {
+      const DeviceStats stats = SessionStatsWithPage(usage.device, SessionId(client.value()));
+      allocated += static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
+    }
+    usage.allocated_bytes = allocated;
+  }
+  return tenants;
+}
+
 DeviceStats MemoryManager::SessionStatsWithPage(DeviceIndex device, SessionId session) const {
   DeviceStats stats = allocator_.GetClientStats(device, session);
   if (pages_ == nullptr) return stats;

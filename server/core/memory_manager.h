@@ -227,7 +227,8 @@ class MemoryManager {
   absl::Status SetTenantLimit(const std::string& tenant, std::optional<DeviceIndex> device,
                               uint64_t limit_bytes);
   // Every tenant with a limit or a session, per device, by (tenant, device).
-  std::vector<TenantUsage> ListTenants() const { return allocator_.ListTenants(std::nullopt); }
+  // Allocated bytes include what its sessions publish on their stats pages.
+  std::vector<TenantUsage> ListTenants() const;
 
   // The session's stats page (created on first call), which its client's
   // own allocator publishes to: from then on the session's and the device's

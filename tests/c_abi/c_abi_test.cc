@@ -3,7 +3,9 @@
 // through dlsym()ed pointers, in a child process against a real gpumuxd
 // child on a temporary socket, with GPUMUX_ADDRESS naming it. The daemon's
 // Observer checks what the program holds while it runs and that all of it
-// is back once it exits.
+// is back once it exits. The program runs in the allocation mode the
+// environment names (ctest runs the suite with GPUMUX_ALLOCATION=local and
+// =daemon; unset, the library allocates locally).
 
 #include <stdlib.h>
 
@@ -86,17 +88,14 @@ void ExpectEverythingReturned(Observer& observer) {
   }
 }
 
-class CAbiTest : public ::testing::TestWithParam<std::string> {
+class CAbiTest : public ::testing::Test {
  protected:
-  CAbiTest() : mode_("GPUMUX_ALLOCATION", GetParam()) {}
-
   DaemonProcess daemon_{{"--host-devices=2", "--host-device-memory=256MiB"}};
   ScopedEnv address_{"GPUMUX_ADDRESS", daemon_.address()};
-  ScopedEnv mode_;
   Observer observer_{daemon_.address()};
 };
 
-TEST_P(CAbiTest, CProgramAllocatesFreesAndTheDaemonHasEverythingBackAfterItExits) {
+TEST_F(CAbiTest, CProgramAllocatesFreesAndTheDaemonHasEverythingBackAfterItExits) {
   Child program(kProgram, {kLibrary, "full"});
   const std::vector<std::string> lines = ReadAll(program);
   ASSERT_EQ(program.Wait(), 0) << Joined(lines);
@@ -108,7 +107,7 @@ TEST_P(CAbiTest, CProgramAllocatesFreesAndTheDaemonHasEverythingBackAfterItExits
   ExpectEverythingReturned(observer_);
 }
 
-TEST_P(CAbiTest, HeldMemoryIsTheProgramsSessionsUntilItExits) {
+TEST_F(CAbiTest, HeldMemoryIsTheProgramsSessionsUntilItExits) {
   Child program(kProgram, {kLibrary, "hold"});
   ASSERT_EQ(program.ReadLine(), "holding");
   auto sessions = observer_.ListSessions();
@@ -129,7 +128,7 @@ TEST_P(CAbiTest, HeldMemoryIsTheProgramsSessionsUntilItExits) {
   ExpectEverythingReturned(observer_);
 }
 
-TEST_P(CAbiTest, ExitsAtOnceWhenTheDaemonIsGone) {
+TEST_F(CAbiTest, ExitsAtOnceWhenTheDaemonIsGone) {
   Child program(kProgram, {kLibrary, "hold"});
   ASSERT_EQ(program.ReadLine(), "holding");
   ASSERT_EQ(daemon_.Stop(), 0);
@@ -139,8 +138,6 @@ TEST_P(CAbiTest, ExitsAtOnceWhenTheDaemonIsGone) {
   EXPECT_EQ(program.Wait(), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
-
-INSTANTIATE_TEST_SUITE_P(AllocationModes, CAbiTest, ::testing::Values("local", "daemon"));
 
 void ExpectRefused(const std::string& code, const std::string& text) {
   Child program(kProgram, {kLibrary, "refused", code, text});

@@ -50,11 +50,29 @@ ClientOptions ManualFrees() {
   return options;
 }
 
+// For tests of daemon-side allocation itself: its Allocate and Free calls on
+// the wire, its ids, segments and notices.
+ClientOptions DaemonAllocation(ClientOptions options = ClientOptions()) {
+  options.allocation = AllocationMode::kDaemon;
+  return options;
+}
+
 class ClientTest : public DaemonClientTest {};
 
 class ClientWithManualFreesTest : public DaemonClientTest {
  protected:
   ClientWithManualFreesTest() : DaemonClientTest({.client = ManualFrees()}) {}
+};
+
+class DaemonAllocationTest : public DaemonClientTest {
+ protected:
+  DaemonAllocationTest() : DaemonClientTest({.client = DaemonAllocation()}) {}
+};
+
+class DaemonAllocationWithManualFreesTest : public DaemonClientTest {
+ protected:
+  DaemonAllocationWithManualFreesTest()
+      : DaemonClientTest({.client = DaemonAllocation(ManualFrees())}) {}
 };
 
 // Waits up to a second for `condition`.
@@ -169,7 +187,8 @@ TEST(ClientConnectTest, ConnectReportsTheDaemonsRefusal) {
 
 // --- Allocating and freeing ----------------------------------------------------
 
-TEST_F(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
+// Pinned: it reads the daemon's Allocate answers (segment handles) off the wire.
+TEST_F(DaemonAllocationTest, AllocationsShareOneMappingOfTheirSegment) {
   RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> a = client().Allocate(1000);
   absl::StatusOr<DeviceBuffer> b = client().Allocate(100, DeviceIndex(0));
@@ -209,7 +228,8 @@ TEST_F(ClientTest, AllocationsShareOneMappingOfTheirSegment) {
   munmap(own, allocation.segment_size());
 }
 
-TEST_F(ClientWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate) {
+// Pinned: frees riding on Allocate calls are daemon-side allocation's wire traffic.
+TEST_F(DaemonAllocationWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate) {
   RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> a = client().Allocate(512);
   ASSERT_OK(a);
@@ -224,16 +244,13 @@ TEST_F(ClientWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate) {
 }
 
 TEST_F(ClientWithManualFreesTest, StatsReflectDroppedBuffersAtOnce) {
-  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
   ASSERT_OK(buffer);
   std::memset(buffer->data(), 0xab, buffer->size());
-  const uint64_t id = buffer->id().value();
   EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(1024));
   client().Release(std::move(buffer).value());
-  // torch: after `del x`, memory_allocated() drops; the stats call sent the free first.
+  // torch: after `del x`, memory_allocated() drops.
   EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(id)));
   EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(1024));
   EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
   absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
@@ -242,7 +259,20 @@ TEST_F(ClientWithManualFreesTest, StatsReflectDroppedBuffersAtOnce) {
   EXPECT_EQ(stats->at("allocation.all.freed"), 1);
 }
 
-TEST_F(ClientTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
+// Pinned: which call carries a daemon allocation's free is wire traffic.
+TEST_F(DaemonAllocationWithManualFreesTest, AStatsCallSendsTheQueuedFreesFirst) {
+  RpcRecorder wire;
+  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
+  ASSERT_OK(buffer);
+  const uint64_t id = buffer->id().value();
+  client().Release(std::move(buffer).value());
+  EXPECT_THAT(FreeCalls(wire, client()), IsEmpty());
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
+  EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(id)));
+}
+
+// Pinned: the flusher sends daemon allocations' frees (local blocks make no call).
+TEST_F(DaemonAllocationTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
   // client() has the default batching: frees wait at most 1 ms for company.
   RpcRecorder wire;
   uint64_t id;
@@ -257,7 +287,8 @@ TEST_F(ClientTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
   }));
 }
 
-TEST_F(ClientWithManualFreesTest, BurstOfDropsBecomesOneFreeCall) {
+// Pinned: it counts Free calls on the wire.
+TEST_F(DaemonAllocationWithManualFreesTest, BurstOfDropsBecomesOneFreeCall) {
   RpcRecorder wire;
   std::vector<DeviceBuffer> buffers;
   for (int i = 0; i < 5; ++i) {
@@ -295,7 +326,6 @@ TEST_F(ClientWithManualFreesTest, FreeRejectsAnotherClientsBufferAndReleasesItTo
 }
 
 TEST_F(ClientWithManualFreesTest, MovingABufferTransfersOwnership) {
-  RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> first = client().Allocate(512);
   absl::StatusOr<DeviceBuffer> second = client().Allocate(512);
   ASSERT_OK(first);
@@ -312,9 +342,8 @@ TEST_F(ClientWithManualFreesTest, MovingABufferTransfersOwnership) {
   // Assigning over a live buffer frees what it held.
   owner = std::move(second).value();
   EXPECT_EQ(owner.id(), second_id);
-  ASSERT_OK(client().FlushFrees());
-  EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(first_id.value())));
-  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(512));
+  std::memset(owner.data(), 1, 512);
 }
 
 TEST_F(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
@@ -329,7 +358,8 @@ TEST_F(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
 }
 
-TEST_F(ClientWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotLost) {
+// Pinned: frees carried on a failed Allocate call are daemon-side allocation's wire traffic.
+TEST_F(DaemonAllocationWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotLost) {
   // The daemon has 2 devices of 64 MiB.
   const SessionId session = client().session_id();
   RpcRecorder wire;
@@ -388,7 +418,9 @@ TEST_F(ClientWithManualFreesTest, EmptyCacheReleasesAndUnmapsUnusedSegments) {
   EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(0));
 }
 
-TEST_F(ClientTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
+// Pinned: notices and an operator's empty-cache release daemon-side segments; a local
+// client's cached leases only the client returns (no pressure protocol yet).
+TEST_F(DaemonAllocationTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
   for (DeviceIndex device : {DeviceIndex(0), DeviceIndex(1)}) {
     absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, device);
     ASSERT_OK(buffer);
@@ -450,7 +482,9 @@ TEST_F(ClientTest, ImportedBufferIsTheSameMemory) {
 
 // --- The session's life --------------------------------------------------------
 
-TEST_F(ClientWithManualFreesTest, DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
+// Pinned: it reads the queued Free call off the wire.
+TEST_F(DaemonAllocationWithManualFreesTest,
+       DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
   const SessionId session = client().session_id();
   RpcRecorder wire;
   absl::StatusOr<DeviceBuffer> kept = client().Allocate(512);

@@ -44,6 +44,19 @@ class SmallStagingCopyTest : public DaemonClientTest {
   SmallStagingCopyTest() : DaemonClientTest({.client = SmallStaging()}) {}
 };
 
+// Pinned to daemon-side allocation: which ranges the daemon checks, which
+// the client (the wire); a local block's are all checked in the client
+// (local_allocation_test).
+class DaemonSmallStagingCopyTest : public DaemonClientTest {
+ protected:
+  static ClientOptions Options() {
+    ClientOptions options = SmallStaging();
+    options.allocation = AllocationMode::kDaemon;
+    return options;
+  }
+  DaemonSmallStagingCopyTest() : DaemonClientTest({.client = Options()}) {}
+};
+
 // Devices of 256 MiB, for copies larger than one 64 MiB message.
 class BigDevicesCopyTest : public DaemonClientTest {
  protected:
@@ -395,47 +408,56 @@ TEST_F(SmallStagingCopyTest, ManyThreadsCopyThroughOneStagingBuffer) {
 
 // --- Errors ----------------------------------------------------------------------
 
-TEST_F(SmallStagingCopyTest, RangesOutsideTheAllocationAreOutOfRange) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);  // 1024 allocated
-  absl::StatusOr<DeviceBuffer> other = client().Allocate(1000);
+// Copies, memsets and staged copies of `buffer` (1000 bytes) that do not
+// fit it, each refused OUT_OF_RANGE, writing nothing.
+void ExpectRangesOutsideTheAllocationAreOutOfRange(Client& client) {
+  absl::StatusOr<DeviceBuffer> buffer = client.Allocate(1000);  // 1024 allocated
+  absl::StatusOr<DeviceBuffer> other = client.Allocate(1000);
   ASSERT_OK(buffer);
   ASSERT_OK(other);
   const std::string bytes = Pattern(3 * kMiB, 5);
   char out[2048];
   constexpr uint64_t kHuge = std::numeric_limits<uint64_t>::max() - 10;
-  RpcRecorder wire;
-  // Checked by the daemon, against the requested size (not the rounded one).
-  EXPECT_THAT(client().CopyHostToDevice(*buffer, 1, bytes.data(), 1000, Via(TransferPath::kInline)),
+  // Against the requested size (not the rounded one).
+  EXPECT_THAT(client.CopyHostToDevice(*buffer, 1, bytes.data(), 1000, Via(TransferPath::kInline)),
               StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyHostToDevice(*buffer, kHuge, bytes.data(), 20, Via(TransferPath::kInline)),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyHostToDevice(*buffer, 1001, bytes.data(), 0, Via(TransferPath::kInline)),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyDeviceToHost(out, *buffer, 999, 2, Via(TransferPath::kInline)),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyDeviceToHost(out, *buffer, kHuge, 20, Via(TransferPath::kInline)),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyDeviceToDevice(*other, 0, *buffer, 500, 501),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyDeviceToDevice(*other, 500, *buffer, 0, 501),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.CopyDeviceToDevice(*other, 0, *buffer, kHuge, 20),
+              StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.Memset(*buffer, 0, 1, 1001), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(client.Memset(*buffer, kHuge, 1, 20), StatusIs(absl::StatusCode::kOutOfRange));
+  // A staged copy of several chunks copies nothing when it does not fit.
   EXPECT_THAT(
-      client().CopyHostToDevice(*buffer, kHuge, bytes.data(), 20, Via(TransferPath::kInline)),
-      StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyHostToDevice(*buffer, 1001, bytes.data(), 0, Via(TransferPath::kInline)),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, 999, 2, Via(TransferPath::kInline)),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, kHuge, 20, Via(TransferPath::kInline)),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyDeviceToDevice(*other, 0, *buffer, 500, 501),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyDeviceToDevice(*other, 500, *buffer, 0, 501),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().CopyDeviceToDevice(*other, 0, *buffer, kHuge, 20),
-              StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().Memset(*buffer, 0, 1, 1001), StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().Memset(*buffer, kHuge, 1, 20), StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(3));
-  // Staged copies are checked here first: a copy of several chunks copies
-  // nothing when it does not fit.
-  EXPECT_THAT(
-      client().CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB, Via(TransferPath::kStaging)),
+      client.CopyHostToDevice(*buffer, 0, bytes.data(), 3 * kMiB, Via(TransferPath::kStaging)),
       StatusIs(absl::StatusCode::kOutOfRange, ::testing::HasSubstr("does not fit")));
-  EXPECT_THAT(client().CopyDeviceToHost(out, *buffer, 10, 1000, Via(TransferPath::kStaging)),
+  EXPECT_THAT(client.CopyDeviceToHost(out, *buffer, 10, 1000, Via(TransferPath::kStaging)),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(3));
-  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/DeviceToHost"), SizeIs(2));
   // Nothing was written anywhere.
   EXPECT_EQ(std::string(static_cast<char*>(buffer->data()), 1000), std::string(1000, '\0'));
+}
+
+TEST_F(SmallStagingCopyTest, RangesOutsideTheAllocationAreOutOfRange) {
+  ExpectRangesOutsideTheAllocationAreOutOfRange(client());
+}
+
+TEST_F(DaemonSmallStagingCopyTest, TheDaemonChecksInlineRangesAndTheClientStagedOnes) {
+  RpcRecorder wire;
+  ExpectRangesOutsideTheAllocationAreOutOfRange(client());
+  // The inline copies went to the daemon, which refused them; the staged
+  // ones were refused here, before their first chunk.
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/HostToDevice"), SizeIs(3));
+  EXPECT_THAT(wire.Calls(client().session_id(), "Copy/DeviceToHost"), SizeIs(2));
 }
 
 TEST_F(CopyTest, AnotherSessionsAllocationsAreNotFound) {

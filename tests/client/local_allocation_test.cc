@@ -3,8 +3,11 @@
 // the daemon's books hold the leases, daemon work on local blocks fences
 // their reuse, and the session's end returns every lease.
 
+#include <stdlib.h>
+
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "client/observer.h"
 #include "common/memory_stats.h"
 #include "common/stats_page.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/memory.pb.h"
 #include "gtest/gtest.h"
@@ -318,6 +322,56 @@ TEST_F(LocalAllocationTest, ShareableAllocationsStillComeFromTheDaemon) {
   absl::StatusOr<DeviceBuffer> local = client().Allocate(4096);
   ASSERT_OK(local);
   EXPECT_EQ(client().Share(*local).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// GPUMUX_ALLOCATION as this test sets it; restored (or unset) at the end.
+class AllocationEnvironmentTest : public DaemonClientTest {
+ protected:
+  AllocationEnvironmentTest() : DaemonClientTest({.connect = false}) {
+    if (const char* value = getenv("GPUMUX_ALLOCATION")) saved_ = value;
+  }
+  ~AllocationEnvironmentTest() override {
+    if (saved_.has_value()) {
+      setenv("GPUMUX_ALLOCATION", saved_->c_str(), 1);
+    } else {
+      unsetenv("GPUMUX_ALLOCATION");
+    }
+  }
+
+  // Whether a client connected with `mode` while the environment holds
+  // `value` (nullopt: unset) allocates locally.
+  absl::StatusOr<bool> AllocatesLocally(std::optional<std::string> value,
+                                        AllocationMode mode = AllocationMode::kDefault) {
+    if (value.has_value()) {
+      setenv("GPUMUX_ALLOCATION", value->c_str(), 1);
+    } else {
+      unsetenv("GPUMUX_ALLOCATION");
+    }
+    ClientOptions options;
+    options.allocation = mode;
+    GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                            Client::Connect(daemon().address(), options));
+    GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client->Allocate(4096));
+    return buffer.local();
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST_F(AllocationEnvironmentTest, TheDefaultIsLocalUnlessTheEnvironmentSaysDaemon) {
+  EXPECT_THAT(AllocatesLocally(std::nullopt), IsOkAndHolds(true));
+  EXPECT_THAT(AllocatesLocally(""), IsOkAndHolds(true));
+  EXPECT_THAT(AllocatesLocally("local"), IsOkAndHolds(true));
+  EXPECT_THAT(AllocatesLocally("daemon"), IsOkAndHolds(false));
+  EXPECT_THAT(
+      AllocatesLocally("fast"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "GPUMUX_ALLOCATION=fast is neither \"daemon\" nor \"local\" (unset: local)"));
+  // ClientOptions::allocation, when set, is what counts.
+  EXPECT_THAT(AllocatesLocally("local", AllocationMode::kDaemon), IsOkAndHolds(false));
+  EXPECT_THAT(AllocatesLocally("daemon", AllocationMode::kLocal), IsOkAndHolds(true));
+  EXPECT_THAT(AllocatesLocally("fast", AllocationMode::kDaemon), IsOkAndHolds(false));
 }
 
 }  // namespace

@@ -24,6 +24,13 @@ constexpr uint64_t kBlock = 4096;
 
 class MemoryStreamsTest : public DaemonClientTest {};
 
+// Pinned to daemon-side allocation: its Free requests on the wire.
+class DaemonMemoryStreamsTest : public DaemonClientTest {
+ protected:
+  DaemonMemoryStreamsTest()
+      : DaemonClientTest({.client = {.allocation = AllocationMode::kDaemon}}) {}
+};
+
 TEST_F(MemoryStreamsTest, AllocationsComeFromTheirStreamsSegments) {
   absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
@@ -143,13 +150,8 @@ TEST_F(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
   ASSERT_OK(last_use.Record(*side));
   absl::StatusOr<std::string> handle = last_use.IpcHandle();
   ASSERT_OK(handle);
-  RpcRecorder wire;
   ASSERT_OK(client().Free(std::move(*used), {*handle}));
   EXPECT_FALSE(used->valid());
-  auto frees = wire.Requests<v1::FreeRequest>(client().session_id(), "Memory/Free");
-  ASSERT_THAT(frees, ::testing::SizeIs(1));
-  EXPECT_THAT(frees[0].wait_event_handles(), ::testing::ElementsAre(*handle));
-  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 
   absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
   ASSERT_OK(meanwhile);
@@ -159,6 +161,23 @@ TEST_F(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
   absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
+}
+
+TEST_F(DaemonMemoryStreamsTest, AFreeCarriesItsHandlesToTheDaemon) {
+  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  ASSERT_OK(used);
+  EventOptions interprocess;
+  interprocess.interprocess = true;
+  Event last_use(client(), interprocess);
+  ASSERT_OK(last_use.Record(client().DefaultStream(DeviceIndex(0))));
+  absl::StatusOr<std::string> handle = last_use.IpcHandle();
+  ASSERT_OK(handle);
+  RpcRecorder wire;
+  ASSERT_OK(client().Free(std::move(*used), {*handle}));
+  auto frees = wire.Requests<v1::FreeRequest>(client().session_id(), "Memory/Free");
+  ASSERT_THAT(frees, ::testing::SizeIs(1));
+  EXPECT_THAT(frees[0].wait_event_handles(), ::testing::ElementsAre(*handle));
+  EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 }
 
 TEST_F(MemoryStreamsTest, FreeWithBadHandlesLeavesTheBufferAsItWas) {

@@ -5,6 +5,7 @@
 #include "client/stream.h"
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -458,21 +459,29 @@ TEST_F(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
   absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
   RpcRecorder wire;
+  absl::StatusOr<DeviceBuffer> inside;
   {
     StreamGuard guard(*stream);
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, client().CurrentDevice());
-    ASSERT_OK(buffer);
-    ASSERT_OK(client().Memset(*buffer, 0, 1, 512).status());
+    inside = client().Allocate(512, client().CurrentDevice());
+    ASSERT_OK(inside);
+    ASSERT_OK(client().Memset(*inside, 0, 1, 512).status());
     ASSERT_OK(client().ManualSeed(3));  // the current device's generator
   }
   absl::StatusOr<DeviceBuffer> outside = client().Allocate(512, DeviceIndex(1));
   ASSERT_OK(outside);
+  EXPECT_EQ(inside->device(), DeviceIndex(1));
+  // Each came from a segment of the stream it was allocated for.
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot(DeviceIndex(1));
+  ASSERT_OK(snapshot);
+  auto stream_of = [&](const DeviceBuffer& buffer) -> std::optional<uint64_t> {
+    for (const SegmentInfo& segment : *snapshot) {
+      if (segment.segment_id == buffer.segment_id()) return segment.stream;
+    }
+    return std::nullopt;
+  };
+  EXPECT_THAT(stream_of(*inside), ::testing::Optional(stream->id().value()));
+  EXPECT_THAT(stream_of(*outside), ::testing::Optional(0u));
   const SessionId session = client().session_id();
-  auto allocations = wire.Requests<v1::AllocateRequest>(session, "Memory/Allocate");
-  ASSERT_THAT(allocations, SizeIs(2));
-  EXPECT_EQ(allocations[0].stream(), stream->id().value());
-  EXPECT_EQ(allocations[0].device(), 1);
-  EXPECT_EQ(allocations[1].stream(), 0u);
   auto memsets = wire.Requests<v1::MemsetRequest>(session, "Copy/Memset");
   ASSERT_THAT(memsets, SizeIs(1));
   EXPECT_EQ(memsets[0].options().stream(), stream->id().value());

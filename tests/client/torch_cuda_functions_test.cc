@@ -25,6 +25,26 @@ constexpr uint64_t kSmallSegment = uint64_t{2} << 20;
 
 class TorchCudaFunctionsTest : public DaemonClientTest {};
 
+ClientOptions WithAllocation(AllocationMode mode) {
+  ClientOptions options;
+  options.allocation = mode;
+  return options;
+}
+
+// Pinned to daemon-side allocation: with local allocation Connect does what
+// Init does (the allocator needs the device count and the memory socket).
+class LazyInitTest : public DaemonClientTest {
+ protected:
+  LazyInitTest() : DaemonClientTest({.client = WithAllocation(AllocationMode::kDaemon)}) {}
+};
+
+// Pinned to daemon-side allocation: the mappings of daemon segments; a local
+// client's leases stay mapped while its allocator caches them.
+class DaemonSegmentsTest : public DaemonClientTest {
+ protected:
+  DaemonSegmentsTest() : DaemonClientTest({.client = WithAllocation(AllocationMode::kDaemon)}) {}
+};
+
 TEST_F(TorchCudaFunctionsTest, IsAvailableWhenADaemonWithDevicesAnswers) {
   EXPECT_TRUE(Client::IsAvailable(daemon().address()));
   EXPECT_TRUE(Client::IsAvailable(daemon().socket_path()));
@@ -35,8 +55,9 @@ TEST_F(TorchCudaFunctionsTest, IsAvailableWhenADaemonWithDevicesAnswers) {
   EXPECT_EQ(daemon().Sessions().size(), 1u);
 }
 
-TEST_F(TorchCudaFunctionsTest, InitDoesNowWhatFirstUseWouldDo) {
-  std::unique_ptr<Client> fresh = ConnectAnother();
+TEST_F(LazyInitTest, InitDoesNowWhatFirstUseWouldDo) {
+  const ClientOptions daemon_side = WithAllocation(AllocationMode::kDaemon);
+  std::unique_ptr<Client> fresh = ConnectAnother(daemon_side);
   ASSERT_NE(fresh, nullptr);
   EXPECT_FALSE(fresh->IsInitialized());
   ASSERT_OK(fresh->Init());
@@ -44,7 +65,7 @@ TEST_F(TorchCudaFunctionsTest, InitDoesNowWhatFirstUseWouldDo) {
   ASSERT_OK(fresh->Init());  // again: nothing to do
 
   // The calls that need it do it too.
-  std::unique_ptr<Client> used = ConnectAnother();
+  std::unique_ptr<Client> used = ConnectAnother(daemon_side);
   ASSERT_NE(used, nullptr);
   ASSERT_OK(used->SetDevice(DeviceIndex(1)));
   EXPECT_FALSE(used->IsInitialized());  // the memory socket is not connected yet
@@ -52,10 +73,18 @@ TEST_F(TorchCudaFunctionsTest, InitDoesNowWhatFirstUseWouldDo) {
   EXPECT_TRUE(used->IsInitialized());
 }
 
-TEST_F(TorchCudaFunctionsTest, InitFailsWhenTheDaemonIsGone) {
+TEST_F(LazyInitTest, InitFailsWhenTheDaemonIsGone) {
   daemon().Shutdown();
   EXPECT_THAT(client().Init(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_FALSE(client().IsInitialized());
+}
+
+TEST_F(TorchCudaFunctionsTest, LocalAllocationInitializesAtConnect) {
+  std::unique_ptr<Client> local = ConnectAnother(WithAllocation(AllocationMode::kLocal));
+  ASSERT_NE(local, nullptr);
+  EXPECT_TRUE(local->IsInitialized());
+  daemon().Shutdown();
+  EXPECT_OK(local->Init());  // nothing left to do
 }
 
 TEST_F(TorchCudaFunctionsTest, DeviceCapabilityArchListAndGencodeFlags) {
@@ -89,7 +118,7 @@ TEST_F(TorchCudaFunctionsTest, DeviceOfMakesABuffersDeviceCurrent) {
   EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
 }
 
-TEST_F(TorchCudaFunctionsTest, IpcCollectUnmapsWhatNoBufferUses) {
+TEST_F(DaemonSegmentsTest, IpcCollectUnmapsWhatNoBufferUses) {
   absl::StatusOr<DeviceBuffer> kept = client().Allocate(4096, DeviceIndex(0));
   ASSERT_OK(kept);
   absl::StatusOr<DeviceBuffer> dropped = client().Allocate(4096, DeviceIndex(1));

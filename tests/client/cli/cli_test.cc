@@ -165,7 +165,25 @@ TEST_F(CliDaemonTest, SummaryIsPyTorchsTable) {
   EXPECT_THAT(run.out, HasSubstr("PyTorch CUDA memory summary, device ID 1 "));
 }
 
-TEST_F(CliDaemonTest, SnapshotAndSessions) {
+TEST_F(CliDaemonTest, SnapshotShowsEverySessionsBlocks) {
+  ClientOptions options;
+  auto client = ConnectAnother(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+  ASSERT_OK(buffer);
+
+  CliRun run = RunHere({"snapshot", "--json"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("[\n {\n  \"device\": 0,\n"));
+  EXPECT_THAT(run.out, HasSubstr("\"requested_size\": 1000,"));
+  run = RunHere({"snapshot", "--device", "1", "--json"});
+  EXPECT_EQ(run.out, "[]\n");
+  run = RunHere({"snapshot"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, StartsWith("DEVICE  SEGMENT"));
+}
+
+TEST_F(CliDaemonTest, SessionsListsEachClientWithItsStreamsAndEvents) {
   ClientOptions options;
   options.client_name = "trainer";
   options.labels = {{"pod", "p-1"}};
@@ -181,17 +199,7 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   ASSERT_OK(first);
   ASSERT_OK(second);
 
-  CliRun run = RunHere({"snapshot", "--json"});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, StartsWith("[\n {\n  \"device\": 0,\n"));
-  EXPECT_THAT(run.out, HasSubstr("\"requested_size\": 1000,"));
-  run = RunHere({"snapshot", "--device", "1", "--json"});
-  EXPECT_EQ(run.out, "[]\n");
-  run = RunHere({"snapshot"});
-  EXPECT_EQ(run.exit_code, 0);
-  EXPECT_THAT(run.out, StartsWith("DEVICE  SEGMENT"));
-
-  run = RunHere({"sessions"});
+  CliRun run = RunHere({"sessions"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("trainer"));
   EXPECT_THAT(run.out, HasSubstr("pod=p-1"));
@@ -214,7 +222,7 @@ TEST_F(CliDaemonTest, SnapshotAndSessions) {
   EXPECT_EQ(RunHere({"sessions", "--json"}).out, "[]\n");
 }
 
-TEST_F(CliDaemonTest, TenantLimitIsEnforcedAndTenantsListsIt) {
+TEST_F(CliDaemonTest, TenantLimitIsEnforced) {
   CliRun run = RunHere({"tenant-limit", "pod", "4MiB"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "tenant 'pod': limit 4194304 bytes (4.00 MiB) on every device\n");
@@ -226,16 +234,6 @@ TEST_F(CliDaemonTest, TenantLimitIsEnforcedAndTenantsListsIt) {
   ASSERT_OK(small);
   EXPECT_THAT(client->Allocate(3 << 20),  // a 20 MiB segment
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("Its tenant 'pod'")));
-  run = RunHere({"tenants"});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, StartsWith("TENANT  DEVICE     LIMIT  RESERVED   ALLOCATED  SESSIONS\n"));
-  EXPECT_THAT(run.out, ContainsRegex("\npod +0 +4\\.00 MiB +2\\.00 MiB +1024 bytes +[0-9]+\n"));
-  EXPECT_THAT(run.out, ContainsRegex("\n +1 +4\\.00 MiB +0 bytes +0 bytes +[0-9]+\n"));
-  run = RunHere({"tenants", "--json"});
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_THAT(run.out, HasSubstr("\"tenant\": \"pod\""));
-  EXPECT_THAT(run.out, HasSubstr("\"limit_bytes\": 4194304"));
-  EXPECT_THAT(run.out, HasSubstr("\"reserved_bytes\": 2097152"));
   run = RunHere({"tenant-limit", "pod", "none", "--device", "0"});
   EXPECT_EQ(run.out, "tenant 'pod': no limit on GPU 0\n");
   EXPECT_OK(client->Allocate(3 << 20));
@@ -259,6 +257,27 @@ TEST_F(CliDaemonTest, TenantLimitIsEnforcedAndTenantsListsIt) {
   run = RunGpumux({"--address", "localhost:1", "tenants"});
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.err, HasSubstr("is not a Unix socket"));
+}
+
+TEST_F(CliDaemonTest, TenantsListsEachTenantsLimitAndUsage) {
+  ASSERT_EQ(RunHere({"tenant-limit", "pod", "4MiB"}).exit_code, 0);
+  ClientOptions options;
+  options.tenant = "pod";
+  auto client = ConnectAnother(options);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);  // a 2 MiB segment
+  ASSERT_OK(small);
+  EXPECT_THAT(client->Allocate(3 << 20), StatusIs(absl::StatusCode::kResourceExhausted));
+  CliRun run = RunHere({"tenants"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("TENANT  DEVICE     LIMIT  RESERVED   ALLOCATED  SESSIONS\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\npod +0 +4\\.00 MiB +2\\.00 MiB +1024 bytes +[0-9]+\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\n +1 +4\\.00 MiB +0 bytes +0 bytes +[0-9]+\n"));
+  run = RunHere({"tenants", "--json"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\"tenant\": \"pod\""));
+  EXPECT_THAT(run.out, HasSubstr("\"limit_bytes\": 4194304"));
+  EXPECT_THAT(run.out, HasSubstr("\"reserved_bytes\": 2097152"));
 }
 
 TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
