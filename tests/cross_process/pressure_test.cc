@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,35 @@ int OpenDescriptors(pid_t pid) {
   while (dirent* entry = readdir(dir)) count += entry->d_name[0] != '.';
   closedir(dir);
   return count;
+}
+
+// SIGSTOPs `pid` and waits until every thread of it has stopped (a stop
+// signal takes effect asynchronously).
+void Stop(pid_t pid) {
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const Clock::time_point start = Clock::now();
+  while (SecondsSince(start) < 5) {
+    DIR* dir = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
+    ASSERT_NE(dir, nullptr);
+    bool all_stopped = true;
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      FILE* stat =
+          std::fopen(absl::StrCat("/proc/", pid, "/task/", entry->d_name, "/stat").c_str(), "r");
+      if (stat == nullptr) continue;
+      char line[512] = {};
+      std::fgets(line, sizeof(line), stat);
+      std::fclose(stat);
+      // "pid (comm) STATE ...": the state follows the last ')'.
+      const char* paren = std::strrchr(line, ')');
+      if (paren == nullptr || paren[1] != ' ' || (paren[2] != 't' && paren[2] != 'T'))
+        all_stopped = false;
+    }
+    closedir(dir);
+    if (all_stopped) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  FAIL() << "process " << pid << " did not stop within 5 s";
 }
 
 // A local-allocating child (gpumux_test_child cache), ready.
@@ -169,7 +199,7 @@ TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
   std::unique_ptr<Child> cache = StartCache(daemon, 24, 4, 0);
   std::unique_ptr<Client> client = LocalClient(daemon);
   ASSERT_NE(client, nullptr);
-  ASSERT_EQ(kill(cache->pid(), SIGSTOP), 0);
+  Stop(cache->pid());
   Clock::time_point start = Clock::now();
   absl::StatusOr<DeviceBuffer> refused = client->Allocate(48 * kMiB, kDevice);
   double seconds = SecondsSince(start);
@@ -263,7 +293,7 @@ TEST(SigkillTest, AClientKilledMidPressureOrMidSnapshotLeavesNothing) {
     std::unique_ptr<Client> client = LocalClient(daemon);
     ASSERT_NE(client, nullptr);
     std::unique_ptr<Child> cache = StartCache(daemon, 24, 4, 0);
-    ASSERT_EQ(kill(cache->pid(), SIGSTOP), 0);
+    Stop(cache->pid());
     const Clock::time_point start = Clock::now();
     std::thread killer([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -276,7 +306,7 @@ TEST(SigkillTest, AClientKilledMidPressureOrMidSnapshotLeavesNothing) {
     EXPECT_EQ(cache->Wait(), 128 + SIGKILL);
 
     std::unique_ptr<Child> second = StartCache(daemon, 6, 3, 1);
-    ASSERT_EQ(kill(second->pid(), SIGSTOP), 0);
+    Stop(second->pid());
     const SessionId session = SessionNamed(observer, "cache");
     std::thread second_killer([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
