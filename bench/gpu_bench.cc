@@ -34,6 +34,7 @@
 #include "absl/strings/escaping.h"
 
 #include "bench/bench_daemon.h"
+#include "bench/bench_stats.h"
 #include "client/client.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"
@@ -41,13 +42,10 @@
 
 namespace {
 
+using gpumux::bench::Percentile;
+
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
-}
 
 double TimeUs(const std::function<void()>& body) {
   const auto start = Clock::now();

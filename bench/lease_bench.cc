@@ -23,17 +23,15 @@
 
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
+#include "bench/bench_stats.h"
 #include "client/client.h"
 
 namespace {
 
+using gpumux::bench::Percentile;
+
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
-}
 
 template <typename Body>
 double TimeUs(Body&& body) {

@@ -26,9 +26,12 @@
 
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
+#include "bench/bench_stats.h"
 #include "client/client.h"
 
 namespace {
+
+using gpumux::bench::Percentile;
 
 using Clock = std::chrono::steady_clock;
 
@@ -39,12 +42,6 @@ struct Flags {
   int rounds = 10;
   uint64_t size = 4096;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[i];
-}
 
 }  // namespace
 
