@@ -54,10 +54,7 @@ absl::StatusOr<std::unique_ptr<SessionStream>> SessionStream::Open(
 
 SessionStream::~SessionStream() { Close().IgnoreError(); }
 
-bool SessionStream::ended() const {
-  absl::MutexLock lock(&mu_);
-  return state_ == State::kEnded;
-}
+bool SessionStream::ended() const { return ended_.load(std::memory_order_acquire); }
 
 absl::Status SessionStream::Close(absl::Duration timeout) {
   absl::MutexLock close_lock(&close_mu_);
@@ -90,6 +87,7 @@ bool SessionStream::Send(const v1::SessionClientMessage& message) {
 void SessionStream::SetState(State state) {
   absl::MutexLock lock(&mu_);
   state_ = state;
+  if (state == State::kEnded) ended_.store(true, std::memory_order_release);
 }
 
 grpc::Status SessionStream::Abandon(bool cancel) {
@@ -112,6 +110,7 @@ void SessionStream::ReadLoop() {
     absl::MutexLock lock(&mu_);
     unexpected_first_message_ = true;
     state_ = State::kEnded;
+    ended_.store(true, std::memory_order_release);
     return;
   }
   // Published by the state change below; never written again.

@@ -6,6 +6,7 @@
 // session, and the daemon releases everything the session still holds.
 // Thread-safe.
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -81,6 +82,8 @@ class SessionStream {
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kOpening;
+  // state_ == kEnded, readable without mu_: every local allocation asks.
+  std::atomic<bool> ended_{false};
   // Set when the first message was not SessionOpened.
   bool unexpected_first_message_ ABSL_GUARDED_BY(mu_) = false;
 
