@@ -1,0 +1,55 @@
+// The replay check: each real PyTorch trace (testdata/) replayed
+// through a client of a real daemon, in local and in daemon allocation mode,
+// ends with all 122 memory_stats keys equal to the in-process replay's.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "replay/client_target.h"
+#include "replay/inprocess_target.h"
+#include "replay/trace_replay.h"
+#include "tests/support/in_process_daemon.h"
+
+namespace gpumux::testing {
+namespace {
+
+class TraceModesTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TraceModesTest, EveryKeyEqualsTheInProcessReplayInBothModes) {
+  absl::StatusOr<std::vector<TraceEvent>> events =
+      LoadTrace(std::string(GPUMUX_SOURCE_DIR) + "/testdata/" + GetParam());
+  ASSERT_TRUE(events.ok()) << events.status();
+  absl::StatusOr<std::unique_ptr<InProcessTarget>> in_process = InProcessTarget::Create({});
+  ASSERT_TRUE(in_process.ok()) << in_process.status();
+  ASSERT_TRUE(Replay(*events, **in_process).ok());
+  absl::StatusOr<std::map<std::string, int64_t>> expected = (*in_process)->Stats();
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_EQ(expected->size(), 122u);
+  ASSERT_GT(expected->at("reserved_bytes.all.peak"), 0);
+
+  // GPT-2 reserves 13 GB at its peak.
+  InProcessDaemon daemon({.devices = 1, .device_memory = uint64_t{16} << 30});
+  for (AllocationMode mode : {AllocationMode::kLocal, AllocationMode::kDaemon}) {
+    const char* name = mode == AllocationMode::kLocal ? "local" : "daemon";
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect(daemon.address(), {.allocation = mode});
+    ASSERT_TRUE(client.ok()) << client.status();
+    ClientReplayTarget target(**client, DeviceIndex(0));
+    absl::StatusOr<ReplayResult> result = Replay(*events, target);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    absl::StatusOr<std::map<std::string, int64_t>> stats = target.Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(*stats, *expected) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, TraceModesTest,
+                         ::testing::Values("trace_resnet50_train_b64.csv.gz",
+                                           "trace_gpt2s_train_b8_s1024.csv.gz"));
+
+}  // namespace
+}  // namespace gpumux::testing
