@@ -120,6 +120,19 @@ class CliDaemonTest : public DaemonClientTest {
     args.insert(args.begin(), {"--address", daemon().socket_path()});
     return RunGpumux(std::move(args));
   }
+
+  // A client of tenant "pod" that holds one 1000-byte block in a 2 MiB
+  // segment (`held`): what a 4 MiB tenant limit leaves room for.
+  std::unique_ptr<Client> ConnectPodHoldingASegment(std::optional<DeviceBuffer>* held) {
+    ClientOptions options;
+    options.tenant = "pod";
+    std::unique_ptr<Client> client = ConnectAnother(options);
+    if (client == nullptr) return nullptr;
+    absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);
+    EXPECT_TRUE(small.ok()) << small.status();
+    if (small.ok()) held->emplace(*std::move(small));
+    return client;
+  }
 };
 
 TEST_F(CliDaemonTest, Devices) {
@@ -226,12 +239,11 @@ TEST_F(CliDaemonTest, TenantLimitIsEnforced) {
   CliRun run = RunHere({"tenant-limit", "pod", "4MiB"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "tenant 'pod': limit 4194304 bytes (4.00 MiB) on every device\n");
-  ClientOptions options;
-  options.tenant = "pod";
-  auto client = ConnectAnother(options);
+  std::unique_ptr<Client> client;
+  std::optional<DeviceBuffer> small;  // freed before its client goes
+  client = ConnectPodHoldingASegment(&small);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);  // a 2 MiB segment
-  ASSERT_OK(small);
+  ASSERT_TRUE(small.has_value());
   EXPECT_THAT(client->Allocate(3 << 20),  // a 20 MiB segment
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("Its tenant 'pod'")));
   run = RunHere({"tenant-limit", "pod", "none", "--device", "0"});
@@ -261,12 +273,11 @@ TEST_F(CliDaemonTest, TenantLimitIsEnforced) {
 
 TEST_F(CliDaemonTest, TenantsListsEachTenantsLimitAndUsage) {
   ASSERT_EQ(RunHere({"tenant-limit", "pod", "4MiB"}).exit_code, 0);
-  ClientOptions options;
-  options.tenant = "pod";
-  auto client = ConnectAnother(options);
+  std::unique_ptr<Client> client;
+  std::optional<DeviceBuffer> small;  // freed before its client goes
+  client = ConnectPodHoldingASegment(&small);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);  // a 2 MiB segment
-  ASSERT_OK(small);
+  ASSERT_TRUE(small.has_value());
   EXPECT_THAT(client->Allocate(3 << 20), StatusIs(absl::StatusCode::kResourceExhausted));
   CliRun run = RunHere({"tenants"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
