@@ -94,7 +94,9 @@ SessionInfo FromProto(const v1::SessionInfo& proto) {
                                .reserved_bytes = usage.reserved_bytes(),
                                .allocations = usage.allocations(),
                                .imported_bytes = usage.imported_bytes(),
-                               .memory_limit_bytes = usage.memory_limit_bytes()});
+                               .memory_limit_bytes = usage.memory_limit_bytes(),
+                               .peak_allocated_bytes = usage.peak_allocated_bytes(),
+                               .peak_reserved_bytes = usage.peak_reserved_bytes()});
   }
   return session;
 }

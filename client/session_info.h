@@ -24,6 +24,9 @@ struct SessionDeviceUsage {
   uint64_t imported_bytes = 0;
   // 0 when unlimited.
   uint64_t memory_limit_bytes = 0;
+  // allocated_bytes.all.peak and reserved_bytes.all.peak.
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
 };
 
 struct SessionInfo {

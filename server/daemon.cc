@@ -529,7 +529,7 @@ void Daemon::Shutdown(int deadline_ms) {
   s.memory_socket->Stop();
   // Any session whose stream did not report its end in time.
   for (const SessionInfo& info : s.sessions.List())
-    s.lifecycle->Close(info.id, "daemon shutting down");
+    s.lifecycle->Close(info.id, SessionEndReason::kShutdown, "daemon shutting down");
   std::error_code ec;
   std::filesystem::remove(s.options.socket_path, ec);
   spdlog::info("gpumuxd stopped");

@@ -427,6 +427,7 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
   std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
   block->tokens.push_back(token);
   unused_tokens_.emplace(token, block);
+  ++tokens_issued_;
   return token;
 }
 
@@ -453,6 +454,7 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
     Block* block = it->second;
     unused_tokens_.erase(it);
     used_tokens_.emplace(std::move(key), block);
+    ++tokens_redeemed_;
     view = AddReferenceLocked(session, block, /*imported=*/true);
   }
   Subscribe(session, view.device, view.segment_id);
@@ -618,6 +620,11 @@ absl::StatusOr<std::vector<SegmentSnapshot>> MemoryManager::Snapshot(
   return allocator_.Snapshot(device, session);
 }
 
+ShareCounts MemoryManager::share_counts() const {
+  absl::MutexLock lock(&mu_);
+  return ShareCounts{.issued = tokens_issued_, .redeemed = tokens_redeemed_};
+}
+
 std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
   std::vector<uint64_t> imported;
   {
@@ -637,6 +644,8 @@ std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
     usage.imported_bytes =
         static_cast<size_t>(d) < imported.size() ? imported[static_cast<size_t>(d)] : 0;
     usage.limit_bytes = allocator_.GetMemoryLimit(device, session);
+    usage.peak_allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].peak);
+    usage.peak_reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].peak);
     out.push_back(usage);
   }
   return out;

@@ -64,6 +64,8 @@ struct SessionDeviceUsage {
   uint64_t allocations = 0;
   uint64_t imported_bytes = 0;
   uint64_t limit_bytes = 0;
+  uint64_t peak_allocated_bytes = 0;  // allocated_bytes.all.peak
+  uint64_t peak_reserved_bytes = 0;   // reserved_bytes.all.peak
 };
 
 // A byte range of an allocation that queued work reads or writes.
@@ -88,6 +90,12 @@ struct ReleaseSummary {
   uint64_t imports_dropped = 0;    // references to other sessions' memory
   uint64_t handed_over = 0;        // shared allocations now charged to an importer
   uint64_t handed_over_bytes = 0;  // their (dedicated) segments' bytes
+};
+
+// Share tokens issued and redeemed (imported) since the daemon started.
+struct ShareCounts {
+  uint64_t issued = 0;
+  uint64_t redeemed = 0;
 };
 
 // Daemon-wide budget (gpumuxd --max-share-tokens): share tokens of all live
@@ -249,6 +257,7 @@ class MemoryManager {
                                                         std::optional<SessionId> session) const;
   // Per device figures for the session list.
   std::vector<SessionDeviceUsage> Usage(SessionId session) const;
+  ShareCounts share_counts() const;
 
   int device_count() const { return allocator_.device_count(); }
   const CachingAllocator& allocator() const { return allocator_; }
@@ -339,6 +348,8 @@ class MemoryManager {
   absl::node_hash_map<SessionId, SessionBooks> books_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Block*> unused_tokens_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Block*> used_tokens_ ABSL_GUARDED_BY(mu_);
+  uint64_t tokens_issued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tokens_redeemed_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Sessions handed each segment's handle. Taken after mu_ when both are held.
   absl::Mutex subscribers_mu_ ABSL_ACQUIRED_AFTER(mu_);

@@ -10,6 +10,34 @@
 
 namespace gpumux {
 
+// Why a session ended, as operators count it
+// (gpumux_sessions_ended_total{reason}).
+enum class SessionEndReason {
+  kClosed,         // the client closed its session stream
+  kCrashed,        // the stream broke: the client died or vanished
+  kKilled,         // an operator ended it (gpumux kill-session)
+  kShutdown,       // the daemon is shutting down
+  kProtocolError,  // the client broke the session stream's protocol
+};
+inline constexpr int kSessionEndReasons = 5;
+
+// "closed", "crashed", "killed", "shutdown" or "protocol_error".
+constexpr absl::string_view SessionEndReasonName(SessionEndReason reason) {
+  switch (reason) {
+    case SessionEndReason::kClosed:
+      return "closed";
+    case SessionEndReason::kCrashed:
+      return "crashed";
+    case SessionEndReason::kKilled:
+      return "killed";
+    case SessionEndReason::kShutdown:
+      return "shutdown";
+    case SessionEndReason::kProtocolError:
+      return "protocol_error";
+  }
+  return "closed";
+}
+
 class NoticeSink {
  public:
   virtual ~NoticeSink() = default;
@@ -22,9 +50,10 @@ class NoticeSink {
   // block.
   virtual void AskReleaseCached(uint64_t request, DeviceIndex device) = 0;
   virtual void AskLeaseBlocks(uint64_t request) = 0;
-  // The daemon is ending the session (shutdown): end the transport's side of
-  // it with UNAVAILABLE and `reason`. Must not block.
-  virtual void Terminate(absl::string_view reason) = 0;
+  // The daemon is ending the session (shutdown, or an operator's kill): end
+  // the transport's side of it with UNAVAILABLE and `message`, and close the
+  // session with `reason` before returning. Must not block on the client.
+  virtual void Terminate(SessionEndReason reason, absl::string_view message) = 0;
 };
 
 }  // namespace gpumux

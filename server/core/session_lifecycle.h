@@ -10,6 +10,9 @@
 // closes only a session whose Open it saw succeed); a second Close does
 // nothing.
 
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -23,6 +26,16 @@
 #include "server/core/stream_manager.h"
 
 namespace gpumux {
+
+// Running totals since the daemon started, for /metrics.
+struct SessionCounts {
+  uint64_t opened = 0;
+  std::array<uint64_t, kSessionEndReasons> ended{};  // by SessionEndReason
+  // Of ended sessions: bytes of blocks still allocated to them, freed, and
+  // bytes of their segments returned to the devices.
+  uint64_t reclaimed_allocated_bytes = 0;
+  uint64_t reclaimed_reserved_bytes = 0;
+};
 
 class SessionLifecycle {
  public:
@@ -40,9 +53,17 @@ class SessionLifecycle {
   absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
 
   // Ends the session: no call authenticates as it any more, everything it
-  // held is released, and one info line is logged with `reason` and what was
-  // reclaimed. A second call for the same id does nothing.
-  void Close(SessionId id, absl::string_view reason);
+  // held is released, and one info line is logged with `reason`, `detail`
+  // and what was reclaimed. A second call for the same id does nothing.
+  void Close(SessionId id, SessionEndReason reason, absl::string_view detail);
+
+  // An operator ends the session as if its client had died: its stream ends
+  // with UNAVAILABLE "session N was killed by an operator: <reason>" and
+  // everything it held is reclaimed before this returns. NOT_FOUND "no
+  // session N is open" for a session that is not open.
+  absl::Status Kill(SessionId id, absl::string_view reason);
+
+  SessionCounts counts() const;
 
  private:
   SessionRegistry* sessions_;
@@ -51,6 +72,10 @@ class SessionLifecycle {
   StagingBuffers* staging_;
   RngGenerators* rng_;
   NvtxRanges* nvtx_;
+  std::atomic<uint64_t> opened_{0};
+  std::array<std::atomic<uint64_t>, kSessionEndReasons> ended_{};
+  std::atomic<uint64_t> reclaimed_allocated_bytes_{0};
+  std::atomic<uint64_t> reclaimed_reserved_bytes_{0};
 };
 
 }  // namespace gpumux

@@ -183,14 +183,14 @@ void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device,
   if (std::shared_ptr<NoticeSink> sink = SinkOf(id)) sink->SegmentReleased(device, segment);
 }
 
-void SessionRegistry::TerminateAll(absl::string_view reason) const {
+void SessionRegistry::TerminateAll(absl::string_view message) const {
   std::vector<std::shared_ptr<NoticeSink>> sinks;
   {
     absl::ReaderMutexLock lock(&mu_);
     for (const auto& [id, entry] : sessions_) sinks.push_back(entry.sink);
   }
   for (const auto& sink : sinks) {
-    if (sink != nullptr) sink->Terminate(reason);
+    if (sink != nullptr) sink->Terminate(SessionEndReason::kShutdown, message);
   }
 }
 

@@ -88,7 +88,7 @@ class SessionRegistry {
   void NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const;
 
   // Asks every open session's sink to end its session (daemon shutdown).
-  void TerminateAll(absl::string_view reason) const;
+  void TerminateAll(absl::string_view message) const;
 
   // The daemon is shutting down: from now on every session call, and every
   // call still in flight, is answered with ShuttingDownError() (as sessions

@@ -24,6 +24,8 @@ void ToProto(const SessionOverview& overview, v1::SessionInfo* out) {
     u->set_allocations(usage.allocations);
     u->set_imported_bytes(usage.imported_bytes);
     u->set_memory_limit_bytes(usage.limit_bytes);
+    u->set_peak_allocated_bytes(usage.peak_allocated_bytes);
+    u->set_peak_reserved_bytes(usage.peak_reserved_bytes);
   }
 }
 

@@ -47,19 +47,19 @@ class SessionReactor final
       if (!HasSession()) {
         // gRPC reports bytes that do not parse as a failed read, like a
         // half-close: either way no `open` came.
-        EndSession("protocol error",
+        EndSession(SessionEndReason::kProtocolError, "protocol error",
                    grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                 "the session stream ended before a parseable `open` message: "
                                 "its first message must be a SessionClientMessage with `open`"));
         return;
       }
       // Half-close by the client or a broken stream: the session's life ends.
-      EndSession("client closed the session stream", grpc::Status::OK);
+      EndSession(SessionEndReason::kClosed, "client closed the session stream", grpc::Status::OK);
       return;
     }
     if (std::optional<SessionId> session = OpenSession(); session.has_value()) {
       if (!TakeAnswer(*session)) {
-        EndSession("protocol error",
+        EndSession(SessionEndReason::kProtocolError, "protocol error",
                    grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                 "the session is already open; the stream takes only answers to "
                                 "the daemon's questions (cache_released, lease_blocks)"));
@@ -69,7 +69,7 @@ class SessionReactor final
       return;
     }
     if (!request_.has_open()) {
-      EndSession("protocol error",
+      EndSession(SessionEndReason::kProtocolError, "protocol error",
                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                               "the first message on a session stream must be `open`"));
       return;
@@ -77,7 +77,7 @@ class SessionReactor final
     absl::StatusOr<OpenedSession> opened =
         lifecycle_->Open(FromProto(request_.open()), std::make_shared<Sink>(self_));
     if (!opened.ok()) {
-      EndSession("open refused", ToGrpcStatus(opened.status()));
+      EndSession(SessionEndReason::kClosed, "open refused", ToGrpcStatus(opened.status()));
       return;
     }
     {
@@ -111,11 +111,12 @@ class SessionReactor final
   }
 
   void OnCancel() override {
-    EndSession("session stream cancelled (client gone)", grpc::Status::CANCELLED);
+    EndSession(SessionEndReason::kCrashed, "session stream cancelled (client gone)",
+               grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
-    CloseSessionOnce("session stream done");
+    CloseSessionOnce(SessionEndReason::kClosed, "session stream done");
     self_.reset();  // may delete this
   }
 
@@ -132,10 +133,10 @@ class SessionReactor final
     void AskLeaseBlocks(uint64_t request) override {
       if (auto reactor = reactor_.lock()) reactor->Send(BlocksRequestMessage(request));
     }
-    void Terminate(absl::string_view reason) override {
+    void Terminate(SessionEndReason reason, absl::string_view message) override {
       if (auto reactor = reactor_.lock()) {
-        reactor->EndSession(reason,
-                            grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(reason)));
+        reactor->EndSession(reason, message,
+                            grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(message)));
       }
     }
 
@@ -170,7 +171,7 @@ class SessionReactor final
     StartWrite(&queue_.front());
   }
 
-  void CloseSessionOnce(absl::string_view reason) {
+  void CloseSessionOnce(SessionEndReason reason, absl::string_view detail) {
     std::optional<SessionId> session;
     {
       absl::MutexLock lock(&mu_);
@@ -179,14 +180,14 @@ class SessionReactor final
       session = session_;
     }
     if (!session.has_value()) return;
-    lifecycle_->Close(*session, reason);
+    lifecycle_->Close(*session, reason, detail);
     // After its leases are back: an allocation waiting on its answer retries
     // with them.
     queries_->OnSessionClosed(*session);
   }
 
-  void EndSession(absl::string_view reason, grpc::Status status) {
-    CloseSessionOnce(reason);
+  void EndSession(SessionEndReason reason, absl::string_view detail, grpc::Status status) {
+    CloseSessionOnce(reason, detail);
     absl::MutexLock lock(&mu_);
     if (finishing_) return;
     finishing_ = true;

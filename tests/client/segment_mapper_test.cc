@@ -32,7 +32,7 @@ class NoSink final : public NoticeSink {
   void SegmentReleased(DeviceIndex, SegmentId) override {}
   void AskReleaseCached(uint64_t, DeviceIndex) override {}
   void AskLeaseBlocks(uint64_t) override {}
-  void Terminate(absl::string_view) override {}
+  void Terminate(SessionEndReason, absl::string_view) override {}
 };
 
 // The daemon's side of the memory socket, alone: a registry with one open

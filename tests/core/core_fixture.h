@@ -48,7 +48,7 @@ class CoreTest : public ::testing::Test {
                                                     staging_.get(), rng_.get(), &nvtx_);
   }
   void TearDown() override {
-    for (SessionId session : opened_) lifecycle_->Close(session, "test over");
+    for (SessionId session : opened_) lifecycle_->Close(session, SessionEndReason::kClosed, "test over");
   }
 
   // A session opened as the Session service opens one.
@@ -77,7 +77,7 @@ class CoreTest : public ::testing::Test {
     void SegmentReleased(DeviceIndex, SegmentId) override {}
     void AskReleaseCached(uint64_t, DeviceIndex) override {}
     void AskLeaseBlocks(uint64_t) override {}
-    void Terminate(absl::string_view) override {}
+    void Terminate(SessionEndReason, absl::string_view) override {}
   };
 
  protected:

@@ -45,7 +45,7 @@ TEST_F(SessionOverviewTest, JoinsWhoEachSessionIsWithItsStreamsEventsAndMemory) 
 TEST_F(SessionOverviewTest, EndedSessionsAreNotListed) {
   const SessionId gone = Open("gone");
   const SessionId stays = Open("stays");
-  lifecycle_->Close(gone, "client closed the session stream");
+  lifecycle_->Close(gone, SessionEndReason::kClosed, "client closed the session stream");
   std::vector<SessionOverview> overviews = ListSessionOverviews(sessions_, *streams_, *memory_);
   ASSERT_EQ(overviews.size(), 1u);
   EXPECT_EQ(overviews[0].info.id, stays);

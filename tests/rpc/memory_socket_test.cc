@@ -255,7 +255,7 @@ TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
     void SegmentReleased(DeviceIndex, SegmentId) override {}
     void AskReleaseCached(uint64_t, DeviceIndex) override {}
     void AskLeaseBlocks(uint64_t) override {}
-    void Terminate(absl::string_view) override {}
+    void Terminate(SessionEndReason, absl::string_view) override {}
   };
   SessionRegistry registry;
   absl::StatusOr<OpenedSession> opened =
