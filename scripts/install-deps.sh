@@ -8,6 +8,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev
+  libcpp-httplib-dev
+  prometheus curl
   python3 python3-grpcio python3-grpc-tools
   clang libclang-rt-14-dev clang-format
 )

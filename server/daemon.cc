@@ -7,8 +7,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -17,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "allocator/allocator_config.h"
 #include "common/byte_size.h"
+#include "common/host_port.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -43,9 +41,12 @@
 #include "server/core/session_registry.h"
 #include "server/core/staging_buffers.h"
 #include "server/core/stream_manager.h"
+#include "server/http/metrics_http_server.h"
+#include "server/http/metrics_page.h"
 #include "server/rpc/admin_service.h"
 #include "server/rpc/admin_socket_server.h"
 #include "server/rpc/blocking_executor.h"
+#include "server/rpc/call_metrics.h"
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
 #include "server/rpc/event_service.h"
@@ -121,30 +122,6 @@ bool SocketIsLive(const std::string& path) {
   return live;
 }
 
-// HOST:PORT with a decimal port in 0-65535 (gRPC would pick a random port
-// for one it cannot parse), and a host, bracketed when it is IPv6.
-absl::Status CheckListenAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  const std::string quoted = absl::StrCat("--listen '", address, "'");
-  if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(quoted, ": expected HOST:PORT, e.g. 0.0.0.0:50051"));
-  }
-  const std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  uint32_t number = 0;
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
-      !absl::SimpleAtoi(port, &number) || number > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        quoted, ": port '", port, "' is not a number in 0-65535 (0 picks a free port)"));
-  }
-  if (host.find(':') != std::string::npos && !(host.front() == '[' && host.back() == ']')) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(quoted, ": an IPv6 host goes in brackets, e.g. [::1]:50051"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
   std::vector<char> buffer(16384);
   struct group entry {};
@@ -158,11 +135,23 @@ absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
   return found->gr_gid;
 }
 
-std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-ParseFailureInterceptors() {
+// The parse-failure interceptor first: it rewrites the status the call
+// metrics then count.
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> Interceptors(
+    CallMetrics* metrics) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<ParseFailureInterceptorFactory>());
+  creators.push_back(std::make_unique<CallMetricsInterceptorFactory>(metrics));
   return creators;
+}
+
+// Every service whose calls /metrics counts.
+std::vector<std::string> CountedServices() {
+  std::vector<std::string> services(std::begin(kServiceNames), std::end(kServiceNames));
+  services.push_back("gpumux.v1.Admin");
+  services.push_back("grpc.health.v1.Health");
+  services.push_back("grpc.reflection.v1alpha.ServerReflection");
+  return services;
 }
 
 // Every segment, staging buffer and interprocess event of the host backend
@@ -232,6 +221,8 @@ struct Daemon::State {
   std::unique_ptr<ClientQueries> queries;
   // After the managers its tasks use, so it joins them first.
   BlockingExecutor executor;
+  // The books of every server's calls; before the servers, which record in it.
+  CallMetrics call_metrics{CountedServices()};
   // Services: one set per server (a service registers with one server only).
   std::unique_ptr<SessionService> session_service;
   std::unique_ptr<MemoryService> memory_service;
@@ -263,9 +254,26 @@ struct Daemon::State {
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   // Watches device health (a sticky CUDA error) once a second.
   std::thread health_watcher;
+  // /metrics, /healthz, /readyz; stopped first, as its pages read the rest.
+  std::unique_ptr<MetricsHttpServer> metrics_server;
 
   void WatchHealth();
+  // /readyz: OK when every device is healthy and the gRPC server serves.
+  absl::Status Ready();
 };
+
+absl::Status Daemon::State::Ready() {
+  {
+    absl::MutexLock lock(&mu);
+    if (shut_down) return absl::UnavailableError("gpumuxd is shutting down");
+  }
+  for (int d = 0; d < backend->device_count(); ++d) {
+    if (absl::Status health = backend->DeviceHealth(DeviceIndex(d)); !health.ok()) {
+      return absl::UnavailableError(absl::StrCat("device ", d, ": ", health.message()));
+    }
+  }
+  return absl::OkStatus();
+}
 
 void Daemon::State::WatchHealth() {
   std::vector<bool> healthy(backend->device_count(), true);
@@ -300,7 +308,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options,
                           AllocatorOptions::Parse(options.allocator_conf));
   if (!options.listen_address.empty())
-    GPUMUX_RETURN_IF_ERROR(CheckListenAddress(options.listen_address));
+    GPUMUX_RETURN_IF_ERROR(ParseHostPort("--listen", options.listen_address).status());
+  if (!options.metrics_listen_address.empty()) {
+    GPUMUX_RETURN_IF_ERROR(
+        ParseHostPort("--metrics-listen", options.metrics_listen_address).status());
+  }
   for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
                              {"--max-streams", options.max_streams},
                              {"--max-events", options.max_events},
@@ -390,7 +402,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                  {s.admin_refusal.get(), &s.admin_refusal_server}}) {
     grpc::ServerBuilder builder;
     builder.RegisterService(service);
-    builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
+    builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
     *server = builder.BuildAndStart();
     if (*server == nullptr) {
       return absl::UnavailableError("cannot start the admin service's gRPC server");
@@ -415,7 +427,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
   unix_builder.RegisterService(s.unix_admin_refusal.get());
-  unix_builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
+  unix_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s.unix_server = unix_builder.BuildAndStart();
@@ -459,7 +471,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     tcp_builder.RegisterService(s.tcp_device_service.get());
     tcp_builder.RegisterService(s.tcp_observe_service.get());
     tcp_builder.RegisterCallbackGenericService(&s.tcp_deny_service);
-    tcp_builder.experimental().SetInterceptorCreators(ParseFailureInterceptors());
+    tcp_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
     s.tcp_server = tcp_builder.BuildAndStart();
     if (s.tcp_server == nullptr || s.tcp_port == 0) {
       s.unix_server->Shutdown();
@@ -481,10 +493,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       s.tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
   }
 
+  if (!options.metrics_listen_address.empty()) {
+    MetricsSources sources{.backend = backend,
+                           .memory = s.memory.get(),
+                           .sessions = &s.sessions,
+                           .streams = s.streams.get(),
+                           .lifecycle = s.lifecycle.get(),
+                           .version = GPUMUX_VERSION,
+                           .append = [&s](PrometheusText& text) { s.call_metrics.AppendTo(text); }};
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
+        {.address = options.metrics_listen_address,
+         .metrics = [sources = std::move(sources)] { return RenderMetrics(sources); },
+         .ready = [&s] { return s.Ready(); }});
+    if (!metrics.ok()) {
+      if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
+      s.unix_server->Shutdown();
+      return metrics.status();
+    }
+    s.metrics_server = *std::move(metrics);
+  }
+
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
 
   spdlog::info(
-      "gpumuxd serving on unix://{} (shared memory on {}, admin on {}){}; backend {} with {} "
+      "gpumuxd serving on unix://{} (shared memory on {}, admin on {}){}{}; backend {} with {} "
       "devices",
       options.socket_path, s.memory_socket->path(), s.admin_socket->path(),
       options.listen_address.empty()
@@ -492,6 +524,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
           : absl::StrCat(" and observe-only on TCP ",
                          options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
                          s.tcp_port),
+      s.metrics_server == nullptr ? ""
+                                  : absl::StrCat(", metrics on http://",
+                                                 options.metrics_listen_address.substr(
+                                                     0, options.metrics_listen_address.rfind(':')),
+                                                 ":", s.metrics_server->port(), "/metrics"),
       s.backend->name(), s.backend->device_count());
   for (int d = 0; d < s.backend->device_count(); ++d) {
     const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));
@@ -507,6 +544,7 @@ void Daemon::Shutdown(int deadline_ms) {
     state_->shut_down = true;
   }
   State& s = *state_;
+  if (s.metrics_server != nullptr) s.metrics_server->Stop();
   if (s.health_watcher.joinable()) s.health_watcher.join();
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
@@ -537,6 +575,9 @@ void Daemon::Shutdown(int deadline_ms) {
 
 const std::string& Daemon::socket_path() const { return state_->options.socket_path; }
 int Daemon::tcp_port() const { return state_->tcp_port; }
+int Daemon::metrics_port() const {
+  return state_->metrics_server == nullptr ? 0 : state_->metrics_server->port();
+}
 const DeviceBackend& Daemon::backend() const { return *state_->backend; }
 
 }  // namespace gpumux

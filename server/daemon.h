@@ -2,8 +2,9 @@
 
 // Daemon: gpumuxd assembled. It picks a backend, builds the memory books and
 // session registry, and serves every service on a Unix socket (mode 0660) and,
-// optionally, the read-only observe surface on a TCP listener; gpumux.v1.Admin
-// only on the admin socket next to the Unix one (common/admin_socket.h). Start() returns
+// optionally, the read-only observe surface on a TCP listener and /metrics on
+// an HTTP one; gpumux.v1.Admin only on the admin socket next to the Unix one
+// (common/admin_socket.h). Start() returns
 // once both listeners accept calls; Shutdown() stops accepting, ends every
 // session (releasing what it held) and returns the backend's memory.
 
@@ -33,6 +34,10 @@ class Daemon {
     // "HOST:PORT" (IPv6 as "[ADDR]:PORT") for the observe-only TCP listener;
     // empty for none. Port 0 picks a free port (see tcp_port()).
     std::string listen_address;
+    // "HOST:PORT" of the HTTP listener for /metrics, /healthz and /readyz
+    // (server/http/metrics_http_server.h); empty for none. Port 0 picks a
+    // free port (see metrics_port()).
+    std::string metrics_listen_address;
     // "auto", "host" or "cuda".
     std::string backend = "auto";
     int host_devices = 2;
@@ -85,6 +90,8 @@ class Daemon {
   const std::string& socket_path() const;
   // The bound TCP port, 0 without a TCP listener.
   int tcp_port() const;
+  // The bound HTTP port, 0 without a metrics listener.
+  int metrics_port() const;
   const DeviceBackend& backend() const;
 
  private:

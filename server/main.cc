@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, socket_group, "",
           "group that owns the socket (mode 0660), so its non-root members may connect");
 ABSL_FLAG(std::string, listen, "",
           "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT of an HTTP listener for Prometheus's /metrics, /healthz and /readyz (off by "
+          "default; gpumux's port is 9408, e.g. 0.0.0.0:9408)");
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
 ABSL_FLAG(std::string, host_device_memory, "8GiB",
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
   argc = static_cast<int>(args.size());  // repeated flags were joined
   absl::SetProgramUsageMessage(
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, "
+      "--metrics-listen, "
       "--backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
       "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads, "
@@ -194,6 +198,7 @@ int main(int argc, char** argv) {
   options.socket_path = absl::GetFlag(FLAGS_socket);
   options.socket_group = absl::GetFlag(FLAGS_socket_group);
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.host_device_memory = *memory;

@@ -55,9 +55,8 @@ absl::Status SessionLifecycle::Kill(SessionId id, absl::string_view reason) {
   if (sink == nullptr) {
     return absl::NotFoundError(absl::StrCat("no session ", id.value(), " is open"));
   }
-  const std::string message =
-      absl::StrCat("session ", id.value(), " was killed by an operator",
-                   reason.empty() ? "" : ": ", reason);
+  const std::string message = absl::StrCat("session ", id.value(), " was killed by an operator",
+                                           reason.empty() ? "" : ": ", reason);
   sink->Terminate(SessionEndReason::kKilled, message);
   // The sink closes the session; a sink that could not (its stream already
   // gone) leaves it to this.

@@ -53,8 +53,15 @@ class SessionReactor final
                                 "its first message must be a SessionClientMessage with `open`"));
         return;
       }
-      // Half-close by the client or a broken stream: the session's life ends.
-      EndSession(SessionEndReason::kClosed, "client closed the session stream", grpc::Status::OK);
+      // Half-close by the client or a broken stream: the session's life
+      // ends. Which of the two, the call's end says: OnCancel for a client
+      // that is gone (its stream broke, so it cannot take our status), else
+      // OnDone once the status is sent; either closes the session.
+      {
+        absl::MutexLock lock(&mu_);
+        half_closed_ = true;
+      }
+      EndStream(grpc::Status::OK);
       return;
     }
     if (std::optional<SessionId> session = OpenSession(); session.has_value()) {
@@ -116,7 +123,13 @@ class SessionReactor final
   }
 
   void OnDone() override {
-    CloseSessionOnce(SessionEndReason::kClosed, "session stream done");
+    bool half_closed;
+    {
+      absl::MutexLock lock(&mu_);
+      half_closed = half_closed_;
+    }
+    CloseSessionOnce(SessionEndReason::kClosed,
+                     half_closed ? "client closed the session stream" : "session stream done");
     self_.reset();  // may delete this
   }
 
@@ -188,6 +201,12 @@ class SessionReactor final
 
   void EndSession(SessionEndReason reason, absl::string_view detail, grpc::Status status) {
     CloseSessionOnce(reason, detail);
+    EndStream(std::move(status));
+  }
+
+  // Finishes the stream with `status` (after the write under way) and leaves
+  // the session open; once the end is known, OnCancel or OnDone closes it.
+  void EndStream(grpc::Status status) {
     absl::MutexLock lock(&mu_);
     if (finishing_) return;
     finishing_ = true;
@@ -210,6 +229,7 @@ class SessionReactor final
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;  // the client's reads ended
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -48,7 +48,8 @@ class CoreTest : public ::testing::Test {
                                                     staging_.get(), rng_.get(), &nvtx_);
   }
   void TearDown() override {
-    for (SessionId session : opened_) lifecycle_->Close(session, SessionEndReason::kClosed, "test over");
+    for (SessionId session : opened_)
+      lifecycle_->Close(session, SessionEndReason::kClosed, "test over");
   }
 
   // A session opened as the Session service opens one.

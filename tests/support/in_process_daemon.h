@@ -23,6 +23,8 @@ class InProcessDaemon {
   struct Options {
     int devices = 2;
     uint64_t device_memory = uint64_t{64} << 20;
+    // Daemon::Options::metrics_listen_address ("127.0.0.1:0": a free port).
+    std::string metrics_listen;
   };
 
   // Serving when this returns; the test fails (ADD_FAILURE) when it cannot start.
@@ -36,6 +38,9 @@ class InProcessDaemon {
   // "unix:///…/gpumux.sock" and the bare socket path.
   std::string address() const { return "unix://" + socket_path_; }
   const std::string& socket_path() const { return socket_path_; }
+
+  // The HTTP port of /metrics; 0 without options.metrics_listen.
+  int metrics_port() const { return daemon_ == nullptr ? 0 : daemon_->metrics_port(); }
 
   // Daemon::Shutdown: open session streams end with UNAVAILABLE, the socket
   // stops accepting, every segment goes back to the backend. Idempotent.
