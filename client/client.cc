@@ -58,9 +58,10 @@ std::string ProcessName() {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
-  std::unique_ptr<Client> client(new Client());
+  // Before the Client, whose destructor needs its Impl.
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                           CreateDaemonChannel(address, options.security));
+  std::unique_ptr<Client> client(new Client());
   client->impl_ =
       std::make_unique<Impl>(*client, std::string(address), std::move(channel), options);
   Impl& impl = *client->impl_;
