@@ -38,7 +38,8 @@ class Admin::Impl {
       return;
     }
     address_ = *std::move(target);
-    stub_ = v1::Admin::NewStub(CreateDaemonChannel(address_));
+    // A Unix address: plaintext, which cannot fail.
+    stub_ = v1::Admin::NewStub(*CreateDaemonChannel(address_, ChannelSecurity()));
   }
 
   template <typename Call>

@@ -31,8 +31,11 @@ constexpr char kSessionMetadataKey[] = "gpumux-session";
 
 // Device.GetDeviceCount at `address` on a fresh channel, within `timeout`;
 // needs no session.
-absl::StatusOr<int> AskDeviceCount(absl::string_view address, absl::Duration timeout) {
-  std::unique_ptr<v1::Device::Stub> device = v1::Device::NewStub(CreateDaemonChannel(address));
+absl::StatusOr<int> AskDeviceCount(absl::string_view address, const ChannelSecurity& security,
+                                   absl::Duration timeout) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                          CreateDaemonChannel(address, security));
+  std::unique_ptr<v1::Device::Stub> device = v1::Device::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetDeviceCountRequest request;
@@ -55,9 +58,12 @@ std::string ProcessName() {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
+  // Before the Client, whose destructor needs its Impl.
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                          CreateDaemonChannel(address, options.security));
   std::unique_ptr<Client> client(new Client());
   client->impl_ =
-      std::make_unique<Impl>(*client, std::string(address), CreateDaemonChannel(address), options);
+      std::make_unique<Impl>(*client, std::string(address), std::move(channel), options);
   Impl& impl = *client->impl_;
   GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*impl.channel_, options.open_timeout, address));
 
@@ -98,8 +104,10 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
     }
   }
   if (mode != AllocationMode::kLocal) return absl::OkStatus();
-  // Host-backend leases are memory files, which come from the memory socket.
-  if (memory_files_ == nullptr && self_.backend() != "cuda") return absl::OkStatus();
+  // Leases are mapped into this process (memory files from the memory socket
+  // on the host backend, CUDA IPC handles on CUDA), which needs the daemon's
+  // machine: over TCP the client allocates through the daemon.
+  if (OverTcp()) return absl::OkStatus();
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions options,
                           AllocatorOptions::Parse(session_->opened().allocator_conf()));
   GPUMUX_ASSIGN_OR_RETURN(const int device_count, CachedDeviceCount());
@@ -110,9 +118,7 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
   }
   auto local =
       std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
-  if (memory_files_ != nullptr) {  // else CUDA over TCP: the books stay here
-    GPUMUX_RETURN_IF_ERROR(AttachStatsPage(*local, device_count));
-  }
+  GPUMUX_RETURN_IF_ERROR(AttachStatsPage(*local, device_count));
   absl::MutexLock lock(&answers_mu_);
   local_ = std::move(local);
   return absl::OkStatus();
@@ -137,6 +143,7 @@ Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Chan
     : self_(self),
       address_(std::move(address)),
       channel_(std::move(channel)),
+      security_(options.security),
       session_stub_(v1::Session::NewStub(channel_)),
       device_stub_(v1::Device::NewStub(channel_)),
       memory_stub_(v1::Memory::NewStub(channel_)),
@@ -218,11 +225,11 @@ absl::Status Client::Impl::RestartedError() const {
 bool Client::Impl::DaemonAnswers() const {
   // A fresh channel: the session's may still be backing off from the old
   // daemon's end.
-  return AskDeviceCount(address_, absl::Seconds(1)).ok();
+  return AskDeviceCount(address_, security_, absl::Seconds(1)).ok();
 }
 
 bool Client::IsAvailable(absl::string_view address, absl::Duration timeout) {
-  absl::StatusOr<int> count = AskDeviceCount(address, timeout);
+  absl::StatusOr<int> count = AskDeviceCount(address, ChannelSecurity(), timeout);
   return count.ok() && *count > 0;
 }
 
@@ -420,9 +427,12 @@ absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocatio
                      ") outside its segment of ", allocation.segment_size(), " bytes"));
   }
   void* data = nullptr;
+  // Over TCP the segment is on another machine: the buffer has no pointer
+  // here and is used through the daemon (inline copies).
   absl::StatusOr<void*> base =
-      mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
-                  allocation.segment_size(), memory_files_.get(), &info.cuda_device);
+      OverTcp() ? absl::UnimplementedError("over TCP nothing is mapped")
+                : mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
+                              allocation.segment_size(), memory_files_.get(), &info.cuda_device);
   if (base.ok()) {
     data = static_cast<char*>(*base) + allocation.offset();
   } else if (!absl::IsUnimplemented(base.status())) {

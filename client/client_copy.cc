@@ -66,11 +66,17 @@ bool Client::Impl::UseStaging(TransferPath path, uint64_t size) const {
     case TransferPath::kAuto:
       break;
   }
-  return size > max_inline_copy_;
+  return size > max_inline_copy_ && !OverTcp();  // over TCP the buffer cannot be mapped
 }
 
 absl::StatusOr<StagingBuffer*> Client::Impl::StagingLocked() {
   if (staging_ != nullptr) return staging_.get();
+  if (OverTcp()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a copy through the staging buffer needs the daemon's machine (a Unix "
+                     "address), not ",
+                     address_, ": over TCP copies go inline (TransferPath::kAuto or kInline)"));
+  }
   v1::GetStagingBufferRequest request;
   request.set_min_size(staging_buffer_size_);
   v1::StagingBuffer response;

@@ -128,6 +128,9 @@ class Client::Impl {
                                            uint64_t size, const Stream& stream,
                                            const CopyOptions& options);
   bool UseStaging(TransferPath path, uint64_t size) const;
+  // True for a TCP address: no memory socket, nothing mapped, no staging
+  // buffer, no local allocation.
+  bool OverTcp() const { return memory_files_ == nullptr; }
   // The device count, asked once.
   absl::StatusOr<int> CachedDeviceCount();
   // Device 0's properties, which carry the daemon's build (arch list,
@@ -140,6 +143,8 @@ class Client::Impl {
   Client& self_;
   const std::string address_;
   const std::shared_ptr<grpc::Channel> channel_;
+  // How channel_ was secured, for the fresh channels of DaemonAnswers.
+  const ChannelSecurity security_;
   const std::unique_ptr<v1::Session::Stub> session_stub_;
   const std::unique_ptr<v1::Device::Stub> device_stub_;
   const std::unique_ptr<v1::Memory::Stub> memory_stub_;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "client/channel_security.h"
 #include "client/stream.h"
 #include "common/ids.h"
 
@@ -23,9 +24,9 @@ enum class AllocationMode {
   kDaemon,
   // The client runs PyTorch's caching allocator itself over segments it
   // leases from the daemon: a cached allocation costs no round trip.
-  // Shareable allocations still come from the daemon. Needs the daemon's
-  // memory socket on the host backend (a Unix address); over TCP there the
-  // client allocates through the daemon.
+  // Shareable allocations still come from the daemon. Needs a Unix address
+  // (the daemon's machine); over TCP the client allocates through the
+  // daemon.
   kLocal,
 };
 
@@ -57,6 +58,11 @@ struct ClientOptions {
   // completion event's destruction): around 64 KiB the two break even.
   uint64_t max_inline_copy = uint64_t{64} << 10;
   AllocationMode allocation = AllocationMode::kDefault;
+  // TLS and the bearer token for a TCP address (empty fields: their
+  // GPUMUX_TLS_* and GPUMUX_AUTH_TOKEN_FILE environment variables); a Unix
+  // address ignores it. Over TCP nothing is mapped into this process:
+  // DeviceBuffer::data() is null and host copies go inline in the messages.
+  ChannelSecurity security;
 };
 
 struct AllocateOptions {

@@ -17,28 +17,33 @@ constexpr auto kObserveCallTimeout = std::chrono::seconds(30);
 
 class Observer::Impl {
  public:
-  explicit Impl(absl::string_view address)
-      : address_(address),
-        channel_(CreateDaemonChannel(address)),
-        device_stub_(v1::Device::NewStub(channel_)),
-        observe_stub_(v1::Observe::NewStub(channel_)) {}
+  Impl(absl::string_view address, const ChannelSecurity& security)
+      : address_(address), channel_(CreateDaemonChannel(address, security)) {
+    if (channel_.ok()) {
+      device_stub_ = v1::Device::NewStub(*channel_);
+      observe_stub_ = v1::Observe::NewStub(*channel_);
+    }
+  }
 
   // Runs `call(context)` with the deadline; the status as FromGrpcStatus
-  // makes it.
+  // makes it, or the channel's failure.
   template <typename Call>
   absl::Status CallDaemon(Call call) {
+    if (!channel_.ok()) return channel_.status();
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + kObserveCallTimeout);
     return FromGrpcStatus(call(&context), address_);
   }
 
   const std::string address_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<v1::Device::Stub> device_stub_;
-  const std::unique_ptr<v1::Observe::Stub> observe_stub_;
+  const absl::StatusOr<std::shared_ptr<grpc::Channel>> channel_;
+  // Null when channel_ failed.
+  std::unique_ptr<v1::Device::Stub> device_stub_;
+  std::unique_ptr<v1::Observe::Stub> observe_stub_;
 };
 
-Observer::Observer(absl::string_view address) : impl_(std::make_unique<Impl>(address)) {}
+Observer::Observer(absl::string_view address, const ChannelSecurity& security)
+    : impl_(std::make_unique<Impl>(address, security)) {}
 Observer::~Observer() = default;
 
 const std::string& Observer::address() const { return impl_->address_; }

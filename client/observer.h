@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/channel_security.h"
 #include "client/device_properties.h"
 #include "client/memory_snapshot.h"
 #include "client/session_info.h"
@@ -31,9 +32,12 @@ namespace gpumux {
 class Observer {
  public:
   // A view of the daemon at `address` ("unix:///path", "/path" or
-  // "host:port"). Connects lazily: an unreachable daemon shows on the first
-  // call.
-  explicit Observer(absl::string_view address = DefaultAddress());
+  // "host:port"), over TLS with a token as `security` says for a TCP address
+  // (empty fields: their environment variables; see ChannelSecurity).
+  // Connects lazily: an unreachable daemon shows on the first call, as does
+  // bad security (every call INVALID_ARGUMENT naming the file).
+  explicit Observer(absl::string_view address = DefaultAddress(),
+                    const ChannelSecurity& security = ChannelSecurity());
   ~Observer();
   Observer(const Observer&) = delete;
   Observer& operator=(const Observer&) = delete;

@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake ninja-build pkg-config git patchelf
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev
+  libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev libssl-dev openssl
   libgtest-dev libgmock-dev
   libcpp-httplib-dev
   prometheus curl

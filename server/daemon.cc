@@ -58,6 +58,7 @@
 #include "server/rpc/random_service.h"
 #include "server/rpc/session_service.h"
 #include "server/rpc/stream_service.h"
+#include "server/rpc/tcp_credentials.h"
 #include "server/rpc/tcp_deny_service.h"
 #include "spdlog/spdlog.h"
 
@@ -120,6 +121,28 @@ bool SocketIsLive(const std::string& path) {
   bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return live;
+}
+
+// The TCP listener's credentials (MakeTcpServerCredentials); null without a
+// listener, where the TCP flags are refused.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const Daemon::Options& options) {
+  const TcpSecurityOptions security{.mode = options.tcp_mode,
+                                    .tls_cert_file = options.tls_cert_file,
+                                    .tls_key_file = options.tls_key_file,
+                                    .tls_client_ca_file = options.tls_client_ca_file,
+                                    .auth_token_file = options.auth_token_file};
+  if (options.listen_address.empty()) {
+    if (security.mode != "observe" || !security.tls_cert_file.empty() ||
+        !security.tls_key_file.empty() || !security.tls_client_ca_file.empty() ||
+        !security.auth_token_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--tcp-mode, --tls-cert, --tls-key, --tls-client-ca and --auth-token-file configure "
+          "the TCP listener: give --listen too");
+    }
+    return std::shared_ptr<grpc::ServerCredentials>();
+  }
+  return MakeTcpServerCredentials(security);
 }
 
 absl::StatusOr<gid_t> LookUpGroup(const std::string& name) {
@@ -233,8 +256,20 @@ struct Daemon::State {
   std::unique_ptr<NvtxService> nvtx_service;
   std::unique_ptr<DeviceService> device_service;
   std::unique_ptr<ObserveService> observe_service;
-  std::unique_ptr<DeviceService> tcp_device_service;
-  std::unique_ptr<ObserveService> tcp_observe_service;
+  // The TCP listener's own: Device and Observe, and in full mode all the
+  // others but Admin, which is refused there.
+  struct TcpServices {
+    std::unique_ptr<DeviceService> device;
+    std::unique_ptr<ObserveService> observe;
+    std::unique_ptr<SessionService> session;
+    std::unique_ptr<MemoryService> memory;
+    std::unique_ptr<StreamService> stream;
+    std::unique_ptr<EventService> event;
+    std::unique_ptr<CopyService> copy;
+    std::unique_ptr<RandomService> random;
+    std::unique_ptr<NvtxService> nvtx;
+    std::unique_ptr<AdminDenyService> admin_refusal;
+  } tcp;
   // gpumux.v1.Admin: served to operators on the admin socket, refused to
   // other peers there and to everyone on the main Unix socket.
   std::unique_ptr<AdminService> admin_service;
@@ -260,6 +295,8 @@ struct Daemon::State {
   void WatchHealth();
   // /readyz: OK when every device is healthy and the gRPC server serves.
   absl::Status Ready();
+  // Builds and starts tcp_server on options.listen_address with `credentials`.
+  absl::Status StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials);
 };
 
 absl::Status Daemon::State::Ready() {
@@ -299,6 +336,60 @@ void Daemon::State::WatchHealth() {
   }
 }
 
+absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials) {
+  DeviceBackend* device = backend.get();
+  const bool full = options.tcp_mode == "full";
+  tcp.device = std::make_unique<DeviceService>(device, &executor);
+  tcp.observe =
+      std::make_unique<ObserveService>(memory.get(), streams.get(), &sessions, queries.get(),
+                                       &executor, options.client_reply_timeout);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, std::move(credentials), &tcp_port);
+  builder.RegisterService(tcp.device.get());
+  builder.RegisterService(tcp.observe.get());
+  if (full) {
+    tcp.session =
+        std::make_unique<SessionService>(lifecycle.get(), &sessions, queries.get(), device->name(),
+                                         memory->allocator().options().conf);
+    tcp.memory = std::make_unique<MemoryService>(memory.get(), &sessions, queries.get(), &executor,
+                                                 options.client_reply_timeout);
+    tcp.stream = std::make_unique<StreamService>(streams.get(), &sessions, &executor);
+    tcp.event = std::make_unique<EventService>(streams.get(), &sessions, &executor);
+    tcp.copy = std::make_unique<CopyService>(work.get(), staging.get(), &sessions, &executor);
+    tcp.random = std::make_unique<RandomService>(rng.get(), work.get(), &sessions, &executor);
+    tcp.nvtx = std::make_unique<NvtxService>(nvtx.get(), &sessions);
+    tcp.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
+        "gpumux.v1.Admin is not served over TCP: on the daemon's machine, connect to the admin "
+        "socket ",
+        AdminSocketPath(options.socket_path), " as root or gpumuxd's user"));
+    for (grpc::Service* service : std::initializer_list<grpc::Service*>{
+             tcp.session.get(), tcp.memory.get(), tcp.stream.get(), tcp.event.get(), tcp.copy.get(),
+             tcp.random.get(), tcp.nvtx.get(), tcp.admin_refusal.get()}) {
+      builder.RegisterService(service);
+    }
+    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  } else {
+    builder.RegisterCallbackGenericService(&tcp_deny_service);
+  }
+  builder.experimental().SetInterceptorCreators(Interceptors(&call_metrics));
+  tcp_server = builder.BuildAndStart();
+  if (tcp_server == nullptr || tcp_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on TCP address ", options.listen_address));
+  }
+  // Health knows the services this listener serves (the others are
+  // NOT_FOUND, as their calls are refused).
+  if (full) {
+    for (const char* name : kServiceNames)
+      tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
+  } else {
+    for (const char* name : kTcpServiceNames)
+      tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
+  }
+  return absl::OkStatus();
+}
+
 Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Daemon::~Daemon() { Shutdown(); }
@@ -313,6 +404,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     GPUMUX_RETURN_IF_ERROR(
         ParseHostPort("--metrics-listen", options.metrics_listen_address).status());
   }
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
+                          TcpCredentials(options));
   for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
                              {"--max-streams", options.max_streams},
                              {"--max-events", options.max_events},
@@ -461,22 +554,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.memory_socket = *std::move(memory_socket);
 
   if (!options.listen_address.empty()) {
-    s.tcp_device_service = std::make_unique<DeviceService>(backend, &s.executor);
-    s.tcp_observe_service = std::make_unique<ObserveService>(
-        s.memory.get(), s.streams.get(), &s.sessions, s.queries.get(), &s.executor,
-        options.client_reply_timeout);
-    grpc::ServerBuilder tcp_builder;
-    tcp_builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                                 &s.tcp_port);
-    tcp_builder.RegisterService(s.tcp_device_service.get());
-    tcp_builder.RegisterService(s.tcp_observe_service.get());
-    tcp_builder.RegisterCallbackGenericService(&s.tcp_deny_service);
-    tcp_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
-    s.tcp_server = tcp_builder.BuildAndStart();
-    if (s.tcp_server == nullptr || s.tcp_port == 0) {
+    if (absl::Status status = s.StartTcpServer(std::move(tcp_credentials)); !status.ok()) {
       s.unix_server->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on TCP address ", options.listen_address));
+      return status;
     }
   }
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
@@ -486,12 +566,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.admin_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Admin", true);
   for (const char* name : kServiceNames)
     s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
-  // The TCP listener serves only the read-only surface; health says so (the
-  // other services are unknown there, NOT_FOUND, as their calls are refused).
-  if (s.tcp_server != nullptr) {
-    for (const char* name : kTcpServiceNames)
-      s.tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
-  }
 
   if (!options.metrics_listen_address.empty()) {
     MetricsSources sources{.backend = backend,
@@ -521,9 +595,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       options.socket_path, s.memory_socket->path(), s.admin_socket->path(),
       options.listen_address.empty()
           ? ""
-          : absl::StrCat(" and observe-only on TCP ",
+          : absl::StrCat(options.tcp_mode == "full" ? " and the full API on TCP "
+                                                    : " and observe-only on TCP ",
                          options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
-                         s.tcp_port),
+                         s.tcp_port,
+                         options.tls_cert_file.empty()         ? " (plaintext)"
+                         : !options.tls_client_ca_file.empty() ? " (mutual TLS"
+                                                               : " (TLS",
+                         options.tls_cert_file.empty()     ? ""
+                         : options.auth_token_file.empty() ? ")"
+                                                           : ", bearer token)"),
       s.metrics_server == nullptr ? ""
                                   : absl::StrCat(", metrics on http://",
                                                  options.metrics_listen_address.substr(

@@ -2,8 +2,9 @@
 
 // Daemon: gpumuxd assembled. It picks a backend, builds the memory books and
 // session registry, and serves every service on a Unix socket (mode 0660) and,
-// optionally, the read-only observe surface on a TCP listener and /metrics on
-// an HTTP one; gpumux.v1.Admin only on the admin socket next to the Unix one
+// optionally, on a TCP listener the read-only observe surface, or with TLS and
+// a token everything but Admin, and /metrics on an HTTP listener;
+// gpumux.v1.Admin only on the admin socket next to the Unix one
 // (common/admin_socket.h). Start() returns
 // once both listeners accept calls; Shutdown() stops accepting, ends every
 // session (releasing what it held) and returns the backend's memory.
@@ -31,9 +32,24 @@ class Daemon {
     // Group that owns the socket (mode 0660), so that its non-root members
     // may connect; empty: the daemon's own group.
     std::string socket_group;
-    // "HOST:PORT" (IPv6 as "[ADDR]:PORT") for the observe-only TCP listener;
-    // empty for none. Port 0 picks a free port (see tcp_port()).
+    // "HOST:PORT" (IPv6 as "[ADDR]:PORT") for the TCP listener; empty for
+    // none. Port 0 picks a free port (see tcp_port()).
     std::string listen_address;
+    // What the TCP listener serves: "observe", the read-only Device and
+    // Observe services (everything else PERMISSION_DENIED), or "full", every
+    // service of the Unix socket but gpumux.v1.Admin, which needs TLS and a
+    // token. README "The full API over TCP (TLS)".
+    std::string tcp_mode = "observe";
+    // PEM files of the TCP listener's TLS, in either mode: its certificate
+    // chain and private key (both or neither), and a CA that must have signed
+    // every client's certificate (mutual TLS; optional). Empty: plaintext.
+    std::string tls_cert_file;
+    std::string tls_key_file;
+    std::string tls_client_ca_file;
+    // A file holding the bearer token that every call over TCP must carry
+    // (`authorization: Bearer <token>`; grpc.health.v1.Health/Check exempt);
+    // needs TLS. Empty: no token (observe mode only).
+    std::string auth_token_file;
     // "HOST:PORT" of the HTTP listener for /metrics, /healthz and /readyz
     // (server/http/metrics_http_server.h); empty for none. Port 0 picks a
     // free port (see metrics_port()).
@@ -72,7 +88,10 @@ class Daemon {
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in
-  // 0-65535, an unknown socket group, a budget of 0, a bad tenant limit), UNAVAILABLE when a
+  // 0-65535, an unknown socket group, a budget of 0, a bad tenant limit; TCP
+  // security as MakeTcpServerCredentials refuses it: full mode without TLS or
+  // token, a TLS or token file unreadable or invalid, naming flag, path and
+  // reason; TCP options without a listen address), UNAVAILABLE when a
   // listener cannot bind, FAILED_PRECONDITION when another daemon serves the socket or the backend
   // is not available in this build, PERMISSION_DENIED when a socket cannot
   // be given its group or mode 0660.

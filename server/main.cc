@@ -30,8 +30,21 @@ ABSL_FLAG(std::string, socket, gpumux::DefaultSocketPath(),
           "Unix socket to serve every service on");
 ABSL_FLAG(std::string, socket_group, "",
           "group that owns the socket (mode 0660), so its non-root members may connect");
-ABSL_FLAG(std::string, listen, "",
-          "HOST:PORT of an observe-only TCP listener (Device and Observe services)");
+ABSL_FLAG(std::string, listen, "", "HOST:PORT of a TCP listener, serving what --tcp-mode says");
+ABSL_FLAG(std::string, tcp_mode, "observe",
+          "what the --listen TCP listener serves: observe (the read-only Device and Observe "
+          "services) or full (every service but Admin; needs --tls-cert, --tls-key and "
+          "--auth-token-file)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the TCP listener, which then speaks TLS (with --tls-key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (unencrypted)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: TCP clients must present a certificate one of them signed "
+          "(mutual TLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding the bearer token every TCP call must carry as 'authorization: Bearer "
+          "<token>' (a trailing newline is dropped; needs TLS; grpc.health.v1.Health/Check is "
+          "exempt)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT of an HTTP listener for Prometheus's /metrics, /healthz and /readyz (off by "
           "default; gpumux's port is 9408, e.g. 0.0.0.0:9408)");
@@ -149,7 +162,7 @@ int main(int argc, char** argv) {
   argc = static_cast<int>(args.size());  // repeated flags were joined
   absl::SetProgramUsageMessage(
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, "
-      "--metrics-listen, "
+      "--tcp-mode, --tls-cert, --tls-key, --tls-client-ca, --auth-token-file, --metrics-listen, "
       "--backend, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
       "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads, "
@@ -198,6 +211,11 @@ int main(int argc, char** argv) {
   options.socket_path = absl::GetFlag(FLAGS_socket);
   options.socket_group = absl::GetFlag(FLAGS_socket_group);
   options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.tcp_mode = absl::GetFlag(FLAGS_tcp_mode);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.host_devices = absl::GetFlag(FLAGS_host_devices);

@@ -1,5 +1,7 @@
 #include "client/cli/cli.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
@@ -34,11 +36,18 @@ bool AsksForHelp(const std::vector<std::string>& args) {
 
 const std::string& CliUsage() {
   static const std::string* usage = new std::string(absl::StrCat(
-      "usage: gpumux [--address ADDRESS] COMMAND [FLAGS]\n"
+      "usage: gpumux [--address ADDRESS] [TLS FLAGS] COMMAND [FLAGS]\n"
       "\n"
       "ADDRESS is unix:///PATH, /PATH or HOST:PORT (default: $GPUMUX_ADDRESS, else ",
       DefaultAddress(),
       ").\n"
+      "TLS flags, for a HOST:PORT (each defaults to its variable; TLS when a CA is given):\n"
+      "  --tls-ca FILE (GPUMUX_TLS_CA)  CA certificates that verify gpumuxd\n"
+      "  --tls-cert FILE, --tls-key FILE (GPUMUX_TLS_CERT, GPUMUX_TLS_KEY)  this client's\n"
+      "      certificate and key, for a daemon that requires them (mutual TLS)\n"
+      "  --auth-token-file FILE (GPUMUX_AUTH_TOKEN_FILE)  the daemon's bearer token\n"
+      "  --tls-server-name NAME (GPUMUX_TLS_SERVER_NAME)  the name gpumuxd's certificate\n"
+      "      is checked against, when it does not name the address\n"
       "Tables by default; --json where offered prints JSON for machines.\n"
       "\n"
       "commands:\n  ",
@@ -60,6 +69,19 @@ int RunCli(std::vector<std::string> args, std::ostream& out, std::ostream& err) 
   context.address = context.address_given ? **address : DefaultAddress();
   if (context.address_given && context.address.empty()) {
     return UsageError(context, "--address needs a value", CliUsage());
+  }
+  for (auto [flag, field] : {std::pair{"tls-ca", &ChannelSecurity::tls_ca_file},
+                             {"tls-cert", &ChannelSecurity::tls_cert_file},
+                             {"tls-key", &ChannelSecurity::tls_key_file},
+                             {"auth-token-file", &ChannelSecurity::auth_token_file},
+                             {"tls-server-name", &ChannelSecurity::tls_server_name}}) {
+    absl::StatusOr<std::optional<std::string>> value = ExtractFlag(args, flag);
+    if (!value.ok()) return UsageError(context, value.status().message(), CliUsage());
+    if (!value->has_value()) continue;
+    if ((*value)->empty()) {
+      return UsageError(context, absl::StrCat("--", flag, " needs a value"), CliUsage());
+    }
+    context.security.*field = **value;
   }
 
   if (args.empty()) return UsageError(context, "no command given", CliUsage());

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "client/channel_security.h"
 
 namespace gpumux {
 
@@ -19,6 +20,10 @@ struct CommandContext {
   // --address as given, else DefaultAddress().
   std::string address;
   bool address_given = false;
+  // --tls-ca, --tls-cert, --tls-key, --auth-token-file, --tls-server-name
+  // (empty: their GPUMUX_* variables): how a TCP address is secured. Every
+  // Observer and Client of a command takes it.
+  ChannelSecurity security;
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
 };

@@ -26,6 +26,7 @@ int RunEmptyCache(const CommandContext& context, const std::vector<std::string>&
 
   ClientOptions client_options;
   client_options.client_name = "gpumux empty-cache";
+  client_options.security = context.security;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(context.address, client_options);
   if (!client.ok()) return ReportError(context, client.status());
   EmptyCacheOptions options;

@@ -71,7 +71,8 @@ int RunDevices(const CommandContext& context, const std::vector<std::string>& ar
   if (!ParseObserveArgs(context, args, {{"json"}}, kDevicesUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  absl::StatusOr<std::vector<DeviceProperties>> devices = Observer(context.address).ListDevices();
+  absl::StatusOr<std::vector<DeviceProperties>> devices =
+      Observer(context.address, context.security).ListDevices();
   if (!devices.ok()) return ReportError(context, devices.status());
   *context.out << (parsed.json ? FormatDevicesJson(*devices) : FormatDevicesTable(*devices));
   return kExitOk;
@@ -85,7 +86,8 @@ int RunStats(const CommandContext& context, const std::vector<std::string>& args
     return exit_code;
   }
   absl::StatusOr<std::map<std::string, int64_t>> stats =
-      Observer(context.address).MemoryStats(DeviceIndex(parsed.device), SessionOf(parsed));
+      Observer(context.address, context.security)
+          .MemoryStats(DeviceIndex(parsed.device), SessionOf(parsed));
   if (!stats.ok()) return ReportError(context, stats.status());
   *context.out << (parsed.json ? FormatStatsJson(*stats) : FormatStatsLines(*stats));
   return kExitOk;
@@ -99,7 +101,7 @@ int RunSummary(const CommandContext& context, const std::vector<std::string>& ar
     return exit_code;
   }
   absl::StatusOr<std::string> summary =
-      Observer(context.address)
+      Observer(context.address, context.security)
           .MemorySummary(DeviceIndex(parsed.device), SessionOf(parsed), parsed.abbreviated);
   if (!summary.ok()) return ReportError(context, summary.status());
   *context.out << *summary;
@@ -117,7 +119,7 @@ int RunSnapshot(const CommandContext& context, const std::vector<std::string>& a
   const std::optional<DeviceIndex> device =
       parsed.has_device ? std::optional<DeviceIndex>(DeviceIndex(parsed.device)) : std::nullopt;
   absl::StatusOr<std::vector<SegmentInfo>> segments =
-      Observer(context.address).MemorySnapshot(device, SessionOf(parsed));
+      Observer(context.address, context.security).MemorySnapshot(device, SessionOf(parsed));
   if (!segments.ok()) return ReportError(context, segments.status());
   *context.out << (parsed.json ? FormatSnapshotJson(*segments) : FormatSnapshotTable(*segments));
   return kExitOk;
@@ -129,7 +131,8 @@ int RunSessions(const CommandContext& context, const std::vector<std::string>& a
   if (!ParseObserveArgs(context, args, {{"json"}}, kSessionsUsage, &parsed, &exit_code)) {
     return exit_code;
   }
-  absl::StatusOr<std::vector<SessionInfo>> sessions = Observer(context.address).ListSessions();
+  absl::StatusOr<std::vector<SessionInfo>> sessions =
+      Observer(context.address, context.security).ListSessions();
   if (!sessions.ok()) return ReportError(context, sessions.status());
   *context.out << (parsed.json ? FormatSessionsJson(*sessions) : FormatSessionsTable(*sessions));
   return kExitOk;

@@ -44,6 +44,7 @@ int RunReplay(const CommandContext& context, const std::vector<std::string>& arg
   } else {
     ClientOptions options;
     options.client_name = "gpumux replay";
+    options.security = context.security;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(context.address, options);
     if (!client.ok()) return ReportError(context, client.status());
     ClientReplayTarget target(**client, DeviceIndex(static_cast<int32_t>(*device)));

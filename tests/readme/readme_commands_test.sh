@@ -42,6 +42,7 @@ declare -A not_run=(
   ["scripts/bundle/gpu-benchmarks.sh"]="the GPU benchmarks, run inside a bundle by run-gpu-check on a GPU machine"
   ["build/bench/gpumux_load_bench"]="64 client processes for 60 s, then 256 sessions: over this test's time budget"
   ["build/bench/gpumux_replay_modes_bench"]="replays both traces through a real daemon with their whole host memory (13 GiB for GPT-2), once in daemon mode at 12-15 k ops/s: about a minute and 14 GiB"
+  ["build/client/cli/gpumux --address 127.0.0.1:50051 sessions"]="needs the full-mode gpumuxd above still serving on port 50051, and the test runs each gpumuxd command only until it serves; tcp_full_mode_test runs the CLI over TLS against such a daemon"
   ["scripts/format.sh"]="rewrites the sources in place; the test runs scripts/format.sh --check, which changes nothing"
 )
 
