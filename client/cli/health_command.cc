@@ -64,12 +64,10 @@ absl::Status CheckOne(grpc::health::v1::Health::Stub& stub, const std::string& a
     check.status = absl::StrCat(status.error_code() == grpc::StatusCode::NOT_FOUND
                                     ? "NOT_FOUND (not registered)"
                                     : absl::StrCat("error ", status.error_code()),
-                                status.error_message().empty() ? "" : ": ",
-                                status.error_message());
+                                status.error_message().empty() ? "" : ": ", status.error_message());
     return absl::OkStatus();
   }
-  check.status =
-      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+  check.status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
   check.ok = response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
   return absl::OkStatus();
 }

@@ -42,9 +42,7 @@ volatile std::sig_atomic_t g_stop = 0;
 
 void OnStopSignal(int /*signal*/) { g_stop = 1; }
 
-std::string Clock() {
-  return absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone());
-}
+std::string Clock() { return absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()); }
 
 // Restores the terminal however the loop ends, and the signal handlers.
 class Screen {
@@ -114,8 +112,8 @@ int RunTop(const CommandContext& context, const std::vector<std::string>& args) 
   double interval = 1;
   if (status.ok() && parsed->Has("interval")) {
     const std::string text = *parsed->Get("interval");
-    if (!absl::SimpleAtod(text, &interval) || !std::isfinite(interval) ||
-        interval < kMinInterval || interval > kMaxInterval) {
+    if (!absl::SimpleAtod(text, &interval) || !std::isfinite(interval) || interval < kMinInterval ||
+        interval > kMaxInterval) {
       status = absl::InvalidArgumentError(absl::StrCat(
           "--interval wants seconds in [0.1, 3600] (fractions allowed), got '", text, "'"));
     }

@@ -40,8 +40,8 @@ uint64_t SortKey(const SessionInfo& session, TopSort sort) {
 // another process on a CUDA device) '-'.
 std::string Bar(const TopDevice& device) {
   const uint64_t total = std::max<uint64_t>(device.properties.total_memory, 1);
-  const uint64_t used = device.properties.total_memory - std::min(device.properties.free_memory,
-                                                                  device.properties.total_memory);
+  const uint64_t used = device.properties.total_memory -
+                        std::min(device.properties.free_memory, device.properties.total_memory);
   auto cells = [&](uint64_t bytes) {
     return static_cast<int>(std::min<uint64_t>(bytes, total) * kBarWidth / total);
   };
@@ -123,8 +123,8 @@ void SortSessions(std::vector<SessionInfo>& sessions, TopSort sort) {
 TopFrame FormatTopFrame(const absl::StatusOr<TopSample>& sample, const TopFrameOptions& options) {
   TopFrame frame;
   std::vector<std::string>& lines = frame.lines;
-  lines.push_back(absl::StrCat("gpumux top - ", options.address, " - ", options.clock,
-                               " - every ", absl::StrFormat("%g", options.interval_seconds),
+  lines.push_back(absl::StrCat("gpumux top - ", options.address, " - ", options.clock, " - every ",
+                               absl::StrFormat("%g", options.interval_seconds),
                                "s - sort: ", TopSortName(options.sort)));
   if (options.interactive) {
     lines.push_back(
@@ -134,8 +134,8 @@ TopFrame FormatTopFrame(const absl::StatusOr<TopSample>& sample, const TopFrameO
   lines.emplace_back();
   if (!sample.ok()) {
     lines.push_back(absl::StrCat("error: ", sample.status().message()));
-    lines.push_back(absl::StrCat("retrying every ", absl::StrFormat("%g", options.interval_seconds),
-                                 "s"));
+    lines.push_back(
+        absl::StrCat("retrying every ", absl::StrFormat("%g", options.interval_seconds), "s"));
   } else {
     for (const TopDevice& device : sample->devices) {
       const DeviceProperties& p = device.properties;
@@ -151,8 +151,8 @@ TopFrame FormatTopFrame(const absl::StatusOr<TopSample>& sample, const TopFrameO
     lines.emplace_back();
     std::vector<SessionInfo> sessions = sample->sessions;
     SortSessions(sessions, options.sort);
-    TextTable table({"SESSION", "CLIENT", "PID", "TENANT", "POD", "ALLOCATED", "RESERVED", "PEAK",
-                     "STREAMS"});
+    TextTable table(
+        {"SESSION", "CLIENT", "PID", "TENANT", "POD", "ALLOCATED", "RESERVED", "PEAK", "STREAMS"});
     for (size_t column : {0, 2, 5, 6, 7, 8}) table.AlignRight(column);
     for (const SessionInfo& s : sessions) {
       table.AddRow({absl::StrCat(s.session_id.value()), s.client_name, absl::StrCat(s.pid),

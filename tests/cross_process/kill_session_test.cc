@@ -95,8 +95,7 @@ std::pair<int, std::string> RunCli(const std::vector<std::string>& args,
 TEST(KillSessionTest, KilledClientSeesTheReasonAndItsMemoryIsReclaimed) {
   DaemonProcess daemon({"--host-devices=1", "--host-device-memory=256MiB"});
   Observer observer(daemon.address());
-  Child victim({"session", daemon.address(), "victim", "pod-a", "ml/p-1",
-                absl::StrCat(32 * kMiB)});
+  Child victim({"session", daemon.address(), "victim", "pod-a", "ml/p-1", absl::StrCat(32 * kMiB)});
   Child bystander({"session", daemon.address(), "bystander", "-", "-", absl::StrCat(8 * kMiB)});
   const uint64_t victim_id = Ready(victim);
   const uint64_t bystander_id = Ready(bystander);
@@ -160,7 +159,8 @@ TEST(KillSessionTest, KilledClientSeesTheReasonAndItsMemoryIsReclaimed) {
 
 TEST(KillSessionTest, ANonOperatorIsRefusedAndNothingEnds) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as nobody";
-  DaemonProcess daemon({"--host-devices=1", "--host-device-memory=64MiB", "--socket-group=nogroup"});
+  DaemonProcess daemon(
+      {"--host-devices=1", "--host-device-memory=64MiB", "--socket-group=nogroup"});
   Child bystander({"session", daemon.address(), "bystander", "-", "-", absl::StrCat(kMiB)});
   const uint64_t id = Ready(bystander);
   ASSERT_NE(id, 0u);
