@@ -2,7 +2,8 @@
 // against a real gpumuxd and real client processes: the killed session's
 // memory leaves the device's books at once, the session leaves the list,
 // its client's next call fails UNAVAILABLE with the operator's reason, and
-// another session is untouched; a peer that is not an operator is refused.
+// another session is untouched; a peer that is not an operator is refused
+// (and its `gpumux health` leaves Admin unchecked).
 
 #include <grp.h>
 #include <sys/stat.h>
@@ -172,6 +173,11 @@ TEST(KillSessionTest, ANonOperatorIsRefusedAndNothingEnds) {
   EXPECT_EQ(code, 1) << output;
   EXPECT_THAT(output, HasSubstr("PERMISSION_DENIED: gpumux.v1.Admin serves only root and "
                                 "gpumuxd's own uid 0"));
+  // health, for nobody, cannot see Admin (its socket serves it to
+  // administrators only), which is no failure.
+  std::tie(code, output) = RunCli({"--address", daemon.address(), "health"}, 65534);
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("not checked: served to root and gpumuxd's user only"));
   Observer observer(daemon.address());
   EXPECT_TRUE(FindSession(observer, id).has_value());
   bystander.WriteLine("call");
