@@ -106,4 +106,14 @@ absl::StatusOr<std::vector<TenantInfo>> Admin::ListTenants() {
   return tenants;
 }
 
+absl::Status Admin::KillSession(SessionId session, const std::string& reason) {
+  v1::KillSessionRequest request;
+  request.set_session_id(session.value());
+  request.set_reason(reason);
+  v1::KillSessionResponse response;
+  return impl_->CallDaemon([&](grpc::ClientContext* context) {
+    return impl_->stub_->KillSession(context, request, &response);
+  });
+}
+
 }  // namespace gpumux

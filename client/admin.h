@@ -1,10 +1,10 @@
 #pragma once
 
 // libgpumux's operator surface that changes the daemon's policy: tenant
-// memory limits (gpumux.v1.Admin), for the gpumux CLI's tenants and
-// tenant-limit. The daemon serves it on its admin socket, next to its Unix
-// socket, and only to root and its own user (by the connection's peer
-// credentials): anyone else gets PERMISSION_DENIED. It opens no session.
+// memory limits and ending sessions (gpumux.v1.Admin), for the gpumux CLI's
+// tenants, tenant-limit and kill-session. The daemon serves it on its admin socket, next to its
+// Unix socket, and only to root and its own user (by the connection's peer credentials): anyone
+// else gets PERMISSION_DENIED. It opens no session.
 //
 // Every call has a 30-second deadline and returns the daemon's status; when
 // the daemon cannot be reached, UNAVAILABLE "cannot reach gpumuxd at
@@ -45,6 +45,12 @@ class Admin {
                               std::optional<DeviceIndex> device = std::nullopt);
   // Every tenant with a limit or a session, by name, with its figures per device.
   absl::StatusOr<std::vector<TenantInfo>> ListTenants();
+  // Ends `session` as if its client had died: the client's calls fail
+  // UNAVAILABLE "session N was killed by an operator: <reason>", and all it
+  // held is reclaimed before this returns. INVALID_ARGUMENT for session 0 or
+  // a reason over 1024 bytes or with a control character; NOT_FOUND for a
+  // session that is not open.
+  absl::Status KillSession(SessionId session, const std::string& reason);
 
  private:
   class Impl;

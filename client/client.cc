@@ -7,9 +7,11 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "allocator/allocator_config.h"
@@ -208,9 +210,13 @@ absl::Status Client::Impl::CallWithSession(
   grpc::ClientContext context;
   context.AddMetadata(kSessionMetadataKey, credentials_);
   const grpc::Status status = call(&context);
-  // Our own credentials refused while our stream still looks open: the
-  // daemon answering is not the one that opened the session.
-  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) return RestartedError();
+  // Our own credentials refused. The daemon closes a session before it ends
+  // its stream (an operator's kill, shutdown), so give the end a moment to
+  // arrive and report it; a stream that stays open means the daemon
+  // answering is not the one that opened the session.
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return session_->AwaitEnded(absl::Seconds(1)) ? SessionEndedError() : RestartedError();
+  }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && session_->ended())
     return SessionEndedError();
   return FromGrpcStatus(status, address_);
@@ -242,6 +248,17 @@ absl::Status Client::Impl::SessionEndedError() {
   // The stream's final status says why. UNAVAILABLE: the daemon went away
   // (it shut down, or died and the stream broke); if one answers again now,
   // it is a new daemon that knows nothing of this session.
+  const grpc::Status final_grpc = session_->FinalGrpcStatus();
+  // An operator's kill (Admin.KillSession) ends the stream with UNAVAILABLE
+  // "session N was killed by an operator: <reason>", as admin.proto says;
+  // the daemon still runs, but this is no restart.
+  const std::string killed =
+      absl::StrCat("session ", session_->opened().session_id(), " was killed by an operator");
+  if (final_grpc.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      absl::StartsWith(final_grpc.error_message(), killed)) {
+    return absl::UnavailableError(
+        absl::StrCat(final_grpc.error_message(), "; reconnect with a new gpumux::Client"));
+  }
   absl::Status final_status = session_->Close();
   if (absl::IsUnavailable(final_status)) {
     if (DaemonAnswers()) return RestartedError();

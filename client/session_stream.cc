@@ -56,6 +56,17 @@ SessionStream::~SessionStream() { Close().IgnoreError(); }
 
 bool SessionStream::ended() const { return ended_.load(std::memory_order_acquire); }
 
+bool SessionStream::AwaitEnded(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(this, &SessionStream::HasEnded), timeout);
+}
+
+grpc::Status SessionStream::FinalGrpcStatus(absl::Duration timeout) {
+  Close(timeout).IgnoreError();
+  absl::MutexLock close_lock(&close_mu_);
+  return final_status_;
+}
+
 absl::Status SessionStream::Close(absl::Duration timeout) {
   absl::MutexLock close_lock(&close_mu_);
   if (closed_) return close_status_;
@@ -74,7 +85,8 @@ absl::Status SessionStream::Close(absl::Duration timeout) {
   // A daemon that ignores the half-close must not hang our destructor.
   if (!ended) context_.TryCancel();
   reader_.join();
-  close_status_ = FromGrpcStatus(stream_->Finish(), address_);
+  final_status_ = stream_->Finish();
+  close_status_ = FromGrpcStatus(final_status_, address_);
   return close_status_;
 }
 
@@ -96,6 +108,7 @@ grpc::Status SessionStream::Abandon(bool cancel) {
   if (cancel) context_.TryCancel();
   if (reader_.joinable()) reader_.join();
   grpc::Status status = stream_->Finish();
+  final_status_ = status;
   close_status_ = FromGrpcStatus(status, address_);
   return status;
 }

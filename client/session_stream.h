@@ -48,6 +48,8 @@ class SessionStream {
 
   // True once the daemon ended the stream or it broke (daemon gone).
   bool ended() const;
+  // Waits up to `timeout` for ended(); returns it.
+  bool AwaitEnded(absl::Duration timeout) const;
 
   // Sends a message after `open` (an answer to the daemon's question);
   // false when the stream is closing or broken. Safe from any thread,
@@ -58,6 +60,9 @@ class SessionStream {
   // for the daemon to end it, cancelling otherwise, and returns the final
   // status. Idempotent; later calls return the first result.
   absl::Status Close(absl::Duration timeout = absl::Seconds(2));
+  // Close(timeout), then the daemon's final status as it came, before
+  // FromGrpcStatus phrased it (the reason an operator's kill gave).
+  grpc::Status FinalGrpcStatus(absl::Duration timeout = absl::Seconds(2));
 
  private:
   enum class State { kOpening, kOpen, kEnded };
@@ -94,6 +99,7 @@ class SessionStream {
   absl::Mutex close_mu_;
   bool closed_ ABSL_GUARDED_BY(close_mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(close_mu_);
+  grpc::Status final_status_ ABSL_GUARDED_BY(close_mu_);
 };
 
 }  // namespace gpumux

@@ -12,6 +12,7 @@ packages=(
   prometheus curl
   python3 python3-grpcio python3-grpc-tools
   clang libclang-rt-14-dev clang-format
+  libncurses-dev tmux
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -21,7 +21,8 @@ constexpr Command kCommands[] = {
     {"summary", RunSummary, kSummaryUsage},    {"snapshot", RunSnapshot, kSnapshotUsage},
     {"sessions", RunSessions, kSessionsUsage}, {"empty-cache", RunEmptyCache, kEmptyCacheUsage},
     {"tenants", RunTenants, kTenantsUsage},    {"tenant-limit", RunTenantLimit, kTenantLimitUsage},
-    {"replay", RunReplay, kReplayUsage},
+    {"replay", RunReplay, kReplayUsage},       {"kill-session", RunKillSession, kKillSessionUsage},
+    {"health", RunHealth, kHealthUsage},       {"top", RunTop, kTopUsage},
 };
 
 bool AsksForHelp(const std::vector<std::string>& args) {
@@ -53,7 +54,7 @@ const std::string& CliUsage() {
       "commands:\n  ",
       kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
       kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ", kTenantLimitUsage, "  ",
-      kReplayUsage,
+      kKillSessionUsage, "  ", kHealthUsage, "  ", kTopUsage, "  ", kReplayUsage,
       "      (without --address: in this process; with it: as a client of that daemon,\n"
       "      allocating locally over its leases unless GPUMUX_ALLOCATION=daemon)\n"));
   return *usage;

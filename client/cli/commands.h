@@ -21,6 +21,9 @@ inline constexpr char kSessionsUsage[] = "gpumux sessions [--json]\n";
 inline constexpr char kEmptyCacheUsage[] = "gpumux empty-cache [--device N]\n";
 inline constexpr char kTenantsUsage[] = "gpumux tenants [--json]\n";
 inline constexpr char kTenantLimitUsage[] = "gpumux tenant-limit TENANT SIZE|none [--device N]\n";
+inline constexpr char kKillSessionUsage[] = "gpumux kill-session ID [--reason TEXT]\n";
+inline constexpr char kHealthUsage[] = "gpumux health\n";
+inline constexpr char kTopUsage[] = "gpumux top [--interval SECONDS] [--once]\n";
 inline constexpr char kReplayUsage[] =
     "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n";
 
@@ -42,6 +45,14 @@ int RunEmptyCache(const CommandContext& context, const std::vector<std::string>&
 int RunTenants(const CommandContext& context, const std::vector<std::string>& args);
 // Admin.SetTenantLimit on one device or all (root or gpumuxd's user only).
 int RunTenantLimit(const CommandContext& context, const std::vector<std::string>& args);
+// Admin.KillSession: ends a session as if its client had died (root or
+// gpumuxd's user only).
+int RunKillSession(const CommandContext& context, const std::vector<std::string>& args);
+// grpc.health.v1 of every gpumux.v1 service served at the address, and each
+// device's health; 0 only when all serve.
+int RunHealth(const CommandContext& context, const std::vector<std::string>& args);
+// A live view of the devices and the sessions by memory (Device, Observe).
+int RunTop(const CommandContext& context, const std::vector<std::string>& args);
 // Replays a PyTorch allocation trace in this process (no --address) or
 // through the daemon at --address.
 int RunReplay(const CommandContext& context, const std::vector<std::string>& args);

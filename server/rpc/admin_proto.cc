@@ -1,6 +1,8 @@
 #include "server/rpc/admin_proto.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace gpumux {
 
@@ -39,6 +41,34 @@ absl::StatusOr<TenantLimitChange> FromProto(const v1::SetTenantLimitRequest& req
       return absl::InvalidArgumentError("no limit: give bytes, or set unlimited");
   }
   return change;
+}
+
+absl::StatusOr<SessionKill> FromProto(const v1::KillSessionRequest& request) {
+  if (request.session_id() == 0) {
+    return absl::InvalidArgumentError(
+        "session_id is 0: name the session to kill (gpumux sessions lists them)");
+  }
+  const std::string& reason = request.reason();
+  if (reason.size() > kMaxKillReasonBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the reason is ", reason.size(), " bytes; at most ", kMaxKillReasonBytes, " are allowed"));
+  }
+  // The reason reaches the killed client's error and the daemon's log: a
+  // control character there (an escape, a newline forging a log line) is
+  // refused, C0, DEL and C1 (as UTF-8, U+0080 to U+009F) alike.
+  for (size_t i = 0; i < reason.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(reason[i]);
+    const bool c1 = byte == 0xc2 && i + 1 < reason.size() &&
+                    static_cast<unsigned char>(reason[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(reason[i + 1]) <= 0x9f;
+    if (byte < 0x20 || byte == 0x7f || c1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the reason holds control character U+%04X at byte %d; it is printed in the killed "
+          "client's error and the daemon's log, so it must be printable",
+          c1 ? static_cast<unsigned char>(reason[i + 1]) : byte, i));
+    }
+  }
+  return SessionKill{.session = SessionId(request.session_id()), .reason = reason};
 }
 
 void ToProto(const std::vector<TenantUsage>& tenants, v1::ListTenantsResponse* out) {

@@ -42,6 +42,15 @@ grpc::ServerUnaryReactor* AdminService::ListTenants(grpc::CallbackServerContext*
   return FinishWith(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* AdminService::KillSession(grpc::CallbackServerContext* context,
+                                                    const v1::KillSessionRequest* request,
+                                                    v1::KillSessionResponse* /*response*/) {
+  absl::StatusOr<SessionKill> kill = FromProto(*request);
+  if (!kill.ok()) return FinishWith(context, kill.status());
+  // Kill logs the session's end with the reason and what was reclaimed.
+  return FinishWith(context, lifecycle_->Kill(kill->session, kill->reason));
+}
+
 grpc::ServerUnaryReactor* AdminDenyService::Deny(grpc::CallbackServerContext* context) const {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, reason_));
@@ -57,6 +66,12 @@ grpc::ServerUnaryReactor* AdminDenyService::SetTenantLimit(
 grpc::ServerUnaryReactor* AdminDenyService::ListTenants(grpc::CallbackServerContext* context,
                                                         const v1::ListTenantsRequest* /*request*/,
                                                         v1::ListTenantsResponse* /*response*/) {
+  return Deny(context);
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::KillSession(grpc::CallbackServerContext* context,
+                                                        const v1::KillSessionRequest* /*request*/,
+                                                        v1::KillSessionResponse* /*response*/) {
   return Deny(context);
 }
 

@@ -9,6 +9,12 @@
 //   gpumux_test_child hold ADDRESS SIZE
 //     allocates SIZE bytes, writes its first and last pages, prints "ready"
 //     and the allocation's segment handle, then sleeps until killed.
+//   gpumux_test_child session ADDRESS NAME TENANT POD SIZE
+//     opens a session named NAME of TENANT ("-": none) labelled pod=POD, or
+//     namespace=NS and pod=P for "NS/P" ("-": no label), allocates SIZE bytes
+//     on device 0 and prints "ready ID" (its session id). Then, per stdin
+//     line "call": allocates 4096 bytes and prints "ok", or "CODE: message"
+//     when that fails; at the end of stdin it sleeps until killed.
 //   gpumux_test_child event-wait ADDRESS HANDLE_HEX
 //     maps the interprocess event into this process (its memory file comes
 //     from the memory socket; the waiting needs no daemon), waits for its
@@ -47,6 +53,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -122,6 +129,41 @@ int Hold(char** argv) {
   std::memset(bytes + size - 4096, 0xcd, 4096);
   std::printf("ready\n");
   std::fflush(stdout);
+  for (;;) pause();
+}
+
+int NamedSession(char** argv) {
+  gpumux::ClientOptions options{.client_name = argv[3]};
+  if (std::strcmp(argv[4], "-") != 0) options.tenant = argv[4];
+  const std::string pod = argv[5];
+  if (pod != "-") {
+    const size_t slash = pod.find('/');
+    if (slash == std::string::npos) {
+      options.labels["pod"] = pod;
+    } else {
+      options.labels["namespace"] = pod.substr(0, slash);
+      options.labels["pod"] = pod.substr(slash + 1);
+    }
+  }
+  auto client = gpumux::Client::Connect(argv[2], options);
+  if (!client.ok()) return Fail("connect", client.status());
+  auto buffer = (*client)->Allocate(Arg(argv[6]), gpumux::DeviceIndex(0));
+  if (!buffer.ok()) return Fail("allocate", buffer.status());
+  std::printf("ready %llu\n", static_cast<unsigned long long>((*client)->session_id().value()));
+  std::fflush(stdout);
+  std::vector<gpumux::DeviceBuffer> more;
+  char line[64];
+  while (std::fgets(line, sizeof(line), stdin) != nullptr) {
+    auto next = (*client)->Allocate(4096, gpumux::DeviceIndex(0));
+    if (next.ok()) {
+      more.push_back(*std::move(next));
+      std::printf("ok\n");
+    } else {
+      std::printf("%s: %s\n", absl::StatusCodeToString(next.status().code()).c_str(),
+                  std::string(next.status().message()).c_str());
+    }
+    std::fflush(stdout);
+  }
   for (;;) pause();
 }
 
@@ -298,6 +340,7 @@ int main(int argc, char** argv) {
   if (argc >= 6 && std::strcmp(argv[1], "producer") == 0) return Producer(argv);
   if (argc >= 7 && std::strcmp(argv[1], "consumer") == 0) return Consumer(argv);
   if (argc >= 4 && std::strcmp(argv[1], "hold") == 0) return Hold(argv);
+  if (argc >= 7 && std::strcmp(argv[1], "session") == 0) return NamedSession(argv);
   if (argc >= 4 && std::strcmp(argv[1], "event-wait") == 0) return EventWait(argv);
   if (argc >= 3 && std::strcmp(argv[1], "event-make") == 0) return EventMake(argv);
   if (argc >= 5 && std::strcmp(argv[1], "tenant-churn") == 0) return TenantChurn(argv);

@@ -58,6 +58,14 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return (stub == nullptr ? admin.get() : stub)->SetTenantLimit(&context, request, &response);
   };
   auto main_socket_admin = v1::Admin::NewStub(channel);
+  auto kill = [&](uint64_t session, const std::string& reason, v1::Admin::Stub* stub = nullptr) {
+    v1::KillSessionRequest request;
+    request.set_session_id(session);
+    request.set_reason(reason);
+    grpc::ClientContext context;
+    v1::KillSessionResponse response;
+    return (stub == nullptr ? admin.get() : stub)->KillSession(&context, request, &response);
+  };
 
   v1::Allocation mine, theirs, freed, plain, shared;
   ASSERT_TRUE(me.Allocate(0, 4096, &mine).ok());
@@ -551,6 +559,25 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::ListTenantsResponse response;
          return main_socket_admin->ListTenants(&context, v1::ListTenantsRequest(), &response);
        }},
+      {"kill of session 0", grpc::StatusCode::INVALID_ARGUMENT, "session_id is 0",
+       [&] { return kill(0, "drain"); }},
+      {"kill of a session that is not open", grpc::StatusCode::NOT_FOUND,
+       "no session 999999 is open", [&] { return kill(999999, "drain"); }},
+      {"kill with a reason over 1024 bytes", grpc::StatusCode::INVALID_ARGUMENT,
+       "the reason is 1025 bytes; at most 1024",
+       [&] { return kill(me.id(), std::string(1025, 'r')); }},
+      {"kill with a newline in the reason", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+000A at byte 5", [&] { return kill(me.id(), "drain\nforged"); }},
+      {"kill with a C1 control in the reason", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+009B",
+       [&] {
+         return kill(me.id(),
+                     "x\xc2\x9b"
+                     "31m");
+       }},
+      {"kill on the main socket", grpc::StatusCode::PERMISSION_DENIED,
+       "connect to the admin socket",
+       [&] { return kill(me.id(), "drain", main_socket_admin.get()); }},
   };
   EXPECT_GE(table.size(), 60u);
   for (const BadInput& input : table) {

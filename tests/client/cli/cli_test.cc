@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -87,8 +88,9 @@ TEST(CliTest, BadCommandsAndFlagsExitTwoWithUsage) {
 }
 
 TEST(CliTest, EveryCommandTakesHelp) {
-  for (const char* command : {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache",
-                              "tenants", "tenant-limit", "replay"}) {
+  for (const char* command :
+       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "tenants",
+        "tenant-limit", "replay", "kill-session", "health", "top"}) {
     for (const char* help : {"--help", "-h"}) {
       CliRun run = RunGpumux({command, help});
       EXPECT_EQ(run.exit_code, 0) << command << " " << help << ": " << run.err;
@@ -102,7 +104,7 @@ TEST(CliTest, EveryCommandTakesHelp) {
 
 TEST(CliTest, UnreachableDaemonExitsOneNamingTheAddress) {
   for (const char* command :
-       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache"}) {
+       {"devices", "stats", "summary", "snapshot", "sessions", "empty-cache", "health"}) {
     CliRun run = RunGpumux({command, "--address", "/nonexistent/gpumux.sock"});
     EXPECT_EQ(run.exit_code, 1) << command;
     EXPECT_THAT(run.err, StartsWith("gpumux: cannot reach gpumuxd at /nonexistent/gpumux.sock: "))
@@ -289,6 +291,59 @@ TEST_F(CliDaemonTest, TenantsListsEachTenantsLimitAndUsage) {
   EXPECT_THAT(run.out, HasSubstr("\"tenant\": \"pod\""));
   EXPECT_THAT(run.out, HasSubstr("\"limit_bytes\": 4194304"));
   EXPECT_THAT(run.out, HasSubstr("\"reserved_bytes\": 2097152"));
+}
+
+TEST_F(CliDaemonTest, HealthShowsEveryServiceAndDevice) {
+  CliRun run = RunHere({"health"});
+  EXPECT_EQ(run.exit_code, 0) << run.err << run.out;
+  EXPECT_THAT(run.out, StartsWith("SERVICE  "));
+  for (const char* service :
+       {"Session", "Device", "Memory", "Observe", "Stream", "Event", "Copy", "Random", "Nvtx"}) {
+    EXPECT_THAT(run.out, ContainsRegex(absl::StrCat("\ngpumux\\.v1\\.", service,
+                                                    " +unix://[^ ]+/gpumux\\.sock +SERVING\n")))
+        << service;
+  }
+  // This test runs as the daemon's user: an operator, served on the admin socket.
+  EXPECT_THAT(run.out, ContainsRegex("\ngpumux\\.v1\\.Admin +unix://[^ ]+\\.admin +SERVING\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\nDEVICE  NAME +HEALTH\n +0  [^\n]+ ok\n +1  "));
+  EXPECT_THAT(run.out, HasSubstr("\nhealthy\n"));
+  EXPECT_EQ(RunHere({"health", "extra"}).exit_code, 2);
+}
+
+TEST_F(CliDaemonTest, TopOncePrintsDevicesAndSessionsSortedByMemory) {
+  ClientOptions big_options;
+  big_options.client_name = "big";
+  big_options.tenant = "pod-a";
+  big_options.labels = {{"pod", "p-1"}, {"namespace", "ml"}};
+  std::unique_ptr<Client> big = ConnectAnother(big_options);
+  ClientOptions small_options;
+  small_options.client_name = "small";
+  std::unique_ptr<Client> small = ConnectAnother(small_options);
+  ASSERT_NE(big, nullptr);
+  ASSERT_NE(small, nullptr);
+  absl::StatusOr<DeviceBuffer> a = big->Allocate(6 << 20);
+  absl::StatusOr<DeviceBuffer> b = small->Allocate(1 << 20);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  CliRun run = RunHere({"top", "--once"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, StartsWith("gpumux top - "));
+  EXPECT_THAT(run.out, HasSubstr("sort: allocated\n"));
+  EXPECT_THAT(run.out, ContainsRegex("\nGPU 0  [^\n]+\n  \\[#+[=-]* *\\]  allocated 7\\.00 MiB"));
+  EXPECT_THAT(run.out, HasSubstr("\nSESSION  CLIENT"));
+  EXPECT_THAT(run.out, ContainsRegex("\n +[0-9]+  big +[0-9]+  pod-a +ml/p-1 +6\\.00 MiB"));
+  EXPECT_EQ(run.out.find('\x1b'), std::string::npos) << "escape codes in --once";
+  EXPECT_LT(run.out.find("  big "), run.out.find("  small "));
+  // Not a terminal, and no --once: refused, saying why.
+  run = RunHere({"top"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("stdout is not one; --once prints one frame"));
+  for (const char* interval : {"0", "abc", "-1", "nan", "5000"}) {
+    run = RunHere({"top", "--once", "--interval", interval});
+    EXPECT_EQ(run.exit_code, 2) << interval;
+    EXPECT_THAT(run.err, HasSubstr("--interval wants seconds")) << interval;
+  }
+  EXPECT_EQ(RunHere({"top", "--once", "--interval=0.25"}).exit_code, 0);
 }
 
 TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
