@@ -74,7 +74,11 @@ absl::Status SessionStream::Close(absl::Duration timeout) {
   {
     absl::MutexLock lock(&write_mu_);
     writes_done_ = true;
-    // False when the stream is already broken; Finish below says why.
+    // The daemon counts the end as closed, not crashed. False when the
+    // stream is already broken; Finish below says why.
+    v1::SessionClientMessage goodbye;
+    goodbye.mutable_goodbye();
+    stream_->Write(goodbye);
     stream_->WritesDone();
   }
   bool ended;

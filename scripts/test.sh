@@ -2,7 +2,7 @@
 # Fresh Debian 12, as root: installs dependencies, checks the sources are
 # formatted (scripts/format.sh --check), builds, and runs every test that
 # needs no GPU (ctest label `gpu` is left to scripts/gpu-check), then every
-# libFuzzer target for 30 s (scripts/fuzz.sh: clang, ASan and UBSan, in
+# libFuzzer target for 15 s (scripts/fuzz.sh: clang, ASan and UBSan, in
 # ./build-fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +12,4 @@ bash scripts/build.sh -DGPUMUX_WERROR=ON
 cd "${GPUMUX_BUILD_DIR:-build}"
 ctest --output-on-failure -j "$(nproc)" -LE gpu --timeout 300
 cd - >/dev/null
-bash scripts/fuzz.sh --seconds "${GPUMUX_FUZZ_SECONDS:-30}"
+bash scripts/fuzz.sh --seconds "${GPUMUX_FUZZ_SECONDS:-15}"

@@ -1,8 +1,10 @@
 // health: grpc.health.v1 of every gpumux.v1 service at the address, and each
 // device's health (Device.ListDevices). On a Unix socket every service is
-// checked (Admin on the admin socket next to it); over TCP only Device and
-// Observe are served, and the others are listed as not served there, which
-// is no failure. Exit 0 only when everything checked serves.
+// checked (Admin on the admin socket next to it). Over TCP the observe mode
+// serves only Device and Observe and the full mode every service but Admin:
+// a service the listener's health does not know is listed as not served over
+// TCP, which is no failure (Device and Observe must serve). Exit 0 only when
+// everything checked serves.
 
 #include <chrono>
 #include <memory>
@@ -84,17 +86,19 @@ int RunHealth(const CommandContext& context, const std::vector<std::string>& arg
 
   const std::string target = ToGrpcTarget(context.address);
   const bool unix_socket = absl::StartsWith(target, "unix:");
-  auto stub = grpc::health::v1::Health::NewStub(CreateDaemonChannel(target));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateDaemonChannel(target, context.security);
+  if (!channel.ok()) return ReportError(context, channel.status());
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
   std::vector<Check> checks;
   for (const char* service : kServices) {
     Check& check = checks.emplace_back(Check{.service = service, .where = target});
-    if (!unix_socket && !ServedOverTcp(service)) {
-      check.status = "not served over TCP";
-      check.counts = false;
-      continue;
-    }
     status = CheckOne(*stub, context.address, check);
     if (!status.ok()) return ReportError(context, status);
+    if (!unix_socket && !ServedOverTcp(service) && absl::StartsWith(check.status, "NOT_FOUND")) {
+      check.status = "not served over TCP";  // an observe-mode listener
+      check.counts = false;
+    }
   }
   Check& admin = checks.emplace_back(Check{.service = kAdmin});
   if (!unix_socket) {
@@ -103,7 +107,10 @@ int RunHealth(const CommandContext& context, const std::vector<std::string>& arg
     admin.counts = false;
   } else {
     admin.where = AdminSocketPath(target);
-    auto admin_stub = grpc::health::v1::Health::NewStub(CreateDaemonChannel(admin.where));
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> admin_channel =
+        CreateDaemonChannel(admin.where, context.security);
+    if (!admin_channel.ok()) return ReportError(context, admin_channel.status());
+    auto admin_stub = grpc::health::v1::Health::NewStub(*admin_channel);
     status = CheckOne(*admin_stub, admin.where, admin);
     if (!status.ok()) return ReportError(context, status);
     // The admin socket hands a peer that is neither root nor gpumuxd's user
@@ -114,7 +121,8 @@ int RunHealth(const CommandContext& context, const std::vector<std::string>& arg
     }
   }
 
-  absl::StatusOr<std::vector<DeviceProperties>> devices = Observer(context.address).ListDevices();
+  absl::StatusOr<std::vector<DeviceProperties>> devices =
+      Observer(context.address, context.security).ListDevices();
   if (!devices.ok()) return ReportError(context, devices.status());
 
   bool all_ok = true;

@@ -128,7 +128,7 @@ int RunTop(const CommandContext& context, const std::vector<std::string>& args) 
   if (!status.ok()) return UsageError(context, status.message(), kTopUsage);
 
   TopFrameOptions options{.address = context.address, .interval_seconds = interval};
-  auto observer = std::make_unique<Observer>(context.address);
+  auto observer = std::make_unique<Observer>(context.address, context.security);
   if (once) {
     absl::StatusOr<TopSample> sample = TakeTopSample(*observer);
     if (!sample.ok()) return ReportError(context, sample.status());
@@ -154,7 +154,7 @@ int RunTop(const CommandContext& context, const std::vector<std::string>& args) 
       sample = TakeTopSample(*observer);
       // A channel to a daemon that went away backs off ever longer; a fresh
       // one reconnects as soon as the daemon is back.
-      if (!sample.ok()) observer = std::make_unique<Observer>(context.address);
+      if (!sample.ok()) observer = std::make_unique<Observer>(context.address, context.security);
       options.clock = Clock();
       next = absl::Now() + absl::Seconds(interval);
     }

@@ -54,14 +54,19 @@ class SessionReactor final
         return;
       }
       // Half-close by the client or a broken stream: the session's life
-      // ends. Which of the two, the call's end says: OnCancel for a client
-      // that is gone (its stream broke, so it cannot take our status), else
-      // OnDone once the status is sent; either closes the session.
+      // ends. The two look alike here; a client that closes says goodbye
+      // first.
+      bool goodbye;
       {
         absl::MutexLock lock(&mu_);
-        half_closed_ = true;
+        goodbye = goodbye_;
       }
-      EndStream(grpc::Status::OK);
+      if (goodbye) {
+        EndSession(SessionEndReason::kClosed, "client closed the session stream", grpc::Status::OK);
+      } else {
+        EndSession(SessionEndReason::kCrashed, "session stream ended without goodbye (client gone)",
+                   grpc::Status::OK);
+      }
       return;
     }
     if (std::optional<SessionId> session = OpenSession(); session.has_value()) {
@@ -69,7 +74,8 @@ class SessionReactor final
         EndSession(SessionEndReason::kProtocolError, "protocol error",
                    grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                 "the session is already open; the stream takes only answers to "
-                                "the daemon's questions (cache_released, lease_blocks)"));
+                                "the daemon's questions (cache_released, lease_blocks) and "
+                                "goodbye"));
         return;
       }
       StartRead(&request_);
@@ -123,13 +129,7 @@ class SessionReactor final
   }
 
   void OnDone() override {
-    bool half_closed;
-    {
-      absl::MutexLock lock(&mu_);
-      half_closed = half_closed_;
-    }
-    CloseSessionOnce(SessionEndReason::kClosed,
-                     half_closed ? "client closed the session stream" : "session stream done");
+    CloseSessionOnce(SessionEndReason::kClosed, "session stream done");
     self_.reset();  // may delete this
   }
 
@@ -163,9 +163,15 @@ class SessionReactor final
     return session_;
   }
 
-  // Hands an answer in request_ to the queries; false for any other message.
+  // Hands an answer in request_ to the queries, or notes a goodbye; false
+  // for any other message.
   bool TakeAnswer(SessionId session) {
     switch (request_.kind_case()) {
+      case v1::SessionClientMessage::kGoodbye: {
+        absl::MutexLock lock(&mu_);
+        goodbye_ = true;
+        return true;
+      }
       case v1::SessionClientMessage::kCacheReleased:
         queries_->OnCacheReleased(session, request_.cache_released().request_id());
         return true;
@@ -201,12 +207,6 @@ class SessionReactor final
 
   void EndSession(SessionEndReason reason, absl::string_view detail, grpc::Status status) {
     CloseSessionOnce(reason, detail);
-    EndStream(std::move(status));
-  }
-
-  // Finishes the stream with `status` (after the write under way) and leaves
-  // the session open; once the end is known, OnCancel or OnDone closes it.
-  void EndStream(grpc::Status status) {
     absl::MutexLock lock(&mu_);
     if (finishing_) return;
     finishing_ = true;
@@ -229,7 +229,7 @@ class SessionReactor final
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;  // the client's reads ended
+  bool goodbye_ ABSL_GUARDED_BY(mu_) = false;  // the client said it closes
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -62,6 +62,7 @@ declare -A expect=(
   ["build/bench/gpumux_rpc_bench"]="^alloc_free_over_noop_p50="
   ["build/bench/gpumux_stream_bench"]="^h2d_staging_over_memcpy="
   ["build/bench/gpumux_lease_bench"]="^pressure_release_over_lease_p50="
+  ["build/bench/gpumux_metrics_bench"]="^alloc_free_scraped_over_quiet_p50="
   ["cmake --build build/example && build/example/client_example unix:///run/gpumux/gpumux.sock"]='imported 1048576 bytes in session [0-9]+: "hello from gpumux"'
   ["build/example/client_example_pc unix:///run/gpumux/gpumux.sock"]='imported 1048576 bytes in session [0-9]+: "hello from gpumux"'
   ["gpumuxd --host-device-memory=16GiB"]="^ +0  gpumux host device 0 +host +16\.00 GiB"

@@ -96,6 +96,9 @@ bool WireSession::Send(const v1::SessionClientMessage& message) { return stream_
 
 grpc::Status WireSession::Close() {
   closed_ = true;
+  v1::SessionClientMessage goodbye;  // a close, not a crash
+  goodbye.mutable_goodbye();
+  stream_->Write(goodbye);
   stream_->WritesDone();
   v1::SessionServerMessage drain;
   while (stream_->Read(&drain)) {
