@@ -5,7 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/printable_text.h"
 #include "common/random_hex.h"
 
 namespace gpumux {
@@ -27,21 +27,9 @@ absl::Status CheckField(absl::string_view what, absl::string_view value) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is ", value.size(), " bytes; at most ",
                                                    kMaxFieldBytes, " are allowed"));
   }
-  for (size_t i = 0; i < value.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(value[i]);
-    const bool c1 = byte == 0xc2 && i + 1 < value.size() &&
-                    static_cast<unsigned char>(value[i + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(value[i + 1]) <= 0x9f;
-    if (byte < 0x20 || byte == 0x7f || c1) {
-      const unsigned code = c1 ? static_cast<unsigned char>(value[i + 1]) : byte;
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s holds control character U+%04X at byte %d; names and labels are "
-                          "printed in operators' "
-                          "tables and logs, so they must be printable",
-                          what, code, i));
-    }
-  }
-  return absl::OkStatus();
+  return CheckPrintable(
+      what, value,
+      "names and labels are printed in operators' tables and logs, so they must be printable");
 }
 
 // Compares without an early exit so the time taken does not reveal how many

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "common/printable_text.h"
 
 namespace gpumux {
 
@@ -53,20 +53,13 @@ absl::StatusOr<SessionKill> FromProto(const v1::KillSessionRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the reason is ", reason.size(), " bytes; at most ", kMaxKillReasonBytes, " are allowed"));
   }
-  // The reason reaches the killed client's error and the daemon's log: a
-  // control character there (an escape, a newline forging a log line) is
-  // refused, C0, DEL and C1 (as UTF-8, U+0080 to U+009F) alike.
-  for (size_t i = 0; i < reason.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(reason[i]);
-    const bool c1 = byte == 0xc2 && i + 1 < reason.size() &&
-                    static_cast<unsigned char>(reason[i + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(reason[i + 1]) <= 0x9f;
-    if (byte < 0x20 || byte == 0x7f || c1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the reason holds control character U+%04X at byte %d; it is printed in the killed "
-          "client's error and the daemon's log, so it must be printable",
-          c1 ? static_cast<unsigned char>(reason[i + 1]) : byte, i));
-    }
+  // The reason reaches the killed client's error and the daemon's log.
+  if (absl::Status printable = CheckPrintable(
+          "the reason", reason,
+          "it is printed in the killed client's error and the daemon's log, so it must be "
+          "printable");
+      !printable.ok()) {
+    return printable;
   }
   return SessionKill{.session = SessionId(request.session_id()), .reason = reason};
 }

@@ -124,7 +124,16 @@ class SessionReactor final
   }
 
   void OnCancel() override {
-    EndSession(SessionEndReason::kCrashed, "session stream cancelled (client gone)",
+    bool goodbye;
+    {
+      absl::MutexLock lock(&mu_);
+      goodbye = goodbye_;
+    }
+    // A client that said goodbye and then cancelled (a deadline on its
+    // close) still closed its session.
+    EndSession(goodbye ? SessionEndReason::kClosed : SessionEndReason::kCrashed,
+               goodbye ? "session stream cancelled after goodbye"
+                       : "session stream cancelled (client gone)",
                grpc::Status::CANCELLED);
   }
 

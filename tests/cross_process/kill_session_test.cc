@@ -28,6 +28,7 @@
 #include "tests/cross_process/child_process.h"
 #include "tests/status_matchers.h"
 #include "tests/support/raw_session.h"
+#include "tests/support/shell_run.h"
 
 namespace gpumux::testing {
 namespace {
@@ -64,33 +65,10 @@ std::optional<SessionInfo> FindSession(Observer& observer, uint64_t id) {
 // its exit code and what it printed.
 std::pair<int, std::string> RunCli(const std::vector<std::string>& args,
                                    std::optional<uid_t> as = std::nullopt) {
-  int out[2];
-  EXPECT_EQ(pipe(out), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(out[1], 2);
-    if (as.has_value()) {
-      const gid_t group = *as;
-      if (setgroups(1, &group) != 0 || setgid(*as) != 0 || setuid(*as) != 0) _exit(126);
-    }
-    std::vector<std::string> all = args;
-    all.insert(all.begin(), kCli);
-    std::vector<char*> argv;
-    for (std::string& arg : all) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out[1]);
-  std::string output;
-  char buffer[512];
-  ssize_t n;
-  while ((n = read(out[0], buffer, sizeof(buffer))) > 0) output.append(buffer, n);
-  close(out[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+  std::vector<std::string> all = args;
+  all.insert(all.begin(), kCli);
+  testing::ShellRun run = testing::RunProgram(std::move(all), as);
+  return {run.exit_code, run.output};
 }
 
 TEST(KillSessionTest, KilledClientSeesTheReasonAndItsMemoryIsReclaimed) {

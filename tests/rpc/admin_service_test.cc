@@ -19,6 +19,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/support/raw_session.h"
+#include "tests/support/shell_run.h"
 #include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
@@ -134,29 +135,11 @@ TEST(AdminServiceTest, OnlyOperatorsOnTheAdminSocketMayCallIt) {
   // nobody says so.
   const std::string dir = std::filesystem::path(daemon.socket_path()).parent_path();
   ASSERT_EQ(chmod(dir.c_str(), 0711), 0);
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
   const std::string cli = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/client/cli/gpumux");
-  const std::string address = daemon.address();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(out[1], 2);
-    const gid_t group = 65534;
-    if (setgroups(1, &group) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(126);
-    execl(cli.c_str(), cli.c_str(), "--address", address.c_str(), "tenant-limit", "pod", "1GiB",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(out[1]);
-  std::string output;
-  char buffer[512];
-  ssize_t n;
-  while ((n = read(out[0], buffer, sizeof(buffer))) > 0) output.append(buffer, n);
-  close(out[0]);
-  int wait_status = 0;
-  waitpid(pid, &wait_status, 0);
-  EXPECT_EQ(WEXITSTATUS(wait_status), 1) << output;
+  const ShellRun run =
+      RunProgram({cli, "--address", daemon.address(), "tenant-limit", "pod", "1GiB"}, 65534);
+  const std::string& output = run.output;
+  EXPECT_EQ(run.exit_code, 1) << output;
   EXPECT_THAT(output, HasSubstr("PERMISSION_DENIED: gpumux.v1.Admin serves only root and "
                                 "gpumuxd's own uid 0"));
   // Nothing changed; root is served.

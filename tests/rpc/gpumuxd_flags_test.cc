@@ -4,7 +4,6 @@
 
 #include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -12,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/shell_run.h"
 #include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
@@ -20,24 +20,11 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct ProcessRun {
-  int exit_code = -1;
-  std::string output;
-};
+using ProcessRun = ::gpumux::testing::ShellRun;
 
 ProcessRun RunGpumuxd(const std::string& args) {
-  const std::string command =
-      TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd") + " " + args + " 2>&1";
-  ProcessRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return ::gpumux::testing::RunShell(
+      TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd") + " " + args);
 }
 
 TEST(GpumuxdFlagsTest, HelpListsEveryFlagAsTheReadmeSpellsIt) {

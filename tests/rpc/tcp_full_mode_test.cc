@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <array>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +34,7 @@
 #include "server/daemon.h"
 #include "tests/status_matchers.h"
 #include "tests/support/raw_session.h"
+#include "tests/support/shell_run.h"
 #include "tests/support/test_binary.h"
 
 namespace gpumux::testing {
@@ -46,24 +46,8 @@ using ::testing::Not;
 
 constexpr char kToken[] = "s3cr3t-T0ken_for.gpumux~tests";
 
-struct ProcessRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-// `command` through the shell, stdout and stderr together.
-ProcessRun RunShell(const std::string& command) {
-  ProcessRun run;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using ::gpumux::testing::RunShell;
+using ProcessRun = ::gpumux::testing::ShellRun;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
