@@ -6,8 +6,7 @@
 
 namespace gpumux {
 
-absl::Status CheckPrintable(absl::string_view what, absl::string_view text,
-                            absl::string_view why) {
+absl::Status CheckPrintable(absl::string_view what, absl::string_view text, absl::string_view why) {
   for (size_t i = 0; i < text.size(); ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     const bool c1 = byte == 0xc2 && i + 1 < text.size() &&
