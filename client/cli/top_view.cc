@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/text_table.h"
 #include "common/byte_size.h"
+#include "common/kubernetes_labels.h"
 #include "common/status_macros.h"
 
 namespace gpumux {
@@ -103,10 +104,10 @@ absl::StatusOr<TopSample> TakeTopSample(Observer& observer) {
 }
 
 std::string PodOf(const SessionInfo& session) {
-  auto pod = session.labels.find("pod");
-  if (pod == session.labels.end()) return "-";
-  auto ns = session.labels.find("namespace");
-  return ns == session.labels.end() ? pod->second : absl::StrCat(ns->second, "/", pod->second);
+  // The same keys as /metrics reads (common/kubernetes_labels.h).
+  const KubernetesIdentity k8s = KubernetesIdentityOf(session.labels);
+  if (k8s.pod.empty()) return "-";
+  return k8s.pod_namespace.empty() ? k8s.pod : absl::StrCat(k8s.pod_namespace, "/", k8s.pod);
 }
 
 void SortSessions(std::vector<SessionInfo>& sessions, TopSort sort) {
