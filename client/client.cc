@@ -6,13 +6,16 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "allocator/allocator_config.h"
 #include "client/channel.h"
@@ -55,11 +58,36 @@ std::string ProcessName() {
   return name.empty() ? std::string("gpumux-client") : name;
 }
 
+// $NAME where set and non-empty, else "".
+std::string NonEmptyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+// options.labels joined with $GPUMUX_LABELS ("k=v,k=v"); options win.
+absl::StatusOr<std::map<std::string, std::string>> SessionLabels(
+    const std::map<std::string, std::string>& given) {
+  std::map<std::string, std::string> labels = given;
+  const std::string env = NonEmptyEnv("GPUMUX_LABELS");
+  for (absl::string_view pair : absl::StrSplit(env, ',', absl::SkipWhitespace())) {
+    pair = absl::StripAsciiWhitespace(pair);
+    const size_t equals = pair.find('=');
+    if (equals == absl::string_view::npos || equals == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPUMUX_LABELS=", env, ": '", pair,
+                       "' is not KEY=VALUE (comma-separated pairs, e.g. pod=web-0,namespace=ml)"));
+    }
+    labels.emplace(std::string(pair.substr(0, equals)), std::string(pair.substr(equals + 1)));
+  }
+  return labels;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
                                                         const Options& options) {
   const absl::Time deadline = absl::Now() + options.open_timeout;
+  GPUMUX_ASSIGN_OR_RETURN(const auto labels, SessionLabels(options.labels));
   // Before the Client, whose destructor needs its Impl.
   GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                           CreateDaemonChannel(address, options.security));
@@ -70,10 +98,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   GPUMUX_RETURN_IF_ERROR(AwaitConnectAttempt(*impl.channel_, options.open_timeout, address));
 
   v1::OpenSessionRequest request;
-  request.set_client_name(options.client_name.empty() ? ProcessName() : options.client_name);
+  std::string client_name = options.client_name;
+  if (client_name.empty()) client_name = NonEmptyEnv("GPUMUX_CLIENT_NAME");
+  request.set_client_name(client_name.empty() ? ProcessName() : client_name);
   request.set_pid(getpid());
-  request.set_tenant(options.tenant);
-  request.mutable_labels()->insert(options.labels.begin(), options.labels.end());
+  request.set_tenant(options.tenant.empty() ? NonEmptyEnv("GPUMUX_TENANT") : options.tenant);
+  request.mutable_labels()->insert(labels.begin(), labels.end());
   GPUMUX_ASSIGN_OR_RETURN(impl.session_,
                           SessionStream::Open(*impl.session_stub_, request, deadline, impl.address_,
                                               [&impl](const v1::SessionServerMessage& notice) {

@@ -31,14 +31,21 @@ enum class AllocationMode {
 };
 
 struct ClientOptions {
-  // The session's client name; empty: this process's name (/proc/self/comm).
+  // The session's client name; empty: $GPUMUX_CLIENT_NAME where set and
+  // non-empty, else this process's name (/proc/self/comm).
   std::string client_name;
   // Groups sessions for operators (gpumux sessions, Observe) and under one
   // tenant memory limit for all of them together (gpumuxd
   // --tenant-memory-limit, gpumux tenant-limit); segments are never shared
-  // between sessions, of one tenant or not. Empty: the session is its own tenant.
+  // between sessions, of one tenant or not. Empty: $GPUMUX_TENANT where set
+  // and non-empty, else the session is its own tenant.
   std::string tenant;
-  // Free-form labels, e.g. Kubernetes pod and namespace.
+  // Free-form labels. The keys pod, namespace and container are the
+  // session's Kubernetes identity (/metrics, gpumux top). Joined with
+  // $GPUMUX_LABELS, comma-separated KEY=VALUE pairs (values hold no comma;
+  // blanks around pairs are dropped), which a pod sets from the downward
+  // API; a key given here wins. Connect fails INVALID_ARGUMENT for a pair
+  // without '=' or with an empty key.
   std::map<std::string, std::string> labels;
   // How long Connect waits for the daemon to accept the connection and open
   // the session.

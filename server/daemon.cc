@@ -651,7 +651,17 @@ void Daemon::Shutdown(int deadline_ms) {
     s.lifecycle->Close(info.id, SessionEndReason::kShutdown, "daemon shutting down");
   std::error_code ec;
   std::filesystem::remove(s.options.socket_path, ec);
-  spdlog::info("gpumuxd stopped");
+  // Every session was reclaimed: what is left reserved is a leak.
+  int64_t reserved = 0;
+  for (int d = 0; d < s.memory->device_count(); ++d) {
+    absl::StatusOr<DeviceStats> stats = s.memory->GetStats(DeviceIndex(d), std::nullopt);
+    if (stats.ok()) reserved += stats->reserved_bytes[kAggregate].current;
+  }
+  if (reserved == 0) {
+    spdlog::info("gpumuxd stopped: every session ended, no segment left reserved");
+  } else {
+    spdlog::error("gpumuxd stopped with {} bytes of segments still reserved", reserved);
+  }
 }
 
 const std::string& Daemon::socket_path() const { return state_->options.socket_path; }

@@ -1,17 +1,22 @@
 // gpumux's client example, built against an installed libgpumux: allocates
 // device memory from gpumuxd, writes it, shares it with a second process
-// that imports and reads it, and prints the daemon's memory summary.
+// that imports and reads it, checks the session's memory stats and prints
+// the daemon's memory summary. --hold then keeps the session and its
+// allocation until SIGTERM or SIGINT, so operators see it (gpumux top,
+// /metrics): the Kubernetes example client runs it that way.
 //
-//   client_example [ADDRESS]                  (default: $GPUMUX_ADDRESS or
+//   client_example [ADDRESS] [--hold]         (default: $GPUMUX_ADDRESS or
 //                                              unix:///run/gpumux/gpumux.sock)
 //   client_example ADDRESS --import TOKEN     (the second process)
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -60,9 +65,42 @@ int RunImporter(const std::string& address, const std::string& token) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+// torch.cuda.memory_stats(0) of this session: the 1 MiB allocation is there.
+int CheckStats(gpumux::Client& client) {
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client.MemoryStats(gpumux::DeviceIndex(0));
+  if (!stats.ok()) return Fail("memory stats", stats.status());
+  const int64_t allocated = (*stats)["allocated_bytes.all.current"];
+  const int64_t reserved = (*stats)["reserved_bytes.all.current"];
+  std::printf("memory stats: allocated_bytes.all.current=%lld reserved_bytes.all.current=%lld\n",
+              static_cast<long long>(allocated), static_cast<long long>(reserved));
+  if (allocated != (1 << 20) || reserved < allocated) {
+    std::fprintf(stderr, "client_example: the stats do not show the 1 MiB allocation\n");
+    return 1;
+  }
+  return 0;
+}
+
+// Blocks until SIGTERM or SIGINT.
+void Hold() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::printf("holding the session until SIGTERM\n");
+  std::fflush(stdout);
+  int signal = 0;
+  sigwait(&signals, &signal);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool hold = false;
+  if (argc > 1 && std::strcmp(argv[argc - 1], "--hold") == 0) {
+    hold = true;
+    --argc;
+  }
   const std::string address = argc > 1 ? argv[1] : gpumux::DefaultAddress();
   if (argc == 4 && std::strcmp(argv[2], "--import") == 0) return Import(address, argv[3]);
 
@@ -93,8 +131,11 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (int code = CheckStats(**client); code != 0) return code;
+
   absl::StatusOr<std::string> summary = (*client)->MemorySummary(gpumux::DeviceIndex(0));
   if (!summary.ok()) return Fail("memory summary", summary.status());
   std::printf("%s", summary->c_str());
+  if (hold) Hold();
   return 0;
 }

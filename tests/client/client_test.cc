@@ -144,6 +144,58 @@ TEST_F(ClientTest, ClientNameDefaultsToTheProcessNameAndTenantToTheSession) {
   EXPECT_EQ(client().tenant(), absl::StrCat("session-", client().session_id().value()));
 }
 
+// Sets an environment variable for one scope, as a pod spec's env would.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+TEST_F(ClientTest, NameTenantAndLabelsComeFromTheEnvironmentWhereOptionsLeaveThem) {
+  ScopedEnv name("GPUMUX_CLIENT_NAME", "trainer-env");
+  ScopedEnv tenant("GPUMUX_TENANT", "ml");
+  // What a pod's downward API gives, with a blank and an empty pair.
+  ScopedEnv labels("GPUMUX_LABELS", "pod=web-0, namespace=ml,,container=app,note=a=b");
+  auto from_env = ConnectAnother();
+  ASSERT_NE(from_env, nullptr);
+  std::optional<v1::SessionInfo> session = daemon().Session(from_env->session_id());
+  ASSERT_TRUE(session.has_value());
+  EXPECT_EQ(session->client_name(), "trainer-env");
+  EXPECT_EQ(session->tenant(), "ml");
+  EXPECT_THAT(session->labels(),
+              ::testing::UnorderedElementsAre(
+                  ::testing::Pair("pod", "web-0"), ::testing::Pair("namespace", "ml"),
+                  ::testing::Pair("container", "app"), ::testing::Pair("note", "a=b")));
+
+  // What the options give wins, key by key.
+  ClientOptions options;
+  options.client_name = "trainer";
+  options.tenant = "team-a";
+  options.labels = {{"pod", "p-1"}};
+  auto given = ConnectAnother(options);
+  ASSERT_NE(given, nullptr);
+  session = daemon().Session(given->session_id());
+  ASSERT_TRUE(session.has_value());
+  EXPECT_EQ(session->client_name(), "trainer");
+  EXPECT_EQ(session->tenant(), "team-a");
+  EXPECT_EQ(session->labels().at("pod"), "p-1");
+  EXPECT_EQ(session->labels().at("namespace"), "ml");
+}
+
+TEST_F(ClientTest, MalformedLabelsInTheEnvironmentFailConnect) {
+  for (const char* bad : {"pod", "pod=a,=b", "pod=a, namespace"}) {
+    ScopedEnv labels("GPUMUX_LABELS", bad);
+    EXPECT_THAT(Client::Connect(daemon().address()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(StartsWith(absl::StrCat("GPUMUX_LABELS=", bad, ": '")),
+                                          HasSubstr("' is not KEY=VALUE"))))
+        << bad;
+  }
+}
+
 TEST(ClientConnectTest, ConnectToMissingDaemonIsUnavailable) {
   EXPECT_THAT(Client::Connect("/nonexistent/gpumux-test.sock"),
               StatusIs(absl::StatusCode::kUnavailable,
