@@ -13,6 +13,7 @@ packages=(
   python3 python3-grpcio python3-grpc-tools
   clang libclang-rt-14-dev clang-format
   libncurses-dev tmux
+  yamllint python3-kubernetes systemd
 )
 missing=()
 for p in "${packages[@]}"; do
