@@ -61,8 +61,9 @@ RUN --mount=type=bind,from=cuda-toolkit,source=/usr/local,target=/toolkit \
     (cd /src/build && cpack -G DEB -B /packages); \
     DESTDIR=/staged cmake --install /src/build; \
     cmake -S /src/examples/client -B /src/build/example -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_PREFIX_PATH=/staged/usr -DCMAKE_CXX_COMPILER_LAUNCHER=ccache; \
+      -DCMAKE_PREFIX_PATH=/staged/usr -DGPUMUX_EXAMPLE_STATIC=ON -DCMAKE_CXX_COMPILER_LAUNCHER=ccache; \
     cmake --build /src/build/example; \
+    strip /src/build/example/client_example; \
     ccache --show-stats | grep -E 'Hits|Misses' || true
 
 # The Debian packages alone: podman build --target packages -o DIR .
@@ -83,7 +84,7 @@ RUN --mount=type=bind,from=build,source=/packages,target=/packages \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log \
  && install -d -o gpumux -g gpumux -m 0750 /run/gpumux
 COPY --from=build /src/build/example/client_example /usr/bin/gpumux-client-example
-# The socket directory: gpumux.sock, gpumux.sock.memory (memory reaches
+# The socket directory: gpumux.sock, gpumux.sock.memfd (memory reaches
 # clients as file descriptors over it) and gpumux.sock.admin. Clients in
 # other containers mount the same volume and need uid or gid 10001.
 VOLUME /run/gpumux

@@ -121,7 +121,10 @@ rc=0
   { cat "$work/notty" >&2; fail "top without a terminal exited $rc without saying why"; }
 
 # --- top in a terminal --------------------------------------------------------
-pane() { tmux -S "$tmux_socket" capture-pane -p -t top > "$work/pane"; }
+pane() {
+  tmux -S "$tmux_socket" capture-pane -p -t top > "$work/pane" 2> "$work/pane.err" ||
+    { cat "$work/pane.err" >&2; tmux -S "$tmux_socket" list-sessions >&2 || true; fail "capture-pane failed"; }
+}
 wait_pane() {  # PATTERN WHAT: until the screen matches (grep -E), 10 s at most
   for _ in $(seq 100); do
     pane
@@ -137,6 +140,13 @@ start_top() {  # the shell around it ignores C-c (top sets its own handler) and 
     "trap '' INT; '$gpumux' --address '$sock' top --interval=0.2; echo top-exited-\$?; sleep 600"
 }
 
+# A session that outlives both tops keeps the tmux server up: without it,
+# a top's session that ends takes the server with it, and the next tmux
+# command can reach the server while it exits ("server exited
+# unexpectedly"). remain-on-exit keeps a pane whose command died on the
+# screen, so a failure shows what it printed.
+tmux -S "$tmux_socket" new-session -d -s keep 'sleep 600'
+tmux -S "$tmux_socket" set-option -g remain-on-exit on
 start_top
 wait_pane '  trainer ' "top does not show the trainer"
 wait_pane '  evaluator ' "top does not show the evaluator"
