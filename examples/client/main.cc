@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -51,12 +52,20 @@ int Import(const std::string& address, const std::string& token) {
 
 // Runs this program again as the importing process; its exit status.
 int RunImporter(const std::string& address, const std::string& token) {
-  std::string self = "/proc/self/exe";
-  char* argv[] = {self.data(), const_cast<char*>(address.c_str()), const_cast<char*>("--import"),
+  // The program's own path, not /proc/self/exe, so that the second
+  // process's name (the daemon's client name) is this program's too.
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) {
+    std::fprintf(stderr, "client_example: readlink /proc/self/exe: %s\n", std::strerror(errno));
+    return 1;
+  }
+  self[length] = '\0';
+  char* argv[] = {self, const_cast<char*>(address.c_str()), const_cast<char*>("--import"),
                   const_cast<char*>(token.c_str()), nullptr};
   std::fflush(stdout);
   pid_t pid;
-  if (int error = posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv, environ); error != 0) {
+  if (int error = posix_spawn(&pid, self, nullptr, nullptr, argv, environ); error != 0) {
     std::fprintf(stderr, "client_example: posix_spawn: %s\n", std::strerror(error));
     return 1;
   }
