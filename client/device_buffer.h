@@ -50,6 +50,10 @@ class DeviceBuffer {
   // segment on the host backend (base + offset). Null where the segment cannot
   // be mapped in this build (CUDA IPC handles without CUDA support).
   void* data() const { return data_; }
+  // This process's CUDA device ordinal data() points into (it may differ
+  // from device() under CUDA_VISIBLE_DEVICES); -1 for host memory or no
+  // mapping. What DLPack and __cuda_array_interface__ consumers are told.
+  int cuda_device() const { return cuda_device_; }
   SegmentId segment_id() const { return segment_id_; }
   // Offset of the block in its segment.
   uint64_t offset() const { return offset_; }

@@ -1,0 +1,205 @@
+"""Buffers, sharing, and torch.cuda's memory statistics, against a real daemon."""
+
+import json
+
+import pytest
+
+import gpumux
+from conftest import run_python
+
+MiB = 1 << 20
+
+
+def test_allocate_counts_in_memory_stats_and_frees_when_dropped(daemon):
+    assert gpumux.memory_allocated() == 0
+    buffer = gpumux.allocate(3 * MiB)
+    assert buffer.nbytes == len(buffer) == 3 * MiB
+    assert buffer.device == 0
+    assert buffer.allocated_size == 3 * MiB
+    assert gpumux.memory_allocated() == 3 * MiB
+    assert gpumux.memory_reserved() >= 3 * MiB
+    assert gpumux.max_memory_allocated() == 3 * MiB
+    del buffer
+    assert gpumux.memory_allocated() == 0
+    assert gpumux.max_memory_allocated() == 3 * MiB
+    gpumux.reset_peak_memory_stats()
+    assert gpumux.max_memory_allocated() == 0
+    stats = gpumux.memory_stats()
+    assert len(stats) == 122
+    assert list(stats) == sorted(stats)
+    assert stats["allocation.all.allocated"] == 1 and stats["allocation.all.freed"] == 1
+    gpumux.reset_accumulated_memory_stats()
+    assert gpumux.memory_stats()["allocation.all.allocated"] == 0
+
+
+def test_with_block_and_free(daemon):
+    with gpumux.allocate(MiB) as buffer:
+        assert gpumux.memory_allocated() == MiB
+    assert buffer.freed
+    assert gpumux.memory_allocated() == 0
+    buffer.free()  # no-op once freed
+    with pytest.raises(ValueError, match="the buffer was freed"):
+        buffer.nbytes
+    assert repr(buffer) == "<gpumux.Buffer freed>"
+
+
+def test_allocate_on_another_device_and_stream(daemon):
+    stream = gpumux.Stream(device=1)
+    buffer = gpumux.allocate(MiB, device="cuda:1", stream=stream)
+    assert buffer.device == 1
+    assert gpumux.memory_allocated(1) == MiB
+    assert gpumux.memory_allocated(0) == 0
+    with pytest.raises(gpumux.InvalidArgumentError, match="stream"):
+        gpumux.allocate(MiB, device=0, stream=stream)
+
+
+def test_bad_sizes(daemon):
+    with pytest.raises(gpumux.InvalidArgumentError) as error:
+        gpumux.allocate(0)
+    assert isinstance(error.value, ValueError)
+    with pytest.raises(gpumux.InvalidArgumentError, match="total capacity of 1073741824 bytes"):
+        gpumux.allocate(1 << 40)
+    with pytest.raises(TypeError):
+        gpumux.allocate(-1)
+    with pytest.raises(TypeError):
+        gpumux.allocate("1024")
+
+
+def test_out_of_memory_carries_pytorchs_message(daemon):
+    held = gpumux.allocate(700 * MiB)
+    with pytest.raises(gpumux.OutOfMemoryError) as error:
+        gpumux.allocate(700 * MiB)
+    assert isinstance(error.value, RuntimeError)
+    assert isinstance(error.value, gpumux.ResourceExhaustedError)
+    assert error.value.code == "RESOURCE_EXHAUSTED"
+    assert str(error.value).startswith("CUDA out of memory. Tried to allocate 700.00 MiB. GPU 0")
+    assert gpumux.memory_stats()["num_ooms"] == 1
+    del held
+
+
+def test_memory_fraction_caps_the_session(daemon):
+    gpumux.set_per_process_memory_fraction(0.25)
+    with pytest.raises(gpumux.OutOfMemoryError):
+        gpumux.allocate(300 * MiB)
+    with pytest.raises(ValueError, match="Invalid fraction value: 1.5. Allowed range: 0~1"):
+        gpumux.set_per_process_memory_fraction(1.5)
+    with pytest.raises(TypeError, match="must be `float`"):
+        gpumux.set_per_process_memory_fraction(1)
+    gpumux.set_per_process_memory_fraction(1.0)
+    gpumux.allocate(300 * MiB)
+
+
+def test_empty_cache_releases_cached_segments(daemon):
+    buffer = gpumux.allocate(30 * MiB)
+    del buffer
+    assert gpumux.memory_reserved() >= 30 * MiB
+    released, segments = gpumux.empty_cache()
+    assert released >= 30 * MiB and segments >= 1
+    assert gpumux.memory_reserved() == 0
+
+
+def test_summary_and_snapshot(daemon):
+    buffer = gpumux.allocate(MiB)
+    summary = gpumux.memory_summary()
+    assert "PyTorch CUDA memory summary, device ID 0" in summary
+    assert len(gpumux.memory_summary(abbreviated=True)) < len(summary)
+    snapshot = gpumux.memory_snapshot()
+    segment = next(s for s in snapshot if s["address"] <= buffer.address < s["address"] + s["total_size"])
+    for key in ("device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+                "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"):
+        assert key in segment
+    block = next(b for b in segment["blocks"] if b["address"] == buffer.address)
+    assert block["state"] == "active_allocated" and block["size"] == MiB
+    assert segment["session_id"] == gpumux.default_client().session_id
+
+
+def test_deprecated_names_warn(daemon):
+    with pytest.warns(FutureWarning, match="renamed to torch.cuda.memory_reserved"):
+        assert gpumux.memory_cached() == gpumux.memory_reserved()
+    with pytest.warns(FutureWarning):
+        gpumux.max_memory_cached()
+    with pytest.warns(FutureWarning):
+        gpumux.reset_max_memory_cached()
+    with pytest.warns(FutureWarning):
+        gpumux.reset_max_memory_allocated()
+
+
+def test_copies_memset_and_bad_ranges(daemon):
+    buffer = gpumux.allocate(4096)
+    buffer.copy_from(b"hello", offset=10)
+    assert buffer.tobytes(10, 5) == b"hello"
+    out = bytearray(5)
+    buffer.copy_to(out, offset=10)
+    assert out == b"hello"
+    buffer.memset(7, offset=0, nbytes=4)
+    assert buffer.tobytes(0, 4) == b"\x07" * 4
+    other = gpumux.allocate(4096, device=1)
+    other.copy_from(buffer, offset=0, src_offset=10, nbytes=5)
+    assert other.tobytes(0, 5) == b"hello"
+    with pytest.raises(gpumux.OutOfRangeError) as error:
+        buffer.copy_from(b"x" * 10, offset=4090)
+    assert isinstance(error.value, ValueError) and error.value.code == "OUT_OF_RANGE"
+    with pytest.raises(ValueError, match="offset 5000 is past the end"):
+        buffer.tobytes(5000)
+    with pytest.raises(ValueError, match=r"memset value must be in \[0, 255\]"):
+        buffer.memset(256)
+    with pytest.raises(TypeError):
+        buffer.copy_from(12345)
+    with pytest.raises(BufferError, match="not writable"):
+        buffer.copy_to(b"read-only bytes")
+
+
+def test_share_and_import_in_another_process(daemon):
+    buffer = gpumux.allocate(MiB, shareable=True)
+    buffer.copy_from(b"shared bytes")
+    token = buffer.share()
+    out = run_python(
+        "import gpumux\n"
+        f"b = gpumux.import_buffer({token!r})\n"
+        "print(b.tobytes(0, 12).decode())\n"
+        "b.copy_from(b'written back')\n",
+        daemon.env())
+    assert out.strip() == "shared bytes"
+    assert buffer.tobytes(0, 12) == b"written back"
+    with pytest.raises(gpumux.FailedPreconditionError):
+        gpumux.import_buffer(token)  # single use
+    with pytest.raises(gpumux.InvalidArgumentError):
+        gpumux.import_buffer("not a token")
+    with pytest.raises(TypeError):
+        gpumux.import_buffer(b"bytes")
+    local = gpumux.allocate(MiB)
+    with pytest.raises(gpumux.FailedPreconditionError, match="not shareable"):
+        local.share()
+
+
+def test_observer_sees_every_session(daemon):
+    held = gpumux.allocate(2 * MiB)
+    observer = gpumux.observe()
+    mine = gpumux.default_client().session_id
+    sessions = {s["session_id"]: s for s in observer.list_sessions()}
+    assert sessions[mine]["devices"][0]["allocated_bytes"] == 2 * MiB
+    assert observer.memory_stats(0, session=mine)["allocated_bytes.all.current"] == 2 * MiB
+    assert observer.memory_stats(0)["allocated_bytes.all.current"] >= 2 * MiB
+    assert "PyTorch CUDA memory summary" in observer.memory_summary(0, session=mine)
+    assert any(s["session_id"] == mine for s in observer.memory_snapshot(session=mine))
+    assert [d.name for d in observer.list_devices()] == ["gpumux host device 0", "gpumux host device 1"]
+    with pytest.raises(gpumux.NotFoundError) as error:
+        observer.memory_stats(0, session=999999)
+    assert isinstance(error.value, LookupError)
+    assert "GPU:0" in gpumux.list_gpu_processes(0)
+    del held
+
+
+def test_ipc_collect(daemon):
+    buffer = gpumux.allocate(MiB)
+    del buffer
+    mappings, nbytes = gpumux.ipc_collect()
+    assert mappings >= 0 and nbytes >= 0
+
+
+def test_daemon_allocation_mode(daemon):
+    client = gpumux.connect(daemon.address, allocation="daemon")
+    buffer = client.allocate(MiB, 0)
+    assert not buffer.local
+    stats = json.loads(json.dumps(client.memory_stats(0)))
+    assert stats["allocated_bytes.all.current"] == MiB
