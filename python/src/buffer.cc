@@ -35,6 +35,22 @@ const DeviceBuffer& Buffer::Live() const {
   return memory;
 }
 
+void Buffer::Free() {
+  if (!memory.valid()) return;
+  if (exports > 0) {
+    throw py::buffer_error(
+        absl::StrCat("cannot free the buffer: ", exports,
+                     " view(s) (buffer protocol or DLPack) still use its memory; "
+                     "drop them first"));
+  }
+  absl::Status status;
+  {
+    py::gil_scoped_release unlocked;
+    status = client->Free(std::move(memory));
+  }
+  Check(status);
+}
+
 namespace {
 
 // A contiguous view of any object with the buffer protocol.
@@ -132,6 +148,7 @@ struct DlpackContext {
 void DeleteDlpack(DLManagedTensor* tensor) {
   auto* context = static_cast<DlpackContext*>(tensor->manager_ctx);
   PyGILState_STATE state = PyGILState_Ensure();
+  py::handle(context->owner).cast<Buffer&>().exports--;
   Py_DECREF(context->owner);
   PyGILState_Release(state);
   delete context;
@@ -165,9 +182,25 @@ void SynchronizeForExport(Buffer& self) {
   Check(status);
 }
 
-py::capsule ToDlpack(py::object owner, const py::object& stream) {
+// __dlpack__(stream=None, max_version=None, dl_device=None, copy=None), the
+// 2023.12 signature. Only unversioned ("dltensor") capsules are made, which
+// the spec lets a producer return whatever max_version asks.
+py::capsule ToDlpack(py::object owner, const py::object& stream, const py::object& /*max_version*/,
+                     const py::object& dl_device, const py::object& copy) {
   Buffer& self = owner.cast<Buffer&>();
   auto [type, id] = DlpackDevice(self);
+  if (!copy.is_none() && copy.cast<bool>()) {
+    throw py::buffer_error(
+        "__dlpack__: copy=True is not supported: gpumux buffers export their memory");
+  }
+  if (!dl_device.is_none()) {
+    auto wanted = dl_device.cast<std::pair<int, int>>();
+    if (wanted.first != type || wanted.second != id) {
+      throw py::buffer_error(absl::StrCat("__dlpack__: dl_device (", wanted.first, ", ",
+                                          wanted.second, ") is not the buffer's (", type, ", ", id,
+                                          ")"));
+    }
+  }
   if (!stream.is_none() && !py::isinstance<py::int_>(stream)) {
     throw py::type_error("__dlpack__: stream must be None or an int");
   }
@@ -180,6 +213,7 @@ py::capsule ToDlpack(py::object owner, const py::object& stream) {
   auto* context = new DlpackContext();
   context->shape[0] = static_cast<int64_t>(self.memory.size());
   context->owner = owner.release().ptr();  // the reference the deleter drops
+  self.exports++;
   DLTensor& tensor = context->tensor.dl_tensor;
   tensor.data = self.memory.data();
   tensor.device = DLDevice{static_cast<DLDeviceType>(type), id};
@@ -220,8 +254,16 @@ extern "C" int GetBuffer(PyObject* object, Py_buffer* view, int flags) {
         "__cuda_array_interface__ or __dlpack__) or not mapped here (over TCP: use tobytes)");
     return -1;
   }
-  return PyBuffer_FillInfo(view, object, self->memory.data(),
-                           static_cast<Py_ssize_t>(self->memory.size()), /*readonly=*/0, flags);
+  if (PyBuffer_FillInfo(view, object, self->memory.data(),
+                        static_cast<Py_ssize_t>(self->memory.size()), /*readonly=*/0, flags) != 0) {
+    return -1;
+  }
+  self->exports++;
+  return 0;
+}
+
+extern "C" void ReleaseBuffer(PyObject* object, Py_buffer* /*view*/) {
+  py::handle(object).cast<Buffer&>().exports--;
 }
 
 py::dict ArrayInterface(Buffer& self, int version) {
@@ -248,7 +290,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
 )doc");
   PyTypeObject* buffer_type = reinterpret_cast<PyTypeObject*>(buffer.ptr());
   buffer_type->tp_as_buffer->bf_getbuffer = GetBuffer;
-  buffer_type->tp_as_buffer->bf_releasebuffer = nullptr;
+  buffer_type->tp_as_buffer->bf_releasebuffer = ReleaseBuffer;
   buffer
       .def_property_readonly(
           "nbytes", [](const Buffer& self) { return self.Live().size(); }, "Bytes asked for.")
@@ -274,24 +316,14 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           "local", [](const Buffer& self) { return self.Live().local(); },
           "Carved by this process's own allocator from a leased segment.")
       .def_property_readonly("freed", [](const Buffer& self) { return !self.memory.valid(); })
-      .def(
-          "free",
-          [](Buffer& self) {
-            if (!self.memory.valid()) return;
-            py::gil_scoped_release unlocked;
-            absl::Status status = self.client->Free(std::move(self.memory));
-            py::gil_scoped_acquire locked;
-            Check(status);
-          },
-          "Frees the memory now and returns once the daemon answered. No-op when already freed.")
+      .def("free", &Buffer::Free,
+           "Frees the memory now and returns once the daemon answered. No-op when already freed; "
+           "BufferError while numpy, memoryview or DLPack views of it live.")
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__",
            [](Buffer& self, py::args) {
-             if (!self.memory.valid()) return;
-             py::gil_scoped_release unlocked;
-             absl::Status status = self.client->Free(std::move(self.memory));
-             py::gil_scoped_acquire locked;
-             Check(status);
+             // Views taken in the block keep the memory: it is freed when they go.
+             if (self.exports == 0) self.Free();
            })
       .def(
           "share",
@@ -458,7 +490,9 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           },
           "Version 3, CUDA memory only: 1-D uint8. The daemon's queued work on the buffer's "
           "device (its current stream) is synchronized first, so `stream` is None.")
-      .def("__dlpack__", &ToDlpack, py::arg("stream") = py::none(),
+      .def("__dlpack__", &ToDlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none(),
            "A DLPack capsule of the memory (1-D uint8), kDLCPU on the host backend, kDLCUDA on "
            "CUDA. For CUDA, unless stream is -1, the daemon's queued work on the memory is done "
            "first.")

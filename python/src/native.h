@@ -26,6 +26,10 @@ struct Buffer {
   // data() is this process's host memory (the host backend over a Unix
   // socket): the buffer protocol and __array_interface__ apply.
   bool host_memory = false;
+  // Views that hold the memory through the buffer protocol or a DLPack
+  // capsule (numpy, memoryview, torch.from_dlpack): while any lives, free()
+  // refuses, as bytearray refuses to resize under exports.
+  int exports = 0;
 
   Buffer(ClientPtr owner, DeviceBuffer buffer);
   // Queues the free (as `del` of a torch tensor does), without the GIL.
@@ -35,6 +39,8 @@ struct Buffer {
 
   // The valid DeviceBuffer, or ValueError "the buffer was freed".
   const DeviceBuffer& Live() const;
+  // Frees the memory now (Client::Free) unless views export it: BufferError.
+  void Free();
 };
 
 // gpumux.Stream's native part: a handle to one of the session's streams,

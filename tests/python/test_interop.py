@@ -59,6 +59,29 @@ def test_views_keep_the_buffer_alive(daemon):
     assert gpumux.memory_allocated() == 0
 
 
+def test_free_refuses_while_views_use_the_memory(daemon):
+    buffer = gpumux.allocate(MiB)
+    array = np.asarray(buffer)
+    tensor = torch.from_dlpack(buffer)
+    with pytest.raises(BufferError, match="cannot free the buffer: 2 view"):
+        buffer.free()
+    del array
+    gc.collect()
+    with pytest.raises(BufferError, match="cannot free the buffer: 1 view"):
+        buffer.free()
+    del tensor
+    gc.collect()
+    buffer.free()
+    assert buffer.freed and gpumux.memory_allocated() == 0
+    with gpumux.allocate(MiB) as scoped:
+        escaped = np.asarray(scoped)
+    escaped[:] = 3  # the view outlives the block, and so does the memory
+    assert gpumux.memory_allocated() == MiB
+    del scoped, escaped
+    gc.collect()
+    assert gpumux.memory_allocated() == 0
+
+
 def test_dlpack_capsules(daemon):
     buffer = gpumux.allocate(4096)
     capsule = buffer.__dlpack__()
@@ -73,6 +96,11 @@ def test_dlpack_capsules(daemon):
         buffer.__dlpack__(stream=1)
     with pytest.raises(TypeError):
         buffer.__dlpack__(stream="s")
+    with pytest.raises(BufferError, match=r"dl_device \(2, 0\) is not the buffer's \(1, 0\)"):
+        buffer.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(BufferError, match="copy=True is not supported"):
+        buffer.__dlpack__(copy=True)
+    assert torch.utils.dlpack.from_dlpack(buffer.__dlpack__(max_version=(1, 0), dl_device=(1, 0))).numel() == 4096
     buffer.free()
     with pytest.raises(ValueError, match="freed"):
         np.asarray(buffer)
