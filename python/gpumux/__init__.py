@@ -42,6 +42,21 @@ __version__ = "0.1.0"
 
 _lock = _threading.Lock()
 _default = None
+# Connections of the parent in a forked child: kept (never destroyed, their
+# gRPC state belongs to the parent) and unusable, as CUDA is after fork.
+_forked_connections = []
+_in_forked_child = False
+
+
+def _after_fork_in_child():
+    global _default, _in_forked_child
+    if _default is not None:
+        _forked_connections.append(_default)
+        _default = None
+        _in_forked_child = True
+
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def default_address():
@@ -58,8 +73,15 @@ def connect(address=None, *, client_name="", tenant="", labels=None, allocation=
     allocations from segments it leases) or "daemon" (every allocation is a
     request). Raises UnavailableError when no daemon answers.
     """
+    if _in_forked_child:
+        raise RuntimeError(
+            "Cannot re-initialize gpumux in forked subprocess: the parent had connected. To use "
+            "gpumux with multiprocessing, you must use the 'spawn' start method")
+    timeout = float(timeout)
+    if not timeout > 0 or timeout == float("inf"):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout}")
     return _C._connect(address or default_address(), client_name, tenant, dict(labels or {}),
-                       allocation, float(timeout))
+                       allocation, timeout)
 
 
 def _lazy_client():

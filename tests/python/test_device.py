@@ -121,3 +121,29 @@ def test_a_daemon_that_goes_away_fails_calls_with_connection_error():
     with pytest.raises(ConnectionError):
         client.device_count()
     assert client.session_ended
+
+
+def test_a_forked_child_cannot_use_the_parents_connection(daemon):
+    import os
+
+    gpumux.init()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            gpumux.device_count()
+            os.write(write, b"no error")
+        except RuntimeError as error:
+            os.write(write, str(error).encode())
+        os._exit(0)
+    os.close(write)
+    message = os.read(read, 1000).decode()
+    os.waitpid(pid, 0)
+    assert message.startswith("Cannot re-initialize gpumux in forked subprocess")
+    assert gpumux.device_count() == 2  # the parent's is untouched
+
+
+def test_bad_timeouts(daemon):
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            gpumux.connect(daemon.address, timeout=timeout)
