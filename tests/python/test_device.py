@@ -147,3 +147,38 @@ def test_bad_timeouts(daemon):
     for timeout in (0, -1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
             gpumux.connect(daemon.address, timeout=timeout)
+
+
+# Every module function that takes a device, with a device the daemon does not have.
+DEVICE_FUNCTIONS = [
+    ("get_device_name", lambda d: gpumux.get_device_name(d)),
+    ("get_device_capability", lambda d: gpumux.get_device_capability(d)),
+    ("get_device_properties", lambda d: gpumux.get_device_properties(d)),
+    ("synchronize", lambda d: gpumux.synchronize(d)),
+    ("set_device", lambda d: gpumux.set_device(d)),
+    ("allocate", lambda d: gpumux.allocate(4096, device=d)),
+    ("memory_stats", lambda d: gpumux.memory_stats(d)),
+    ("memory_summary", lambda d: gpumux.memory_summary(d)),
+    ("memory_allocated", lambda d: gpumux.memory_allocated(d)),
+    ("reset_peak_memory_stats", lambda d: gpumux.reset_peak_memory_stats(d)),
+    ("reset_accumulated_memory_stats", lambda d: gpumux.reset_accumulated_memory_stats(d)),
+    ("empty_cache", lambda d: gpumux.empty_cache(d)),
+    ("set_per_process_memory_fraction", lambda d: gpumux.set_per_process_memory_fraction(0.5, d)),
+    ("set_memory_limit", lambda d: gpumux.set_memory_limit(1 << 20, d)),
+    ("mem_get_info", lambda d: gpumux.mem_get_info(d)),
+    ("get_rng_state", lambda d: gpumux.get_rng_state(d)),
+    ("set_rng_state", lambda d: gpumux.set_rng_state(bytes(16), d)),
+    ("Stream", lambda d: gpumux.Stream(d)),
+    ("Stream.priority_range", lambda d: gpumux.Stream.priority_range(d)),
+    ("Event.from_ipc_handle", lambda d: gpumux.Event.from_ipc_handle(d, bytes(64))),
+]
+
+
+@pytest.mark.parametrize("name,call", DEVICE_FUNCTIONS, ids=[n for n, _ in DEVICE_FUNCTIONS])
+def test_a_device_out_of_range_is_invalid_argument(daemon, name, call):
+    with pytest.raises(gpumux.InvalidArgumentError) as error:
+        call(7)
+    assert error.value.code == "INVALID_ARGUMENT"
+    assert str(error.value), name
+    with pytest.raises(ValueError, match="Expected a non-negative device index|Expected a cuda device"):
+        call("cpu" if name == "set_device" else -3)
