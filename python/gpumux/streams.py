@@ -118,7 +118,10 @@ def current_stream(device=None):
     """torch.cuda.current_stream(device=None): this thread's current stream
     of the device (its default stream until set_stream)."""
     client = _lazy_client()
-    index = _resolve(device, client)
+    return _current_stream(client, _resolve(device, client))
+
+
+def _current_stream(client, index):
     stream_id, priority = client.current_stream_id(index)
     held = _current_streams().get((id(client), index))
     if held is not None and held.stream_id == stream_id:
@@ -156,7 +159,7 @@ class StreamContext:
             return self.stream
         client = self.stream._client
         self._previous_device = client.current_device()
-        self._previous = current_stream(self.stream.device_index)
+        self._previous = _current_stream(client, self.stream.device_index)
         set_stream(self.stream)
         return self.stream
 

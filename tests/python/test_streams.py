@@ -132,3 +132,14 @@ def test_stream_limits_raise_resource_exhausted(daemon):
             streams.append(gpumux.Stream(client=other))
     assert not isinstance(error.value, gpumux.OutOfMemoryError)
     assert error.value.code == "RESOURCE_EXHAUSTED"
+
+
+def test_the_stream_context_of_another_connection(daemon):
+    other = gpumux.connect(daemon.address)
+    stream = gpumux.Stream(device=1, client=other)
+    with gpumux.stream(stream):
+        assert other.current_device() == 1
+        assert other.current_stream_id(1)[0] == stream.stream_id
+        assert gpumux.current_device() == 0  # the default connection's is its own
+    assert other.current_device() == 0
+    assert other.current_stream_id(1)[0] == 0
