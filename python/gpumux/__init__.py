@@ -49,7 +49,8 @@ _in_forked_child = False
 
 
 def _after_fork_in_child():
-    global _default, _in_forked_child
+    global _default, _in_forked_child, _lock
+    _lock = _threading.Lock()  # another thread may have held it at the fork
     if _default is not None:
         _forked_connections.append(_default)
         _default = None
