@@ -203,3 +203,29 @@ def test_daemon_allocation_mode(daemon):
     assert not buffer.local
     stats = json.loads(json.dumps(client.memory_stats(0)))
     assert stats["allocated_bytes.all.current"] == MiB
+
+
+def test_an_operator_observes_over_the_tcp_observe_port(daemon):
+    import socket
+
+    from conftest import Daemon
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    remote = Daemon(extra_args=(f"--listen=127.0.0.1:{port}",))
+    try:
+        client = gpumux.connect(remote.address, client_name="worker")
+        held = client.allocate(5 * MiB, 1)
+        observer = gpumux.observe(f"127.0.0.1:{port}")
+        sessions = observer.list_sessions()
+        assert [s["client_name"] for s in sessions] == ["worker"]
+        assert sessions[0]["devices"][1]["allocated_bytes"] == 5 * MiB
+        assert observer.memory_stats(1)["allocated_bytes.all.current"] == 5 * MiB
+        # The observe port serves no sessions: connecting there is refused.
+        with pytest.raises(gpumux.PermissionDeniedError, match="is not served on the TCP listener") as error:
+            gpumux.connect(f"127.0.0.1:{port}", timeout=2.0)
+        assert isinstance(error.value, PermissionError)
+        del held, client
+    finally:
+        remote.stop()
