@@ -6,6 +6,7 @@ Environment (set by ctest, tests/python/CMakeLists.txt): PYTHONPATH holds
 build/python, GPUMUXD is the daemon binary.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +19,14 @@ import pytest
 import gpumux
 
 GPUMUXD = os.environ.get("GPUMUXD", "build/server/gpumuxd")
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_test():
+    """In the daemon's child before exec: SIGTERM when the test process dies
+    (a crash or a ctest timeout), so that no daemon outlives its test."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 DEVICE_BYTES = 1 << 30
 
 
@@ -30,7 +39,7 @@ class Daemon:
         self.process = subprocess.Popen(
             [GPUMUXD, f"--socket={self.socket}", "--host-devices=2", "--host-device-memory=1GiB",
              "--client-reply-timeout=500ms", *extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_the_test)
         deadline = time.monotonic() + 20
         while not gpumux._C._is_available(self.address, 0.5):
             if self.process.poll() is not None or time.monotonic() > deadline:
