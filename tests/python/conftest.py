@@ -6,7 +6,6 @@ Environment (set by ctest, tests/python/CMakeLists.txt): PYTHONPATH holds
 build/python, GPUMUXD is the daemon binary.
 """
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,15 +18,11 @@ import pytest
 import gpumux
 
 GPUMUXD = os.environ.get("GPUMUXD", "build/server/gpumuxd")
-_libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_the_test():
-    """In the daemon's child before exec: SIGTERM when the test process dies
-    (a crash or a ctest timeout), so that no daemon outlives its test."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-DEVICE_BYTES = 1 << 30
+# util-linux's setpriv sets the daemon's parent-death signal and execs it,
+# so that a test process that dies (a crash, a ctest timeout) takes its
+# daemons along. (A preexec_fn would run Python between fork and exec, which
+# is unsafe once gRPC's threads run in the test process.)
+DIE_WITH_THE_TEST = ["setpriv", "--pdeathsig", "TERM", "--"]
 
 
 class Daemon:
@@ -37,9 +32,9 @@ class Daemon:
         self.address = "unix://" + self.socket
         self.log = open(os.path.join(self.dir, "gpumuxd.log"), "wb")
         self.process = subprocess.Popen(
-            [GPUMUXD, f"--socket={self.socket}", "--host-devices=2", "--host-device-memory=1GiB",
-             "--client-reply-timeout=500ms", *extra_args],
-            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=_die_with_the_test)
+            [*DIE_WITH_THE_TEST, GPUMUXD, f"--socket={self.socket}", "--host-devices=2",
+             "--host-device-memory=1GiB", "--client-reply-timeout=500ms", *extra_args],
+            stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
         while not gpumux._C._is_available(self.address, 0.5):
             if self.process.poll() is not None or time.monotonic() > deadline:
