@@ -7,8 +7,6 @@ every session of the daemon.
 
 import warnings as _warnings
 
-import gpumux as _gpumux
-
 from . import _C
 from . import _device_index, _lazy_client, default_address
 
@@ -33,7 +31,7 @@ def allocate(nbytes, device=None, stream=None, shareable=False):
     session's or the tenant's limit is reached; InvalidArgumentError for 0
     bytes or a bad device.
     """
-    client = _gpumux._default or _lazy_client()
+    client = _lazy_client()
     if device is None:
         return client.allocate(nbytes, None, stream, shareable)
     return client.allocate(nbytes, _device_index(device), stream, shareable)

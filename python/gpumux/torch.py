@@ -59,12 +59,11 @@ def _pluggable_allocator():
         raise RuntimeError("gpumux.torch needs a CUDA build of PyTorch and a visible GPU: "
                            "torch.cuda.is_available() is False")
     global _allocator
+    library = _load_library()
     with _lock:
         if _allocator is None:
-            path = library_path()
-            allocator = pluggable(path, "gpumux_malloc", "gpumux_free")
+            allocator = pluggable(library_path(), "gpumux_malloc", "gpumux_free")
             # The optional hooks, where this PyTorch has their setters.
-            library = _ctypes.CDLL(path)
             native = allocator.allocator()
             for setter, name in (("set_init_fn", "gpumux_init"), ("set_reset_fn", "gpumux_empty_cache"),
                                  ("set_memory_fraction_fn", "gpumux_set_memory_fraction"),

@@ -14,6 +14,7 @@
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
 #include "python/src/native.h"
+#include "python/src/unlocked.h"
 
 namespace py = pybind11;
 
@@ -43,12 +44,7 @@ void Buffer::Free() {
                      " view(s) (buffer protocol or DLPack) still use its memory; "
                      "drop them first"));
   }
-  absl::Status status;
-  {
-    py::gil_scoped_release unlocked;
-    status = client->Free(std::move(memory));
-  }
-  Check(status);
+  Unlocked([&] { return client->Free(std::move(memory)); });
 }
 
 namespace {
@@ -127,13 +123,9 @@ py::tuple Generate(Buffer& self, const std::string& dtype_name, const Distributi
   CopyOptions options;
   options.stream = StreamOf(stream);
   options.wait = true;
-  GenerateResult result;
-  {
-    py::gil_scoped_release unlocked;
-    auto generated = self.client->Generate(memory, offset, dtype, elements, distribution, options);
-    py::gil_scoped_acquire locked;
-    result = Unwrap(std::move(generated));
-  }
+  GenerateResult result = Unlocked([&] {
+    return self.client->Generate(memory, offset, dtype, elements, distribution, options);
+  });
   return py::make_tuple(result.seed, result.offset);
 }
 
@@ -176,10 +168,7 @@ std::pair<int, int> DlpackDevice(const Buffer& self) {
 void SynchronizeForExport(Buffer& self) {
   if (self.host_memory) return;
   Stream current = self.client->CurrentStream(self.Live().device());
-  py::gil_scoped_release unlocked;
-  absl::Status status = current.Synchronize();
-  py::gil_scoped_acquire locked;
-  Check(status);
+  Unlocked([&] { return current.Synchronize(); });
 }
 
 // __dlpack__(stream=None, max_version=None, dl_device=None, copy=None), the
@@ -329,10 +318,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           "share",
           [](Buffer& self) {
             const DeviceBuffer& memory = self.Live();
-            py::gil_scoped_release unlocked;
-            auto token = self.client->Share(memory);
-            py::gil_scoped_acquire locked;
-            return Unwrap(std::move(token));
+            return Unlocked([&] { return self.client->Share(memory); });
           },
           "A single-use token another process passes to gpumux.import_buffer. The buffer must "
           "have been allocated with shareable=True (FailedPreconditionError otherwise).")
@@ -340,10 +326,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           "record_stream",
           [](Buffer& self, const StreamHandle& stream) {
             const DeviceBuffer& memory = self.Live();
-            py::gil_scoped_release unlocked;
-            absl::Status status = self.client->RecordStream(memory, stream.stream);
-            py::gil_scoped_acquire locked;
-            Check(status);
+            Unlocked([&] { return self.client->RecordStream(memory, stream.stream); });
           },
           py::arg("stream"), "tensor.record_stream(stream).")
       .def(
@@ -354,28 +337,28 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             CopyOptions options;
             options.stream = StreamOf(stream);
             options.wait = !non_blocking;
-            absl::StatusOr<Event> done;
             if (py::isinstance<Buffer>(src)) {
               const DeviceBuffer& source = src.cast<Buffer&>().Live();
               uint64_t size = SpanOf(source, src_offset, nbytes);
-              py::gil_scoped_release unlocked;
-              done = self.client->CopyDeviceToDevice(memory, offset, source, src_offset, size,
-                                                     options);
-            } else {
-              HostView view(src, false);
-              if (src_offset > view.size())
-                throw py::value_error("src_offset is past the end of src");
-              uint64_t size = nbytes ? *nbytes : view.size() - src_offset;
-              if (src_offset + size > view.size()) {
-                throw py::value_error(absl::StrCat("src holds ", view.size(), " bytes, fewer than ",
-                                                   src_offset, " + ", size));
-              }
-              py::gil_scoped_release unlocked;
-              done = self.client->CopyHostToDevice(
+              Unlocked([&] {
+                return self.client->CopyDeviceToDevice(memory, offset, source, src_offset, size,
+                                                       options);
+              });
+              return;
+            }
+            HostView view(src, false);
+            if (src_offset > view.size())
+              throw py::value_error("src_offset is past the end of src");
+            uint64_t size = nbytes ? *nbytes : view.size() - src_offset;
+            if (src_offset + size > view.size()) {
+              throw py::value_error(absl::StrCat("src holds ", view.size(), " bytes, fewer than ",
+                                                 src_offset, " + ", size));
+            }
+            Unlocked([&] {
+              return self.client->CopyHostToDevice(
                   memory, offset, static_cast<const char*>(view.data()) + src_offset, size,
                   options);
-            }
-            Check(done.status());
+            });
           },
           py::arg("src"), py::arg("offset") = 0, py::arg("src_offset") = 0,
           py::arg("nbytes") = py::none(), py::arg("stream") = py::none(),
@@ -398,10 +381,9 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             }
             CopyOptions options;
             options.stream = StreamOf(stream);
-            py::gil_scoped_release unlocked;
-            auto done = self.client->CopyDeviceToHost(view.data(), memory, offset, size, options);
-            py::gil_scoped_acquire locked;
-            Check(done.status());
+            Unlocked([&] {
+              return self.client->CopyDeviceToHost(view.data(), memory, offset, size, options);
+            });
           },
           py::arg("dst"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),
           py::arg("stream") = py::none(),
@@ -413,12 +395,8 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             const DeviceBuffer& memory = self.Live();
             uint64_t size = SpanOf(memory, offset, nbytes);
             std::string bytes(size, '\0');
-            {
-              py::gil_scoped_release unlocked;
-              auto done = self.client->CopyDeviceToHost(bytes.data(), memory, offset, size);
-              py::gil_scoped_acquire locked;
-              Check(done.status());
-            }
+            Unlocked(
+                [&] { return self.client->CopyDeviceToHost(bytes.data(), memory, offset, size); });
             return py::bytes(bytes);
           },
           py::arg("offset") = 0, py::arg("nbytes") = py::none(), "The bytes, copied out.")
@@ -432,11 +410,10 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             CopyOptions options;
             options.stream = StreamOf(stream);
             options.wait = !non_blocking;
-            py::gil_scoped_release unlocked;
-            auto done =
-                self.client->Memset(memory, offset, static_cast<uint8_t>(value), size, options);
-            py::gil_scoped_acquire locked;
-            Check(done.status());
+            Unlocked([&] {
+              return self.client->Memset(memory, offset, static_cast<uint8_t>(value), size,
+                                         options);
+            });
           },
           py::arg("value"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),
           py::arg("stream") = py::none(), py::arg("non_blocking") = false,

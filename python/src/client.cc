@@ -4,6 +4,7 @@
 // indices: the Python layer resolves None, torch.device and "cuda:N".
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,12 +25,9 @@ ClientPtr ShareClient(std::unique_ptr<Client> client) {
   return ClientPtr(client.release(), [](Client* doomed) {
     // Ending the session takes round trips; the last reference may drop
     // with or without the GIL (a buffer's destructor releases it).
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      py::gil_scoped_release unlocked;
-      delete doomed;
-    } else {
-      delete doomed;
-    }
+    std::optional<py::gil_scoped_release> unlocked;
+    if (Py_IsInitialized() && PyGILState_Check()) unlocked.emplace();
+    delete doomed;
   });
 }
 
