@@ -121,6 +121,14 @@ absl::StatusOr<AllocationResult> CachingAllocator::Allocate(DeviceIndex device, 
   return result;
 }
 
+std::optional<AllocationResult> CachingAllocator::TryAllocateCached(DeviceIndex device,
+                                                                    ClientId client,
+                                                                    StreamId stream,
+                                                                    uint64_t size) {
+  if (!CheckRequest(device, size).ok()) return std::nullopt;
+  return devices_[device.value()]->TryAllocateCached(client, stream, size);
+}
+
 absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, ClientId client,
                                                          StreamId stream, uint64_t size,
                                                          bool small_pool, bool count_oom) {
@@ -156,6 +164,11 @@ void CachingAllocator::SetStatsPublisher(
 void CachingAllocator::Free(DeviceIndex device, uint64_t address,
                             absl::Span<const BackendEvent> wait_for) {
   FreeBatch(device, absl::MakeConstSpan(&address, 1), wait_for);
+}
+
+bool CachingAllocator::TryFree(DeviceIndex device, uint64_t address,
+                               absl::Span<const BackendEvent> wait_for) {
+  return DeviceOrDie(device).TryFree(address, wait_for);
 }
 
 void CachingAllocator::FreeBatch(DeviceIndex device, absl::Span<const uint64_t> addresses,

@@ -178,6 +178,15 @@ class CachingAllocator {
   // with count_oom false that stands.
   void CountOom(DeviceIndex device, ClientId client);
 
+  // Allocate for a caller that must not wait (Python's, holding its
+  // interpreter lock): the block when the device's lock is free this instant
+  // and `client`'s cache for `stream` holds a block that fits, reached with
+  // no backend call (no pending free to retire, no garbage collection);
+  // nullopt otherwise, also for a request Allocate would refuse, and then
+  // nothing changed: the caller goes on with Allocate, which may wait.
+  std::optional<AllocationResult> TryAllocateCached(DeviceIndex device, ClientId client,
+                                                    StreamId stream, uint64_t size);
+
   // PyTorch's free: allocation, allocated_bytes and oversize_allocations drop
   // now. Without stream uses and `wait_for` events the block returns to its
   // pool at once and coalesces with free neighbours (free_block). Otherwise
@@ -198,6 +207,11 @@ class CachingAllocator {
   // Precondition: `address` is a live block from Allocate on `device`
   // (callers validate their ids; this crashes on a broken invariant).
   void Free(DeviceIndex device, uint64_t address, absl::Span<const BackendEvent> wait_for = {});
+  // Free for a caller that must not wait: false, with nothing done, when the
+  // device's lock is held elsewhere or the free needs the backend (events to
+  // record on the streams of RecordStream, a segment to return); the caller
+  // then calls Free. Precondition as Free's.
+  bool TryFree(DeviceIndex device, uint64_t address, absl::Span<const BackendEvent> wait_for = {});
   // Free of every one of `addresses` (distinct live blocks), each waiting on
   // every one of `wait_for`: one event serves them all. The device's lock is
   // taken in slices, so a long batch does not hold back other clients.

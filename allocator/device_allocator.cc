@@ -1,5 +1,6 @@
 #include "allocator/device_allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -107,6 +108,36 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamI
   r.pool = small_pool ? &pools.small : &pools.large;
   GPUMUX_RETURN_IF_ERROR(NewSegmentWithRetriesLocked(r, released));
   if (r.block == nullptr) return OutOfMemoryLocked(r);
+  return AllocFoundBlockLocked(r, size);
+}
+
+std::optional<AllocationResult> DeviceAllocator::TryAllocateCached(ClientId client, StreamId stream,
+                                                                   uint64_t size) {
+  if (!mu_.TryLock()) return std::nullopt;
+  std::optional<AllocationResult> result = TryAllocateCachedLocked(client, stream, size);
+  mu_.Unlock();
+  return result;
+}
+
+// Allocate's path through a cached block, where it ends without a backend
+// call; any other path is left to Allocate.
+std::optional<AllocationResult> DeviceAllocator::TryAllocateCachedLocked(ClientId client,
+                                                                         StreamId stream,
+                                                                         uint64_t size) {
+  // Retiring pending frees queries their events, and garbage collection may
+  // return segments: both call the backend.
+  if (!events_.empty()) return std::nullopt;
+  Request r;
+  r.client = ClientLocked(client);
+  if (GcEnabledFor(r.client)) return std::nullopt;
+  r.stream = stream;
+  r.size = RoundSize(size, options_);
+  r.is_small = r.size <= kSmallSize;
+  StreamPools& pools = r.client->PoolsFor(stream);
+  r.pool = r.is_small ? &pools.small : &pools.large;
+  r.block = GetFreeBlockLocked(r);
+  if (r.block == nullptr) return std::nullopt;
+  PublishOnExit publish(this);
   return AllocFoundBlockLocked(r, size);
 }
 
@@ -321,18 +352,42 @@ void DeviceAllocator::Free(absl::Span<const uint64_t> addresses,
   // device interleave with it; the request's hold keeps its caller events
   // alive between slices.
   constexpr size_t kSlice = 1024;
-  {
-    absl::MutexLock lock(&mu_);
-    events_.BeginCallerEvents(wait_for);
-  }
-  for (size_t start = 0; start < addresses.size(); start += kSlice) {
+  for (size_t start = 0;; start += kSlice) {
     absl::MutexLock lock(&mu_);
     PublishOnExit publish(this);
-    for (uint64_t address : addresses.subspan(start, kSlice))
+    if (start == 0) events_.BeginCallerEvents(wait_for);
+    for (uint64_t address : addresses.subspan(std::min(start, addresses.size()), kSlice))
       FreeOneLocked(address, wait_for, released);
+    if (start + kSlice >= addresses.size()) {
+      events_.EndCallerEvents(wait_for);
+      return;
+    }
   }
-  absl::MutexLock lock(&mu_);
+}
+
+bool DeviceAllocator::TryFree(uint64_t address, absl::Span<const BackendEvent> wait_for) {
+  if (!mu_.TryLock()) return false;
+  const bool freed = TryFreeLocked(address, wait_for);
+  mu_.Unlock();
+  return freed;
+}
+
+// Free's path where it ends without a backend call: no event to record on
+// another stream, no segment to return.
+bool DeviceAllocator::TryFreeLocked(uint64_t address, absl::Span<const BackendEvent> wait_for) {
+  auto it = allocated_.find(address);
+  if (it == allocated_.end()) return false;  // Free reports it
+  const Block* block = it->second;
+  if (!block->stream_uses.empty() || block->segment->dedicated || block->owner->removed ||
+      block->charged->removed) {
+    return false;
+  }
+  PublishOnExit publish(this);
+  ReleasedSegments released;
+  events_.BeginCallerEvents(wait_for);
+  FreeOneLocked(address, wait_for, &released);
   events_.EndCallerEvents(wait_for);
+  return true;
 }
 
 void DeviceAllocator::FreeOneLocked(uint64_t address, absl::Span<const BackendEvent> wait_for,

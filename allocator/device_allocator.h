@@ -72,9 +72,12 @@ class DeviceAllocator {
   absl::StatusOr<AllocationResult> Lease(ClientId client, StreamId stream, uint64_t size,
                                          bool small_pool, bool count_oom,
                                          ReleasedSegments* released);
+  std::optional<AllocationResult> TryAllocateCached(ClientId client, StreamId stream,
+                                                    uint64_t size);
   void CountOom(ClientId client);
   void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);
+  bool TryFree(uint64_t address, absl::Span<const BackendEvent> wait_for);
   void RecordStream(uint64_t address, StreamId stream, BackendStream backend_stream,
                     bool even_allocation_stream);
   void RetireStream(BackendStream backend_stream);
@@ -159,6 +162,11 @@ class DeviceAllocator {
                                 ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases every unsplit cached block of `client` (large pools first).
   EmptyCacheResult ReleaseClientCacheLocked(ClientState* client, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<AllocationResult> TryAllocateCachedLocked(ClientId client, StreamId stream,
+                                                          uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TryFreeLocked(uint64_t address, absl::Span<const BackendEvent> wait_for)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocationResult AllocFoundBlockLocked(Request& r, uint64_t orig_size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -414,19 +414,7 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
     // checked here: the leases of an ended session are no longer its.
     GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
     GPUMUX_ASSIGN_OR_RETURN(LocalBlock block, impl_->local_->Allocate(device, stream.id(), size));
-    DeviceBuffer::Info info;
-    info.id = AllocationId((uint64_t{1} << 63) |
-                           impl_->next_local_id_.fetch_add(1, std::memory_order_relaxed));
-    info.lease = block.lease;
-    info.device = device;
-    info.size = size;
-    info.allocated_size = block.size;
-    info.address = block.address;
-    info.segment_id = block.segment_id;
-    info.offset = block.offset;
-    info.cuda_device = block.cuda_device;
-    info.local = true;
-    return DeviceBuffer(this, info, block.data);
+    return impl_->LocalBuffer(block, device, size);
   }
   v1::AllocateRequest request;
   request.set_device(device.value());
@@ -454,6 +442,42 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
     return status;
   }
   return impl_->Adopt(response.allocation());
+}
+
+std::optional<DeviceBuffer> Client::TryAllocateCached(uint64_t size, DeviceIndex device,
+                                                      const AllocateOptions& options) {
+  if (impl_->local_ == nullptr || options.shareable || impl_->session_ == nullptr ||
+      impl_->session_->ended()) {
+    return std::nullopt;
+  }
+  absl::StatusOr<Stream> stream = impl_->ResolveStream(options.stream, device, "the allocation");
+  if (!stream.ok()) return std::nullopt;
+  std::optional<LocalBlock> block = impl_->local_->TryAllocateCached(device, stream->id(), size);
+  if (!block.has_value()) return std::nullopt;
+  return impl_->LocalBuffer(*block, device, size);
+}
+
+bool Client::TryFree(DeviceBuffer& buffer) {
+  if (!buffer.valid() || buffer.client_ != this || !buffer.local_) return false;
+  if (!impl_->local_->TryFree(buffer.device(), buffer.address(), buffer.cuda_device_)) return false;
+  buffer.Detach();
+  return true;
+}
+
+DeviceBuffer Client::Impl::LocalBuffer(const LocalBlock& block, DeviceIndex device,
+                                       uint64_t size) {
+  DeviceBuffer::Info info;
+  info.id = AllocationId((uint64_t{1} << 63) | next_local_id_.fetch_add(1, std::memory_order_relaxed));
+  info.lease = block.lease;
+  info.device = device;
+  info.size = size;
+  info.allocated_size = block.size;
+  info.address = block.address;
+  info.segment_id = block.segment_id;
+  info.offset = block.offset;
+  info.cuda_device = block.cuda_device;
+  info.local = true;
+  return DeviceBuffer(&self_, info, block.data);
 }
 
 absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocation) {

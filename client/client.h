@@ -182,6 +182,18 @@ class Client {
   // INVALID_ARGUMENT (here) for options.stream of another Client or device.
   absl::StatusOr<DeviceBuffer> Allocate(uint64_t size, DeviceIndex device = DeviceIndex(0),
                                         const AllocateOptions& options = AllocateOptions());
+  // Allocate for a caller that must not wait (Python's, holding its
+  // interpreter lock): the buffer when this process's cache serves it this
+  // instant (local allocation, not shareable) without a call to the daemon
+  // and without waiting for another thread; nullopt otherwise, also for a
+  // request Allocate would refuse. The caller then calls Allocate, which
+  // says why or waits.
+  std::optional<DeviceBuffer> TryAllocateCached(uint64_t size, DeviceIndex device,
+                                                const AllocateOptions& options = AllocateOptions());
+  // Free on the same terms: true when `buffer`'s block went back to the
+  // cache at once; false, with `buffer` as it was, when that needs the
+  // daemon or another thread first (or Free would refuse): call Free.
+  bool TryFree(DeviceBuffer& buffer);
   // `del x`: frees `buffer` asynchronously (batched, as its destructor does).
   void Release(DeviceBuffer&& buffer);
   // Frees `buffer` now and returns the daemon's answer. INVALID_ARGUMENT for an

@@ -85,6 +85,8 @@ class Client::Impl {
   absl::Status AttachStatsPage(LocalAllocator& local, int device_count);
   // Frees a block of the local allocator (DeviceBuffer's destructor, Free).
   void FreeLocal(DeviceIndex device, uint64_t address, int cuda_device);
+  // The DeviceBuffer of a block of the local allocator.
+  DeviceBuffer LocalBuffer(const LocalBlock& block, DeviceIndex device, uint64_t size);
   // The daemon's offset for `offset` into `buffer` (its offset in the lease
   // for a local block); for a local block also checks that `size` bytes
   // there fit it, as the daemon checks an allocation's range.

@@ -259,7 +259,22 @@ absl::StatusOr<LocalBlock> LocalAllocator::Allocate(DeviceIndex device, StreamId
     }
     return allocated.status();
   }
-  const AllocationResult& result = *allocated;
+  return BlockOf(device, *allocated);
+}
+
+std::optional<LocalBlock> LocalAllocator::TryAllocateCached(DeviceIndex device, StreamId stream,
+                                                            uint64_t size) {
+  if (device.value() < 0 || device.value() >= source_->device_count()) return std::nullopt;
+  std::optional<AllocationResult> allocated =
+      allocator_.TryAllocateCached(device, client_, stream, size);
+  if (!allocated.has_value()) return std::nullopt;
+  absl::StatusOr<LocalBlock> block = BlockOf(device, *allocated);
+  if (!block.ok()) return std::nullopt;  // Allocate reports a broken lease table
+  return *std::move(block);
+}
+
+absl::StatusOr<LocalBlock> LocalAllocator::BlockOf(DeviceIndex device,
+                                                   const AllocationResult& result) {
   LocalBlock block;
   block.segment_id = result.segment_id;
   block.address = result.address;
@@ -289,6 +304,16 @@ void LocalAllocator::Free(DeviceIndex device, uint64_t address, int cuda_device,
   for (std::function<bool()>& done : completed)
     wait_for.push_back(source_->AdoptFence(std::move(done)));
   allocator_.Free(device, address, wait_for);
+}
+
+bool LocalAllocator::TryFree(DeviceIndex device, uint64_t address, int cuda_device) {
+  std::function<bool()> done = cuda_device < 0 ? nullptr : RecordLocalFreeFence(cuda_device);
+  if (done == nullptr) return allocator_.TryFree(device, address);
+  // A free that cannot go ahead now drops its fence; Free records its own.
+  const BackendEvent fence = source_->AdoptFence(std::move(done));
+  if (allocator_.TryFree(device, address, absl::MakeConstSpan(&fence, 1))) return true;
+  source_->DestroyEvent(fence).IgnoreError();  // adopted here, never handed over
+  return false;
 }
 
 void LocalAllocator::RecordStream(DeviceIndex device, uint64_t address, StreamId stream) {

@@ -70,6 +70,10 @@ class LocalAllocator {
   // a lease fails with the daemon's refusal: only the daemon knows which
   // limit held (the session's, its tenant's, the device's).
   absl::StatusOr<LocalBlock> Allocate(DeviceIndex device, StreamId stream, uint64_t size);
+  // Allocate when it can be served at once from the cache (CachingAllocator::
+  // TryAllocateCached); nullopt otherwise.
+  std::optional<LocalBlock> TryAllocateCached(DeviceIndex device, StreamId stream,
+                                              uint64_t size);
   // Frees a block from Allocate; its reuse waits for the daemon's work
   // recorded on it, for every stream RecordStream named, for each of
   // `completed` (queries of events the caller waits on) to return true and,
@@ -77,6 +81,9 @@ class LocalAllocator {
   // calling thread's CUDA work queued so far (a free fence).
   void Free(DeviceIndex device, uint64_t address, int cuda_device,
             absl::Span<std::function<bool()>> completed = {});
+  // Free when it can be done at once (CachingAllocator::TryFree): false, with
+  // nothing done, otherwise.
+  bool TryFree(DeviceIndex device, uint64_t address, int cuda_device);
   // tensor.record_stream(stream).
   void RecordStream(DeviceIndex device, uint64_t address, StreamId stream);
   // The daemon queued work on the block on `stream` (its completion is not
@@ -105,6 +112,9 @@ class LocalAllocator {
 
  private:
   class LeaseSource;
+  // The block of `result`, in its lease; an internal error (the block freed
+  // again) when no lease holds it.
+  absl::StatusOr<LocalBlock> BlockOf(DeviceIndex device, const AllocationResult& result);
 
   Client::Impl& impl_;
   const ClientId client_;

@@ -9,6 +9,7 @@ opens more. Errors are the exceptions of gpumux.GpumuxError's table (README,
 "Python").
 """
 
+import atexit as _atexit
 import os as _os
 import threading as _threading
 
@@ -41,7 +42,10 @@ from ._C import (
 __version__ = "0.1.0"
 
 _lock = _threading.Lock()
-_default = None
+# The default connection lives in _C (_C._default_client()), where
+# gpumux.allocate reads it; cleared at exit, so that its session closes
+# while the interpreter still runs.
+_atexit.register(_C._set_default_client, None)
 # Connections of the parent in a forked child: kept (never destroyed, their
 # gRPC state belongs to the parent) and unusable, as CUDA is after fork.
 _forked_connections = []
@@ -49,11 +53,12 @@ _in_forked_child = False
 
 
 def _after_fork_in_child():
-    global _default, _in_forked_child, _lock
+    global _in_forked_child, _lock
     _lock = _threading.Lock()  # another thread may have held it at the fork
-    if _default is not None:
-        _forked_connections.append(_default)
-        _default = None
+    client = _C._default_client()
+    if client is not None:
+        _forked_connections.append(client)
+        _C._set_default_client(None)
         _in_forked_child = True
 
 
@@ -86,28 +91,28 @@ def connect(address=None, *, client_name="", tenant="", labels=None, allocation=
 
 
 def _lazy_client():
-    client = _default
+    client = _C._default_client()
     if client is None:
         client = _connect_default()
     return client
 
 
 def _connect_default():
-    global _default
     with _lock:
-        if _default is None:
-            _default = connect()
-        return _default
+        client = _C._default_client()
+        if client is None:
+            client = connect()
+            _C._set_default_client(client)
+        return client
 
 
 def set_default_client(client):
     """Makes `client` (from connect()) the one the module functions use; None
     drops the default connection, so the next call connects again."""
-    global _default
     if client is not None and not isinstance(client, Client):
         raise TypeError(f"set_default_client expects a gpumux.Client or None, got {type(client).__name__}")
     with _lock:
-        _default = client
+        _C._set_default_client(client)
 
 
 def default_client():
@@ -123,13 +128,13 @@ def init():
 
 def is_initialized():
     """torch.cuda.is_initialized(): whether the default connection is made and initialised."""
-    client = _default
+    client = _C._default_client()
     return client is not None and client.is_initialized()
 
 
 def is_available():
     """torch.cuda.is_available(): whether a daemon answers and has a device. Never raises."""
-    client = _default
+    client = _C._default_client()
     if client is not None:
         try:
             return client.device_count() > 0

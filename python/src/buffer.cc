@@ -26,7 +26,7 @@ Buffer::Buffer(ClientPtr owner, DeviceBuffer buffer)
 }
 
 Buffer::~Buffer() {
-  if (!memory.valid()) return;
+  if (!memory.valid() || client->TryFree(memory)) return;
   py::gil_scoped_release unlocked;
   memory = DeviceBuffer();
 }
@@ -44,6 +44,7 @@ void Buffer::Free() {
                      " view(s) (buffer protocol or DLPack) still use its memory; "
                      "drop them first"));
   }
+  if (client->TryFree(memory)) return;
   Unlocked([&] { return client->Free(std::move(memory)); });
 }
 

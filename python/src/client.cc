@@ -3,7 +3,9 @@
 // module functions over the default connection). Devices arrive as plain
 // indices: the Python layer resolves None, torch.device and "cuda:N".
 
+#include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,6 +59,47 @@ ClientPtr Connect(const std::string& address, const std::string& client_name,
   options.open_timeout = absl::Seconds(timeout);
   std::unique_ptr<Client> client = Unlocked([&] { return Client::Connect(address, options); });
   return ShareClient(std::move(client));
+}
+
+// torch.empty(nbytes, dtype=uint8) without the tensor. A block the cache
+// holds is taken with the GIL held (nothing waits); anything more (a lease,
+// the daemon's allocation, an error to report) runs without it.
+std::unique_ptr<Buffer> AllocateBuffer(ClientPtr c, uint64_t nbytes, std::optional<int32_t> device,
+                                       const py::object& stream, bool shareable) {
+  // None: the calling thread's current device (no second call from Python).
+  const DeviceIndex on(device.value_or(c->CurrentDevice().value()));
+  AllocateOptions options;
+  options.shareable = shareable;
+  if (!stream.is_none()) options.stream = stream.cast<const StreamHandle&>().stream;
+  std::optional<DeviceBuffer> memory = c->TryAllocateCached(nbytes, on, options);
+  if (!memory) memory.emplace(Unlocked([&] { return c->Allocate(nbytes, on, options); }));
+  return std::make_unique<Buffer>(std::move(c), *std::move(memory));
+}
+
+// The default connection (gpumux.default_client()), kept here so that
+// gpumux.allocate reads it without a Python lookup. Touched only with the GIL
+// held; never destroyed by a static destructor, after the interpreter (the
+// package clears it at exit).
+ClientPtr& DefaultClientSlot() {
+  static ClientPtr* const client = new ClientPtr();
+  return *client;
+}
+
+// The default connection, made by gpumux._lazy_client() when there is none.
+ClientPtr DefaultClient() {
+  if (ClientPtr client = DefaultClientSlot(); client != nullptr) return client;
+  return py::module_::import("gpumux").attr("_lazy_client")().cast<ClientPtr>();
+}
+
+// A device argument as gpumux._device_index reads it; plain indices here.
+std::optional<int32_t> DeviceArgument(const py::object& device) {
+  if (device.is_none()) return std::nullopt;
+  if (PyLong_CheckExact(device.ptr())) {
+    const long index = PyLong_AsLong(device.ptr());
+    if (index >= 0 && index <= std::numeric_limits<int32_t>::max()) return static_cast<int32_t>(index);
+    PyErr_Clear();  // an overflow: _device_index says what is wrong
+  }
+  return py::module_::import("gpumux").attr("_device_index")(device).cast<int32_t>();
 }
 
 }  // namespace
@@ -134,6 +177,35 @@ void BindClient(py::module_& module) {
     return Client::IsAvailable(address, absl::Seconds(timeout));
   });
   module.def("_default_address", [] { return DefaultAddress(); });
+  module.def("_default_client", []() -> py::object {
+    const ClientPtr& client = DefaultClientSlot();
+    return client == nullptr ? py::none() : py::cast(client);
+  });
+  module.def("_set_default_client", [](std::optional<ClientPtr> client) {
+    // The old one may be the last reference: it ends its session once the
+    // slot no longer names it.
+    ClientPtr old = std::exchange(DefaultClientSlot(), client.value_or(nullptr));
+  });
+  module.def(
+      "allocate",
+      [](uint64_t nbytes, const py::object& device, const py::object& stream, bool shareable) {
+        return AllocateBuffer(DefaultClient(), nbytes, DeviceArgument(device), stream, shareable);
+      },
+      py::arg("nbytes"), py::arg("device") = py::none(), py::arg("stream") = py::none(),
+      py::arg("shareable") = false, R"doc(
+Allocates `nbytes` of device memory on the default connection
+(torch.empty(nbytes, dtype=uint8) without the tensor) and returns a
+gpumux.Buffer, freed when dropped.
+
+device: None (the current device), an index, "cuda:N", "gpumux:N", a
+torch.device or a gpumux.device.
+stream: the gpumux.Stream the memory is used on (PyTorch's caching allocator
+reuses blocks per stream; None: the current stream).
+shareable: its own segment, so that share() exposes nothing else.
+Raises OutOfMemoryError (PyTorch's message) when the device, the session's or
+the tenant's limit is reached; InvalidArgumentError for 0 bytes or a bad
+device.
+)doc");
 
   py::class_<Client, ClientPtr>(module, "Client", R"doc(
 A session with gpumuxd (gpumux.connect). Everything it allocated, created or
@@ -190,16 +262,9 @@ Event and reference to the Client are gone, or when the process dies.
            })
       .def(
           "allocate",
-          [](ClientPtr c, uint64_t nbytes, std::optional<int32_t> device, py::object stream,
-             bool shareable) {
-            // None: the calling thread's current device (no second call from Python).
-            if (!device) device = c->CurrentDevice().value();
-            AllocateOptions options;
-            options.shareable = shareable;
-            if (!stream.is_none()) options.stream = stream.cast<const StreamHandle&>().stream;
-            DeviceBuffer memory =
-                Unlocked([&] { return c->Allocate(nbytes, DeviceIndex(*device), options); });
-            return std::make_unique<Buffer>(std::move(c), std::move(memory));
+          [](ClientPtr c, uint64_t nbytes, std::optional<int32_t> device,
+             const py::object& stream, bool shareable) {
+            return AllocateBuffer(std::move(c), nbytes, device, stream, shareable);
           },
           py::arg("nbytes"), py::arg("device") = py::none(), py::arg("stream") = py::none(),
           py::arg("shareable") = false)

@@ -32,7 +32,9 @@ struct Buffer {
   int exports = 0;
 
   Buffer(ClientPtr owner, DeviceBuffer buffer);
-  // Queues the free (as `del` of a torch tensor does), without the GIL.
+  // Frees the memory (as `del` of a torch tensor does): at once, with the
+  // GIL held, where the local cache takes the block back without waiting
+  // (Client::TryFree); otherwise queued, without the GIL.
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;

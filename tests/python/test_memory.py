@@ -229,3 +229,57 @@ def test_an_operator_observes_over_the_tcp_observe_port(daemon):
         del held, client
     finally:
         remote.stop()
+
+
+def test_allocate_follows_the_default_connection(daemon):
+    first = gpumux.connect(daemon.address)
+    second = gpumux.connect(daemon.address)
+    gpumux.set_default_client(first)
+    assert gpumux.default_client() is first
+    on_first = gpumux.allocate(MiB)
+    gpumux.set_default_client(second)
+    on_second = gpumux.allocate(2 * MiB)
+    assert first.memory_stats(0)["allocated_bytes.all.current"] == MiB
+    assert second.memory_stats(0)["allocated_bytes.all.current"] == 2 * MiB
+    del on_first, on_second
+    assert first.memory_stats(0)["allocated_bytes.all.current"] == 0
+    assert second.memory_stats(0)["allocated_bytes.all.current"] == 0
+    # None: the next call connects again.
+    gpumux.set_default_client(None)
+    assert not gpumux.is_initialized()
+    with gpumux.allocate(MiB):
+        assert gpumux.default_client() not in (first, second)
+
+
+def test_allocate_and_drop_from_threads_while_others_wait_for_leases(daemon):
+    # Small blocks come from the cache with the GIL held; the large ones wait
+    # for a lease without it. Together they must keep the books exact.
+    import threading
+
+    errors = []
+
+    def work(seed):
+        try:
+            held = []
+            for i in range(400):
+                size = (8 + (seed * 7 + i) % 24) * MiB if i % 50 == 0 else 512 + (seed * 131 + i) % 60000
+                buffer = gpumux.allocate(size)
+                buffer.memset(seed, nbytes=min(size, 4096))
+                held.append(buffer)
+                if len(held) > 8:
+                    victim = held.pop(0)
+                    assert victim.tobytes(nbytes=16) == bytes([seed]) * 16
+                    del victim
+        except Exception as error:  # noqa: BLE001: reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    stats = gpumux.memory_stats()
+    assert stats["allocation.all.current"] == 0
+    assert stats["allocated_bytes.all.current"] == 0
+    assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == 4 * 400
