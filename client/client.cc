@@ -464,10 +464,10 @@ bool Client::TryFree(DeviceBuffer& buffer) {
   return true;
 }
 
-DeviceBuffer Client::Impl::LocalBuffer(const LocalBlock& block, DeviceIndex device,
-                                       uint64_t size) {
+DeviceBuffer Client::Impl::LocalBuffer(const LocalBlock& block, DeviceIndex device, uint64_t size) {
   DeviceBuffer::Info info;
-  info.id = AllocationId((uint64_t{1} << 63) | next_local_id_.fetch_add(1, std::memory_order_relaxed));
+  info.id =
+      AllocationId((uint64_t{1} << 63) | next_local_id_.fetch_add(1, std::memory_order_relaxed));
   info.lease = block.lease;
   info.device = device;
   info.size = size;

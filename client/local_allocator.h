@@ -72,8 +72,7 @@ class LocalAllocator {
   absl::StatusOr<LocalBlock> Allocate(DeviceIndex device, StreamId stream, uint64_t size);
   // Allocate when it can be served at once from the cache (CachingAllocator::
   // TryAllocateCached); nullopt otherwise.
-  std::optional<LocalBlock> TryAllocateCached(DeviceIndex device, StreamId stream,
-                                              uint64_t size);
+  std::optional<LocalBlock> TryAllocateCached(DeviceIndex device, StreamId stream, uint64_t size);
   // Frees a block from Allocate; its reuse waits for the daemon's work
   // recorded on it, for every stream RecordStream named, for each of
   // `completed` (queries of events the caller waits on) to return true and,

@@ -96,7 +96,8 @@ std::optional<int32_t> DeviceArgument(const py::object& device) {
   if (device.is_none()) return std::nullopt;
   if (PyLong_CheckExact(device.ptr())) {
     const long index = PyLong_AsLong(device.ptr());
-    if (index >= 0 && index <= std::numeric_limits<int32_t>::max()) return static_cast<int32_t>(index);
+    if (index >= 0 && index <= std::numeric_limits<int32_t>::max())
+      return static_cast<int32_t>(index);
     PyErr_Clear();  // an overflow: _device_index says what is wrong
   }
   return py::module_::import("gpumux").attr("_device_index")(device).cast<int32_t>();
@@ -262,8 +263,8 @@ Event and reference to the Client are gone, or when the process dies.
            })
       .def(
           "allocate",
-          [](ClientPtr c, uint64_t nbytes, std::optional<int32_t> device,
-             const py::object& stream, bool shareable) {
+          [](ClientPtr c, uint64_t nbytes, std::optional<int32_t> device, const py::object& stream,
+             bool shareable) {
             return AllocateBuffer(std::move(c), nbytes, device, stream, shareable);
           },
           py::arg("nbytes"), py::arg("device") = py::none(), py::arg("stream") = py::none(),

@@ -164,8 +164,8 @@ TEST_F(AllocatorTryTest, StepsAsideWithoutACachedBlockOrForABadRequest) {
   const std::vector<int64_t> before = Values(trying().GetStats(kDev));
   const int calls = backend().calls;
   EXPECT_FALSE(trying().TryAllocateCached(kDev, kA, kS0, 8 * kMiB).has_value());  // larger than any
-  EXPECT_FALSE(trying().TryAllocateCached(kDev, kA, kS1, 4096).has_value());  // another stream
-  EXPECT_FALSE(trying().TryAllocateCached(kDev, kB, kS0, 4096).has_value());  // another client
+  EXPECT_FALSE(trying().TryAllocateCached(kDev, kA, kS1, 4096).has_value());      // another stream
+  EXPECT_FALSE(trying().TryAllocateCached(kDev, kB, kS0, 4096).has_value());      // another client
   EXPECT_FALSE(trying().TryAllocateCached(kDev, kA, kS0, 0).has_value());
   EXPECT_FALSE(trying().TryAllocateCached(DeviceIndex(1), kA, kS0, 4096).has_value());
   EXPECT_FALSE(trying().TryAllocateCached(kDev, kA, kS0, uint64_t{1} << 62).has_value());

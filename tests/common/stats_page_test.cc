@@ -54,7 +54,8 @@ class StatsPageTest : public ::testing::Test {
 };
 
 TEST_F(StatsPageTest, ReadsEveryPublicationExactly) {
-  absl::StatusOr<StatsPageWriter> writer = StatsPageWriter::Attach(page(), StatsPageBytes(kDevices), kDevices);
+  absl::StatusOr<StatsPageWriter> writer =
+      StatsPageWriter::Attach(page(), StatsPageBytes(kDevices), kDevices);
   ASSERT_OK(writer);
   StatsPageReader reader(page(), kDevices);
   // Never written: zeros.
@@ -92,8 +93,10 @@ TEST_F(StatsPageTest, ReadsEveryPublicationExactly) {
 TEST_F(StatsPageTest, APublicationWritesEveryValueOverWhatThePageHeld) {
   // A page with values in it (a writer before this one): a new writer's
   // publication replaces all of them, zeros included.
-  for (size_t i = 0; i < kStatsValues; ++i) slots()[0].values[i].store(-5, std::memory_order_relaxed);
-  absl::StatusOr<StatsPageWriter> writer = StatsPageWriter::Attach(page(), StatsPageBytes(kDevices), kDevices);
+  for (size_t i = 0; i < kStatsValues; ++i)
+    slots()[0].values[i].store(-5, std::memory_order_relaxed);
+  absl::StatusOr<StatsPageWriter> writer =
+      StatsPageWriter::Attach(page(), StatsPageBytes(kDevices), kDevices);
   ASSERT_OK(writer);
   std::vector<int64_t> values(kStatsValues, 0);
   values[3] = 42;
