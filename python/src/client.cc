@@ -67,7 +67,7 @@ ClientPtr Connect(const std::string& address, const std::string& client_name,
 std::unique_ptr<Buffer> AllocateBuffer(ClientPtr c, uint64_t nbytes, std::optional<int32_t> device,
                                        const py::object& stream, bool shareable) {
   // None: the calling thread's current device (no second call from Python).
-  const DeviceIndex on(device.value_or(c->CurrentDevice().value()));
+  const DeviceIndex on(device ? *device : c->CurrentDevice().value());
   AllocateOptions options;
   options.shareable = shareable;
   if (!stream.is_none()) options.stream = stream.cast<const StreamHandle&>().stream;
