@@ -18,11 +18,10 @@
 
 #include <cstdint>
 
+#include "common/reduce_op.h"
 #include "common/rng_fill.h"
 
 namespace gpumux {
-
-enum class ReduceOp { kSum, kProduct, kMin, kMax, kAvg };
 
 // "sum", "prod", "min", "max", "avg" (torch.distributed.ReduceOp's names).
 const char* ReduceOpName(ReduceOp op);

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "common/segment_source.h"
 
@@ -169,6 +170,30 @@ class DeviceBackend : public SegmentSource {
   // not a multiple of 4. The caller advances its generator offset.
   virtual absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
                                   uint64_t seed, uint64_t offset) = 0;
+
+  // Copies `rows` runs of `row_bytes` bytes, run r from src + r * src_pitch
+  // to dst + r * dst_pitch (cudaMemcpy2DAsync): a chunk of a tensor along
+  // an inner dimension. Either device may differ from the stream's. The
+  // ranges must not overlap; INVALID_ARGUMENT for a pitch below row_bytes.
+  virtual absl::Status CopyDeviceToDevice2D(BackendStream stream, DeviceIndex dst_device,
+                                            uint64_t dst, uint64_t dst_pitch,
+                                            DeviceIndex src_device, uint64_t src,
+                                            uint64_t src_pitch, uint64_t row_bytes,
+                                            uint64_t rows) = 0;
+  // Whether work on `device`'s streams can read memory of `peer` directly
+  // (Reduce's `src_device`): always for peer == device; across devices on
+  // the host backend, and on CUDA where peer access is enabled.
+  virtual bool CanReadPeer(DeviceIndex device, DeviceIndex peer) const = 0;
+  // dst[i] = op(dst[i], src[i]) for `count` elements of `dtype` with
+  // common/reduce.h's steps (kAvg adds), `dst` on the stream's device and
+  // `src` on `src_device` (CanReadPeer must allow it: INVALID_ARGUMENT
+  // otherwise). The ranges are the same or do not overlap.
+  virtual absl::Status Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
+                              DeviceIndex src_device, uint64_t src, uint64_t count) = 0;
+  // common/reduce.h's FinishAverage over `count` elements at `data` on the
+  // stream's device.
+  virtual absl::Status FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data,
+                                     uint64_t count, int ranks) = 0;
 
   // For shutdown: from now on no wait depends on another process. Waits on
   // interprocess events that other processes have not completed (queued

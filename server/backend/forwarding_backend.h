@@ -102,6 +102,24 @@ class ForwardingBackend : public DeviceBackend {
                           uint64_t seed, uint64_t offset) override {
     return target_->FillRandom(stream, dst, request, seed, offset);
   }
+  absl::Status CopyDeviceToDevice2D(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                    uint64_t dst_pitch, DeviceIndex src_device, uint64_t src,
+                                    uint64_t src_pitch, uint64_t row_bytes,
+                                    uint64_t rows) override {
+    return target_->CopyDeviceToDevice2D(stream, dst_device, dst, dst_pitch, src_device, src,
+                                         src_pitch, row_bytes, rows);
+  }
+  bool CanReadPeer(DeviceIndex device, DeviceIndex peer) const override {
+    return target_->CanReadPeer(device, peer);
+  }
+  absl::Status Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
+                      DeviceIndex src_device, uint64_t src, uint64_t count) override {
+    return target_->Reduce(stream, op, dtype, dst, src_device, src, count);
+  }
+  absl::Status FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data, uint64_t count,
+                             int ranks) override {
+    return target_->FinishAverage(stream, dtype, data, count, ranks);
+  }
 
   void AbandonInterprocessWaits() override { target_->AbandonInterprocessWaits(); }
   absl::Status PinHostMemory(void* data, uint64_t bytes) override {

@@ -35,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -780,6 +781,87 @@ TYPED_TEST_P(DeviceBackendConformanceTest, PinsAndUnpinsHostMemory) {
   EXPECT_THAT(backend.UnpinHostMemory(buffer.data()), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// Reduce against common/reduce.h's host steps (the reference for every
+// engine), for every op and dtype, aligned and not; FinishAverage likewise.
+TYPED_TEST_P(DeviceBackendConformanceTest, ReduceMatchesTheHostSteps) {
+  DeviceBackend& backend = *this->backend_;
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
+  ASSERT_OK(segment);
+  ASSERT_OK(stream);
+  EXPECT_TRUE(backend.CanReadPeer(kConformanceDevice, kConformanceDevice));
+  const uint64_t count = 10007;
+  uint64_t seed = 1;
+  for (RngDtype dtype : {RngDtype::kF32, RngDtype::kF64, RngDtype::kF16, RngDtype::kBF16,
+                         RngDtype::kI32, RngDtype::kI64, RngDtype::kU8}) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      for (uint64_t misalign : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dtype) << " op "
+                                          << ReduceOpName(op) << " misalign " << misalign);
+        const bool integral =
+            dtype == RngDtype::kI32 || dtype == RngDtype::kI64 || dtype == RngDtype::kU8;
+        const RngRequest request{dtype, RngKind::kUniform, count, integral ? -50.0 : -3.0,
+                                 integral ? 50.0 : 3.0};
+        const RngRequest bytes_request{dtype, RngKind::kUniform, count,
+                                       dtype == RngDtype::kU8 ? 0.0 : request.a, request.b};
+        const uint64_t bytes = count * RngElementSize(dtype);
+        const uint64_t dst = segment->address + misalign;
+        const uint64_t src = segment->address + kConformanceMiB + misalign;
+        std::vector<uint8_t> a = ExpectedRandomBytes(bytes_request, seed, 0);
+        std::vector<uint8_t> b = ExpectedRandomBytes(bytes_request, seed + 1, 0);
+        seed += 2;
+        ASSERT_OK(backend.CopyHostToDevice(*stream, dst, a.data(), bytes, nullptr));
+        ASSERT_OK(backend.CopyHostToDevice(*stream, src, b.data(), bytes, nullptr));
+        ASSERT_OK(backend.Reduce(*stream, op, dtype, dst, kConformanceDevice, src, count));
+        if (op == ReduceOp::kAvg) {
+          ASSERT_OK(backend.FinishAverage(*stream, dtype, dst, count, 3));
+        }
+        absl::StatusOr<std::vector<uint8_t>> back = this->ReadBack(*stream, dst, bytes);
+        ASSERT_OK(back);
+        Accumulate(op, dtype, a.data(), b.data(), count);
+        if (op == ReduceOp::kAvg) FinishAverage(dtype, a.data(), count, 3);
+        EXPECT_TRUE(*back == a);
+      }
+    }
+  }
+  // Out of a segment: INVALID_ARGUMENT, like every call of work.
+  EXPECT_THAT(backend.Reduce(*stream, ReduceOp::kSum, RngDtype::kF32,
+                             segment->address + 2 * kConformanceMiB - 4, kConformanceDevice,
+                             segment->address, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A 2D copy moves exactly its rows, with any pitches, and nothing between them.
+TYPED_TEST_P(DeviceBackendConformanceTest, Copy2DMovesExactlyItsRows) {
+  DeviceBackend& backend = *this->backend_;
+  absl::StatusOr<BackendSegment> segment = backend.AllocateSegment(kConformanceDevice, 65536);
+  absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
+  ASSERT_OK(segment);
+  ASSERT_OK(stream);
+  const std::vector<uint8_t> data = NonZeroRandomBytes(32768, 31);
+  ASSERT_OK(backend.CopyHostToDevice(*stream, segment->address, data.data(), data.size(), nullptr));
+  ASSERT_OK(backend.Memset(*stream, segment->address + 32768, 0, 32768));
+  // 100 rows of 37 bytes, from a pitch of 101 to one of 53, at odd offsets.
+  ASSERT_OK(backend.CopyDeviceToDevice2D(*stream, kConformanceDevice, segment->address + 32769, 53,
+                                         kConformanceDevice, segment->address + 3, 101, 37, 100));
+  absl::StatusOr<std::vector<uint8_t>> back =
+      this->ReadBack(*stream, segment->address + 32768, 32768);
+  ASSERT_OK(back);
+  std::vector<uint8_t> expected(32768, 0);
+  for (int r = 0; r < 100; ++r) {
+    std::copy_n(data.begin() + 3 + r * 101, 37, expected.begin() + 1 + r * 53);
+  }
+  EXPECT_TRUE(*back == expected);
+  EXPECT_THAT(backend.CopyDeviceToDevice2D(*stream, kConformanceDevice, segment->address, 10,
+                                           kConformanceDevice, segment->address + 40000, 64, 16, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend.CopyDeviceToDevice2D(*stream, kConformanceDevice, segment->address + 60000,
+                                           4096, kConformanceDevice, segment->address, 4096, 16, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     DeviceBackendConformanceTest, DescribesEveryDevice, SegmentIsZeroAndSharedWithAnotherProcess,
     SegmentsDoNotOverlap, MoreThanFreeMemoryIsResourceExhausted, BadSizesAreInvalidArgument,
@@ -791,6 +873,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     WorkOnOneStreamCompletesInOrder, StreamWaitEventOrdersWorkAcrossStreams,
     EventsQuerySynchronizeAndTime, ElapsedTimeNeedsTimingRecordedEvents,
     RecordingOnAnotherDevicesStreamIsInvalidArgument, InterprocessEventHandles,
-    DestroyedStreamFinishesItsWork, SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory);
+    DestroyedStreamFinishesItsWork, SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory,
+    ReduceMatchesTheHostSteps, Copy2DMovesExactlyItsRows);
 
 }  // namespace gpumux::testing

@@ -147,6 +147,26 @@ absl::Status CudaBackend::Init() {
                  info.total_memory >> 20, info.pci_bus_id, device.priorities.greatest,
                  device.priorities.least);
   }
+  // Peer access where the hardware has it: the collectives' reductions then
+  // read another device's memory directly instead of copying it over first.
+  peer_readable_.assign(static_cast<size_t>(device_count()),
+                        std::vector<bool>(static_cast<size_t>(device_count()), false));
+  for (int d = 0; d < device_count(); ++d) {
+    peer_readable_[d][d] = true;
+    for (int peer = 0; peer < device_count(); ++peer) {
+      int can = 0;
+      if (peer == d || cudaDeviceCanAccessPeer(&can, d, peer) != cudaSuccess || can == 0) continue;
+      cudaSetDevice(d);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+      if (e == cudaSuccess || e == cudaErrorPeerAccessAlreadyEnabled) {
+        peer_readable_[d][peer] = true;
+      } else {
+        spdlog::warn("CUDA device {}: peer access to device {} failed: {}", d, peer,
+                     cudaGetErrorString(e));
+      }
+      cudaGetLastError();  // not sticky; clear it
+    }
+  }
   return absl::OkStatus();
 }
 

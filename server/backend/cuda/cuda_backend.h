@@ -117,6 +117,14 @@ class CudaBackend final : public DeviceBackend {
   absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value, uint64_t bytes) override;
   absl::Status FillRandom(BackendStream stream, uint64_t dst, const RngRequest& request,
                           uint64_t seed, uint64_t offset) override;
+  absl::Status CopyDeviceToDevice2D(BackendStream stream, DeviceIndex dst_device, uint64_t dst,
+                                    uint64_t dst_pitch, DeviceIndex src_device, uint64_t src,
+                                    uint64_t src_pitch, uint64_t row_bytes, uint64_t rows) override;
+  bool CanReadPeer(DeviceIndex device, DeviceIndex peer) const override;
+  absl::Status Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
+                      DeviceIndex src_device, uint64_t src, uint64_t count) override;
+  absl::Status FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data, uint64_t count,
+                             int ranks) override;
 
   void AbandonInterprocessWaits() override {
     abandon_waits_.store(true, std::memory_order_relaxed);
@@ -211,6 +219,9 @@ class CudaBackend final : public DeviceBackend {
 
   const Options options_;
   std::vector<std::unique_ptr<Device>> devices_;
+  // [device][peer]: whether kernels on `device` read `peer`'s memory (set
+  // by Init, read-only after).
+  std::vector<std::vector<bool>> peer_readable_;
   std::atomic<bool> abandon_waits_{false};
 
   mutable absl::Mutex mu_;

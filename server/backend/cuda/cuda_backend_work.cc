@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "server/backend/cuda/cuda_backend.h"
 #include "server/backend/cuda/fill_random_kernel.h"
+#include "server/backend/cuda/reduce_kernel.h"
 
 namespace gpumux {
 
@@ -176,6 +177,100 @@ absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const R
   launch.offset = offset;
   return Check(s.device, LaunchFillRandom(s.get(), reinterpret_cast<void*>(dst), launch),
                "the random fill kernel");
+}
+
+absl::Status CudaBackend::CopyDeviceToDevice2D(BackendStream stream, DeviceIndex dst_device,
+                                               uint64_t dst, uint64_t dst_pitch,
+                                               DeviceIndex src_device, uint64_t src,
+                                               uint64_t src_pitch, uint64_t row_bytes,
+                                               uint64_t rows) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(dst_device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (row_bytes == 0 || rows == 0) return absl::OkStatus();
+  if (dst_pitch < row_bytes || src_pitch < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("2D copy: pitches ", dst_pitch, " and ",
+                                                   src_pitch, " must be at least the row's ",
+                                                   row_bytes, " bytes"));
+  }
+  for (const uint64_t pitch : {dst_pitch, src_pitch}) {
+    if ((rows - 1) > (UINT64_MAX - row_bytes) / pitch)
+      return absl::InvalidArgumentError("2D copy: the rows overflow the address space");
+  }
+  GPUMUX_RETURN_IF_ERROR(CheckRange(dst_device, dst, (rows - 1) * dst_pitch + row_bytes));
+  GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, (rows - 1) * src_pitch + row_bytes));
+  // cudaMemcpy2D takes pitches up to cudaDeviceProp::memPitch (2^31 - 1);
+  // beyond, row by row.
+  constexpr uint64_t kMaxPitch = INT32_MAX;
+  if (dst_pitch > kMaxPitch || src_pitch > kMaxPitch) {
+    for (uint64_t r = 0; r < rows; ++r) {
+      auto* to = reinterpret_cast<void*>(dst + r * dst_pitch);
+      auto* from = reinterpret_cast<const void*>(src + r * src_pitch);
+      GPUMUX_RETURN_IF_ERROR(Check(
+          s.device,
+          cudaMemcpyPeerAsync(to, dst_device.value(), from, src_device.value(), row_bytes, s.get()),
+          "cudaMemcpyPeerAsync (a 2D copy's row)"));
+    }
+    return absl::OkStatus();
+  }
+  if (dst_device == src_device) {
+    return Check(s.device,
+                 cudaMemcpy2DAsync(reinterpret_cast<void*>(dst), dst_pitch,
+                                   reinterpret_cast<const void*>(src), src_pitch, row_bytes, rows,
+                                   cudaMemcpyDeviceToDevice, s.get()),
+                 "cudaMemcpy2DAsync");
+  }
+  cudaMemcpy3DPeerParms params = {};
+  params.dstPtr = cudaPitchedPtr{reinterpret_cast<void*>(dst), dst_pitch, row_bytes, rows};
+  params.dstDevice = dst_device.value();
+  params.srcPtr = cudaPitchedPtr{reinterpret_cast<void*>(src), src_pitch, row_bytes, rows};
+  params.srcDevice = src_device.value();
+  params.extent = cudaExtent{row_bytes, rows, 1};
+  return Check(s.device, cudaMemcpy3DPeerAsync(&params, s.get()), "cudaMemcpy3DPeerAsync");
+}
+
+bool CudaBackend::CanReadPeer(DeviceIndex device, DeviceIndex peer) const {
+  if (!CheckDevice(device).ok() || !CheckDevice(peer).ok()) return false;
+  return peer_readable_[device.value()][peer.value()];
+}
+
+absl::Status CudaBackend::Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
+                                 DeviceIndex src_device, uint64_t src, uint64_t count) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (count == 0) return absl::OkStatus();
+  if (!CanReadPeer(s.device, src_device)) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce on device ", s.device.value(),
+                                                   " cannot read device ", src_device.value(),
+                                                   "'s memory (no peer access)"));
+  }
+  const uint64_t element = RngElementSize(dtype);
+  if (count > UINT64_MAX / element)
+    return absl::InvalidArgumentError(absl::StrCat("reduce: ", count, " elements overflow"));
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, count * element));
+  GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, count * element));
+  return Check(
+      s.device,
+      LaunchReduce(s.get(), static_cast<int>(op), static_cast<int>(dtype),
+                   reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), count),
+      "the reduction kernel");
+}
+
+absl::Status CudaBackend::FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data,
+                                        uint64_t count, int ranks) {
+  GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
+  GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
+  if (count == 0) return absl::OkStatus();
+  const uint64_t element = RngElementSize(dtype);
+  if (count > UINT64_MAX / element)
+    return absl::InvalidArgumentError(absl::StrCat("average: ", count, " elements overflow"));
+  GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, data, count * element));
+  return Check(s.device,
+               LaunchFinishAverage(s.get(), static_cast<int>(dtype), reinterpret_cast<void*>(data),
+                                   count, ranks),
+               "the averaging kernel");
 }
 
 absl::Status CudaBackend::PinHostMemory(void* data, uint64_t bytes) {

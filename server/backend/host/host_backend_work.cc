@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "common/status_macros.h"
 
@@ -72,6 +73,68 @@ absl::Status HostBackend::FillRandom(BackendStream stream, uint64_t dst, const R
   GPUMUX_ASSIGN_OR_RETURN(HostView to, Translate(s->device(), dst, bytes));
   return Submit(*s, stream, [to = std::move(to), request, seed, offset] {
     gpumux::FillRandom(to.data, request, seed, offset);
+  });
+}
+
+absl::Status HostBackend::CopyDeviceToDevice2D(BackendStream stream, DeviceIndex dst_device,
+                                               uint64_t dst, uint64_t dst_pitch,
+                                               DeviceIndex src_device, uint64_t src,
+                                               uint64_t src_pitch, uint64_t row_bytes,
+                                               uint64_t rows) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  if (row_bytes == 0 || rows == 0) return absl::OkStatus();
+  if (dst_pitch < row_bytes || src_pitch < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("2D copy: pitches ", dst_pitch, " and ",
+                                                   src_pitch, " must be at least the row's ",
+                                                   row_bytes, " bytes"));
+  }
+  // The last row ends at (rows - 1) * pitch + row_bytes; no overflow for
+  // ranges Translate accepts, which lie in one segment.
+  const auto extent = [&](uint64_t pitch) -> absl::StatusOr<uint64_t> {
+    if ((rows - 1) > (UINT64_MAX - row_bytes) / pitch)
+      return absl::InvalidArgumentError("2D copy: the rows overflow the address space");
+    return (rows - 1) * pitch + row_bytes;
+  };
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t dst_extent, extent(dst_pitch));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t src_extent, extent(src_pitch));
+  GPUMUX_ASSIGN_OR_RETURN(HostView to, Translate(dst_device, dst, dst_extent));
+  GPUMUX_ASSIGN_OR_RETURN(HostView from, Translate(src_device, src, src_extent));
+  return Submit(
+      *s, stream,
+      [to = std::move(to), from = std::move(from), dst_pitch, src_pitch, row_bytes, rows] {
+        for (uint64_t r = 0; r < rows; ++r)
+          std::memmove(to.data + r * dst_pitch, from.data + r * src_pitch, row_bytes);
+      });
+}
+
+bool HostBackend::CanReadPeer(DeviceIndex /*device*/, DeviceIndex /*peer*/) const {
+  return true;  // every emulated device is this process's memory
+}
+
+absl::Status HostBackend::Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
+                                 DeviceIndex src_device, uint64_t src, uint64_t count) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  if (count == 0) return absl::OkStatus();
+  const uint64_t element = RngElementSize(dtype);
+  if (count > UINT64_MAX / element)
+    return absl::InvalidArgumentError(absl::StrCat("reduce: ", count, " elements overflow"));
+  GPUMUX_ASSIGN_OR_RETURN(HostView to, Translate(s->device(), dst, count * element));
+  GPUMUX_ASSIGN_OR_RETURN(HostView from, Translate(src_device, src, count * element));
+  return Submit(*s, stream, [to = std::move(to), from = std::move(from), op, dtype, count] {
+    Accumulate(op, dtype, to.data, from.data, count);
+  });
+}
+
+absl::Status HostBackend::FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data,
+                                        uint64_t count, int ranks) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  if (count == 0) return absl::OkStatus();
+  const uint64_t element = RngElementSize(dtype);
+  if (count > UINT64_MAX / element)
+    return absl::InvalidArgumentError(absl::StrCat("average: ", count, " elements overflow"));
+  GPUMUX_ASSIGN_OR_RETURN(HostView values, Translate(s->device(), data, count * element));
+  return Submit(*s, stream, [values = std::move(values), dtype, count, ranks] {
+    gpumux::FinishAverage(dtype, values.data, count, ranks);
   });
 }
 

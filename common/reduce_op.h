@@ -1,0 +1,11 @@
+#pragma once
+
+// The reductions of the collectives (torch.distributed.ReduceOp's SUM,
+// PRODUCT, MIN, MAX and AVG): a value type of the client's public API, apart
+// from the host arithmetic of common/reduce.h.
+
+namespace gpumux {
+
+enum class ReduceOp { kSum, kProduct, kMin, kMax, kAvg };
+
+}  // namespace gpumux
