@@ -14,4 +14,12 @@ inline constexpr size_t kMaxFreeIdsPerRequest = 65536;
 // Interprocess wait event handles (free fences) one free request may carry.
 inline constexpr size_t kMaxWaitEventHandlesPerRequest = 64;
 
+// Tensors one collective (the Comm service) may name, inputs and outputs
+// together, and devices in its device lists.
+inline constexpr size_t kMaxCommTensorsPerRequest = 4096;
+inline constexpr size_t kMaxCommDevicesPerRequest = 1024;
+// Dimensions of one tensor a collective describes (PyTorch's TensorIterator
+// takes at most 25; this only bounds the work of checking shapes).
+inline constexpr size_t kMaxTensorDims = 64;
+
 }  // namespace gpumux

@@ -50,17 +50,19 @@ absl::StatusOr<Shape> GatherShape(absl::Span<const Shape> inputs, int dim) {
     return absl::InvalidArgumentError("Expected at least one tensor to gather from");
   Shape expected = inputs.front();
   int64_t total = 0;
-  for (const Shape& input : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Shape& input = inputs[i];
     if (input.size() != expected.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("Gather got an input of invalid size: got ",
-                                                     FormatShape(input), ", but expected ",
-                                                     FormatShape(expected)));
+      // PyTorch's words, its missing space included.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Expected all input tensors to have the same number of dimensions, but tensor at index ",
+          i, "has ", input.size(), " dimensions, (expected ", expected.size(), ")"));
     }
     expected[static_cast<size_t>(dim)] = input[static_cast<size_t>(dim)];
     if (input != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("Gather got an input of invalid size: got ",
-                                                     FormatShape(input), ", but expected ",
-                                                     FormatShape(expected)));
+      return absl::InvalidArgumentError(absl::StrCat("Input tensor at index ", i,
+                                                     " has invalid shape ", FormatShape(input),
+                                                     ", but expected ", FormatShape(expected)));
     }
     total += input[static_cast<size_t>(dim)];
   }

@@ -39,8 +39,10 @@ std::vector<int64_t> ChunkSizes(int64_t size, int64_t chunks);
 absl::Status CheckChunkSizes(absl::Span<const int64_t> chunk_sizes, int64_t size);
 
 // gather's inputs: at least one ("Expected at least one tensor to gather
-// from"), all of one rank and equal in every dim but `dim` ("Gather got an
-// input of invalid size: got [..], but expected [..]"); the output's shape.
+// from"), all of one rank ("Expected all input tensors to have the same
+// number of dimensions, ...") and equal in every dim but `dim` ("Input tensor
+// at index I has invalid shape [..], but expected [..]"), with PyTorch 2's
+// words; the output's shape.
 // `dim` is wrapped already.
 absl::StatusOr<Shape> GatherShape(absl::Span<const Shape> inputs, int dim);
 

@@ -330,6 +330,12 @@ absl::Status MemoryManager::RecordStream(SessionId session, AllocationId id, Str
 absl::Status MemoryManager::EnqueueOnAllocations(
     SessionId session, absl::Span<const RangeUse> ranges, const ResolvedStream& stream,
     absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue) {
+  return EnqueueOnAllocations(session, ranges, absl::MakeConstSpan(&stream, 1), enqueue);
+}
+
+absl::Status MemoryManager::EnqueueOnAllocations(
+    SessionId session, absl::Span<const RangeUse> ranges, absl::Span<const ResolvedStream> streams,
+    absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue) {
   absl::InlinedVector<DeviceSpan, 2> spans;
   absl::InlinedVector<const Block*, 2> blocks;
   absl::MutexLock lock(&mu_);
@@ -346,7 +352,9 @@ absl::Status MemoryManager::EnqueueOnAllocations(
   }
   GPUMUX_RETURN_IF_ERROR(enqueue(spans));
   for (const Block* block : blocks) {
-    if (block->view.device == stream.device) RecordStreamLocked(*block, session, stream);
+    for (const ResolvedStream& stream : streams) {
+      if (block->view.device == stream.device) RecordStreamLocked(*block, session, stream);
+    }
   }
   return absl::OkStatus();
 }

@@ -208,6 +208,13 @@ class MemoryManager {
   absl::Status EnqueueOnAllocations(
       SessionId session, absl::Span<const RangeUse> ranges, const ResolvedStream& stream,
       absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
+  // The same for work queued on several devices' streams (a collective):
+  // each allocation is recorded on the one of `streams` on its device, if
+  // any.
+  absl::Status EnqueueOnAllocations(
+      SessionId session, absl::Span<const RangeUse> ranges,
+      absl::Span<const ResolvedStream> streams,
+      absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
 
   // A single-use token another session imports the allocation with.
   // FAILED_PRECONDITION unless it was allocated shareable;

@@ -62,10 +62,11 @@ TEST(TensorChunksTest, ChunkSizesAndGatherShapesAreCheckedWithPyTorchsMessages) 
   EXPECT_THAT(
       GatherShape({{2, 3, 4}, {2, 5, 5}}, 1).status(),
       StatusIs(absl::StatusCode::kInvalidArgument,
-               "Gather got an input of invalid size: got [2, 5, 5], but expected [2, 5, 4]"));
+               "Input tensor at index 1 has invalid shape [2, 5, 5], but expected [2, 5, 4]"));
   EXPECT_THAT(GatherShape({{2, 3}, {2, 3, 1}}, 0).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "Gather got an input of invalid size: got [2, 3, 1], but expected [2, 3]"));
+                       "Expected all input tensors to have the same number of dimensions, but "
+                       "tensor at index 1has 3 dimensions, (expected 2)"));
 }
 
 // Element (i0, i1, ...) of a row-major tensor holds its own flat index.
