@@ -33,6 +33,7 @@
 #include "common/logging.h"
 #include "common/memory_socket.h"
 #include "server/core/client_queries.h"
+#include "server/core/comm_work.h"
 #include "server/core/device_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
@@ -47,6 +48,7 @@
 #include "server/rpc/admin_socket_server.h"
 #include "server/rpc/blocking_executor.h"
 #include "server/rpc/call_metrics.h"
+#include "server/rpc/comm_service.h"
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
 #include "server/rpc/event_service.h"
@@ -66,9 +68,9 @@ namespace gpumux {
 namespace {
 
 constexpr const char* kServiceNames[] = {
-    "gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
-    "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
-    "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx"};
+    "gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory", "gpumux.v1.Observe",
+    "gpumux.v1.Stream",  "gpumux.v1.Event",  "gpumux.v1.Copy",   "gpumux.v1.Random",
+    "gpumux.v1.Nvtx",    "gpumux.v1.Comm"};
 constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Observe"};
 
 // Inline copies carry up to DeviceWork::kMaxInlineBytes; the rest of a
@@ -239,6 +241,7 @@ struct Daemon::State {
   std::unique_ptr<NvtxSink> nvtx_sink;
   std::unique_ptr<NvtxRanges> nvtx;
   std::unique_ptr<DeviceWork> work;
+  std::unique_ptr<CommWork> comm;
   std::unique_ptr<SessionLifecycle> lifecycle;
   // The daemon's questions to local-allocating clients and their answers.
   std::unique_ptr<ClientQueries> queries;
@@ -252,6 +255,7 @@ struct Daemon::State {
   std::unique_ptr<StreamService> stream_service;
   std::unique_ptr<EventService> event_service;
   std::unique_ptr<CopyService> copy_service;
+  std::unique_ptr<CommService> comm_service;
   std::unique_ptr<RandomService> random_service;
   std::unique_ptr<NvtxService> nvtx_service;
   std::unique_ptr<DeviceService> device_service;
@@ -266,6 +270,7 @@ struct Daemon::State {
     std::unique_ptr<StreamService> stream;
     std::unique_ptr<EventService> event;
     std::unique_ptr<CopyService> copy;
+    std::unique_ptr<CommService> comm;
     std::unique_ptr<RandomService> random;
     std::unique_ptr<NvtxService> nvtx;
     std::unique_ptr<AdminDenyService> admin_refusal;
@@ -356,6 +361,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
     tcp.stream = std::make_unique<StreamService>(streams.get(), &sessions, &executor);
     tcp.event = std::make_unique<EventService>(streams.get(), &sessions, &executor);
     tcp.copy = std::make_unique<CopyService>(work.get(), staging.get(), &sessions, &executor);
+    tcp.comm = std::make_unique<CommService>(comm.get(), &sessions, &executor);
     tcp.random = std::make_unique<RandomService>(rng.get(), work.get(), &sessions, &executor);
     tcp.nvtx = std::make_unique<NvtxService>(nvtx.get(), &sessions);
     tcp.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
@@ -364,7 +370,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
         AdminSocketPath(options.socket_path), " as root or gpumuxd's user"));
     for (grpc::Service* service : std::initializer_list<grpc::Service*>{
              tcp.session.get(), tcp.memory.get(), tcp.stream.get(), tcp.event.get(), tcp.copy.get(),
-             tcp.random.get(), tcp.nvtx.get(), tcp.admin_refusal.get()}) {
+             tcp.comm.get(), tcp.random.get(), tcp.nvtx.get(), tcp.admin_refusal.get()}) {
       builder.RegisterService(service);
     }
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -455,6 +461,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.nvtx = std::make_unique<NvtxRanges>(s.nvtx_sink.get());
   s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
                                         s.rng.get());
+  s.comm = std::make_unique<CommWork>(backend, s.memory.get(), s.streams.get(), s.staging.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get());
   s.queries = std::make_unique<ClientQueries>(&s.sessions);
@@ -467,6 +474,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
   s.copy_service =
       std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
+  s.comm_service = std::make_unique<CommService>(s.comm.get(), &s.sessions, &s.executor);
   s.random_service =
       std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
@@ -517,6 +525,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.stream_service.get());
   unix_builder.RegisterService(s.event_service.get());
   unix_builder.RegisterService(s.copy_service.get());
+  unix_builder.RegisterService(s.comm_service.get());
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
   unix_builder.RegisterService(s.unix_admin_refusal.get());

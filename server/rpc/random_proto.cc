@@ -4,9 +4,8 @@
 #include "common/status_macros.h"
 
 namespace gpumux {
-namespace {
 
-absl::StatusOr<RngDtype> FromProto(v1::Dtype dtype) {
+absl::StatusOr<RngDtype> DtypeFromProto(v1::Dtype dtype) {
   switch (dtype) {
     case v1::DTYPE_FLOAT32:
       return RngDtype::kF32;
@@ -29,11 +28,29 @@ absl::StatusOr<RngDtype> FromProto(v1::Dtype dtype) {
   }
 }
 
-}  // namespace
+v1::Dtype DtypeToProto(RngDtype dtype) {
+  switch (dtype) {
+    case RngDtype::kF32:
+      return v1::DTYPE_FLOAT32;
+    case RngDtype::kF64:
+      return v1::DTYPE_FLOAT64;
+    case RngDtype::kF16:
+      return v1::DTYPE_FLOAT16;
+    case RngDtype::kBF16:
+      return v1::DTYPE_BFLOAT16;
+    case RngDtype::kI32:
+      return v1::DTYPE_INT32;
+    case RngDtype::kI64:
+      return v1::DTYPE_INT64;
+    case RngDtype::kU8:
+      return v1::DTYPE_UINT8;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
 
 absl::StatusOr<RngRequest> FromProto(const v1::GenerateRequest& request) {
   RngRequest out;
-  GPUMUX_ASSIGN_OR_RETURN(out.dtype, FromProto(request.dtype()));
+  GPUMUX_ASSIGN_OR_RETURN(out.dtype, DtypeFromProto(request.dtype()));
   out.elements = request.elements();
   switch (request.distribution_case()) {
     case v1::GenerateRequest::kUniform:

@@ -10,6 +10,11 @@
 
 namespace gpumux {
 
+// INVALID_ARGUMENT for a dtype gpumux does not take (the RNG's: float32,
+// float64, float16, bfloat16, int32, int64, uint8).
+absl::StatusOr<RngDtype> DtypeFromProto(v1::Dtype dtype);
+v1::Dtype DtypeToProto(RngDtype dtype);
+
 // INVALID_ARGUMENT for a dtype the fills do not take or no distribution set.
 absl::StatusOr<RngRequest> FromProto(const v1::GenerateRequest& request);
 

@@ -9,6 +9,7 @@
 
 #include "common/admin_socket.h"
 #include "gpumux/v1/admin.grpc.pb.h"
+#include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
@@ -103,6 +104,35 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return me.memory().SetMemoryLimit(me.Context().get(), request, &response);
   };
 
+  // A float32 tensor of `shape` at `offset` into allocation `id`.
+  auto tensor = [](uint64_t id, std::vector<int64_t> shape, uint64_t offset = 0,
+                   v1::Dtype dtype = v1::DTYPE_FLOAT32) {
+    v1::Tensor t;
+    t.mutable_memory()->set_allocation_id(id);
+    t.mutable_memory()->set_offset(offset);
+    t.set_dtype(dtype);
+    for (int64_t s : shape) t.add_shape(s);
+    return t;
+  };
+  auto broadcast = [&](const v1::Tensor& t, std::vector<int64_t> devices, bool with_devices = true,
+                       uint64_t stream = 0) {
+    v1::BroadcastRequest request;
+    *request.mutable_tensor() = t;
+    if (with_devices) {
+      for (int64_t d : devices) request.mutable_devices()->add_devices(d);
+      request.mutable_devices();
+    }
+    if (stream != 0) (*request.mutable_options()->mutable_streams())[1] = stream;
+    v1::CommResponse response;
+    return me.comm().Broadcast(me.Context().get(), request, &response);
+  };
+  auto gather = [&](std::function<void(v1::GatherRequest&)> set) {
+    v1::GatherRequest request;
+    *request.add_tensors() = tensor(mine.allocation_id(), {4});
+    set(request);
+    v1::CommResponse response;
+    return me.comm().Gather(me.Context().get(), request, &response);
+  };
   const uint64_t stream1 = NewStream(me, 1);
   const uint64_t event0 = NewEvent(me, 0);
   const uint64_t timing0 = NewEvent(me, 0, {.enable_timing = true});
@@ -492,6 +522,106 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          request.set_size(16);
          v1::CopyResponse response;
          return me.copy().DeviceToDevice(me.Context().get(), request, &response);
+       }},
+      // Comm
+      {"broadcast with neither devices nor out", grpc::StatusCode::INVALID_ARGUMENT,
+       "Exactly one of 'devices' and 'out' must be specified, but got devices=None and out=None",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}), {}, false); }},
+      {"broadcast of a foreign allocation", grpc::StatusCode::NOT_FOUND, "not a live allocation",
+       [&] { return broadcast(tensor(theirs.allocation_id(), {4}), {1}); }},
+      {"broadcast of a tensor past its allocation", grpc::StatusCode::OUT_OF_RANGE,
+       "does not fit allocation",
+       [&] { return broadcast(tensor(mine.allocation_id(), {1025}), {1}); }},
+      {"broadcast at an offset near 2^64", grpc::StatusCode::OUT_OF_RANGE,
+       "does not fit allocation",
+       [&] { return broadcast(tensor(mine.allocation_id(), {2}, ~uint64_t{0}), {1}); }},
+      {"broadcast without a dtype", grpc::StatusCode::INVALID_ARGUMENT, "dtype 0 is not one of",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}, 0, v1::DTYPE_UNSPECIFIED), {1}); }},
+      {"a negative dimension", grpc::StatusCode::INVALID_ARGUMENT, "negative dimension -3: [2, -3]",
+       [&] {
+         return broadcast(tensor(mine.allocation_id(), {2, -3}), {1});
+       }},
+      {"a tensor of 65 dimensions", grpc::StatusCode::INVALID_ARGUMENT, "at most 64 dimensions",
+       [&] { return broadcast(tensor(mine.allocation_id(), std::vector<int64_t>(65, 1)), {1}); }},
+      {"a shape over 2^62 bytes", grpc::StatusCode::INVALID_ARGUMENT, "more than 2^62 bytes",
+       [&] {
+         return broadcast(tensor(mine.allocation_id(), {int64_t{1} << 40, int64_t{1} << 40}), {1});
+       }},
+      {"broadcast to a device out of range", grpc::StatusCode::INVALID_ARGUMENT, "device 9",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}), {9}); }},
+      {"broadcast to a negative device", grpc::StatusCode::INVALID_ARGUMENT,
+       "Expected non-negative device index, but got -1",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}), {-1}); }},
+      {"broadcast on another session's stream", grpc::StatusCode::NOT_FOUND, "not found",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}), {1}, true, their_stream); }},
+      {"broadcast_coalesced without devices", grpc::StatusCode::INVALID_ARGUMENT,
+       "at least one device",
+       [&] {
+         v1::BroadcastCoalescedRequest request;
+         *request.add_tensors() = tensor(mine.allocation_id(), {4});
+         v1::CommResponse response;
+         return me.comm().BroadcastCoalesced(me.Context().get(), request, &response);
+       }},
+      {"reduce_add without inputs", grpc::StatusCode::INVALID_ARGUMENT, "at least one input",
+       [&] {
+         v1::ReduceAddRequest request;
+         v1::CommResponse response;
+         return me.comm().ReduceAdd(me.Context().get(), request, &response);
+       }},
+      {"reduce_add_coalesced with lists of two lengths", grpc::StatusCode::INVALID_ARGUMENT,
+       "as many tensors on every GPU",
+       [&] {
+         v1::ReduceAddCoalescedRequest request;
+         *request.add_inputs()->add_tensors() = tensor(mine.allocation_id(), {4});
+         request.add_inputs();
+         v1::CommResponse response;
+         return me.comm().ReduceAddCoalesced(me.Context().get(), request, &response);
+       }},
+      {"scatter of a 0-d tensor", grpc::StatusCode::INVALID_ARGUMENT,
+       "chunk expects at least a 1-dimensional tensor",
+       [&] {
+         v1::ScatterRequest request;
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {});
+         request.mutable_devices()->add_devices(0);
+         v1::CommResponse response;
+         return me.comm().Scatter(me.Context().get(), request, &response);
+       }},
+      {"scatter with a chunk size of 0", grpc::StatusCode::INVALID_ARGUMENT,
+       "Chunk size must be positive",
+       [&] {
+         v1::ScatterRequest request;
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.mutable_devices()->add_devices(0);
+         request.mutable_devices()->add_devices(1);
+         request.mutable_chunk_sizes()->add_sizes(4);
+         request.mutable_chunk_sizes()->add_sizes(0);
+         v1::CommResponse response;
+         return me.comm().Scatter(me.Context().get(), request, &response);
+       }},
+      {"gather without a destination", grpc::StatusCode::INVALID_ARGUMENT, "set the destination",
+       [&] { return gather([](v1::GatherRequest&) {}); }},
+      {"gather with host_inline false", grpc::StatusCode::INVALID_ARGUMENT,
+       "host_inline is set to false",
+       [&] { return gather([](v1::GatherRequest& r) { r.set_host_inline(false); }); }},
+      {"gather to a staging buffer the session lacks", grpc::StatusCode::FAILED_PRECONDITION,
+       "staging buffer",
+       [&] { return gather([](v1::GatherRequest& r) { r.set_host_staging_offset(0); }); }},
+      {"gather to a device beyond int32", grpc::StatusCode::INVALID_ARGUMENT, "no device",
+       [&] { return gather([](v1::GatherRequest& r) { r.set_device(int64_t{1} << 40); }); }},
+      {"all_reduce without an op", grpc::StatusCode::INVALID_ARGUMENT, "reduce op 0 is not one of",
+       [&] {
+         v1::AllReduceRequest request;
+         *request.add_inputs() = tensor(mine.allocation_id(), {4});
+         v1::CommResponse response;
+         return me.comm().AllReduce(me.Context().get(), request, &response);
+       }},
+      {"all_reduce of 4097 tensors", grpc::StatusCode::INVALID_ARGUMENT, "at most 4096 tensors",
+       [&] {
+         v1::AllReduceRequest request;
+         for (int i = 0; i < 4097; ++i) *request.add_inputs() = tensor(mine.allocation_id(), {1});
+         request.set_op(v1::REDUCE_OP_SUM);
+         v1::CommResponse response;
+         return me.comm().AllReduce(me.Context().get(), request, &response);
        }},
       // Random
       {"fill past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",

@@ -352,9 +352,10 @@ TEST_F(TcpFullModeTest, HealthKnowsEveryServedServiceAndAdminIsRefused) {
   Start(FullOptions());
   auto channel = TlsChannel();
   auto health = grpc::health::v1::Health::NewStub(channel);
-  for (const char* service : {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
-                              "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
-                              "gpumux.v1.Copy", "gpumux.v1.Random", "gpumux.v1.Nvtx"}) {
+  for (const char* service :
+       {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory", "gpumux.v1.Observe",
+        "gpumux.v1.Stream", "gpumux.v1.Event", "gpumux.v1.Copy", "gpumux.v1.Random",
+        "gpumux.v1.Nvtx", "gpumux.v1.Comm"}) {
     grpc::health::v1::HealthCheckRequest request;
     request.set_service(service);
     grpc::health::v1::HealthCheckResponse response;

@@ -30,6 +30,7 @@ WireSession::WireSession(std::shared_ptr<grpc::Channel> channel, const std::stri
       stream_stub_(v1::Stream::NewStub(channel)),
       event_(v1::Event::NewStub(channel)),
       copy_(v1::Copy::NewStub(channel)),
+      comm_(v1::Comm::NewStub(channel)),
       random_(v1::Random::NewStub(channel)),
       nvtx_(v1::Nvtx::NewStub(channel)) {
   KeepGrpcInitialized();

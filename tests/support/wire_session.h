@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
@@ -44,6 +45,7 @@ class WireSession {
   v1::Stream::Stub& stream() { return *stream_stub_; }
   v1::Event::Stub& event() { return *event_; }
   v1::Copy::Stub& copy() { return *copy_; }
+  v1::Comm::Stub& comm() { return *comm_; }
   v1::Random::Stub& random() { return *random_; }
   v1::Nvtx::Stub& nvtx() { return *nvtx_; }
 
@@ -65,6 +67,7 @@ class WireSession {
   std::unique_ptr<v1::Stream::Stub> stream_stub_;
   std::unique_ptr<v1::Event::Stub> event_;
   std::unique_ptr<v1::Copy::Stub> copy_;
+  std::unique_ptr<v1::Comm::Stub> comm_;
   std::unique_ptr<v1::Random::Stub> random_;
   std::unique_ptr<v1::Nvtx::Stub> nvtx_;
   grpc::ClientContext stream_context_;
