@@ -182,6 +182,7 @@ Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Chan
       stream_stub_(v1::Stream::NewStub(channel_)),
       event_stub_(v1::Event::NewStub(channel_)),
       copy_stub_(v1::Copy::NewStub(channel_)),
+      comm_stub_(v1::Comm::NewStub(channel_)),
       random_stub_(v1::Random::NewStub(channel_)),
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),

@@ -26,6 +26,7 @@
 #include "client/session_stream.h"
 #include "client/staging_buffer.h"
 #include "common/memory_socket.h"
+#include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
@@ -141,6 +142,31 @@ class Client::Impl {
   // The PCI bus id of `device`, asked once.
   absl::StatusOr<std::string> PciBusId(DeviceIndex device);
 
+  // --- Collectives (client_comm.cc) ---
+  // One collective call: the tensors it names (to find results that are the
+  // caller's own memory), the devices taking part and their streams.
+  struct CommCall {
+    std::vector<const TensorRef*> named;
+    std::vector<DeviceIndex> devices;
+    std::vector<Stream> streams;  // one per device, once resolved
+  };
+  // Writes `tensor` into `out` and notes it in `call`. INVALID_ARGUMENT for a
+  // buffer of another Client, or no buffer for a tensor with elements.
+  absl::Status SetTensor(v1::Tensor* out, const TensorRef& tensor, absl::string_view role,
+                         CommCall& call) const;
+  // Notes a device taking part that no tensor names (a destination).
+  static void AddCommDevice(CommCall& call, int64_t device);
+  // Resolves the streams of `call` (options.streams, else the calling
+  // thread's current ones) into `proto`'s streams and the other options.
+  absl::Status SetCommOptions(v1::CommOptions* proto, const CollectiveOptions& options,
+                              CommCall& call);
+  // Runs `rpc` and turns its response into the caller's result: new
+  // allocations adopted, the caller's memory found again, local blocks told
+  // of the daemon's work on them.
+  absl::StatusOr<CollectiveResult> RunCollective(
+      CommCall& call, bool waited,
+      absl::FunctionRef<grpc::Status(grpc::ClientContext*, v1::CommResponse*)> rpc);
+
   // The Client this is the implementation of.
   Client& self_;
   const std::string address_;
@@ -153,6 +179,7 @@ class Client::Impl {
   const std::unique_ptr<v1::Stream::Stub> stream_stub_;
   const std::unique_ptr<v1::Event::Stub> event_stub_;
   const std::unique_ptr<v1::Copy::Stub> copy_stub_;
+  const std::unique_ptr<v1::Comm::Stub> comm_stub_;
   const std::unique_ptr<v1::Random::Stub> random_stub_;
   const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
   const uint64_t staging_buffer_size_;

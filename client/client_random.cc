@@ -14,24 +14,7 @@ namespace {
 
 // The bytes `elements` values of `dtype` fill; OUT_OF_RANGE past 2^64.
 absl::StatusOr<uint64_t> RandomFillBytes(Dtype dtype, uint64_t elements) {
-  uint64_t size = 1;
-  switch (dtype) {
-    case Dtype::kFloat64:
-    case Dtype::kInt64:
-      size = 8;
-      break;
-    case Dtype::kFloat32:
-    case Dtype::kInt32:
-      size = 4;
-      break;
-    case Dtype::kFloat16:
-    case Dtype::kBFloat16:
-      size = 2;
-      break;
-    case Dtype::kUInt8:
-      size = 1;
-      break;
-  }
+  const uint64_t size = DtypeSize(dtype);
   if (elements > UINT64_MAX / size) {
     return absl::OutOfRangeError(absl::StrCat(elements, " elements of ", size, " bytes overflow"));
   }

@@ -12,6 +12,24 @@ namespace gpumux {
 // The element type of generated values (torch.dtype).
 enum class Dtype { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
 
+// Bytes of one element (tensor.element_size()).
+constexpr uint64_t DtypeSize(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat64:
+    case Dtype::kInt64:
+      return 8;
+    case Dtype::kFloat32:
+    case Dtype::kInt32:
+      return 4;
+    case Dtype::kFloat16:
+    case Dtype::kBFloat16:
+      return 2;
+    case Dtype::kUInt8:
+      return 1;
+  }
+  return 1;
+}
+
 // Uniform on [low, high): torch.rand / tensor.uniform_(low, high), and for
 // integer dtypes torch.randint(low, high).
 struct Uniform {

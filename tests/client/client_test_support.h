@@ -66,6 +66,7 @@ class Gate {
                                       .count());
   }
   const Event& event() const { return event_; }
+  Event& event() { return event_; }  // for IpcHandle
 
  private:
   Event event_;

@@ -20,6 +20,7 @@
 #include "client/client.h"
 #include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
+#include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/observe.grpc.pb.h"
@@ -317,6 +318,63 @@ TEST_F(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
     ASSERT_OK(client_->CopyDeviceToHost(back.data(), *buffer, 0, n * 4).status());
     EXPECT_TRUE(back == expected) << (bits ? "bits" : "uniform");
   }
+}
+
+// torch.cuda.comm on one GPU: reduce_add of three inputs on the device runs
+// the reduction kernel (the fallback without NCCL), scatter and gather copy
+// 2D slabs, gather reaches the host, and all_reduce of one tensor is itself.
+TEST_F(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
+  const int64_t rows = 512;
+  const int64_t cols = 1031;
+  const uint64_t n = static_cast<uint64_t>(rows * cols);
+  std::vector<DeviceBuffer> inputs;
+  std::vector<std::vector<uint8_t>> host;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(n * 2, kDevice);
+    ASSERT_OK(buffer);
+    ASSERT_OK(client_->ManualSeed(100 + i, kDevice));
+    absl::StatusOr<GenerateResult> generated =
+        client_->Generate(*buffer, 0, Dtype::kFloat16, n, Uniform{-2.0, 2.0});
+    ASSERT_OK(generated);
+    std::vector<uint8_t> bytes(n * 2);
+    FillRandom(bytes.data(), RngRequest{RngDtype::kF16, RngKind::kUniform, n, -2.0, 2.0},
+               generated->seed, generated->offset);
+    host.push_back(std::move(bytes));
+    inputs.push_back(*std::move(buffer));
+  }
+  std::vector<TensorRef> refs;
+  for (const DeviceBuffer& buffer : inputs)
+    refs.push_back(TensorRef{&buffer, 0, Dtype::kFloat16, {rows, cols}, kDevice});
+  // reduce_add: the last input on the destination first, then the others.
+  absl::StatusOr<CollectiveResult> sum = client_->ReduceAdd(refs, kDevice);
+  ASSERT_OK(sum);
+  std::vector<uint8_t> expected = host[2];
+  Accumulate(ReduceOp::kSum, RngDtype::kF16, expected.data(), host[0].data(), n);
+  Accumulate(ReduceOp::kSum, RngDtype::kF16, expected.data(), host[1].data(), n);
+  std::vector<uint8_t> back(n * 2);
+  ASSERT_OK(client_->CopyDeviceToHost(back.data(), *sum->tensors[0].buffer(), 0, n * 2).status());
+  EXPECT_TRUE(back == expected);
+  // scatter along the last dim on device 0 twice, then gather it back.
+  absl::StatusOr<CollectiveResult> chunks = client_->Scatter(refs[0], {0, 0}, std::nullopt, -1);
+  ASSERT_OK(chunks);
+  ASSERT_EQ(chunks->tensors.size(), 2u);
+  absl::StatusOr<CollectiveResult> gathered =
+      client_->Gather({chunks->tensors[0].ref(), chunks->tensors[1].ref()}, 1, kDevice);
+  ASSERT_OK(gathered);
+  ASSERT_OK(
+      client_->CopyDeviceToHost(back.data(), *gathered->tensors[0].buffer(), 0, n * 2).status());
+  EXPECT_TRUE(back == host[0]);
+  std::vector<uint8_t> on_host(n * 2);
+  ASSERT_OK(client_->GatherToHost({chunks->tensors[0].ref(), chunks->tensors[1].ref()},
+                                  on_host.data(), on_host.size(), -1));
+  EXPECT_TRUE(on_host == host[0]);
+  // broadcast to its own device is the input; all_reduce of one tensor too.
+  absl::StatusOr<CollectiveResult> broadcast = client_->Broadcast(refs[1], {0});
+  ASSERT_OK(broadcast);
+  EXPECT_EQ(broadcast->tensors[0].buffer(), &inputs[1]);
+  ASSERT_OK(client_->AllReduce({refs[1]}, ReduceOp::kAvg));
+  ASSERT_OK(client_->CopyDeviceToHost(back.data(), inputs[1], 0, n * 2).status());
+  EXPECT_TRUE(back == host[1]);
 }
 
 // The figure: a client holding 4 GiB is SIGKILLed; within a second of
