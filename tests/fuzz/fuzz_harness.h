@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gpumux/v1/admin.grpc.pb.h"
+#include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
@@ -111,6 +112,13 @@ class FuzzHarness {
   void Track(const v1::CopyResponse& response) { TrackEvent(response.event()); }
   void Track(const v1::DeviceToHostResponse& response) { TrackEvent(response.event()); }
   void Track(const v1::GenerateResponse& response) { TrackEvent(response.event()); }
+  // A collective's new allocations and its completion event.
+  void Track(const v1::CommResponse& response) {
+    for (const v1::CommResult& result : response.results()) {
+      if (result.has_allocation()) allocations_.push_back(result.allocation().allocation_id());
+    }
+    TrackEvent(response.event());
+  }
   void Track(const google::protobuf::Message&) {}  // the other replies hand out nothing
 
   // After each input: the daemon answers Ping, and every so many inputs
