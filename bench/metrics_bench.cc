@@ -29,25 +29,13 @@
 #include "bench/bench_stats.h"
 #include "client/client.h"
 #include "httplib.h"
+#include "tests/support/free_port.h"
 
 namespace {
 
 using gpumux::bench::Percentile;
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMiB = uint64_t{1} << 20;
-
-// A port free now (the daemon binds it a moment later).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // A session holding what the bench's sessions hold.
 struct Holder {
@@ -70,7 +58,7 @@ int main(int argc, char** argv) {
                  std::string(parsed.message()).c_str(), argv[0]);
     return 2;
   }
-  const int port = FreePort();
+  const int port = gpumux::testing::FreePort();
   gpumux::bench::BenchDaemon daemon(
       gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : gpumuxd,
       {"--backend=host", "--host-devices=1", "--host-device-memory=4GiB",

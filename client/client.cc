@@ -183,6 +183,7 @@ Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Chan
       event_stub_(v1::Event::NewStub(channel_)),
       copy_stub_(v1::Copy::NewStub(channel_)),
       comm_stub_(v1::Comm::NewStub(channel_)),
+      group_stub_(v1::Group::NewStub(channel_)),
       random_stub_(v1::Random::NewStub(channel_)),
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),

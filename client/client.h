@@ -30,6 +30,7 @@
 #include "client/device_buffer.h"
 #include "client/device_properties.h"
 #include "client/event.h"
+#include "client/group_types.h"
 #include "client/memory_snapshot.h"
 #include "client/nvtx.h"
 #include "client/random_options.h"
@@ -444,6 +445,44 @@ class Client {
                                                 absl::Span<const TensorRef> outputs,
                                                 ReduceOp op = ReduceOp::kSum,
                                                 const CollectiveOptions& options = {});
+
+  // --- Groups of daemons (client_group.cc): torch.distributed ----------
+  // Daemons on several nodes form a named group; a client on each node then
+  // runs collectives on its own memory under the group's name, every member
+  // the same ones in the same order (torch.distributed's rule). Groups
+  // outlive the sessions that use them. Each collective returns once the
+  // result is in the tensor (the work queued before it on the tensor's
+  // stream ran first). A member daemon that died or cannot be reached fails
+  // it with UNAVAILABLE naming the peer, within the group's timeout; the
+  // group is then broken (FAILED_PRECONDITION) until formed again.
+  //
+  // Joins this client's daemon to a group and waits until every rank
+  // joined and connected; forming a group of the same name again replaces
+  // it.
+  absl::StatusOr<DaemonGroupInfo> FormGroup(const FormGroupOptions& options);
+  // Closes the daemon's group `name` (NOT_FOUND for none).
+  absl::Status DestroyGroup(absl::string_view name);
+  // The groups the daemon is in, by name.
+  absl::StatusOr<std::vector<DaemonGroupInfo>> ListGroups();
+  // dist.all_reduce(tensor, op): in place on every member.
+  absl::StatusOr<CollectiveResult> GroupAllReduce(absl::string_view group, const TensorRef& tensor,
+                                                  ReduceOp op = ReduceOp::kSum,
+                                                  const CollectiveOptions& options = {});
+  // dist.broadcast(tensor, src=root): every member's tensor gets root's.
+  absl::StatusOr<CollectiveResult> GroupBroadcast(absl::string_view group, const TensorRef& tensor,
+                                                  int root, const CollectiveOptions& options = {});
+  // dist.all_gather_into_tensor(output, input): `output` holds world_size
+  // times `input`'s elements, every rank's input in rank order.
+  absl::StatusOr<CollectiveResult> GroupAllGather(absl::string_view group, const TensorRef& input,
+                                                  const TensorRef& output,
+                                                  const CollectiveOptions& options = {});
+  // dist.reduce_scatter_tensor(output, input, op): `output` gets this rank's
+  // chunk of op over every rank's `input` (world_size times its elements).
+  absl::StatusOr<CollectiveResult> GroupReduceScatter(absl::string_view group,
+                                                      const TensorRef& input,
+                                                      const TensorRef& output,
+                                                      ReduceOp op = ReduceOp::kSum,
+                                                      const CollectiveOptions& options = {});
 
   // How many segments this client has mapped now.
   size_t MappedSegmentCountForTest() const;

@@ -37,22 +37,6 @@ Dtype DtypeFromProto(v1::Dtype dtype) {
   }
 }
 
-v1::ReduceOp ToProto(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return v1::REDUCE_OP_SUM;
-    case ReduceOp::kProduct:
-      return v1::REDUCE_OP_PRODUCT;
-    case ReduceOp::kMin:
-      return v1::REDUCE_OP_MIN;
-    case ReduceOp::kMax:
-      return v1::REDUCE_OP_MAX;
-    case ReduceOp::kAvg:
-      return v1::REDUCE_OP_AVG;
-  }
-  return v1::REDUCE_OP_UNSPECIFIED;  // the daemon refuses it
-}
-
 // Elements of `shape`, saturating (the daemon refuses what overflows).
 uint64_t Elements(const std::vector<int64_t>& shape) {
   uint64_t count = 1;

@@ -29,6 +29,7 @@
 #include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
@@ -180,6 +181,7 @@ class Client::Impl {
   const std::unique_ptr<v1::Event::Stub> event_stub_;
   const std::unique_ptr<v1::Copy::Stub> copy_stub_;
   const std::unique_ptr<v1::Comm::Stub> comm_stub_;
+  const std::unique_ptr<v1::Group::Stub> group_stub_;
   const std::unique_ptr<v1::Random::Stub> random_stub_;
   const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
   const uint64_t staging_buffer_size_;

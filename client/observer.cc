@@ -8,6 +8,7 @@
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 #include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "grpcpp/client_context.h"
 
@@ -22,6 +23,7 @@ class Observer::Impl {
     if (channel_.ok()) {
       device_stub_ = v1::Device::NewStub(*channel_);
       observe_stub_ = v1::Observe::NewStub(*channel_);
+      group_stub_ = v1::Group::NewStub(*channel_);
     }
   }
 
@@ -40,6 +42,7 @@ class Observer::Impl {
   // Null when channel_ failed.
   std::unique_ptr<v1::Device::Stub> device_stub_;
   std::unique_ptr<v1::Observe::Stub> observe_stub_;
+  std::unique_ptr<v1::Group::Stub> group_stub_;
 };
 
 Observer::Observer(absl::string_view address, const ChannelSecurity& security)
@@ -69,6 +72,17 @@ absl::StatusOr<std::vector<SessionInfo>> Observer::ListSessions() {
   sessions.reserve(response.sessions_size());
   for (const v1::SessionInfo& session : response.sessions()) sessions.push_back(FromProto(session));
   return sessions;
+}
+
+absl::StatusOr<std::vector<DaemonGroupInfo>> Observer::ListGroups() {
+  v1::ListGroupsResponse response;
+  GPUMUX_RETURN_IF_ERROR(impl_->CallDaemon([&](grpc::ClientContext* context) {
+    return impl_->group_stub_->ListGroups(context, v1::ListGroupsRequest(), &response);
+  }));
+  std::vector<DaemonGroupInfo> groups;
+  groups.reserve(response.groups_size());
+  for (const v1::GroupInfo& group : response.groups()) groups.push_back(FromProto(group));
+  return groups;
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> Observer::MemoryStats(

@@ -1,10 +1,9 @@
 #pragma once
 
 // libgpumux's read-only view of a daemon, for operators and their tools (the
-// gpumux CLI's devices, stats, summary, snapshot and sessions): the Device
-// and Observe services. It opens no session, so it also works against the
-// daemon's read-only TCP listener, and the daemon's books do not change by
-// looking at them.
+// gpumux CLI's devices, stats, summary, snapshot, sessions and groups): the
+// Device and Observe services, and Group.ListGroups. It opens no session, so it also works against
+// the daemon's read-only TCP listener, and the daemon's books do not change by looking at them.
 //
 // Every call has a 30-second deadline (an observe call that takes longer
 // means a wedged daemon) and returns the daemon's status; when the daemon
@@ -22,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "client/channel_security.h"
 #include "client/device_properties.h"
+#include "client/group_types.h"
 #include "client/memory_snapshot.h"
 #include "client/session_info.h"
 #include "common/default_address.h"
@@ -48,6 +48,9 @@ class Observer {
   absl::StatusOr<std::vector<DeviceProperties>> ListDevices();
   // The live sessions, by id.
   absl::StatusOr<std::vector<SessionInfo>> ListSessions();
+  // The groups of daemons this daemon is in, by name (Group.ListGroups;
+  // served on the Unix socket and in TCP full mode).
+  absl::StatusOr<std::vector<DaemonGroupInfo>> ListGroups();
   // torch.cuda.memory_stats(device) of the whole device, or of one session on
   // it: PyTorch's 122 keys. NOT_FOUND for a session that does not exist;
   // INVALID_ARGUMENT for a device out of range.

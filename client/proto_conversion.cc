@@ -140,4 +140,40 @@ v1::Dtype ToProto(Dtype dtype) {
   return v1::DTYPE_UNSPECIFIED;  // the daemon refuses it: INVALID_ARGUMENT
 }
 
+v1::ReduceOp ToProto(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return v1::REDUCE_OP_SUM;
+    case ReduceOp::kProduct:
+      return v1::REDUCE_OP_PRODUCT;
+    case ReduceOp::kMin:
+      return v1::REDUCE_OP_MIN;
+    case ReduceOp::kMax:
+      return v1::REDUCE_OP_MAX;
+    case ReduceOp::kAvg:
+      return v1::REDUCE_OP_AVG;
+  }
+  return v1::REDUCE_OP_UNSPECIFIED;  // the daemon refuses it
+}
+
+DaemonGroupInfo FromProto(const v1::GroupInfo& proto) {
+  DaemonGroupInfo info;
+  info.name = proto.name();
+  info.world_size = proto.world_size();
+  info.rank = proto.rank();
+  info.rendezvous_address = proto.rendezvous_address();
+  info.generation = proto.generation();
+  for (const v1::GroupMember& member : proto.members()) {
+    info.members.push_back(DaemonGroupMember{member.rank(), member.address()});
+  }
+  info.timeout = absl::Milliseconds(proto.timeout_ms());
+  info.state = proto.state();
+  info.error = proto.error();
+  info.collectives = proto.collectives();
+  info.bytes = proto.bytes();
+  info.formed_at = absl::FromUnixMillis(proto.formed_unix_ms());
+  info.form_time = absl::Milliseconds(proto.form_ms());
+  return info;
+}
+
 }  // namespace gpumux

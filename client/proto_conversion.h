@@ -10,13 +10,17 @@
 #include "allocator/caching_allocator.h"
 #include "client/copy_options.h"
 #include "client/device_properties.h"
+#include "client/group_types.h"
 #include "client/memory_snapshot.h"
 #include "client/random_options.h"
 #include "client/session_info.h"
 #include "client/stream.h"
+#include "common/reduce_op.h"
+#include "gpumux/v1/comm.pb.h"
 #include "gpumux/v1/common.pb.h"
 #include "gpumux/v1/copy.pb.h"
 #include "gpumux/v1/device.pb.h"
+#include "gpumux/v1/group.pb.h"
 #include "gpumux/v1/observe.pb.h"
 #include "gpumux/v1/random.pb.h"
 #include "gpumux/v1/stream.pb.h"
@@ -28,6 +32,7 @@ BlockInfo FromProto(const v1::SnapshotBlock& proto);
 SegmentInfo FromProto(const v1::SnapshotSegment& proto);
 std::vector<SegmentInfo> FromProto(const v1::MemorySnapshot& proto);
 SessionInfo FromProto(const v1::SessionInfo& proto);
+DaemonGroupInfo FromProto(const v1::GroupInfo& proto);
 // torch.cuda.memory_stats()'s dict: the keys as sent, sorted.
 std::map<std::string, int64_t> FromProto(const v1::MemoryStats& proto);
 
@@ -38,5 +43,7 @@ void ToProto(const SegmentSnapshot& segment, v1::SnapshotSegment* out);
 // CopyOptions for work queued on `stream` (already resolved from `options`).
 v1::CopyOptions ToProto(const Stream& stream, const CopyOptions& options);
 v1::Dtype ToProto(Dtype dtype);
+// REDUCE_OP_UNSPECIFIED for a value out of range (the daemon refuses it).
+v1::ReduceOp ToProto(ReduceOp op);
 
 }  // namespace gpumux

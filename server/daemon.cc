@@ -35,13 +35,17 @@
 #include "server/core/client_queries.h"
 #include "server/core/comm_work.h"
 #include "server/core/device_work.h"
+#include "server/core/group_registry.h"
+#include "server/core/group_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
+#include "server/core/rendezvous_store.h"
 #include "server/core/rng_generators.h"
 #include "server/core/session_lifecycle.h"
 #include "server/core/session_registry.h"
 #include "server/core/staging_buffers.h"
 #include "server/core/stream_manager.h"
+#include "server/group/gloo_transport.h"
 #include "server/http/metrics_http_server.h"
 #include "server/http/metrics_page.h"
 #include "server/rpc/admin_service.h"
@@ -52,11 +56,13 @@
 #include "server/rpc/copy_service.h"
 #include "server/rpc/device_service.h"
 #include "server/rpc/event_service.h"
+#include "server/rpc/group_service.h"
 #include "server/rpc/memory_service.h"
 #include "server/rpc/memory_socket_server.h"
 #include "server/rpc/nvtx_service.h"
 #include "server/rpc/observe_service.h"
 #include "server/rpc/parse_failure_interceptor.h"
+#include "server/rpc/peer_channels.h"
 #include "server/rpc/random_service.h"
 #include "server/rpc/session_service.h"
 #include "server/rpc/stream_service.h"
@@ -70,7 +76,7 @@ namespace {
 constexpr const char* kServiceNames[] = {
     "gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory", "gpumux.v1.Observe",
     "gpumux.v1.Stream",  "gpumux.v1.Event",  "gpumux.v1.Copy",   "gpumux.v1.Random",
-    "gpumux.v1.Nvtx",    "gpumux.v1.Comm"};
+    "gpumux.v1.Nvtx",    "gpumux.v1.Comm",   "gpumux.v1.Group"};
 constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Observe"};
 
 // Inline copies carry up to DeviceWork::kMaxInlineBytes; the rest of a
@@ -111,6 +117,26 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
   host.memory_files = memory_files;
   GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend, HostBackend::Create(host));
   return std::unique_ptr<DeviceBackend>(std::move(backend));
+}
+
+// Options::group_host, defaulted.
+std::string GroupHost(const Daemon::Options& options) {
+  if (!options.group_host.empty()) return options.group_host;
+  if (!options.listen_address.empty()) {
+    absl::StatusOr<HostPort> listen = ParseHostPort("--listen", options.listen_address);
+    if (listen.ok() && !listen->host.empty() && listen->host != "0.0.0.0" && listen->host != "::") {
+      return listen->host;
+    }
+  }
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+  return "127.0.0.1";
+}
+
+// "host:port", or "[host]:port" for an IPv6 address.
+std::string JoinHostPort(const std::string& host, int port) {
+  return host.find(':') == std::string::npos ? absl::StrCat(host, ":", port)
+                                             : absl::StrCat("[", host, "]:", port);
 }
 
 // True when something accepts connections on the Unix socket at `path`.
@@ -242,6 +268,13 @@ struct Daemon::State {
   std::unique_ptr<NvtxRanges> nvtx;
   std::unique_ptr<DeviceWork> work;
   std::unique_ptr<CommWork> comm;
+  // Groups of daemons: rank 0's rendezvous, the way to the other daemons,
+  // the Gloo connections, the groups and their collectives.
+  RendezvousStore rendezvous;
+  std::unique_ptr<PeerChannels> peers;
+  std::unique_ptr<GlooTransports> gloo;
+  std::unique_ptr<GroupRegistry> groups;
+  std::unique_ptr<GroupWork> group_work;
   std::unique_ptr<SessionLifecycle> lifecycle;
   // The daemon's questions to local-allocating clients and their answers.
   std::unique_ptr<ClientQueries> queries;
@@ -256,6 +289,7 @@ struct Daemon::State {
   std::unique_ptr<EventService> event_service;
   std::unique_ptr<CopyService> copy_service;
   std::unique_ptr<CommService> comm_service;
+  std::unique_ptr<GroupService> group_service;
   std::unique_ptr<RandomService> random_service;
   std::unique_ptr<NvtxService> nvtx_service;
   std::unique_ptr<DeviceService> device_service;
@@ -271,6 +305,8 @@ struct Daemon::State {
     std::unique_ptr<EventService> event;
     std::unique_ptr<CopyService> copy;
     std::unique_ptr<CommService> comm;
+    std::unique_ptr<GroupService> group;
+    std::unique_ptr<RendezvousService> rendezvous;
     std::unique_ptr<RandomService> random;
     std::unique_ptr<NvtxService> nvtx;
     std::unique_ptr<AdminDenyService> admin_refusal;
@@ -362,6 +398,9 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
     tcp.event = std::make_unique<EventService>(streams.get(), &sessions, &executor);
     tcp.copy = std::make_unique<CopyService>(work.get(), staging.get(), &sessions, &executor);
     tcp.comm = std::make_unique<CommService>(comm.get(), &sessions, &executor);
+    tcp.group =
+        std::make_unique<GroupService>(groups.get(), group_work.get(), &sessions, &executor);
+    tcp.rendezvous = std::make_unique<RendezvousService>(&rendezvous);
     tcp.random = std::make_unique<RandomService>(rng.get(), work.get(), &sessions, &executor);
     tcp.nvtx = std::make_unique<NvtxService>(nvtx.get(), &sessions);
     tcp.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
@@ -370,7 +409,8 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
         AdminSocketPath(options.socket_path), " as root or gpumuxd's user"));
     for (grpc::Service* service : std::initializer_list<grpc::Service*>{
              tcp.session.get(), tcp.memory.get(), tcp.stream.get(), tcp.event.get(), tcp.copy.get(),
-             tcp.comm.get(), tcp.random.get(), tcp.nvtx.get(), tcp.admin_refusal.get()}) {
+             tcp.comm.get(), tcp.group.get(), tcp.rendezvous.get(), tcp.random.get(),
+             tcp.nvtx.get(), tcp.admin_refusal.get()}) {
       builder.RegisterService(service);
     }
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -389,6 +429,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
   if (full) {
     for (const char* name : kServiceNames)
       tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
+    tcp_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Rendezvous", true);
   } else {
     for (const char* name : kTcpServiceNames)
       tcp_server->GetHealthCheckService()->SetServingStatus(name, true);
@@ -462,6 +503,31 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
                                         s.rng.get());
   s.comm = std::make_unique<CommWork>(backend, s.memory.get(), s.streams.get(), s.staging.get());
+  GPUMUX_ASSIGN_OR_RETURN(
+      s.peers, PeerChannels::Create(PeerSecurityFiles{.tls_ca_file = options.tls_client_ca_file,
+                                                      .tls_cert_file = options.tls_cert_file,
+                                                      .tls_key_file = options.tls_key_file,
+                                                      .auth_token_file = options.auth_token_file}));
+  const std::string group_host = GroupHost(options);
+  s.gloo = std::make_unique<GlooTransports>(group_host);
+  s.groups = std::make_unique<GroupRegistry>(
+      &s.rendezvous,
+      GroupRegistry::Hooks{
+          .connect_rendezvous =
+              [&s](const std::string& address) { return s.peers->Rendezvous(address); },
+          .connect_transport =
+              [&s](RendezvousPoint& rendezvous, const GroupSpec& spec, uint64_t generation) {
+                return s.gloo->Connect(rendezvous, spec, generation);
+              },
+          .probe = [&s](const std::string& address,
+                        absl::Duration timeout) { return s.peers->Probe(address, timeout); },
+          .own_address =
+              [&s, group_host] {
+                return s.tcp_port == 0 ? std::string() : JoinHostPort(group_host, s.tcp_port);
+              },
+          .serves_rendezvous = !options.listen_address.empty() && options.tcp_mode == "full"});
+  s.group_work =
+      std::make_unique<GroupWork>(s.groups.get(), backend, s.memory.get(), s.streams.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get());
   s.queries = std::make_unique<ClientQueries>(&s.sessions);
@@ -475,6 +541,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.copy_service =
       std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
   s.comm_service = std::make_unique<CommService>(s.comm.get(), &s.sessions, &s.executor);
+  s.group_service =
+      std::make_unique<GroupService>(s.groups.get(), s.group_work.get(), &s.sessions, &s.executor);
   s.random_service =
       std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
@@ -526,6 +594,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.event_service.get());
   unix_builder.RegisterService(s.copy_service.get());
   unix_builder.RegisterService(s.comm_service.get());
+  unix_builder.RegisterService(s.group_service.get());
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
   unix_builder.RegisterService(s.unix_admin_refusal.get());
@@ -647,6 +716,10 @@ void Daemon::Shutdown(int deadline_ms) {
   // Calls blocked on other processes' events (a hung client's) end now, so
   // the servers' shutdown is not held up by them.
   s.backend->AbandonInterprocessWaits();
+  // Rendezvous waits end, and every group closes (after its running
+  // collective, which its timeout bounds).
+  s.rendezvous.Close();
+  s.groups->Close();
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms);
   if (s.tcp_server != nullptr) s.tcp_server->Shutdown(deadline);
   s.admin_socket->Stop();  // no connection reaches the admin servers after this

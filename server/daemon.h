@@ -50,6 +50,11 @@ class Daemon {
     // (`authorization: Bearer <token>`; grpc.health.v1.Health/Check exempt);
     // needs TLS. Empty: no token (observe mode only).
     std::string auth_token_file;
+    // The address (name or IP) the daemons of a group reach this one at:
+    // its Gloo connections listen there, and with the TCP port it is the
+    // address it advertises to them. Empty: the host of listen_address
+    // unless it is a wildcard, else the machine's hostname.
+    std::string group_host;
     // "HOST:PORT" of the HTTP listener for /metrics, /healthz and /readyz
     // (server/http/metrics_http_server.h); empty for none. Port 0 picks a
     // free port (see metrics_port()).

@@ -45,6 +45,10 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "file holding the bearer token every TCP call must carry as 'authorization: Bearer "
           "<token>' (a trailing newline is dropped; needs TLS; grpc.health.v1.Health/Check is "
           "exempt)");
+ABSL_FLAG(std::string, group_host, "",
+          "address (name or IP) other daemons of a group reach this one at, for its group "
+          "connections and, with --listen's port, its rendezvous and probes; default: --listen's "
+          "host unless it is a wildcard, else the hostname");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT of an HTTP listener for Prometheus's /metrics, /healthz and /readyz (off by "
           "default; gpumux's port is 9408, e.g. 0.0.0.0:9408)");
@@ -212,6 +216,7 @@ int main(int argc, char** argv) {
   options.socket_group = absl::GetFlag(FLAGS_socket_group);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.tcp_mode = absl::GetFlag(FLAGS_tcp_mode);
+  options.group_host = absl::GetFlag(FLAGS_group_host);
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

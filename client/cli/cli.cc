@@ -23,6 +23,7 @@ constexpr Command kCommands[] = {
     {"tenants", RunTenants, kTenantsUsage},    {"tenant-limit", RunTenantLimit, kTenantLimitUsage},
     {"replay", RunReplay, kReplayUsage},       {"kill-session", RunKillSession, kKillSessionUsage},
     {"health", RunHealth, kHealthUsage},       {"top", RunTop, kTopUsage},
+    {"groups", RunGroups, kGroupsUsage},
 };
 
 bool AsksForHelp(const std::vector<std::string>& args) {
@@ -53,8 +54,9 @@ const std::string& CliUsage() {
       "\n"
       "commands:\n  ",
       kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
-      kSessionsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ", kTenantLimitUsage, "  ",
-      kKillSessionUsage, "  ", kHealthUsage, "  ", kTopUsage, "  ", kReplayUsage,
+      kSessionsUsage, "  ", kGroupsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ",
+      kTenantLimitUsage, "  ", kKillSessionUsage, "  ", kHealthUsage, "  ", kTopUsage, "  ",
+      kReplayUsage,
       "      (without --address: in this process; with it: as a client of that daemon,\n"
       "      allocating locally over its leases unless GPUMUX_ALLOCATION=daemon)\n"));
   return *usage;

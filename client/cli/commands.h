@@ -18,6 +18,7 @@ inline constexpr char kSummaryUsage[] =
     "gpumux summary [--device N] [--session ID] [--abbreviated]\n";
 inline constexpr char kSnapshotUsage[] = "gpumux snapshot [--device N] [--session ID] [--json]\n";
 inline constexpr char kSessionsUsage[] = "gpumux sessions [--json]\n";
+inline constexpr char kGroupsUsage[] = "gpumux groups [--json]\n";
 inline constexpr char kEmptyCacheUsage[] = "gpumux empty-cache [--device N]\n";
 inline constexpr char kTenantsUsage[] = "gpumux tenants [--json]\n";
 inline constexpr char kTenantLimitUsage[] = "gpumux tenant-limit TENANT SIZE|none [--device N]\n";
@@ -37,6 +38,8 @@ int RunSummary(const CommandContext& context, const std::vector<std::string>& ar
 int RunSnapshot(const CommandContext& context, const std::vector<std::string>& args);
 // Observe.ListSessions.
 int RunSessions(const CommandContext& context, const std::vector<std::string>& args);
+// Group.ListGroups: the groups of daemons the daemon is in.
+int RunGroups(const CommandContext& context, const std::vector<std::string>& args);
 // Opens a session and empties every session's cache (Memory.EmptyCache with
 // all_sessions) on one device or all.
 int RunEmptyCache(const CommandContext& context, const std::vector<std::string>& args);

@@ -1,4 +1,5 @@
-// devices, stats, summary, snapshot, sessions: the read-only observe surface.
+// devices, stats, summary, snapshot, sessions, groups: the read-only observe
+// surface.
 // They need no session, so they also work against a daemon's TCP listener.
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/devices_format.h"
 #include "client/cli/flag_parser.h"
+#include "client/cli/groups_format.h"
 #include "client/cli/sessions_format.h"
 #include "client/cli/snapshot_format.h"
 #include "client/cli/stats_format.h"
@@ -135,6 +137,19 @@ int RunSessions(const CommandContext& context, const std::vector<std::string>& a
       Observer(context.address, context.security).ListSessions();
   if (!sessions.ok()) return ReportError(context, sessions.status());
   *context.out << (parsed.json ? FormatSessionsJson(*sessions) : FormatSessionsTable(*sessions));
+  return kExitOk;
+}
+
+int RunGroups(const CommandContext& context, const std::vector<std::string>& args) {
+  ObserveArgs parsed;
+  int exit_code;
+  if (!ParseObserveArgs(context, args, {{"json"}}, kGroupsUsage, &parsed, &exit_code)) {
+    return exit_code;
+  }
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups =
+      Observer(context.address, context.security).ListGroups();
+  if (!groups.ok()) return ReportError(context, groups.status());
+  *context.out << (parsed.json ? FormatGroupsJson(*groups) : FormatGroupsTable(*groups));
   return kExitOk;
 }
 

@@ -71,6 +71,12 @@ absl::StatusOr<uint64_t> TensorBytes(const CommTensor& tensor) {
   return count * element;
 }
 
+}  // namespace
+
+absl::StatusOr<uint64_t> CommTensorBytes(const CommTensor& tensor) { return TensorBytes(tensor); }
+
+namespace {
+
 absl::Status CheckTensorCount(size_t count) {
   if (count <= kMaxCommTensorsPerRequest) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(

@@ -53,6 +53,10 @@ struct CommTensor {
   DeviceIndex device;
 };
 
+// A tensor's byte size: INVALID_ARGUMENT for too many dimensions, a negative
+// one (PyTorch's message), or more than 2^62 bytes.
+absl::StatusOr<uint64_t> CommTensorBytes(const CommTensor& tensor);
+
 struct CommResult {
   CommTensor tensor;
   // Set when the result is a new allocation of the session (tensor.id).

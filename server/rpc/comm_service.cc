@@ -9,7 +9,7 @@
 #include "common/request_limits.h"
 #include "common/status_macros.h"
 #include "server/rpc/comm_proto.h"
-#include "server/rpc/serve_session_call.h"
+#include "server/rpc/serve_collective.h"
 
 namespace gpumux {
 namespace {
@@ -36,45 +36,28 @@ absl::StatusOr<std::optional<std::vector<CommTensor>>> OptionalTensors(bool pres
   return FromProto(list.tensors());
 }
 
-// Runs `call(session, options)` (returning absl::StatusOr<CommDone>), on the
-// blocking executor when the options wait, and writes its results.
-template <typename Call>
-grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
-                                const SessionRegistry& sessions, BlockingExecutor& executor,
-                                const v1::CommOptions& proto_options, bool blocking,
-                                v1::CommResponse* response, Call call) {
-  return ServeSessionCallBlockingIf(
-      blocking || proto_options.wait(), context, sessions, executor,
-      [&proto_options, response, call = std::move(call)](SessionId session) -> absl::Status {
-        GPUMUX_ASSIGN_OR_RETURN(const CommOptions options, FromProto(proto_options));
-        GPUMUX_ASSIGN_OR_RETURN(const CommDone done, call(session, options));
-        ToProto(done, response);
-        return absl::OkStatus();
-      });
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* CommService::Broadcast(grpc::CallbackServerContext* context,
                                                  const v1::BroadcastRequest* request,
                                                  v1::CommResponse* response) {
-  return Serve(context, *sessions_, *executor_, request->options(), false, response,
-               [work = work_, request](SessionId session,
-                                       const CommOptions& options) -> absl::StatusOr<CommDone> {
-                 GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
-                 GPUMUX_ASSIGN_OR_RETURN(
-                     const auto devices,
-                     OptionalList(request->has_devices(), request->devices().devices()));
-                 GPUMUX_ASSIGN_OR_RETURN(const auto out,
-                                         OptionalTensors(request->has_out(), request->out()));
-                 return work->Broadcast(session, tensor, devices, out, options);
-               });
+  return ServeCollective(
+      context, *sessions_, *executor_, request->options(), false, response,
+      [work = work_, request](SessionId session,
+                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
+        GPUMUX_ASSIGN_OR_RETURN(const auto devices,
+                                OptionalList(request->has_devices(), request->devices().devices()));
+        GPUMUX_ASSIGN_OR_RETURN(const auto out,
+                                OptionalTensors(request->has_out(), request->out()));
+        return work->Broadcast(session, tensor, devices, out, options);
+      });
 }
 
 grpc::ServerUnaryReactor* CommService::BroadcastCoalesced(
     grpc::CallbackServerContext* context, const v1::BroadcastCoalescedRequest* request,
     v1::CommResponse* response) {
-  return Serve(
+  return ServeCollective(
       context, *sessions_, *executor_, request->options(), false, response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
@@ -88,19 +71,19 @@ grpc::ServerUnaryReactor* CommService::BroadcastCoalesced(
 grpc::ServerUnaryReactor* CommService::ReduceAdd(grpc::CallbackServerContext* context,
                                                  const v1::ReduceAddRequest* request,
                                                  v1::CommResponse* response) {
-  return Serve(context, *sessions_, *executor_, request->options(), false, response,
-               [work = work_, request](SessionId session,
-                                       const CommOptions& options) -> absl::StatusOr<CommDone> {
-                 GPUMUX_ASSIGN_OR_RETURN(const std::vector<CommTensor> inputs,
-                                         FromProto(request->inputs()));
-                 return work->ReduceAdd(session, inputs, request->destination(), options);
-               });
+  return ServeCollective(
+      context, *sessions_, *executor_, request->options(), false, response,
+      [work = work_, request](SessionId session,
+                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const std::vector<CommTensor> inputs, FromProto(request->inputs()));
+        return work->ReduceAdd(session, inputs, request->destination(), options);
+      });
 }
 
 grpc::ServerUnaryReactor* CommService::ReduceAddCoalesced(
     grpc::CallbackServerContext* context, const v1::ReduceAddCoalescedRequest* request,
     v1::CommResponse* response) {
-  return Serve(
+  return ServeCollective(
       context, *sessions_, *executor_, request->options(), false, response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
@@ -122,7 +105,7 @@ grpc::ServerUnaryReactor* CommService::ReduceAddCoalesced(
 grpc::ServerUnaryReactor* CommService::Scatter(grpc::CallbackServerContext* context,
                                                const v1::ScatterRequest* request,
                                                v1::CommResponse* response) {
-  return Serve(
+  return ServeCollective(
       context, *sessions_, *executor_, request->options(), false, response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
@@ -150,7 +133,7 @@ grpc::ServerUnaryReactor* CommService::Gather(grpc::CallbackServerContext* conte
                                               const v1::GatherRequest* request,
                                               v1::CommResponse* response) {
   const bool inline_bytes = request->destination_case() == v1::GatherRequest::kHostInline;
-  return Serve(
+  return ServeCollective(
       context, *sessions_, *executor_, request->options(), inline_bytes, response,
       [work = work_, request, response](SessionId session,
                                         const CommOptions& options) -> absl::StatusOr<CommDone> {
@@ -197,7 +180,7 @@ grpc::ServerUnaryReactor* CommService::Gather(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* CommService::AllReduce(grpc::CallbackServerContext* context,
                                                  const v1::AllReduceRequest* request,
                                                  v1::CommResponse* response) {
-  return Serve(
+  return ServeCollective(
       context, *sessions_, *executor_, request->options(), false, response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {

@@ -12,6 +12,7 @@
 #include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
@@ -132,6 +133,29 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     set(request);
     v1::CommResponse response;
     return me.comm().Gather(me.Context().get(), request, &response);
+  };
+  // Groups of daemons. This daemon has no TCP listener: groups of one only
+  // (Rendezvous is served on TCP; its bad inputs are in group_test).
+  auto groups = v1::Group::NewStub(channel);
+  auto form = [&](const std::string& name, int32_t world, int32_t rank,
+                  const std::string& rendezvous = "", int64_t timeout_ms = 0) {
+    v1::FormGroupRequest request;
+    request.set_name(name);
+    request.set_world_size(world);
+    request.set_rank(rank);
+    request.set_rendezvous_address(rendezvous);
+    request.set_timeout_ms(timeout_ms);
+    v1::GroupInfo response;
+    return groups->FormGroup(me.Context().get(), request, &response);
+  };
+  ASSERT_TRUE(form("solo", 1, 0).ok());
+  auto group_all_reduce = [&](const std::string& group, const v1::Tensor& t, v1::ReduceOp op) {
+    v1::GroupAllReduceRequest request;
+    request.set_group(group);
+    *request.mutable_tensor() = t;
+    request.set_op(op);
+    v1::CommResponse response;
+    return groups->AllReduce(me.Context().get(), request, &response);
   };
   const uint64_t stream1 = NewStream(me, 1);
   const uint64_t event0 = NewEvent(me, 0);
@@ -626,6 +650,125 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::CommResponse response;
          return me.comm().AllReduce(me.Context().get(), request, &response);
        }},
+      // Group
+      {"form a group with a space in its name", grpc::StatusCode::INVALID_ARGUMENT,
+       "may hold only [A-Za-z0-9._-]", [&] { return form("a b", 1, 0); }},
+      {"form a group of 129-character name", grpc::StatusCode::INVALID_ARGUMENT,
+       "1 to 128 characters, not 129", [&] { return form(std::string(129, 'g'), 1, 0); }},
+      {"form a group of world size 0", grpc::StatusCode::INVALID_ARGUMENT,
+       "world size is 1 to 1024, not 0", [&] { return form("g", 0, 0); }},
+      {"form a group of world size 1025", grpc::StatusCode::INVALID_ARGUMENT,
+       "world size is 1 to 1024, not 1025", [&] { return form("g", 1025, 0); }},
+      {"form a group as rank 2 of 2", grpc::StatusCode::INVALID_ARGUMENT,
+       "rank 2 is out of range for world size 2", [&] { return form("g", 2, 2); }},
+      {"form a group as rank -1", grpc::StatusCode::INVALID_ARGUMENT,
+       "rank -1 is out of range", [&] { return form("g", 2, -1); }},
+      {"form a group with a negative timeout", grpc::StatusCode::INVALID_ARGUMENT,
+       "a group timeout is 0", [&] { return form("g", 1, 0, "", -1); }},
+      {"form a group with a timeout over an hour", grpc::StatusCode::INVALID_ARGUMENT,
+       "a group timeout is 0", [&] { return form("g", 1, 0, "", 3600001); }},
+      {"form a group as rank 1 without a rendezvous", grpc::StatusCode::INVALID_ARGUMENT,
+       "needs the rendezvous address", [&] { return form("g", 2, 1); }},
+      {"lead a group of two without the full TCP listener", grpc::StatusCode::FAILED_PRECONDITION,
+       "--tcp-mode=full", [&] { return form("g", 2, 0); }},
+      {"join a group without TLS and the group's token", grpc::StatusCode::FAILED_PRECONDITION,
+       "needs TLS and the group's token", [&] { return form("g", 2, 1, "127.0.0.1:1"); }},
+      {"destroy a group this daemon is not in", grpc::StatusCode::NOT_FOUND,
+       "no group \"nope\"",
+       [&] {
+         v1::DestroyGroupRequest request;
+         request.set_name("nope");
+         v1::DestroyGroupResponse response;
+         return groups->DestroyGroup(me.Context().get(), request, &response);
+       }},
+      {"group all_reduce on a group this daemon is not in", grpc::StatusCode::NOT_FOUND,
+       "no group \"nope\"",
+       [&] { return group_all_reduce("nope", tensor(mine.allocation_id(), {4}), v1::REDUCE_OP_SUM); }},
+      {"group all_reduce without an op", grpc::StatusCode::INVALID_ARGUMENT,
+       "reduce op 0 is not one of",
+       [&] {
+         return group_all_reduce("solo", tensor(mine.allocation_id(), {4}),
+                                 v1::REDUCE_OP_UNSPECIFIED);
+       }},
+      {"group all_reduce of a foreign allocation", grpc::StatusCode::NOT_FOUND,
+       "not a live allocation",
+       [&] { return group_all_reduce("solo", tensor(theirs.allocation_id(), {4}), v1::REDUCE_OP_SUM); }},
+      {"group all_reduce past the allocation", grpc::StatusCode::OUT_OF_RANGE,
+       "does not fit allocation",
+       [&] { return group_all_reduce("solo", tensor(mine.allocation_id(), {2000}), v1::REDUCE_OP_SUM); }},
+      {"group all_reduce of a negative dimension", grpc::StatusCode::INVALID_ARGUMENT,
+       "negative dimension -4",
+       [&] { return group_all_reduce("solo", tensor(mine.allocation_id(), {-4}), v1::REDUCE_OP_SUM); }},
+      {"group all_reduce on another session's stream", grpc::StatusCode::NOT_FOUND, "stream",
+       [&] {
+         v1::GroupAllReduceRequest request;
+         request.set_group("solo");
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.set_op(v1::REDUCE_OP_SUM);
+         (*request.mutable_options()->mutable_streams())[0] = their_stream;
+         v1::CommResponse response;
+         return groups->AllReduce(me.Context().get(), request, &response);
+       }},
+      {"group broadcast from a root outside the group", grpc::StatusCode::INVALID_ARGUMENT,
+       "root rank 1 is out of range for world size 1",
+       [&] {
+         v1::GroupBroadcastRequest request;
+         request.set_group("solo");
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.set_root(1);
+         v1::CommResponse response;
+         return groups->Broadcast(me.Context().get(), request, &response);
+       }},
+      {"group all_gather into another dtype", grpc::StatusCode::INVALID_ARGUMENT,
+       "output tensor must have the same type as input tensor",
+       [&] {
+         v1::GroupAllGatherRequest request;
+         request.set_group("solo");
+         *request.mutable_input() = tensor(mine.allocation_id(), {4});
+         *request.mutable_output() = tensor(mine.allocation_id(), {4}, 0, v1::DTYPE_INT32);
+         v1::CommResponse response;
+         return groups->AllGather(me.Context().get(), request, &response);
+       }},
+      {"group all_gather across devices", grpc::StatusCode::INVALID_ARGUMENT,
+       "must be on the same device",
+       [&] {
+         v1::GroupAllGatherRequest request;
+         request.set_group("solo");
+         *request.mutable_input() = tensor(mine.allocation_id(), {4});
+         *request.mutable_output() = tensor(plain.allocation_id(), {4});
+         v1::CommResponse response;
+         return groups->AllGather(me.Context().get(), request, &response);
+       }},
+      {"group reduce_scatter of unequal sizes", grpc::StatusCode::INVALID_ARGUMENT,
+       "input tensor must be the same size as output size times world size",
+       [&] {
+         v1::GroupReduceScatterRequest request;
+         request.set_group("solo");
+         *request.mutable_input() = tensor(mine.allocation_id(), {8});
+         *request.mutable_output() = tensor(mine.allocation_id(), {4});
+         request.set_op(v1::REDUCE_OP_MAX);
+         v1::CommResponse response;
+         return groups->ReduceScatter(me.Context().get(), request, &response);
+       }},
+      {"group reduce_scatter with op 9", grpc::StatusCode::INVALID_ARGUMENT,
+       "reduce op 9 is not one of",
+       [&] {
+         v1::GroupReduceScatterRequest request;
+         request.set_group("solo");
+         *request.mutable_input() = tensor(mine.allocation_id(), {4});
+         *request.mutable_output() = tensor(mine.allocation_id(), {4});
+         request.set_op(static_cast<v1::ReduceOp>(9));
+         v1::CommResponse response;
+         return groups->ReduceScatter(me.Context().get(), request, &response);
+       }},
+      {"group collective without a session", grpc::StatusCode::UNAUTHENTICATED, "session",
+       [&] {
+         v1::GroupAllReduceRequest request;
+         request.set_group("solo");
+         grpc::ClientContext context;
+         v1::CommResponse response;
+         return groups->AllReduce(&context, request, &response);
+       }},
       // Random
       {"fill past the allocation", grpc::StatusCode::OUT_OF_RANGE, "outside allocation",
        [&] { return generate(mine.allocation_id(), v1::DTYPE_FLOAT32, 2000, 0, 1); }},
@@ -722,6 +865,17 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
   }
   // Each RNG case left its state; the daemon must still serve this session.
   EXPECT_TRUE(set_rng_state(std::string(16, '\0')).ok());
+  // No refusal broke the group of one.
+  EXPECT_TRUE(group_all_reduce("solo", tensor(mine.allocation_id(), {4}), v1::REDUCE_OP_SUM).ok());
+  {
+    grpc::ClientContext context;
+    v1::ListGroupsResponse listed;
+    ASSERT_TRUE(groups->ListGroups(&context, v1::ListGroupsRequest(), &listed).ok());
+    ASSERT_EQ(listed.groups_size(), 1);
+    EXPECT_EQ(listed.groups(0).name(), "solo");
+    EXPECT_EQ(listed.groups(0).state(), "ready");
+    EXPECT_EQ(listed.groups(0).collectives(), 1u);
+  }
 
   // Still serving: the sessions work, nothing leaked, a newcomer is fine.
   ASSERT_TRUE(

@@ -355,7 +355,7 @@ TEST_F(TcpFullModeTest, HealthKnowsEveryServedServiceAndAdminIsRefused) {
   for (const char* service :
        {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory", "gpumux.v1.Observe",
         "gpumux.v1.Stream", "gpumux.v1.Event", "gpumux.v1.Copy", "gpumux.v1.Random",
-        "gpumux.v1.Nvtx", "gpumux.v1.Comm"}) {
+        "gpumux.v1.Nvtx", "gpumux.v1.Comm", "gpumux.v1.Group", "gpumux.v1.Rendezvous"}) {
     grpc::health::v1::HealthCheckRequest request;
     request.set_service(service);
     grpc::health::v1::HealthCheckResponse response;

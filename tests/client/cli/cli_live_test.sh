@@ -74,7 +74,7 @@ start_client trainer pod-a ml/trainer-0 $((48 << 20))
 rc=0
 "$gpumux" --address "$sock" health > "$work/health" 2>&1 || rc=$?
 [[ $rc == 0 ]] || { cat "$work/health" >&2; fail "health on the Unix socket exited $rc"; }
-for service in Session Device Memory Observe Stream Event Copy Random Nvtx; do
+for service in Session Device Memory Observe Stream Event Copy Random Nvtx Comm Group; do
   grep -Eq "^gpumux\.v1\.$service +unix://$sock +SERVING$" "$work/health" ||
     { cat "$work/health" >&2; fail "health does not show gpumux.v1.$service SERVING"; }
 done

@@ -1,0 +1,300 @@
+// Groups of daemons (group.proto) against plain Gloo, in the same run:
+//   - N gpumuxd processes (host backend, TCP full mode with TLS and a token
+//     made by openssl) form a group; a client of each (a thread here) runs
+//     all_reduce (f32 sum) of S bytes on its own memory, for S from 1 MiB
+//     to --max-mib;
+//   - N plain Gloo processes (this program as children, --plain-rank) run
+//     the same ring all_reduce on host buffers of the same sizes, connected
+//     through a FileStore;
+// each as the median over rounds of the slowest rank's time, printed as
+// bandwidth (S / time) and as the ratio group / plain. Also the time to form
+// a fresh group, next to a 4-byte all_reduce on an existing one.
+//
+// usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_daemon.h"
+#include "bench/bench_flags.h"
+#include "client/client.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/tcp/device.h"
+#include "tests/support/free_port.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string gpumuxd;
+  int ranks = 2;
+  int rounds = 3;
+  int max_mib = 256;
+  // Set in a plain Gloo child.
+  int plain_rank = -1;
+  std::string plain_dir;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::vector<uint64_t> Sizes(int max_mib) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t mib = 1; mib <= static_cast<uint64_t>(max_mib); mib *= 4)
+    sizes.push_back(mib << 20);
+  return sizes;
+}
+
+std::vector<float> NonZero(uint64_t count, int rank) {
+  std::mt19937 rng(static_cast<uint32_t>(rank + 1));
+  std::uniform_real_distribution<float> pick(0.5f, 1.5f);
+  std::vector<float> v(count);
+  for (float& x : v) x = pick(rng);
+  return v;
+}
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "gpumux_group_bench: %s\n", what.c_str());
+  return 1;
+}
+
+// A plain Gloo rank: every size, rounds + 1 times (the first is warm-up),
+// each after a barrier; writes its seconds, one line per size, to
+// DIR/times.RANK.
+int PlainRank(const Flags& flags) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  gloo::rendezvous::FileStore store(flags.plain_dir);
+  auto context = std::make_shared<gloo::rendezvous::Context>(flags.plain_rank, flags.ranks);
+  context->setTimeout(std::chrono::seconds(60));
+  context->connectFullMesh(store, device);
+  std::ofstream out(absl::StrCat(flags.plain_dir, "/times.", flags.plain_rank));
+  uint32_t tag = 0;
+  for (uint64_t bytes : Sizes(flags.max_mib)) {
+    std::vector<float> data = NonZero(bytes / 4, flags.plain_rank);
+    for (int round = 0; round < flags.rounds + 1; ++round) {
+      gloo::BarrierOptions barrier(context);
+      barrier.setTag(tag++);
+      gloo::barrier(barrier);
+      const Clock::time_point start = Clock::now();
+      gloo::AllreduceOptions options(context);
+      options.setOutput(data.data(), data.size());
+      options.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      options.setTag(tag++);
+      gloo::allreduce(options);
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (round > 0) out << seconds << (round == flags.rounds ? "\n" : " ");
+    }
+  }
+  return 0;
+}
+
+// Runs body(round, rank) for every rank on its own thread, rounds + 1 times
+// (the first is warm-up); the median over rounds of the slowest rank's
+// seconds.
+template <typename Body>
+double SlowestRank(int ranks, int rounds, Body body) {
+  std::vector<double> medians;
+  for (int round = 0; round < rounds + 1; ++round) {
+    std::vector<double> seconds(ranks);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        ++ready;
+        while (ready < ranks) std::this_thread::yield();
+        const Clock::time_point start = Clock::now();
+        body(round, r);
+        seconds[r] = std::chrono::duration<double>(Clock::now() - start).count();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    if (round > 0) medians.push_back(*std::max_element(seconds.begin(), seconds.end()));
+  }
+  return medians.empty() ? 0 : Median(medians);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  absl::Status parsed = gpumux::bench::ParseBenchFlags(argc, argv,
+                                                       {{"gpumuxd", &flags.gpumuxd},
+                                                        {"ranks", &flags.ranks, 2, 8},
+                                                        {"rounds", &flags.rounds, 1, 100},
+                                                        {"max-mib", &flags.max_mib, 1, 1024},
+                                                        {"plain-rank", &flags.plain_rank, -1, 7},
+                                                        {"plain-dir", &flags.plain_dir}});
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s\nusage: %s [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]\n",
+                 std::string(parsed.message()).c_str(), argv[0]);
+    return 2;
+  }
+  if (flags.plain_rank >= 0) return PlainRank(flags);
+
+  char pattern[] = "/tmp/gpumux-group-bench-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  const std::string make_certs = absl::StrCat(
+      "(cd ", dir, " && openssl req -x509 ", ec,
+      " -days 2 -subj '/CN=bench ca' -addext basicConstraints=critical,CA:TRUE -addext "
+      "keyUsage=critical,keyCertSign,cRLSign -keyout ca.key -out ca.crt && printf "
+      "'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > node.ext && "
+      "openssl req ",
+      ec,
+      " -subj '/CN=gpumuxd' -keyout node.key -out node.csr && openssl x509 -req -days 2 -in "
+      "node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -extfile node.ext -out node.crt && echo "
+      "bench-token-0123456789 > token && chmod 600 token && mkdir plain) > /dev/null 2>&1");
+  if (std::system(make_certs.c_str()) != 0) return Fail("openssl could not make the certificates");
+
+  // The plain Gloo ranks first, as children of this program.
+  std::vector<pid_t> children;
+  for (int r = 0; r < flags.ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string self = "/proc/self/exe";
+      std::vector<std::string> args = {argv[0],
+                                       absl::StrCat("--ranks=", flags.ranks),
+                                       absl::StrCat("--rounds=", flags.rounds),
+                                       absl::StrCat("--max-mib=", flags.max_mib),
+                                       absl::StrCat("--plain-rank=", r),
+                                       "--plain-dir=" + dir + "/plain"};
+      std::vector<char*> argv_child;
+      for (std::string& a : args) argv_child.push_back(a.data());
+      argv_child.push_back(nullptr);
+      execv(self.c_str(), argv_child.data());
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return Fail("a plain Gloo rank failed");
+  }
+  const std::vector<uint64_t> sizes = Sizes(flags.max_mib);
+  std::vector<double> plain(sizes.size(), 0);
+  for (int r = 0; r < flags.ranks; ++r) {
+    std::ifstream in(absl::StrCat(dir, "/plain/times.", r));
+    std::string line;
+    for (size_t i = 0; i < sizes.size() && std::getline(in, line); ++i) {
+      std::vector<double> rounds;
+      for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty()))
+        rounds.push_back(std::atof(std::string(word).c_str()));
+      if (!rounds.empty()) plain[i] = std::max(plain[i], Median(rounds));
+    }
+  }
+
+  // The daemons and a client of each.
+  const uint64_t memory = (uint64_t{2} * flags.max_mib + 64) << 20;
+  std::vector<std::unique_ptr<gpumux::bench::BenchDaemon>> daemons;
+  std::vector<int> ports;
+  for (int r = 0; r < flags.ranks; ++r) {
+    ports.push_back(gpumux::testing::FreePort());
+    daemons.push_back(std::make_unique<gpumux::bench::BenchDaemon>(
+        flags.gpumuxd.empty() ? gpumux::bench::DefaultDaemonPath() : flags.gpumuxd,
+        std::vector<std::string>{
+            "--backend=host", "--host-devices=1", absl::StrCat("--host-device-memory=", memory),
+            absl::StrCat("--listen=127.0.0.1:", ports.back()), "--tcp-mode=full",
+            "--tls-cert=" + dir + "/node.crt", "--tls-key=" + dir + "/node.key",
+            "--tls-client-ca=" + dir + "/ca.crt", "--auth-token-file=" + dir + "/token",
+            "--group-host=127.0.0.1"}));
+  }
+  std::vector<std::unique_ptr<gpumux::Client>> clients;
+  for (int r = 0; r < flags.ranks; ++r) {
+    auto client = gpumux::Client::Connect(daemons[r]->address(), {.client_name = "group_bench"});
+    if (!client.ok()) return Fail(client.status().ToString());
+    clients.push_back(*std::move(client));
+  }
+  const std::string rendezvous = absl::StrCat("127.0.0.1:", ports[0]);
+  std::atomic<bool> failed{false};
+  auto form = [&](const std::string& name) {
+    return [&, name](int r) {
+      auto info = clients[r]->FormGroup({.name = name,
+                                         .world_size = flags.ranks,
+                                         .rank = r,
+                                         .rendezvous_address = rendezvous,
+                                         .timeout = absl::Seconds(60)});
+      if (!info.ok()) {
+        std::fprintf(stderr, "%s\n", info.status().ToString().c_str());
+        failed = true;
+      }
+    };
+  };
+  const double form_seconds = SlowestRank(
+      flags.ranks, flags.rounds, [&](int round, int r) { form(absl::StrCat("fresh", round))(r); });
+  SlowestRank(flags.ranks, 0, [&](int, int r) { form("bench")(r); });
+  if (failed) return Fail("forming a group failed");
+
+  std::vector<gpumux::DeviceBuffer> buffers;
+  std::vector<gpumux::DeviceBuffer> small;
+  for (int r = 0; r < flags.ranks; ++r) {
+    auto buffer = clients[r]->Allocate(sizes.back());
+    auto tiny = clients[r]->Allocate(4);
+    if (!buffer.ok() || !tiny.ok()) return Fail("allocation failed");
+    buffers.push_back(*std::move(buffer));
+    small.push_back(*std::move(tiny));
+  }
+  auto all_reduce = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
+    const gpumux::TensorRef tensor{
+        &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
+    if (!clients[r]->GroupAllReduce("bench", tensor).ok()) failed = true;
+  };
+  const double small_seconds =
+      SlowestRank(flags.ranks, flags.rounds, [&](int, int r) { all_reduce(r, small[r], 4); });
+  std::printf("group_ranks=%d\n", flags.ranks);
+  std::printf("group_form_fresh_ms=%.2f\n", form_seconds * 1e3);
+  std::printf("group_all_reduce_4b_existing_ms=%.3f\n", small_seconds * 1e3);
+  std::printf("group_form_fresh_over_existing_all_reduce=%.1f\n", form_seconds / small_seconds);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (int r = 0; r < flags.ranks; ++r) {
+      std::vector<float> data = NonZero(sizes[i] / 4, r);
+      if (!clients[r]->CopyHostToDevice(buffers[r], 0, data.data(), sizes[i], {.wait = true}).ok())
+        return Fail("upload failed");
+    }
+    const double seconds = SlowestRank(flags.ranks, flags.rounds,
+                                       [&](int, int r) { all_reduce(r, buffers[r], sizes[i]); });
+    if (failed) return Fail("a group all_reduce failed");
+    const uint64_t mib = sizes[i] >> 20;
+    std::printf("group_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
+                sizes[i] / seconds / 1e9);
+    std::printf("gloo_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
+                sizes[i] / plain[i] / 1e9);
+    std::printf("group_all_reduce_%llumib_over_gloo=%.3f\n", static_cast<unsigned long long>(mib),
+                plain[i] / seconds);
+  }
+  buffers.clear();
+  small.clear();
+  clients.clear();
+  daemons.clear();
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+  return 0;
+}

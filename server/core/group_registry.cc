@@ -1,0 +1,293 @@
+#include "server/core/group_registry.h"
+
+#include <algorithm>
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace gpumux {
+namespace {
+
+// Peers probed at once when a collective failed.
+constexpr size_t kProbeBatch = 64;
+constexpr absl::Duration kMaxProbeTime = absl::Seconds(2);
+// A group keeps its staging buffer between collectives up to this size.
+constexpr size_t kMaxKeptStaging = size_t{256} << 20;
+
+}  // namespace
+
+struct GroupRegistry::Group {
+  GroupSpec spec;
+  uint64_t generation = 0;
+  std::vector<GroupMemberInfo> members;
+  absl::Time formed_at;
+  absl::Duration form_time;
+
+  // Held while a collective runs, and to close the group.
+  absl::Mutex run_mu;
+  std::unique_ptr<GroupTransport> transport ABSL_GUARDED_BY(run_mu);
+  bool closed ABSL_GUARDED_BY(run_mu) = false;
+  std::vector<char> staging ABSL_GUARDED_BY(run_mu);
+
+  mutable absl::Mutex stats_mu;
+  bool broken ABSL_GUARDED_BY(stats_mu) = false;
+  std::string error ABSL_GUARDED_BY(stats_mu);
+  uint64_t collectives ABSL_GUARDED_BY(stats_mu) = 0;
+  uint64_t bytes ABSL_GUARDED_BY(stats_mu) = 0;
+
+  // Waits for a running collective, then drops the transport.
+  void CloseTransport() {
+    absl::MutexLock lock(&run_mu);
+    closed = true;
+    transport.reset();
+    staging = std::vector<char>();
+  }
+};
+
+char* GroupRegistry::Member::Staging(uint64_t bytes) {
+  if (staging_->size() < bytes) {
+    *staging_ = std::vector<char>();  // the old one goes first
+    staging_->resize(bytes);
+  }
+  return staging_->data();
+}
+
+GroupRegistry::~GroupRegistry() { Close(); }
+
+void GroupRegistry::Close() {
+  absl::flat_hash_map<std::string, std::shared_ptr<Group>> groups;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    groups.swap(groups_);
+  }
+  for (auto& [name, group] : groups) group->CloseTransport();
+}
+
+GroupInfoView GroupRegistry::View(const Group& group) {
+  GroupInfoView view{.spec = group.spec,
+                     .generation = group.generation,
+                     .members = group.members,
+                     .formed_at = group.formed_at,
+                     .form_time = group.form_time};
+  absl::MutexLock lock(&group.stats_mu);
+  view.broken = group.broken;
+  view.error = group.error;
+  view.collectives = group.collectives;
+  view.bytes = group.bytes;
+  return view;
+}
+
+absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
+  if (absl::Status status = CheckGroupName(spec.name); !status.ok()) return status;
+  if (absl::Status status = CheckGroupRank(spec.world_size, spec.rank); !status.ok()) {
+    return status;
+  }
+  if (spec.rank != 0 && spec.rendezvous_address.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", spec.rank, " of group \"", spec.name,
+                     "\" needs the rendezvous address: rank 0's daemon's HOST:PORT"));
+  }
+  if (spec.timeout <= absl::ZeroDuration() || spec.timeout > kMaxGroupTimeout) {
+    return absl::InvalidArgumentError(absl::StrCat("a group timeout is positive and at most ",
+                                                   absl::FormatDuration(kMaxGroupTimeout)));
+  }
+  if (spec.rank == 0 && spec.world_size > 1 && !hooks_.serves_rendezvous) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank 0 of group \"", spec.name, "\" (world size ", spec.world_size,
+        ") serves the rendezvous to the other daemons: start gpumuxd with --listen and "
+        "--tcp-mode=full (TLS and the group's token)"));
+  }
+  // A group of the same name ends first: its members are forming anew.
+  std::shared_ptr<Group> old;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("the daemon is shutting down");
+    auto it = groups_.find(spec.name);
+    if (it != groups_.end()) {
+      old = std::move(it->second);
+      groups_.erase(it);
+    } else if (groups_.size() >= kMaxGroups) {
+      return absl::ResourceExhaustedError(absl::StrCat("this daemon is in ", kMaxGroups,
+                                                       " groups already: destroy one to form \"",
+                                                       spec.name, "\""));
+    }
+  }
+  if (old != nullptr) old->CloseTransport();
+
+  const absl::Time start = absl::Now();
+  std::unique_ptr<RendezvousPoint> remote;
+  RendezvousPoint* rendezvous = store_;
+  if (spec.rank != 0) {
+    absl::StatusOr<std::unique_ptr<RendezvousPoint>> connected =
+        hooks_.connect_rendezvous(spec.rendezvous_address);
+    if (!connected.ok()) return connected.status();
+    remote = *std::move(connected);
+    rendezvous = remote.get();
+  }
+  absl::StatusOr<RendezvousRound> round =
+      rendezvous->Join(spec.name, spec.world_size, spec.rank, hooks_.own_address(), spec.timeout);
+  if (!round.ok()) return round.status();
+  absl::StatusOr<std::unique_ptr<GroupTransport>> transport =
+      hooks_.connect_transport(*rendezvous, spec, round->generation);
+  if (!transport.ok()) {
+    return absl::Status(
+        transport.status().code(),
+        absl::StrCat("group \"", spec.name, "\" (rank ", spec.rank, " of ", spec.world_size,
+                     ", round ", round->generation,
+                     "): connecting the members failed: ", transport.status().message()));
+  }
+  auto group = std::make_shared<Group>();
+  group->spec = spec;
+  group->generation = round->generation;
+  group->members = std::move(round->members);
+  group->formed_at = absl::Now();
+  group->form_time = group->formed_at - start;
+  {
+    absl::MutexLock run(&group->run_mu);
+    group->transport = *std::move(transport);
+  }
+  GroupInfoView view = View(*group);
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      group->CloseTransport();
+      return absl::UnavailableError("the daemon is shutting down");
+    }
+    std::shared_ptr<Group>& slot = groups_[spec.name];
+    // Formed concurrently by another call: the newer one stays.
+    if (slot != nullptr) old = std::move(slot);
+    slot = group;
+  }
+  if (old != nullptr) old->CloseTransport();
+  spdlog::info("group \"{}\": rank {} of {}, round {}, formed in {}", spec.name, spec.rank,
+               spec.world_size, view.generation, absl::FormatDuration(view.form_time));
+  return view;
+}
+
+absl::Status GroupRegistry::Destroy(absl::string_view name) {
+  std::shared_ptr<Group> group;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(name);
+    if (it == groups_.end()) {
+      return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+    }
+    group = std::move(it->second);
+    groups_.erase(it);
+  }
+  group->CloseTransport();
+  spdlog::info("group \"{}\": destroyed", std::string(name));
+  return absl::OkStatus();
+}
+
+std::vector<GroupInfoView> GroupRegistry::List() const {
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, group] : groups_) groups.push_back(group);
+  }
+  std::vector<GroupInfoView> views;
+  views.reserve(groups.size());
+  for (const auto& group : groups) views.push_back(View(*group));
+  std::sort(views.begin(), views.end(), [](const GroupInfoView& a, const GroupInfoView& b) {
+    return a.spec.name < b.spec.name;
+  });
+  return views;
+}
+
+absl::StatusOr<GroupInfoView> GroupRegistry::Get(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(name);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+  }
+  return View(*it->second);
+}
+
+absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collective,
+                                uint64_t bytes, absl::FunctionRef<absl::Status(Member&)> body) {
+  std::shared_ptr<Group> group;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(name);
+    if (it == groups_.end()) {
+      return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+    }
+    group = it->second;
+  }
+  absl::MutexLock run(&group->run_mu);
+  if (group->closed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group \"", name, "\" was formed again or destroyed during the call"));
+  }
+  {
+    absl::MutexLock lock(&group->stats_mu);
+    if (group->broken) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group \"", name, "\" is broken; form it again. It broke with: ", group->error));
+    }
+  }
+  Member member;
+  member.rank_ = group->spec.rank;
+  member.world_size_ = group->spec.world_size;
+  member.transport_ = group->transport.get();
+  member.staging_ = &group->staging;
+  absl::Status status = body(member);
+  if (group->staging.size() > kMaxKeptStaging) group->staging = std::vector<char>();
+  absl::MutexLock lock(&group->stats_mu);
+  if (status.ok()) {
+    ++group->collectives;
+    group->bytes += bytes;
+    return status;
+  }
+  if (!member.failed_) return status;  // the session's side: the group is fine
+  status = Diagnose(*group, collective, status);
+  group->broken = true;
+  group->error = std::string(status.message());
+  spdlog::warn("{}", std::string(status.message()));
+  return status;
+}
+
+absl::Status GroupRegistry::Diagnose(const Group& group, absl::string_view collective,
+                                     const absl::Status& failure) const {
+  const std::string what =
+      absl::StrCat("group \"", group.spec.name, "\" (rank ", group.spec.rank, " of ",
+                   group.spec.world_size, "): ", collective, " failed");
+  std::vector<const GroupMemberInfo*> peers;
+  for (const GroupMemberInfo& member : group.members) {
+    if (member.rank != group.spec.rank && !member.address.empty()) peers.push_back(&member);
+  }
+  const absl::Duration probe_time = std::min(group.spec.timeout, kMaxProbeTime);
+  std::vector<std::string> unreachable;
+  for (size_t first = 0; first < peers.size(); first += kProbeBatch) {
+    std::vector<std::future<bool>> answers;
+    const size_t end = std::min(peers.size(), first + kProbeBatch);
+    for (size_t i = first; i < end; ++i) {
+      answers.push_back(std::async(std::launch::async, [this, peer = peers[i], probe_time] {
+        return hooks_.probe(peer->address, probe_time);
+      }));
+    }
+    for (size_t i = first; i < end; ++i) {
+      if (!answers[i - first].get()) {
+        unreachable.push_back(absl::StrCat("rank ", peers[i]->rank, " (", peers[i]->address, ")"));
+      }
+    }
+  }
+  if (!unreachable.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        what, ": peer ", absl::StrJoin(unreachable, ", peer "),
+        unreachable.size() == 1 ? " is" : " are", " unreachable (", failure.message(), ")"));
+  }
+  return absl::Status(failure.code(),
+                      absl::StrCat(what, ": ", failure.message(),
+                                   peers.empty() ? ""
+                                                 : " (every peer daemon answers: one did not run "
+                                                   "the same collective in time, or left the "
+                                                   "group)"));
+}
+
+}  // namespace gpumux

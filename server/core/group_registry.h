@@ -1,0 +1,167 @@
+#pragma once
+
+// GroupRegistry: the groups of daemons this daemon belongs to
+// (proto/gpumux/v1/group.proto), by name. Forming one joins the rendezvous
+// (rank 0's RendezvousStore, in this process for rank 0 and over gRPC for
+// the others) and connects a GroupTransport (server/group: Gloo over TCP);
+// Run then runs one collective at a time per group on host memory. A
+// collective that fails breaks its group: the error is checked against the
+// peers (each member daemon is probed at its address), so that a dead or
+// unreachable peer is named, with UNAVAILABLE; every later collective of the
+// group is FAILED_PRECONDITION until the group is formed again. Groups do not
+// belong to sessions; they end when formed again, destroyed, or at Close().
+// Thread-safe.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/reduce.h"
+#include "common/rng_fill.h"
+#include "server/core/rendezvous_store.h"
+
+namespace gpumux {
+
+// The members of one group, connected: collectives on host memory, one at a
+// time (the registry serializes them). Errors: UNAVAILABLE when a peer
+// closed its connection, DEADLINE_EXCEEDED when the group's timeout passed
+// (the message the transport's own); the transport is unusable after one.
+class GroupTransport {
+ public:
+  virtual ~GroupTransport() = default;
+  // data[i] = op over every rank's data[i], for `count` elements of `dtype`
+  // with common/reduce.h's steps (kAvg divides by the world size at the end).
+  virtual absl::Status AllReduce(void* data, uint64_t count, RngDtype dtype, ReduceOp op) = 0;
+  // Every rank's `bytes` at data get rank `root`'s.
+  virtual absl::Status Broadcast(void* data, uint64_t bytes, int root) = 0;
+  // output[r * bytes, (r + 1) * bytes) gets rank r's `bytes` at input.
+  virtual absl::Status AllGather(const void* input, void* output, uint64_t bytes) = 0;
+};
+
+struct GroupSpec {
+  std::string name;
+  int world_size = 1;
+  int rank = 0;
+  std::string rendezvous_address;
+  absl::Duration timeout = kDefaultGroupTimeout;
+};
+
+struct GroupInfoView {
+  GroupSpec spec;
+  uint64_t generation = 0;
+  std::vector<GroupMemberInfo> members;
+  bool broken = false;
+  std::string error;
+  uint64_t collectives = 0;
+  uint64_t bytes = 0;
+  absl::Time formed_at;
+  absl::Duration form_time;
+};
+
+class GroupRegistry {
+ public:
+  struct Hooks {
+    // A RendezvousPoint that reaches rank 0's daemon at `address`.
+    std::function<absl::StatusOr<std::unique_ptr<RendezvousPoint>>(const std::string& address)>
+        connect_rendezvous;
+    // Connects the members of a completed round through `rendezvous`.
+    std::function<absl::StatusOr<std::unique_ptr<GroupTransport>>(
+        RendezvousPoint& rendezvous, const GroupSpec& spec, uint64_t generation)>
+        connect_transport;
+    // Whether the daemon at `address` answers within `timeout`.
+    std::function<bool(const std::string& address, absl::Duration timeout)> probe;
+    // The address this daemon advertises to its peers ("" for none).
+    std::function<std::string()> own_address;
+    // Whether the other daemons can reach `store` (rank 0 of a group of
+    // more than one needs it).
+    bool serves_rendezvous = false;
+  };
+
+  // `store` (rank 0's rendezvous, served to the others) must outlive this.
+  GroupRegistry(RendezvousStore* store, Hooks hooks) : store_(store), hooks_(std::move(hooks)) {}
+  ~GroupRegistry();
+
+  // At most this many groups at once.
+  static constexpr size_t kMaxGroups = 256;
+
+  // Joins and connects; replaces a group of the same name (closed first).
+  // INVALID_ARGUMENT for a bad name, rank or world size, or no rendezvous
+  // address on a rank other than 0; FAILED_PRECONDITION for rank 0 of more
+  // than one where the rendezvous is not served; RESOURCE_EXHAUSTED past
+  // kMaxGroups; what the rendezvous and the transport return otherwise
+  // (nothing is kept then).
+  absl::StatusOr<GroupInfoView> Form(const GroupSpec& spec);
+  // NOT_FOUND for a group this daemon is not in.
+  absl::Status Destroy(absl::string_view name);
+  std::vector<GroupInfoView> List() const;
+
+  // What a collective of a group runs with: its rank, world size, the
+  // transport (a call that fails breaks the group) and a host staging
+  // buffer kept between its collectives.
+  class Member {
+   public:
+    int rank() const { return rank_; }
+    int world_size() const { return world_size_; }
+    absl::Status AllReduce(void* data, uint64_t count, RngDtype dtype, ReduceOp op) {
+      return Note(transport_->AllReduce(data, count, dtype, op));
+    }
+    absl::Status Broadcast(void* data, uint64_t bytes, int root) {
+      return Note(transport_->Broadcast(data, bytes, root));
+    }
+    absl::Status AllGather(const void* input, void* output, uint64_t bytes) {
+      return Note(transport_->AllGather(input, output, bytes));
+    }
+    // At least `bytes` of host memory, valid until the collective returns.
+    char* Staging(uint64_t bytes);
+
+   private:
+    friend class GroupRegistry;
+    absl::Status Note(absl::Status status) {
+      if (!status.ok()) failed_ = true;
+      return status;
+    }
+    int rank_ = 0;
+    int world_size_ = 1;
+    GroupTransport* transport_ = nullptr;
+    std::vector<char>* staging_ = nullptr;
+    bool failed_ = false;
+  };
+  // Runs `body` on group `name`, alone among the group's collectives;
+  // `collective` names it in messages (e.g. "all_reduce"), `bytes` counts
+  // toward the group's figures. NOT_FOUND for an unknown group,
+  // FAILED_PRECONDITION for a broken one; otherwise `body`'s status, and
+  // when a transport call failed the group breaks and the status names the
+  // unreachable peers (see above).
+  absl::Status Run(absl::string_view name, absl::string_view collective, uint64_t bytes,
+                   absl::FunctionRef<absl::Status(Member&)> body);
+  // Info and the rank and world size of group `name` (NOT_FOUND if none).
+  absl::StatusOr<GroupInfoView> Get(absl::string_view name) const;
+
+  // Closes every group (shutdown).
+  void Close();
+
+ private:
+  struct Group;
+  // A failed collective's status, with the unreachable peers named.
+  absl::Status Diagnose(const Group& group, absl::string_view collective,
+                        const absl::Status& failure) const;
+  static GroupInfoView View(const Group& group);
+
+  RendezvousStore* store_;
+  const Hooks hooks_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace gpumux

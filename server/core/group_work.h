@@ -1,0 +1,77 @@
+#pragma once
+
+// GroupWork: a session's collectives on a group of daemons
+// (server/core/group_registry.h), torch.distributed's all_reduce,
+// broadcast, all_gather_into_tensor and reduce_scatter_tensor on its own
+// memory. Each call takes its tensors' device stream (CommOptions::streams,
+// else the default stream), copies the input to the group's host staging
+// buffer once the work queued before it ran, runs the group's transport, and
+// copies the result back on the same stream; it returns once the result is
+// in the session's memory (the transport is synchronous: its peers' work is
+// in it). Thread-safe; one collective of a group runs at a time.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/ids.h"
+#include "common/reduce.h"
+#include "server/backend/device_backend.h"
+#include "server/core/comm_work.h"
+#include "server/core/group_registry.h"
+#include "server/core/memory_manager.h"
+#include "server/core/stream_manager.h"
+
+namespace gpumux {
+
+class GroupWork {
+ public:
+  // Staging is daemon memory: one collective moves at most this much.
+  static constexpr uint64_t kMaxBytes = uint64_t{4} << 30;
+
+  // All must outlive this object.
+  GroupWork(GroupRegistry* groups, DeviceBackend* backend, MemoryManager* memory,
+            StreamManager* streams)
+      : groups_(groups), backend_(backend), memory_(memory), streams_(streams) {}
+
+  // Besides GroupRegistry::Run's errors: NOT_FOUND for memory that is not
+  // the session's, OUT_OF_RANGE for a tensor that does not fit its
+  // allocation, INVALID_ARGUMENT for a bad shape, a tensor past kMaxBytes, or
+  // a stream on another device. Results: the tensor written (the output).
+  absl::StatusOr<CommDone> AllReduce(SessionId session, absl::string_view group,
+                                     const CommTensor& tensor, ReduceOp op,
+                                     const CommOptions& options);
+  // INVALID_ARGUMENT for a root outside the group.
+  absl::StatusOr<CommDone> Broadcast(SessionId session, absl::string_view group,
+                                     const CommTensor& tensor, int64_t root,
+                                     const CommOptions& options);
+  // `output` holds world_size times `input`'s elements, of its dtype, on its
+  // device (INVALID_ARGUMENT otherwise, with PyTorch's messages).
+  absl::StatusOr<CommDone> AllGather(SessionId session, absl::string_view group,
+                                     const CommTensor& input, const CommTensor& output,
+                                     const CommOptions& options);
+  // `input` holds world_size times `output`'s elements, likewise.
+  absl::StatusOr<CommDone> ReduceScatter(SessionId session, absl::string_view group,
+                                         const CommTensor& input, const CommTensor& output,
+                                         ReduceOp op, const CommOptions& options);
+
+ private:
+  struct Operand;
+  // The tensor's memory, device and stream, checked.
+  absl::StatusOr<Operand> Resolve(SessionId session, const CommTensor& tensor,
+                                  const CommOptions& options);
+  // Copies the operand's bytes to `host` once the stream's earlier work ran.
+  absl::Status ToHost(SessionId session, const Operand& operand, char* host);
+  // Copies `host` into the operand and waits for it.
+  absl::Status FromHost(SessionId session, const Operand& operand, const char* host);
+  // The result and the completion event when asked for.
+  absl::StatusOr<CommDone> Done(SessionId session, const Operand& result,
+                                const CommOptions& options);
+
+  GroupRegistry* groups_;
+  DeviceBackend* backend_;
+  MemoryManager* memory_;
+  StreamManager* streams_;
+};
+
+}  // namespace gpumux

@@ -1,0 +1,632 @@
+// Groups of daemons (proto/gpumux/v1/group.proto): three real gpumuxd
+// processes on 127.0.0.1 (host backend; TCP full mode with mutual TLS under
+// one CA and one token, made by the real openssl), a client of each in this
+// process, one thread per rank. Every group collective runs on random data
+// (never zeros) of every dtype and is checked against common/reduce.h's
+// steps; a daemon SIGKILLed mid-collective makes the others' collectives
+// fail with UNAVAILABLE naming it within the timeout; the group is formed
+// again and works; `gpumux groups` lists it.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "common/reduce.h"
+#include "gmock/gmock.h"
+#include "gpumux/v1/copy.grpc.pb.h"
+#include "gpumux/v1/group.grpc.pb.h"
+#include "gpumux/v1/observe.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "tests/status_matchers.h"
+#include "tests/support/free_port.h"
+#include "tests/support/raw_session.h"
+#include "tests/support/shell_run.h"
+#include "tests/support/test_binary.h"
+
+namespace gpumux::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 3;
+constexpr absl::Duration kTimeout = absl::Seconds(5);
+
+const std::string kGpumuxd = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd");
+const std::string kCli = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/client/cli/gpumux");
+
+void Must(const std::string& command) {
+  const ShellRun run = RunShell(command);
+  ASSERT_EQ(run.exit_code, 0) << command << "\n" << run.output;
+}
+
+RngDtype ToRng(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kFloat32:
+      return RngDtype::kF32;
+    case Dtype::kFloat64:
+      return RngDtype::kF64;
+    case Dtype::kFloat16:
+      return RngDtype::kF16;
+    case Dtype::kBFloat16:
+      return RngDtype::kBF16;
+    case Dtype::kInt32:
+      return RngDtype::kI32;
+    case Dtype::kInt64:
+      return RngDtype::kI64;
+    case Dtype::kUInt8:
+      return RngDtype::kU8;
+  }
+  return RngDtype::kF32;
+}
+
+// `count` random values 1 to 4 of `dtype`: every op's result over three
+// ranks is exact in every dtype, so results compare bit for bit.
+std::vector<char> RandomValues(Dtype dtype, uint64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(1, 4);
+  std::vector<char> out(count * DtypeSize(dtype));
+  for (uint64_t i = 0; i < count; ++i) {
+    const int v = pick(rng);
+    char* at = out.data() + i * DtypeSize(dtype);
+    switch (dtype) {
+      case Dtype::kFloat32: {
+        const float f = static_cast<float>(v);
+        std::memcpy(at, &f, 4);
+        break;
+      }
+      case Dtype::kFloat64: {
+        const double d = v;
+        std::memcpy(at, &d, 8);
+        break;
+      }
+      case Dtype::kFloat16: {
+        const uint16_t half[] = {0, 0x3C00, 0x4000, 0x4200, 0x4400};
+        std::memcpy(at, &half[v], 2);
+        break;
+      }
+      case Dtype::kBFloat16: {
+        const float f = static_cast<float>(v);
+        uint32_t bits;
+        std::memcpy(&bits, &f, 4);
+        const uint16_t upper = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(at, &upper, 2);
+        break;
+      }
+      case Dtype::kInt32: {
+        const int32_t x = v;
+        std::memcpy(at, &x, 4);
+        break;
+      }
+      case Dtype::kInt64: {
+        const int64_t x = v;
+        std::memcpy(at, &x, 8);
+        break;
+      }
+      case Dtype::kUInt8:
+        *at = static_cast<char>(v);
+        break;
+    }
+  }
+  return out;
+}
+
+// One gpumuxd process of the group and a client of it.
+struct Node {
+  int rank = 0;
+  int port = 0;
+  std::string socket;
+  pid_t pid = -1;
+  std::unique_ptr<Client> client;
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+};
+
+class GroupTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string d = dir_->path();
+    const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    Must(absl::StrCat("openssl req -x509 ", ec, " -days 2 -subj '/CN=gpumux group test ca' ",
+                      "-addext basicConstraints=critical,CA:TRUE ",
+                      "-addext keyUsage=critical,keyCertSign,cRLSign -keyout ", d, "/ca.key -out ",
+                      d, "/ca.crt 2>&1"));
+    // One certificate for every daemon: it serves (127.0.0.1) and is each
+    // daemon's client certificate toward the others.
+    std::ofstream(d + "/node.ext") << "subjectAltName=IP:127.0.0.1\n"
+                                      "extendedKeyUsage=serverAuth,clientAuth\n";
+    Must(absl::StrCat("openssl req ", ec, " -subj '/CN=gpumuxd' -keyout ", d, "/node.key -out ", d,
+                      "/node.csr 2>&1 && openssl x509 -req -days 2 -in ", d, "/node.csr -CA ", d,
+                      "/ca.crt -CAkey ", d, "/ca.key -CAcreateserial -extfile ", d,
+                      "/node.ext -out ", d, "/node.crt 2>&1"));
+    std::ofstream(d + "/token") << "group-T0ken.for_gpumux~tests\n";
+    chmod((d + "/token").c_str(), 0600);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+
+  void SetUp() override {
+    for (int r = 0; r < kWorld; ++r) {
+      nodes_[r].rank = r;
+      nodes_[r].port = FreePort();
+      nodes_[r].socket =
+          absl::StrCat(dir_->path(), "/",
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name(), r, ".sock");
+      ASSERT_NO_FATAL_FAILURE(Start(nodes_[r]));
+    }
+  }
+  void TearDown() override {
+    for (Node& node : nodes_) Stop(node);
+  }
+
+  // Starts the node's gpumuxd and connects a client once it answers.
+  void Start(Node& node) {
+    const std::string d = dir_->path();
+    const std::string log = absl::StrCat(node.socket, ".log");
+    std::vector<std::string> args = {kGpumuxd,
+                                     "--backend=host",
+                                     "--host-devices=1",
+                                     "--host-device-memory=1GiB",
+                                     "--socket=" + node.socket,
+                                     "--listen=" + node.address(),
+                                     "--tcp-mode=full",
+                                     "--tls-cert=" + d + "/node.crt",
+                                     "--tls-key=" + d + "/node.key",
+                                     "--tls-client-ca=" + d + "/ca.crt",
+                                     "--auth-token-file=" + d + "/token",
+                                     "--group-host=127.0.0.1"};
+    node.pid = fork();
+    if (node.pid == 0) {
+      FILE* out = fopen(log.c_str(), "a");
+      if (out != nullptr) {
+        dup2(fileno(out), 1);
+        dup2(fileno(out), 2);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect("unix://" + node.socket);
+      if (client.ok()) {
+        node.client = *std::move(client);
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    FAIL() << "gpumuxd rank " << node.rank << " did not start; its log:\n" << ReadLog(node);
+  }
+
+  void Kill(Node& node) {
+    if (node.pid <= 0) return;
+    kill(node.pid, SIGKILL);
+    waitpid(node.pid, nullptr, 0);
+    node.pid = -1;
+  }
+
+  void Stop(Node& node) {
+    node.client.reset();
+    if (node.pid <= 0) return;
+    kill(node.pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 200 && waitpid(node.pid, &status, WNOHANG) == 0; ++i)
+      absl::SleepFor(absl::Milliseconds(50));
+    Kill(node);
+  }
+
+  static std::string ReadLog(const Node& node) {
+    std::ifstream in(node.socket + ".log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  // Runs body(node) for every rank at once, each on its own thread.
+  void OnEveryRank(const std::function<void(Node&)>& body) {
+    std::vector<std::thread> threads;
+    for (Node& node : nodes_) threads.emplace_back([&body, &node] { body(node); });
+    for (std::thread& thread : threads) thread.join();
+  }
+
+  void Form(const std::string& name, absl::Duration timeout = kTimeout) {
+    OnEveryRank([&](Node& node) {
+      absl::StatusOr<DaemonGroupInfo> info =
+          node.client->FormGroup(FormGroupOptions{.name = name,
+                                                  .world_size = kWorld,
+                                                  .rank = node.rank,
+                                                  .rendezvous_address = nodes_[0].address(),
+                                                  .timeout = timeout});
+      ASSERT_OK(info.status()) << "rank " << node.rank;
+      EXPECT_EQ(info->rank, node.rank);
+      EXPECT_EQ(info->world_size, kWorld);
+      EXPECT_EQ(info->state, "ready");
+      ASSERT_EQ(info->members.size(), static_cast<size_t>(kWorld));
+      for (int r = 0; r < kWorld; ++r) {
+        EXPECT_EQ(info->members[r].rank, r);
+        EXPECT_EQ(info->members[r].address, nodes_[r].address());
+      }
+    });
+  }
+
+  // Uploads `bytes` into a new buffer of the node's client.
+  static DeviceBuffer Upload(Node& node, const std::vector<char>& bytes) {
+    absl::StatusOr<DeviceBuffer> buffer = node.client->Allocate(bytes.size());
+    EXPECT_OK(buffer.status());
+    EXPECT_OK(
+        node.client
+            ->CopyHostToDevice(*buffer, 0, bytes.data(), bytes.size(), CopyOptions{.wait = true})
+            .status());
+    return *std::move(buffer);
+  }
+  static std::vector<char> Download(Node& node, const DeviceBuffer& buffer, uint64_t bytes) {
+    std::vector<char> out(bytes);
+    EXPECT_OK(node.client->CopyDeviceToHost(out.data(), buffer, 0, bytes).status());
+    return out;
+  }
+
+  static TempDir* dir_;
+  Node nodes_[kWorld];
+};
+
+TempDir* GroupTest::dir_ = nullptr;
+
+constexpr Dtype kDtypes[] = {Dtype::kFloat32, Dtype::kFloat64, Dtype::kFloat16, Dtype::kBFloat16,
+                             Dtype::kInt32,   Dtype::kInt64,   Dtype::kUInt8};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                             ReduceOp::kAvg};
+
+TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
+  ASSERT_NO_FATAL_FAILURE(Form("every"));
+  uint32_t seed = 1;
+  for (Dtype dtype : kDtypes) {
+    const uint64_t element = DtypeSize(dtype);
+    for (uint64_t count : {uint64_t{1}, uint64_t{12345}}) {
+      // all_reduce, every op.
+      for (ReduceOp op : kOps) {
+        std::vector<std::vector<char>> inputs;
+        for (int r = 0; r < kWorld; ++r) inputs.push_back(RandomValues(dtype, count, seed++));
+        std::vector<char> expected = inputs[0];
+        for (int r = 1; r < kWorld; ++r)
+          Accumulate(op, ToRng(dtype), expected.data(), inputs[r].data(), count);
+        if (op == ReduceOp::kAvg) FinishAverage(ToRng(dtype), expected.data(), count, kWorld);
+        OnEveryRank([&](Node& node) {
+          DeviceBuffer buffer = Upload(node, inputs[node.rank]);
+          const TensorRef tensor{&buffer, 0, dtype, {static_cast<int64_t>(count)}};
+          absl::StatusOr<CollectiveResult> done = node.client->GroupAllReduce("every", tensor, op);
+          ASSERT_OK(done.status()) << ReduceOpName(op) << " rank " << node.rank;
+          ASSERT_EQ(done->tensors.size(), 1u);
+          EXPECT_EQ(done->tensors[0].buffer(), &buffer);
+          EXPECT_TRUE(Download(node, buffer, count * element) == expected)
+              << ReduceOpName(op) << " of " << count << " elements, dtype "
+              << static_cast<int>(dtype) << ", rank " << node.rank;
+        });
+      }
+      // broadcast from every root.
+      for (int root = 0; root < kWorld; ++root) {
+        std::vector<std::vector<char>> inputs;
+        for (int r = 0; r < kWorld; ++r) inputs.push_back(RandomValues(dtype, count, seed++));
+        OnEveryRank([&](Node& node) {
+          DeviceBuffer buffer = Upload(node, inputs[node.rank]);
+          const TensorRef tensor{&buffer, 0, dtype, {static_cast<int64_t>(count)}};
+          ASSERT_OK(node.client->GroupBroadcast("every", tensor, root).status());
+          EXPECT_TRUE(Download(node, buffer, count * element) == inputs[root])
+              << "broadcast from " << root << " to rank " << node.rank;
+        });
+      }
+      // all_gather and reduce_scatter (sum and max).
+      std::vector<std::vector<char>> inputs;
+      for (int r = 0; r < kWorld; ++r) inputs.push_back(RandomValues(dtype, count, seed++));
+      std::vector<char> gathered;
+      for (const auto& input : inputs) gathered.insert(gathered.end(), input.begin(), input.end());
+      OnEveryRank([&](Node& node) {
+        DeviceBuffer input = Upload(node, inputs[node.rank]);
+        absl::StatusOr<DeviceBuffer> output = node.client->Allocate(kWorld * count * element);
+        ASSERT_OK(output.status());
+        ASSERT_OK(node.client
+                      ->GroupAllGather(
+                          "every", TensorRef{&input, 0, dtype, {static_cast<int64_t>(count)}},
+                          TensorRef{&*output, 0, dtype, {kWorld, static_cast<int64_t>(count)}})
+                      .status());
+        EXPECT_TRUE(Download(node, *output, kWorld * count * element) == gathered)
+            << "all_gather on rank " << node.rank;
+      });
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        std::vector<std::vector<char>> full;
+        for (int r = 0; r < kWorld; ++r)
+          full.push_back(RandomValues(dtype, kWorld * count, seed++));
+        std::vector<char> reduced = full[0];
+        for (int r = 1; r < kWorld; ++r)
+          Accumulate(op, ToRng(dtype), reduced.data(), full[r].data(), kWorld * count);
+        OnEveryRank([&](Node& node) {
+          DeviceBuffer input = Upload(node, full[node.rank]);
+          absl::StatusOr<DeviceBuffer> output = node.client->Allocate(count * element);
+          ASSERT_OK(output.status());
+          ASSERT_OK(node.client
+                        ->GroupReduceScatter(
+                            "every",
+                            TensorRef{&input, 0, dtype, {static_cast<int64_t>(kWorld * count)}},
+                            TensorRef{&*output, 0, dtype, {static_cast<int64_t>(count)}}, op)
+                        .status());
+          const auto chunk = reduced.begin() + node.rank * count * element;
+          EXPECT_TRUE(Download(node, *output, count * element) ==
+                      std::vector<char>(chunk, chunk + count * element))
+              << "reduce_scatter " << ReduceOpName(op) << " on rank " << node.rank;
+        });
+      }
+    }
+  }
+  // The books of every member, and `gpumux groups`.
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[1].client->ListGroups();
+  ASSERT_OK(groups.status());
+  ASSERT_EQ(groups->size(), 1u);
+  EXPECT_EQ((*groups)[0].name, "every");
+  EXPECT_EQ((*groups)[0].collectives, 7u * 2u * (5u + 3u + 1u + 2u));
+  const ShellRun cli =
+      RunShell(absl::StrCat(kCli, " --address=unix://", nodes_[2].socket, " groups"));
+  EXPECT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_THAT(cli.output, AllOf(HasSubstr("every"), HasSubstr("2/3"), HasSubstr("ready"),
+                                HasSubstr(absl::StrCat("0=", nodes_[0].address()))));
+}
+
+TEST_F(GroupTest, ShapeAndRankErrorsAreRefusedAndTheGroupServesOn) {
+  ASSERT_NO_FATAL_FAILURE(Form("errors"));
+  Node& node = nodes_[0];
+  absl::StatusOr<DeviceBuffer> buffer = node.client->Allocate(4096);
+  ASSERT_OK(buffer.status());
+  const TensorRef ten{&*buffer, 0, Dtype::kFloat32, {10}};
+  const TensorRef thirty{&*buffer, 0, Dtype::kFloat32, {30}};
+  EXPECT_THAT(node.client->GroupAllReduce("nope", ten).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"nope\"")));
+  EXPECT_THAT(node.client->GroupBroadcast("errors", ten, 3).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("root rank 3 is out of range for world size 3")));
+  EXPECT_THAT(node.client->GroupAllGather("errors", ten, ten).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("output tensor size must be equal to world_size times input")));
+  EXPECT_THAT(node.client->GroupReduceScatter("errors", ten, ten).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("input tensor must be the same size as output size times")));
+  EXPECT_THAT(
+      node.client->GroupAllGather("errors", ten, TensorRef{&*buffer, 0, Dtype::kInt32, {30}})
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("output tensor must have the same type as input tensor")));
+  EXPECT_THAT(node.client->GroupAllReduce("errors", TensorRef{&*buffer, 0, Dtype::kFloat32, {2048}})
+                  .status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("do not fit")));
+  EXPECT_THAT(
+      node.client->FormGroup(FormGroupOptions{.name = "bad name", .world_size = 2, .rank = 0})
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("may hold only")));
+  EXPECT_THAT(
+      node.client->FormGroup(FormGroupOptions{.name = "x", .world_size = 2, .rank = 2}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("rank 2 is out of range for world size 2")));
+  EXPECT_THAT(
+      node.client->FormGroup(FormGroupOptions{.name = "x", .world_size = 2, .rank = 1}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs the rendezvous")));
+  // None of that broke the group: a collective still runs.
+  OnEveryRank([&](Node& n) {
+    std::vector<char> ones = RandomValues(Dtype::kInt32, 30, 7);
+    DeviceBuffer b = Upload(n, ones);
+    ASSERT_OK(n.client->GroupAllReduce("errors", TensorRef{&b, 0, Dtype::kInt32, {30}}).status());
+  });
+  EXPECT_OK(node.client->DestroyGroup("errors"));
+  EXPECT_THAT(node.client->DestroyGroup("errors"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"errors\"")));
+}
+
+TEST_F(GroupTest, AMemberThatDoesNotCallTimesOutAndNamesNoDeadPeer) {
+  ASSERT_NO_FATAL_FAILURE(Form("late", absl::Seconds(2)));
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> results(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<char> data = RandomValues(Dtype::kFloat32, 100, r);
+      DeviceBuffer buffer = Upload(nodes_[r], data);
+      results[r] =
+          nodes_[r]
+              .client->GroupAllReduce("late", TensorRef{&buffer, 0, Dtype::kFloat32, {100}})
+              .status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2) + absl::Seconds(5));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(results[r], StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                     AllOf(HasSubstr("group \"late\""), HasSubstr("all_reduce"),
+                                           HasSubstr("every peer daemon answers"))))
+        << "rank " << r;
+  }
+}
+
+TEST_F(GroupTest, ADaemonKilledMidCollectiveIsNamedAndTheGroupFormsAgain) {
+  ASSERT_NO_FATAL_FAILURE(Form("kill"));
+  constexpr uint64_t kCount = uint64_t{4} << 20;  // 16 MiB of f32
+  std::atomic<bool> killed{false};
+  std::atomic<int> running{0};  // ranks past their first collective
+  absl::Time killed_at;
+  std::vector<absl::Status> failures(kWorld);
+  std::vector<absl::Time> failed_at(kWorld);
+  std::thread killer([&] {
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (running < kWorld && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+    absl::SleepFor(absl::Milliseconds(30));
+    killed_at = absl::Now();
+    killed = true;
+    Kill(nodes_[2]);
+  });
+  OnEveryRank([&](Node& node) {
+    std::vector<char> data = RandomValues(Dtype::kFloat32, kCount, node.rank);
+    DeviceBuffer buffer = Upload(node, data);
+    // Collectives until one fails: the kill lands in the middle of one.
+    for (int i = 0; i < 100000; ++i) {
+      absl::Status status =
+          node.client
+              ->GroupAllReduce(
+                  "kill", TensorRef{&buffer, 0, Dtype::kFloat32, {static_cast<int64_t>(kCount)}},
+                  ReduceOp::kMax)
+              .status();
+      if (!status.ok()) {
+        failures[node.rank] = status;
+        failed_at[node.rank] = absl::Now();
+        return;
+      }
+      if (i == 0) ++running;
+    }
+  });
+  killer.join();
+  ASSERT_TRUE(killed);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(failures[r],
+                StatusIs(absl::StatusCode::kUnavailable,
+                         AllOf(HasSubstr("group \"kill\""),
+                               HasSubstr(absl::StrCat("peer rank 2 (", nodes_[2].address(),
+                                                      ") is unreachable")))))
+        << "rank " << r;
+    EXPECT_LT(failed_at[r] - killed_at, kTimeout) << "rank " << r;
+  }
+  // Broken until formed again; the listing says why.
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  ASSERT_OK(groups.status());
+  ASSERT_EQ(groups->size(), 1u);
+  EXPECT_EQ((*groups)[0].state, "broken");
+  EXPECT_THAT((*groups)[0].error, HasSubstr("peer rank 2"));
+  {
+    absl::StatusOr<DeviceBuffer> buffer = nodes_[1].client->Allocate(64);
+    ASSERT_OK(buffer.status());
+    EXPECT_THAT(nodes_[1]
+                    .client->GroupAllReduce("kill", TensorRef{&*buffer, 0, Dtype::kFloat32, {16}})
+                    .status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         AllOf(HasSubstr("is broken; form it again"), HasSubstr("peer rank 2"))));
+  }
+
+  // A new daemon takes rank 2's place; the group forms again and works.
+  nodes_[2].client.reset();
+  ASSERT_NO_FATAL_FAILURE(Start(nodes_[2]));
+  ASSERT_NO_FATAL_FAILURE(Form("kill"));
+  OnEveryRank([&](Node& node) {
+    std::vector<char> data = RandomValues(Dtype::kInt64, 1000, 10 + node.rank);
+    std::vector<char> expected = RandomValues(Dtype::kInt64, 1000, 10);
+    for (int r = 1; r < kWorld; ++r) {
+      std::vector<char> other = RandomValues(Dtype::kInt64, 1000, 10 + r);
+      Accumulate(ReduceOp::kSum, RngDtype::kI64, expected.data(), other.data(), 1000);
+    }
+    DeviceBuffer buffer = Upload(node, data);
+    ASSERT_OK(
+        node.client->GroupAllReduce("kill", TensorRef{&buffer, 0, Dtype::kInt64, {1000}}).status());
+    EXPECT_TRUE(Download(node, buffer, 8000) == expected) << "rank " << node.rank;
+  });
+  groups = nodes_[0].client->ListGroups();
+  ASSERT_OK(groups.status());
+  EXPECT_EQ((*groups)[0].generation, 2u);
+  EXPECT_EQ((*groups)[0].state, "ready");
+}
+
+TEST_F(GroupTest, ASessionThatDiesInACollectiveLeavesTheGroupWhole) {
+  ASSERT_NO_FATAL_FAILURE(Form("dies"));
+  constexpr int kCount = 1000;
+  // Rank 0's part comes from a raw session that ends while its all_reduce
+  // waits for the others.
+  auto channel =
+      grpc::CreateChannel("unix://" + nodes_[0].socket, grpc::InsecureChannelCredentials());
+  auto doomed = std::make_unique<RawSession>(channel, "doomed");
+  v1::Allocation memory;
+  ASSERT_TRUE(doomed->Allocate(0, 4 * kCount, &memory).ok());
+  {
+    v1::MemsetRequest request;  // every int32 is 0x01010101
+    request.mutable_dst()->set_allocation_id(memory.allocation_id());
+    request.set_size(4 * kCount);
+    request.set_value(1);
+    request.mutable_options()->set_wait(true);
+    v1::CopyResponse response;
+    ASSERT_TRUE(doomed->copy().Memset(doomed->Context().get(), request, &response).ok());
+  }
+  grpc::Status doomed_status;
+  std::thread doomed_call([&] {
+    v1::GroupAllReduceRequest request;
+    request.set_group("dies");
+    request.mutable_tensor()->mutable_memory()->set_allocation_id(memory.allocation_id());
+    request.mutable_tensor()->set_dtype(v1::DTYPE_INT32);
+    request.mutable_tensor()->add_shape(kCount);
+    request.set_op(v1::REDUCE_OP_SUM);
+    v1::CommResponse response;
+    auto context = doomed->Context();
+    doomed_status = v1::Group::NewStub(channel)->AllReduce(context.get(), request, &response);
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // its part is waiting for the peers
+  (void)doomed->Close();
+  doomed.reset();  // the session ends: the daemon takes its memory back
+  // Ranks 1 and 2 complete, with rank 0's bytes in the sum.
+  std::vector<std::thread> peers;
+  for (int r = 1; r < kWorld; ++r) {
+    peers.emplace_back([&, r] {
+      std::vector<char> data = RandomValues(Dtype::kInt32, kCount, 20 + r);
+      std::vector<char> expected(4 * kCount, 1);
+      for (int p = 1; p < kWorld; ++p) {
+        std::vector<char> other = RandomValues(Dtype::kInt32, kCount, 20 + p);
+        Accumulate(ReduceOp::kSum, RngDtype::kI32, expected.data(), other.data(), kCount);
+      }
+      DeviceBuffer buffer = Upload(nodes_[r], data);
+      ASSERT_OK(nodes_[r]
+                    .client->GroupAllReduce("dies", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
+                    .status());
+      EXPECT_TRUE(Download(nodes_[r], buffer, 4 * kCount) == expected) << "rank " << r;
+    });
+  }
+  for (std::thread& t : peers) t.join();
+  doomed_call.join();
+  EXPECT_FALSE(doomed_status.ok());
+  // Nothing of the dead session is left on rank 0's device, and the group
+  // serves on.
+  auto observe = v1::Observe::NewStub(channel);
+  v1::ObserveStatsRequest request;
+  request.set_device(0);
+  v1::MemoryStats stats;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  int64_t allocated = -1;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    ASSERT_TRUE(observe->GetMemoryStats(&context, request, &stats).ok());
+    allocated = stats.values().at("allocated_bytes.all.current");
+    if (allocated == 0) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(allocated, 0);
+  OnEveryRank([&](Node& node) {
+    std::vector<char> data = RandomValues(Dtype::kUInt8, 64, node.rank);
+    DeviceBuffer buffer = Upload(node, data);
+    ASSERT_OK(
+        node.client->GroupAllReduce("dies", TensorRef{&buffer, 0, Dtype::kUInt8, {64}}).status());
+  });
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  ASSERT_OK(groups.status());
+  EXPECT_EQ((*groups)[0].state, "ready");
+}
+
+}  // namespace
+}  // namespace gpumux::testing
