@@ -32,7 +32,8 @@ fail() { echo "readme_commands_test: $*" >&2; exit 1; }
 declare -A not_run=(
   ["bash scripts/run.sh"]="installs Debian packages and rebuilds the tree, then runs gpumuxd in the foreground: the test starts that last step itself (build/server/gpumuxd, no flags)"
   ["bash scripts/test.sh"]="is CI itself: installs packages, rebuilds with -Werror and runs the whole suite, this test included, then the fuzzers"
-  ["scripts/fuzz.sh"]="builds the 11 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
+  ["build/bench/gpumux_group_bench"]="starts two daemons and two plain Gloo processes that move up to 256 MiB three rounds each (about a minute); group_test runs the same paths"
+  ["scripts/fuzz.sh"]="builds the 13 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
   ["scripts/sanitize.sh"]="rebuilds the tree with ASan and UBSan and runs the whole suite under them (20 minutes)"
   ["scripts/chaos.sh"]="names the chaos script; its run is the next entry"
   ["scripts/chaos.sh --kills 1000"]="1,000 kills 50-250 ms apart take several minutes; the ctest chaos test runs the same code with 50"
