@@ -169,6 +169,11 @@ GlooTransports::~GlooTransports() = default;
 absl::StatusOr<std::unique_ptr<GroupTransport>> GlooTransports::Connect(RendezvousPoint& rendezvous,
                                                                         const GroupSpec& spec,
                                                                         uint64_t generation) {
+  auto context = std::make_shared<gloo::rendezvous::Context>(spec.rank, spec.world_size);
+  context->setTimeout(Millis(spec.timeout));
+  // A group of one has no peers: no connection, no listening socket.
+  if (spec.world_size == 1)
+    return std::make_unique<GlooTransport>(std::move(context), spec.timeout);
   std::shared_ptr<gloo::transport::Device> device;
   {
     absl::MutexLock lock(&mu_);
@@ -184,8 +189,6 @@ absl::StatusOr<std::unique_ptr<GroupTransport>> GlooTransports::Connect(Rendezvo
     }
     device = device_;
   }
-  auto context = std::make_shared<gloo::rendezvous::Context>(spec.rank, spec.world_size);
-  context->setTimeout(Millis(spec.timeout));
   RoundStore store(rendezvous, spec.name, generation, spec.timeout);
   absl::Status connected = CallGloo([&] { context->connectFullMesh(store, device); });
   if (!connected.ok()) return connected;
