@@ -245,6 +245,10 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
     return status;
   }
   if (!member.failed_) return status;  // the session's side: the group is fine
+  // The transport is unusable now. Closing it at once ends the peers' waits
+  // on this member too (their connections to it close), so that every
+  // member fails as soon as one does rather than at its own timeout.
+  group->transport.reset();
   status = Diagnose(*group, collective, status);
   group->broken = true;
   group->error = std::string(status.message());

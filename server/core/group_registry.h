@@ -7,8 +7,9 @@
 // Run then runs one collective at a time per group on host memory. A
 // collective that fails breaks its group: the error is checked against the
 // peers (each member daemon is probed at its address), so that a dead or
-// unreachable peer is named, with UNAVAILABLE; every later collective of the
-// group is FAILED_PRECONDITION until the group is formed again. Groups do not
+// unreachable peer is named, with UNAVAILABLE, and its transport is closed at
+// once, which ends the other members' waits on this one; every later
+// collective of the group is FAILED_PRECONDITION until it is formed again. Groups do not
 // belong to sessions; they end when formed again, destroyed, or at Close().
 // Thread-safe.
 
