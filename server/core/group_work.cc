@@ -49,6 +49,11 @@ absl::StatusOr<GroupWork::Operand> GroupWork::Resolve(SessionId session, const C
   return operand;
 }
 
+absl::Status GroupWork::AwaitQueuedWork(const Operand& operand) {
+  if (operand.bytes == 0) return absl::OkStatus();
+  return backend_->SynchronizeStream(operand.stream.backend);
+}
+
 absl::Status GroupWork::ToHost(SessionId session, const Operand& operand, char* host) {
   if (operand.bytes == 0) return absl::OkStatus();
   GPUMUX_RETURN_IF_ERROR(memory_->EnqueueOnAllocations(
@@ -98,6 +103,7 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
                                               const CommTensor& tensor, ReduceOp op,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
+  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   const absl::Status ran = groups_->Run(
       group, "all_reduce", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (data.bytes == 0) return absl::OkStatus();
@@ -114,6 +120,7 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
                                               const CommTensor& tensor, int64_t root,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
+  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   const absl::Status ran = groups_->Run(
       group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (root < 0 || root >= member.world_size()) {
@@ -145,6 +152,7 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
                      "device, not ",
                      in.device.value(), " and ", out.device.value()));
   }
+  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   const absl::Status ran = groups_->Run(
       group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (out.count != in.count * static_cast<uint64_t>(member.world_size())) {
@@ -176,6 +184,7 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
                      "device, not ",
                      in.device.value(), " and ", out.device.value()));
   }
+  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   const absl::Status ran = groups_->Run(
       group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (in.count != out.count * static_cast<uint64_t>(member.world_size())) {

@@ -60,6 +60,10 @@ class GroupWork {
   // The tensor's memory, device and stream, checked.
   absl::StatusOr<Operand> Resolve(SessionId session, const CommTensor& tensor,
                                   const CommOptions& options);
+  // Waits for the work queued on the operand's stream so far, before the
+  // group's lock is taken: a session whose stream waits long holds up only
+  // its own call, not the group's other collectives.
+  absl::Status AwaitQueuedWork(const Operand& operand);
   // Copies the operand's bytes to `host` once the stream's earlier work ran.
   absl::Status ToHost(SessionId session, const Operand& operand, char* host);
   // Copies `host` into the operand and waits for it.
