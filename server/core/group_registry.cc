@@ -238,8 +238,8 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
   member.staging_ = &group->staging;
   absl::Status status = body(member);
   if (group->staging.size() > kMaxKeptStaging) group->staging = std::vector<char>();
-  absl::MutexLock lock(&group->stats_mu);
   if (status.ok()) {
+    absl::MutexLock lock(&group->stats_mu);
     ++group->collectives;
     group->bytes += bytes;
     return status;
@@ -249,9 +249,13 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
   // on this member too (their connections to it close), so that every
   // member fails as soon as one does rather than at its own timeout.
   group->transport.reset();
+  // The probes take up to kMaxProbeTime: listing the groups does not wait.
   status = Diagnose(*group, collective, status);
-  group->broken = true;
-  group->error = std::string(status.message());
+  {
+    absl::MutexLock lock(&group->stats_mu);
+    group->broken = true;
+    group->error = std::string(status.message());
+  }
   spdlog::warn("{}", std::string(status.message()));
   return status;
 }
