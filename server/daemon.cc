@@ -583,6 +583,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (!admin_socket.ok()) return admin_socket.status();
   s.admin_socket = *std::move(admin_socket);
 
+  // The TCP listener first: once the Unix socket answers, the daemon's
+  // address for the other daemons of a group (its TCP port) is known.
+  if (!options.listen_address.empty()) {
+    GPUMUX_RETURN_IF_ERROR(s.StartTcpServer(std::move(tcp_credentials)));
+  }
   grpc::ServerBuilder unix_builder;
   unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path),
                                 grpc::InsecureServerCredentials());
@@ -603,6 +608,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s.unix_server = unix_builder.BuildAndStart();
   if (s.unix_server == nullptr) {
+    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
     return absl::UnavailableError(
         absl::StrCat("cannot listen on unix socket ", options.socket_path));
   }
@@ -610,6 +616,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
     const int error = errno;
     s.unix_server->Shutdown();
+    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
     return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path,
                                                     " to group '", options.socket_group,
                                                     "': ", std::strerror(error)));
@@ -618,6 +625,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (chmod(options.socket_path.c_str(), 0660) != 0) {
     const int error = errno;
     s.unix_server->Shutdown();
+    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
     return absl::PermissionDeniedError(
         absl::StrCat("cannot set mode 0660 on ", options.socket_path, ": ", std::strerror(error)));
   }
@@ -627,16 +635,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       &s.sessions, &s.memory_files);
   if (!memory_socket.ok()) {
     s.unix_server->Shutdown();
+    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
     return memory_socket.status();
   }
   s.memory_socket = *std::move(memory_socket);
 
-  if (!options.listen_address.empty()) {
-    if (absl::Status status = s.StartTcpServer(std::move(tcp_credentials)); !status.ok()) {
-      s.unix_server->Shutdown();
-      return status;
-    }
-  }
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
     if (server == nullptr) continue;
     server->GetHealthCheckService()->SetServingStatus(true);

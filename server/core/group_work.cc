@@ -49,6 +49,17 @@ absl::StatusOr<GroupWork::Operand> GroupWork::Resolve(SessionId session, const C
   return operand;
 }
 
+absl::Status GroupWork::CheckPair(const Operand& in, const Operand& out,
+                                  absl::string_view type_message) {
+  if (in.tensor.dtype != out.tensor.dtype) return absl::InvalidArgumentError(type_message);
+  if (in.device != out.device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input and output tensors must be on the same device, not ", in.device.value(),
+                     " and ", out.device.value()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GroupWork::AwaitQueuedWork(const Operand& operand) {
   if (operand.bytes == 0) return absl::OkStatus();
   return backend_->SynchronizeStream(operand.stream.backend);
@@ -143,15 +154,8 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand in, Resolve(session, input, options));
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
-  if (in.tensor.dtype != out.tensor.dtype) {
-    return absl::InvalidArgumentError("output tensor must have the same type as input tensor");
-  }
-  if (in.device != out.device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input and output tensors must be on the same "
-                     "device, not ",
-                     in.device.value(), " and ", out.device.value()));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      CheckPair(in, out, "output tensor must have the same type as input tensor"));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   const absl::Status ran = groups_->Run(
       group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
@@ -175,15 +179,8 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
                                                   ReduceOp op, const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand in, Resolve(session, input, options));
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
-  if (in.tensor.dtype != out.tensor.dtype) {
-    return absl::InvalidArgumentError("input tensor must be the same type as the output tensor.");
-  }
-  if (in.device != out.device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input and output tensors must be on the same "
-                     "device, not ",
-                     in.device.value(), " and ", out.device.value()));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      CheckPair(in, out, "input tensor must be the same type as the output tensor."));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   const absl::Status ran = groups_->Run(
       group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {

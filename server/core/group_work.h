@@ -60,6 +60,10 @@ class GroupWork {
   // The tensor's memory, device and stream, checked.
   absl::StatusOr<Operand> Resolve(SessionId session, const CommTensor& tensor,
                                   const CommOptions& options);
+  // An input and output of one dtype (else INVALID_ARGUMENT `type_message`,
+  // PyTorch's) on one device.
+  static absl::Status CheckPair(const Operand& in, const Operand& out,
+                                absl::string_view type_message);
   // Waits for the work queued on the operand's stream so far, before the
   // group's lock is taken: a session whose stream waits long holds up only
   // its own call, not the group's other collectives.
