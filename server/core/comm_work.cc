@@ -285,13 +285,14 @@ class CommWork::Plan {
   std::vector<Result> results_;
 };
 
-absl::StatusOr<DeviceIndex> CommWork::DeviceOf(SessionId session, const CommTensor& tensor) const {
+absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, SessionId session,
+                                             const CommTensor& tensor) {
   GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
   if (tensor.id.value() == 0 && bytes == 0) {
-    GPUMUX_RETURN_IF_ERROR(memory_->CheckDevice(tensor.device));
+    GPUMUX_RETURN_IF_ERROR(memory.CheckDevice(tensor.device));
     return tensor.device;
   }
-  GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory_->Lookup(session, tensor.id));
+  GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory.Lookup(session, tensor.id));
   if (tensor.offset > view.requested_size || bytes > view.requested_size - tensor.offset) {
     return absl::OutOfRangeError(absl::StrCat("a tensor of shape ", FormatShape(tensor.shape), " (",
                                               bytes, " bytes) at offset ", tensor.offset,
@@ -299,6 +300,10 @@ absl::StatusOr<DeviceIndex> CommWork::DeviceOf(SessionId session, const CommTens
                                               " of ", view.requested_size, " bytes"));
   }
   return view.device;
+}
+
+absl::StatusOr<DeviceIndex> CommWork::DeviceOf(SessionId session, const CommTensor& tensor) const {
+  return CommTensorDevice(*memory_, session, tensor);
 }
 
 namespace {

@@ -56,6 +56,12 @@ struct CommTensor {
 // A tensor's byte size: INVALID_ARGUMENT for too many dimensions, a negative
 // one (PyTorch's message), or more than 2^62 bytes.
 absl::StatusOr<uint64_t> CommTensorBytes(const CommTensor& tensor);
+// The device of a tensor `session` names: CommTensorBytes's errors, NOT_FOUND
+// for memory that is not the session's, OUT_OF_RANGE for a tensor that does
+// not fit its allocation; a tensor without elements or memory is on its
+// `device` (INVALID_ARGUMENT when out of range).
+absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, SessionId session,
+                                             const CommTensor& tensor);
 
 struct CommResult {
   CommTensor tensor;

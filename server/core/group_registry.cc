@@ -199,15 +199,6 @@ std::vector<GroupInfoView> GroupRegistry::List() const {
   return views;
 }
 
-absl::StatusOr<GroupInfoView> GroupRegistry::Get(absl::string_view name) const {
-  absl::MutexLock lock(&mu_);
-  auto it = groups_.find(name);
-  if (it == groups_.end()) {
-    return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
-  }
-  return View(*it->second);
-}
-
 absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collective,
                                 uint64_t bytes, absl::FunctionRef<absl::Status(Member&)> body) {
   std::shared_ptr<Group> group;

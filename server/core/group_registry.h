@@ -13,7 +13,6 @@
 // belong to sessions; they end when formed again, destroyed, or at Close().
 // Thread-safe.
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -145,9 +144,6 @@ class GroupRegistry {
   // unreachable peers (see above).
   absl::Status Run(absl::string_view name, absl::string_view collective, uint64_t bytes,
                    absl::FunctionRef<absl::Status(Member&)> body);
-  // Info and the rank and world size of group `name` (NOT_FOUND if none).
-  absl::StatusOr<GroupInfoView> Get(absl::string_view name) const;
-
   // Closes every group (shutdown).
   void Close();
 

@@ -26,21 +26,8 @@ absl::StatusOr<GroupWork::Operand> GroupWork::Resolve(SessionId session, const C
                                                    " bytes per tensor, not ", operand.bytes));
   }
   operand.count = operand.bytes / RngElementSize(tensor.dtype);
-  if (tensor.id.value() == 0 && operand.bytes == 0) {
-    GPUMUX_RETURN_IF_ERROR(memory_->CheckDevice(tensor.device));
-    operand.device = tensor.device;
-  } else {
-    GPUMUX_ASSIGN_OR_RETURN(const AllocationView view, memory_->Lookup(session, tensor.id));
-    if (tensor.offset > view.requested_size ||
-        operand.bytes > view.requested_size - tensor.offset) {
-      return absl::OutOfRangeError(
-          absl::StrCat("a tensor of shape ", FormatShape(tensor.shape), " (", operand.bytes,
-                       " bytes) at offset ", tensor.offset, " does not fit allocation ",
-                       tensor.id.value(), " of ", view.requested_size, " bytes"));
-    }
-    operand.device = view.device;
-    operand.range = RangeUse{tensor.id, tensor.offset, operand.bytes};
-  }
+  GPUMUX_ASSIGN_OR_RETURN(operand.device, CommTensorDevice(*memory_, session, tensor));
+  if (tensor.id.value() != 0) operand.range = RangeUse{tensor.id, tensor.offset, operand.bytes};
   StreamId stream(0);
   for (const auto& [device, id] : options.streams) {
     if (device == operand.device) stream = id;
