@@ -16,14 +16,17 @@
 
 namespace gpumux::bench {
 
-// gpumuxd next to this executable (a bundle's bin/), else in the build tree
-// (bench/../server/gpumuxd).
-inline std::string DefaultDaemonPath() {
+// The executable `name` next to this one (a bundle's bin/), else in the
+// build tree's `build_dir` (bench/../BUILD_DIR/NAME).
+inline std::string ToolPath(const std::string& name, const std::filesystem::path& build_dir) {
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  if (std::filesystem::exists(self.parent_path() / "gpumuxd"))
-    return (self.parent_path() / "gpumuxd").string();
-  return (self.parent_path().parent_path() / "server" / "gpumuxd").string();
+  if (std::filesystem::exists(self.parent_path() / name))
+    return (self.parent_path() / name).string();
+  return (self.parent_path().parent_path() / build_dir / name).string();
 }
+
+// gpumuxd next to this executable, else build/server/gpumuxd.
+inline std::string DefaultDaemonPath() { return ToolPath("gpumuxd", "server"); }
 
 class BenchDaemon {
  public:

@@ -9,7 +9,11 @@
 //   - what mapping a new segment costs (cudaIpcOpenMemHandle) and how often
 //     the client's mapping cache avoids it;
 //   - what becomes of an interprocess event whose recorder is SIGKILLed
-//     before its work ran (killed_recorder_event).
+//     before its work ran (killed_recorder_event);
+//   - torch.cuda.comm's all_reduce on the daemon's engine (NCCL where it
+//     loaded: `collectives=`) vs cudaMemcpy of the same bytes, and the first
+//     all_reduce of a session (the communicator made) vs a later one and
+//     vs the first of a second session (made already).
 //
 // usage: gpumux_gpu_bench [--address A] [--gpumuxd PATH] [--testdata DIR]
 // Without --address it starts gpumuxd --backend=cuda (next to this binary,
@@ -238,6 +242,66 @@ bool Copies(gpumux::Client& client) {
   return staging_h2d > 0 && daemon_d2d > 0;
 }
 
+// all_reduce of one 1 GiB f32 tensor (out of place: with one device NCCL
+// copies it) vs cudaMemcpy of the same bytes; then what the first call of a
+// session costs against a later one, on a fresh daemon so that the first
+// call makes the communicator, and a second session's first call.
+bool Collectives(gpumux::Client& client, const std::string& address) {
+  absl::StatusOr<gpumux::DeviceProperties> properties =
+      client.GetDeviceProperties(gpumux::DeviceIndex(0));
+  if (!Check(properties.status(), "properties")) return false;
+  std::printf("collectives=%s\n", properties->collectives.c_str());
+  const auto small_all_reduce = [](gpumux::Client& c, gpumux::DeviceBuffer& buffer) {
+    const gpumux::TensorRef tensor{&buffer, 0, gpumux::Dtype::kFloat32, {1024}};
+    gpumux::CollectiveOptions options;
+    options.wait = true;
+    return TimeUs([&] { (void)c.AllReduce({tensor}, gpumux::ReduceOp::kSum, options); });
+  };
+  absl::StatusOr<gpumux::DeviceBuffer> small = client.Allocate(4096);
+  if (!Check(small.status(), "allocate")) return false;
+  const double first = small_all_reduce(client, *small);
+  std::vector<double> later;
+  for (int i = 0; i < 50; ++i) later.push_back(small_all_reduce(client, *small));
+  gpumux::ClientOptions options;
+  options.client_name = "gpumux_gpu_bench second session";
+  auto second = gpumux::Client::Connect(address, options);
+  if (!Check(second.status(), "connect")) return false;
+  absl::StatusOr<gpumux::DeviceBuffer> second_small = (*second)->Allocate(4096);
+  if (!Check(second_small.status(), "allocate")) return false;
+  const double second_first = small_all_reduce(**second, *second_small);
+  const double later50 = Percentile(later, 0.5);
+  std::printf("all_reduce_first_call_us=%.1f\n", first);
+  std::printf("all_reduce_later_p50_us=%.1f\n", later50);
+  std::printf("all_reduce_second_session_first_call_us=%.1f\n", second_first);
+  std::printf("all_reduce_first_over_later=%.1f\n", first / later50);
+
+  const uint64_t bytes = 1024 * kMiB;
+  absl::StatusOr<gpumux::DeviceBuffer> in = client.Allocate(bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> out = client.Allocate(bytes);
+  if (!Check(in.status(), "allocate") || !Check(out.status(), "allocate")) return false;
+  const int64_t n = static_cast<int64_t>(bytes / 4);
+  const gpumux::TensorRef input{&*in, 0, gpumux::Dtype::kFloat32, {n}};
+  const gpumux::TensorRef output{&*out, 0, gpumux::Dtype::kFloat32, {n}};
+  gpumux::CollectiveOptions waited;
+  waited.wait = true;
+  const double all_reduce = Bandwidth(bytes, 10, [&] {
+    return client.AllReduceOut({input}, {output}, gpumux::ReduceOp::kSum, waited).ok();
+  });
+  void* a = nullptr;
+  void* b = nullptr;
+  if (!Check(cudaMalloc(&a, bytes), "cudaMalloc") || !Check(cudaMalloc(&b, bytes), "cudaMalloc"))
+    return false;
+  const double memcpy = Bandwidth(bytes, 10, [&] {
+    return cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+           cudaDeviceSynchronize() == cudaSuccess;
+  });
+  cudaFree(a);
+  cudaFree(b);
+  std::printf("all_reduce_1gib_one_gpu_gbps=%.2f\n", all_reduce);
+  std::printf("all_reduce_1gib_over_cuda_memcpy=%.3f\n", memcpy > 0 ? all_reduce / memcpy : 0);
+  return all_reduce > 0;
+}
+
 // Allocations that each need a new segment (shareable: a segment of their
 // own) map it on arrival; cached ones do not.
 bool MappingCost(gpumux::Client& client) {
@@ -375,6 +439,7 @@ int main(int argc, char** argv) {
       if (!AllocateFree(c)) rc = 1;
       if (!Copies(c)) rc = 1;
       if (!MappingCost(c)) rc = 1;
+      if (!Collectives(c, address)) rc = 1;
       if (!Replays(c, testdata)) rc = 1;
     }
   }

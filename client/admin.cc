@@ -13,11 +13,12 @@
 #include "common/status_macros.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "grpcpp/client_context.h"
+#include "proto/profile_records.h"
 
 namespace gpumux {
 namespace {
 
-constexpr auto kAdminCallTimeout = std::chrono::seconds(30);
+constexpr absl::Duration kAdminCallTimeout = absl::Seconds(30);
 
 // The admin socket's target next to the daemon socket `address` names, or
 // nullopt when `address` is not a Unix socket.
@@ -43,7 +44,7 @@ class Admin::Impl {
   }
 
   template <typename Call>
-  absl::Status CallDaemon(Call call) {
+  absl::Status CallDaemon(Call call, absl::Duration timeout = kAdminCallTimeout) {
     if (stub_ == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "'", address_,
@@ -51,7 +52,7 @@ class Admin::Impl {
           "to its Unix socket (give --address unix:///PATH)"));
     }
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + kAdminCallTimeout);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     return FromGrpcStatus(call(&context), address_);
   }
 
@@ -114,6 +115,21 @@ absl::Status Admin::KillSession(SessionId session, const std::string& reason) {
   return impl_->CallDaemon([&](grpc::ClientContext* context) {
     return impl_->stub_->KillSession(context, request, &response);
   });
+}
+
+absl::StatusOr<SessionProfile> Admin::ProfileSession(SessionId session, absl::Duration duration,
+                                                     uint64_t capacity) {
+  v1::ProfileSessionRequest request;
+  request.set_session_id(session.value());
+  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
+  request.set_capacity(capacity);
+  v1::ProfileSessionResponse response;
+  GPUMUX_RETURN_IF_ERROR(impl_->CallDaemon(
+      [&](grpc::ClientContext* context) {
+        return impl_->stub_->ProfileSession(context, request, &response);
+      },
+      duration + kAdminCallTimeout));
+  return FromProto(response);
 }
 
 }  // namespace gpumux

@@ -18,9 +18,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "client/tenant_info.h"
 #include "common/default_address.h"
 #include "common/ids.h"
+#include "common/profile_data.h"
 
 namespace gpumux {
 
@@ -51,6 +53,10 @@ class Admin {
   // a reason over 1024 bytes or with a control character; NOT_FOUND for a
   // session that is not open.
   absl::Status KillSession(SessionId session, const std::string& reason);
+  // Profiles live session `session` for `duration`, any tenant's (as
+  // Client::ProfileSession, which profiles only its own tenant's).
+  absl::StatusOr<SessionProfile> ProfileSession(SessionId session, absl::Duration duration,
+                                                uint64_t capacity = 0);
 
  private:
   class Impl;

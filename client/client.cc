@@ -1,4 +1,6 @@
 #include "client/client.h"
+#include "client/host_profiler.h"
+#include "proto/profile_records.h"
 
 #include <unistd.h>
 
@@ -33,6 +35,7 @@ namespace gpumux {
 namespace {
 
 constexpr char kSessionMetadataKey[] = "gpumux-session";
+constexpr char kCallMetadataKey[] = "gpumux-call";
 
 // Device.GetDeviceCount at `address` on a fresh channel, within `timeout`;
 // needs no session.
@@ -86,6 +89,7 @@ absl::StatusOr<std::map<std::string, std::string>> SessionLabels(
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view address,
                                                         const Options& options) {
+  GPUMUX_PROFILED("Client::Connect");
   const absl::Time deadline = absl::Now() + options.open_timeout;
   GPUMUX_ASSIGN_OR_RETURN(const auto labels, SessionLabels(options.labels));
   // Before the Client, whose destructor needs its Impl.
@@ -104,6 +108,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
   request.set_pid(getpid());
   request.set_tenant(options.tenant.empty() ? NonEmptyEnv("GPUMUX_TENANT") : options.tenant);
   request.mutable_labels()->insert(labels.begin(), labels.end());
+  request.set_profile_token(HostProfiler::Token());  // under `gpumux bottleneck`
+  request.set_records_host_calls(true);              // for `gpumux profile`
   GPUMUX_ASSIGN_OR_RETURN(impl.session_,
                           SessionStream::Open(*impl.session_stub_, request, deadline, impl.address_,
                                               [&impl](const v1::SessionServerMessage& notice) {
@@ -186,12 +192,14 @@ Client::Impl::Impl(Client& self, std::string address, std::shared_ptr<grpc::Chan
       group_stub_(v1::Group::NewStub(channel_)),
       random_stub_(v1::Random::NewStub(channel_)),
       nvtx_stub_(v1::Nvtx::NewStub(channel_)),
+      profile_stub_(v1::Profile::NewStub(channel_)),
       staging_buffer_size_(options.staging_buffer_size),
       max_inline_copy_(options.max_inline_copy),
       frees_([this](const FreeBatch& frees) { return SendFrees(frees); },
              options.free_batch_delay) {}
 
 Client::~Client() {
+  GPUMUX_PROFILED("Client::~Client");
   Impl& impl = *impl_;
   {
     // Its completion events are destroyed while the session still lives.
@@ -222,6 +230,8 @@ const std::string& Client::address() const { return impl_->address_; }
 SessionId Client::session_id() const { return impl_->session_id_; }
 const std::string& Client::tenant() const { return impl_->session_->opened().tenant(); }
 const std::string& Client::backend() const { return impl_->session_->opened().backend(); }
+const std::string& Client::daemon_build() const { return impl_->session_->opened().daemon_build(); }
+
 const std::string& Client::daemon_version() const {
   return impl_->session_->opened().daemon_version();
 }
@@ -241,6 +251,12 @@ absl::Status Client::Impl::CallWithSession(
   if (session_->ended()) return SessionEndedError();
   grpc::ClientContext context;
   context.AddMetadata(kSessionMetadataKey, credentials_);
+  if (HostProfiler::Active() != nullptr) {
+    // The daemon names this call in the records of the device work it queues.
+    if (const uint64_t call_id = HostProfiler::CurrentCall(); call_id != 0) {
+      context.AddMetadata(kCallMetadataKey, absl::StrCat(call_id));
+    }
+  }
   const grpc::Status status = call(&context);
   // Our own credentials refused. The daemon closes a session before it ends
   // its stream (an operator's kill, shutdown), so give the end a moment to
@@ -267,6 +283,7 @@ bool Client::Impl::DaemonAnswers() const {
 }
 
 bool Client::IsAvailable(absl::string_view address, absl::Duration timeout) {
+  GPUMUX_PROFILED("Client::IsAvailable");
   absl::StatusOr<int> count = AskDeviceCount(address, ChannelSecurity(), timeout);
   return count.ok() && *count > 0;
 }
@@ -305,6 +322,7 @@ absl::Status Client::Impl::SessionEndedError() {
 }
 
 absl::Status Client::Ping() {
+  GPUMUX_PROFILED("Client::Ping");
   v1::PingRequest request;
   v1::PingResponse response;
   return impl_->CallWithSession([&](grpc::ClientContext* context) {
@@ -315,6 +333,7 @@ absl::Status Client::Ping() {
 // --- Devices ---------------------------------------------------------------
 
 absl::StatusOr<int> Client::DeviceCount() {
+  GPUMUX_PROFILED("Client::DeviceCount");
   v1::GetDeviceCountRequest request;
   v1::GetDeviceCountResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
@@ -324,11 +343,13 @@ absl::StatusOr<int> Client::DeviceCount() {
 }
 
 absl::StatusOr<std::string> Client::GetDeviceName(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::GetDeviceName");
   GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, GetDeviceProperties(device));
   return std::move(properties.name);
 }
 
 absl::StatusOr<DeviceProperties> Client::GetDeviceProperties(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::GetDeviceProperties");
   v1::GetDevicePropertiesRequest request;
   request.set_device(device.value());
   v1::DeviceProperties response;
@@ -339,6 +360,7 @@ absl::StatusOr<DeviceProperties> Client::GetDeviceProperties(DeviceIndex device)
 }
 
 absl::Status Client::Synchronize(DeviceIndex device) {
+  GPUMUX_PROFILED_WAIT("Client::Synchronize");
   impl_->FlushFreesBeforeCall();
   v1::SynchronizeRequest request;
   request.set_device(device.value());
@@ -349,6 +371,7 @@ absl::Status Client::Synchronize(DeviceIndex device) {
 }
 
 absl::StatusOr<std::pair<int, int>> Client::GetDeviceCapability(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::GetDeviceCapability");
   GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties,
                           GetDeviceProperties(device.value_or(CurrentDevice())));
   return std::make_pair(properties.major, properties.minor);
@@ -361,16 +384,19 @@ absl::StatusOr<DeviceProperties> Client::Impl::BuildProperties() {
 }
 
 absl::StatusOr<std::vector<std::string>> Client::GetArchList() {
+  GPUMUX_PROFILED("Client::GetArchList");
   GPUMUX_ASSIGN_OR_RETURN(DeviceProperties build, impl_->BuildProperties());
   return std::move(build.arch_list);
 }
 
 absl::StatusOr<std::string> Client::GetGencodeFlags() {
+  GPUMUX_PROFILED("Client::GetGencodeFlags");
   GPUMUX_ASSIGN_OR_RETURN(DeviceProperties build, impl_->BuildProperties());
   return std::move(build.gencode_flags);
 }
 
 absl::Status Client::Init() {
+  GPUMUX_PROFILED("Client::Init");
   GPUMUX_RETURN_IF_ERROR(impl_->CachedDeviceCount().status());
   if (impl_->memory_files_ != nullptr) GPUMUX_RETURN_IF_ERROR(impl_->memory_files_->Connect());
   return absl::OkStatus();
@@ -385,6 +411,7 @@ bool Client::IsInitialized() const {
 }
 
 absl::StatusOr<void*> Client::CurrentBlasHandle() {
+  GPUMUX_PROFILED("Client::CurrentBlasHandle");
   GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
   if (backend() != "cuda") {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -409,6 +436,7 @@ absl::StatusOr<std::string> Client::Impl::PciBusId(DeviceIndex device) {
 
 absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
                                               const AllocateOptions& options) {
+  GPUMUX_PROFILED("Client::Allocate");
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, device, "the allocation"));
   if (impl_->local_ != nullptr && !options.shareable) {
@@ -448,6 +476,7 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
 
 std::optional<DeviceBuffer> Client::TryAllocateCached(uint64_t size, DeviceIndex device,
                                                       const AllocateOptions& options) {
+  GPUMUX_PROFILED("Client::TryAllocateCached");
   if (impl_->local_ == nullptr || options.shareable || impl_->session_ == nullptr ||
       impl_->session_->ended()) {
     return std::nullopt;
@@ -460,6 +489,7 @@ std::optional<DeviceBuffer> Client::TryAllocateCached(uint64_t size, DeviceIndex
 }
 
 bool Client::TryFree(DeviceBuffer& buffer) {
+  GPUMUX_PROFILED("Client::TryFree");
   if (!buffer.valid() || buffer.client_ != this || !buffer.local_) return false;
   if (!impl_->local_->TryFree(buffer.device(), buffer.address(), buffer.cuda_device_)) return false;
   buffer.Detach();
@@ -520,6 +550,7 @@ absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocatio
 void Client::Release(DeviceBuffer&& buffer) { DeviceBuffer doomed(std::move(buffer)); }
 
 absl::Status Client::Free(DeviceBuffer&& buffer) {
+  GPUMUX_PROFILED("Client::Release");
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
   if (buffer.client_ != this) {
     const AllocationId foreign = buffer.id();
@@ -544,6 +575,7 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
 }
 
 absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles) {
+  GPUMUX_PROFILED("Client::Free");
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
   if (buffer.client_ != this) {
     return absl::InvalidArgumentError(
@@ -591,6 +623,7 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
 }
 
 absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stream) {
+  GPUMUX_PROFILED("Client::RecordStream");
   if (!buffer.valid()) {
     return absl::InvalidArgumentError("cannot record a stream on an empty DeviceBuffer");
   }
@@ -624,6 +657,7 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
 absl::Status Client::FlushFrees() { return impl_->frees_.Flush(); }
 
 void Client::Impl::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
+  GPUMUX_PROFILED("Client::FlushFrees");
   const std::string fence = FreeFence(cuda_device);
   if (frees_.Enqueue(id, fence, device)) return;
   // The batch is full, or fences of another device are queued: they leave
@@ -686,9 +720,43 @@ void Client::Impl::OnNotice(const v1::SessionServerMessage& notice) {
     case v1::SessionServerMessage::kBlocksRequest:
       ListLeaseBlocks(notice.blocks_request().request_id());
       break;
+    case v1::SessionServerMessage::kStartProfiling:
+      StartProfilingForDaemon(notice.start_profiling());
+      break;
+    case v1::SessionServerMessage::kStopProfiling:
+      StopProfilingForDaemon(notice.stop_profiling().window_id());
+      break;
     default:
       break;  // notices this version does not know are ignored, so newer daemons work
   }
+}
+
+void Client::Impl::StartProfilingForDaemon(const v1::StartProfiling& request) {
+  absl::StatusOr<ProfileRegion::Mark> mark = HostProfiler::BeginWindow(
+      std::clamp<uint64_t>(request.capacity(), 1, ProfileRegion::kMaxCapacity));
+  absl::MutexLock lock(&answers_mu_);
+  if (mark.ok()) {
+    profile_windows_.emplace(request.window_id(), *std::move(mark));
+  } else {
+    spdlog::warn("gpumux: cannot record the host side of a profile: {}", mark.status().ToString());
+  }
+}
+
+void Client::Impl::StopProfilingForDaemon(uint64_t window) {
+  std::optional<ProfileRegion::Mark> mark;
+  {
+    absl::MutexLock lock(&answers_mu_);
+    auto it = profile_windows_.find(window);
+    if (it != profile_windows_.end()) {
+      mark = std::move(it->second);
+      profile_windows_.erase(it);
+    }
+  }
+  if (!mark.has_value()) return;  // not started here: the daemon reports the host side missing
+  v1::SessionClientMessage answer;
+  answer.mutable_host_profile()->set_window_id(window);
+  ToProto(HostProfiler::EndWindow(*mark), answer.mutable_host_profile()->mutable_records());
+  session_->Send(answer);
 }
 
 void Client::Impl::ReleaseCachedForDaemon(const v1::ReleaseCached& request) {
@@ -736,6 +804,7 @@ void Client::Impl::ListLeaseBlocks(uint64_t request) {
 // --- Sharing ---------------------------------------------------------------
 
 absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
+  GPUMUX_PROFILED("Client::Share");
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot share an empty DeviceBuffer");
   if (buffer.local_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -754,6 +823,7 @@ absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
 }
 
 absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
+  GPUMUX_PROFILED("Client::Import");
   impl_->FlushFreesBeforeCall();
   v1::ImportRequest request;
   request.set_token(std::string(token));
@@ -765,6 +835,7 @@ absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
 }
 
 absl::StatusOr<CollectedMappings> Client::IpcCollect() {
+  GPUMUX_PROFILED("Client::IpcCollect");
   GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
   impl_->FlushFreesBeforeCall();
   // Freed buffers' memory may still be in use by this process's kernels

@@ -38,6 +38,7 @@
 #include "common/default_address.h"
 #include "common/host_ipc_event.h"
 #include "common/ids.h"
+#include "common/profile_data.h"
 #include "common/reduce_op.h"
 
 namespace gpumux {
@@ -84,6 +85,9 @@ class Client {
   // event.
   absl::StatusOr<std::unique_ptr<HostIpcEvent>> MapIpcEvent(absl::string_view handle);
   const std::string& daemon_version() const;
+  // The daemon's commit, build type and compiler ("" from a daemon that
+  // predates it).
+  const std::string& daemon_build() const;
 
   // True once the session has ended: the daemon went away or ended it. Every
   // call then fails with UNAVAILABLE without reaching the daemon.
@@ -483,6 +487,27 @@ class Client {
                                                       const TensorRef& output,
                                                       ReduceOp op = ReduceOp::kSum,
                                                       const CollectiveOptions& options = {});
+
+  // --- Profiles (client_profile.cc; `gpumux bottleneck`, `gpumux profile`) --
+  // A profile this session owns: sessions that open with its token (a
+  // program run with GPUMUX_PROFILE naming a region file that holds it, see
+  // client/profile_region.h) have their device work recorded into it, up to
+  // `capacity` records (0: 65,536; INVALID_ARGUMENT above 16,777,216).
+  struct StartedProfile {
+    uint64_t id = 0;
+    std::string token;
+  };
+  absl::StatusOr<StartedProfile> StartProfile(uint64_t capacity = 0);
+  // Ends profile `id` and returns its device side (NOT_FOUND: not this
+  // session's open profile).
+  absl::StatusOr<DeviceProfile> FinishProfile(uint64_t id);
+  // Profiles live session `session` of this session's tenant for `duration`
+  // (PERMISSION_DENIED for another tenant's: Admin::ProfileSession profiles
+  // any). NOT_FOUND for a session that is not open; INVALID_ARGUMENT for a
+  // duration outside 1 ms .. 1 hour; FAILED_PRECONDITION when it is being
+  // profiled already.
+  absl::StatusOr<SessionProfile> ProfileSession(SessionId session, absl::Duration duration,
+                                                uint64_t capacity = 0);
 
   // How many segments this client has mapped now.
   size_t MappedSegmentCountForTest() const;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -204,6 +205,8 @@ absl::StatusOr<CollectiveResult> Client::Impl::RunCollective(
 absl::StatusOr<CollectiveResult> Client::Broadcast(const TensorRef& tensor,
                                                    absl::Span<const int64_t> devices,
                                                    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::Broadcast");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::BroadcastRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
@@ -222,6 +225,8 @@ absl::StatusOr<CollectiveResult> Client::Broadcast(const TensorRef& tensor,
 absl::StatusOr<CollectiveResult> Client::BroadcastOut(const TensorRef& tensor,
                                                       absl::Span<const TensorRef> out,
                                                       const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::BroadcastOut");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::BroadcastRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
@@ -241,6 +246,8 @@ absl::StatusOr<CollectiveResult> Client::BroadcastCoalesced(absl::Span<const Ten
                                                             absl::Span<const int64_t> devices,
                                                             uint64_t buffer_size,
                                                             const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::BroadcastCoalesced");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::BroadcastCoalescedRequest request;
   for (const TensorRef& tensor : tensors) {
@@ -261,6 +268,8 @@ absl::StatusOr<CollectiveResult> Client::BroadcastCoalesced(absl::Span<const Ten
 absl::StatusOr<CollectiveResult> Client::ReduceAdd(absl::Span<const TensorRef> inputs,
                                                    std::optional<DeviceIndex> destination,
                                                    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::ReduceAdd");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::ReduceAddRequest request;
   for (const TensorRef& input : inputs) {
@@ -279,6 +288,8 @@ absl::StatusOr<CollectiveResult> Client::ReduceAdd(absl::Span<const TensorRef> i
 absl::StatusOr<CollectiveResult> Client::ReduceAddCoalesced(
     absl::Span<const std::vector<TensorRef>> inputs, std::optional<DeviceIndex> destination,
     uint64_t buffer_size, const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::ReduceAddCoalesced");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::ReduceAddCoalescedRequest request;
   for (const std::vector<TensorRef>& list : inputs) {
@@ -302,6 +313,8 @@ absl::StatusOr<CollectiveResult> Client::Scatter(
     const TensorRef& tensor, absl::Span<const int64_t> devices,
     const std::optional<std::vector<int64_t>>& chunk_sizes, int64_t dim,
     absl::Span<const std::optional<Stream>> streams, const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::Scatter");
+  if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckChunkStreams(streams, devices));
   Impl::CommCall call;
   v1::ScatterRequest request;
@@ -331,6 +344,8 @@ absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
                                                     absl::Span<const TensorRef> out, int64_t dim,
                                                     absl::Span<const std::optional<Stream>> streams,
                                                     const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::ScatterOut");
+  if (options.wait) gpumux_profiled_call_.Waited();
   std::vector<int64_t> devices;
   for (const TensorRef& o : out) {
     devices.push_back(o.buffer != nullptr && o.buffer->valid() ? o.buffer->device().value()
@@ -361,6 +376,8 @@ absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
 absl::StatusOr<CollectiveResult> Client::Gather(absl::Span<const TensorRef> tensors, int64_t dim,
                                                 std::optional<DeviceIndex> destination,
                                                 const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::Gather");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GatherRequest request;
   for (const TensorRef& tensor : tensors) {
@@ -381,6 +398,7 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
                                                       void* dst, uint64_t dst_size, int64_t dim,
                                                       const CollectiveOptions& options,
                                                       TransferPath path) {
+  GPUMUX_PROFILED_WAIT("Client::GatherToHost");
   if (dst == nullptr && dst_size != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("host pointer is null for ", dst_size, " bytes"));
@@ -468,6 +486,8 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
 absl::StatusOr<CollectiveResult> Client::GatherOut(absl::Span<const TensorRef> tensors,
                                                    const TensorRef& out, int64_t dim,
                                                    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::GatherOut");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GatherRequest request;
   for (const TensorRef& tensor : tensors) {
@@ -484,6 +504,8 @@ absl::StatusOr<CollectiveResult> Client::GatherOut(absl::Span<const TensorRef> t
 
 absl::StatusOr<CollectiveResult> Client::AllReduce(absl::Span<const TensorRef> tensors, ReduceOp op,
                                                    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::AllReduce");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::AllReduceRequest request;
   for (const TensorRef& tensor : tensors) {
@@ -501,6 +523,8 @@ absl::StatusOr<CollectiveResult> Client::AllReduceOut(absl::Span<const TensorRef
                                                       absl::Span<const TensorRef> outputs,
                                                       ReduceOp op,
                                                       const CollectiveOptions& options) {
+  GPUMUX_PROFILED("Client::AllReduceOut");
+  if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::AllReduceRequest request;
   for (const TensorRef& tensor : inputs) {

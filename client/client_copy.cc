@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/parallel_copy.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
@@ -95,6 +96,8 @@ uint64_t Client::StagingBufferSizeForTest() {
 absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
                                                const void* src, uint64_t size,
                                                const CopyOptions& options) {
+  GPUMUX_PROFILED("Client::CopyHostToDevice");
+  if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(src, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
@@ -200,6 +203,7 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
 absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& src,
                                                uint64_t src_offset, uint64_t size,
                                                const CopyOptions& options) {
+  GPUMUX_PROFILED_WAIT("Client::CopyDeviceToHost");
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(dst, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
@@ -283,6 +287,8 @@ absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBu
 absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
                                                  const DeviceBuffer& src, uint64_t src_offset,
                                                  uint64_t size, const CopyOptions& options) {
+  GPUMUX_PROFILED("Client::CopyDeviceToDevice");
+  if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
@@ -313,6 +319,8 @@ absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64
 
 absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, uint8_t value,
                                      uint64_t size, const CopyOptions& options) {
+  GPUMUX_PROFILED("Client::Memset");
+  if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
                           impl_->ResolveStream(options.stream, dst.device(), "the memset"));

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -36,12 +37,14 @@ auto KeepGroupUnavailable(Run run, Rpc rpc) {
 }  // namespace
 
 absl::StatusOr<DaemonGroupInfo> Client::FormGroup(const FormGroupOptions& options) {
+  GPUMUX_PROFILED("Client::FormGroup");
   v1::FormGroupRequest request;
   request.set_name(options.name);
   request.set_world_size(options.world_size);
   request.set_rank(options.rank);
   request.set_rendezvous_address(options.rendezvous_address);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+  request.set_device(options.device.value());
   v1::GroupInfo response;
   GPUMUX_RETURN_IF_ERROR(KeepGroupUnavailable([&](auto rpc) { return impl_->CallWithSession(rpc); },
                                               [&](grpc::ClientContext* context) {
@@ -52,6 +55,7 @@ absl::StatusOr<DaemonGroupInfo> Client::FormGroup(const FormGroupOptions& option
 }
 
 absl::Status Client::DestroyGroup(absl::string_view name) {
+  GPUMUX_PROFILED("Client::DestroyGroup");
   v1::DestroyGroupRequest request;
   request.set_name(std::string(name));
   v1::DestroyGroupResponse response;
@@ -61,6 +65,7 @@ absl::Status Client::DestroyGroup(absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<DaemonGroupInfo>> Client::ListGroups() {
+  GPUMUX_PROFILED("Client::ListGroups");
   v1::ListGroupsResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->group_stub_->ListGroups(context, v1::ListGroupsRequest(), &response);
@@ -73,6 +78,7 @@ absl::StatusOr<std::vector<DaemonGroupInfo>> Client::ListGroups() {
 absl::StatusOr<CollectiveResult> Client::GroupAllReduce(absl::string_view group,
                                                         const TensorRef& tensor, ReduceOp op,
                                                         const CollectiveOptions& options) {
+  GPUMUX_PROFILED_WAIT("Client::GroupAllReduce");
   Impl::CommCall call;
   v1::GroupAllReduceRequest request;
   request.set_group(std::string(group));
@@ -89,6 +95,7 @@ absl::StatusOr<CollectiveResult> Client::GroupAllReduce(absl::string_view group,
 absl::StatusOr<CollectiveResult> Client::GroupBroadcast(absl::string_view group,
                                                         const TensorRef& tensor, int root,
                                                         const CollectiveOptions& options) {
+  GPUMUX_PROFILED_WAIT("Client::GroupBroadcast");
   Impl::CommCall call;
   v1::GroupBroadcastRequest request;
   request.set_group(std::string(group));
@@ -106,6 +113,7 @@ absl::StatusOr<CollectiveResult> Client::GroupAllGather(absl::string_view group,
                                                         const TensorRef& input,
                                                         const TensorRef& output,
                                                         const CollectiveOptions& options) {
+  GPUMUX_PROFILED_WAIT("Client::GroupAllGather");
   Impl::CommCall call;
   v1::GroupAllGatherRequest request;
   request.set_group(std::string(group));
@@ -123,6 +131,7 @@ absl::StatusOr<CollectiveResult> Client::GroupReduceScatter(absl::string_view gr
                                                             const TensorRef& input,
                                                             const TensorRef& output, ReduceOp op,
                                                             const CollectiveOptions& options) {
+  GPUMUX_PROFILED_WAIT("Client::GroupReduceScatter");
   Impl::CommCall call;
   v1::GroupReduceScatterRequest request;
   request.set_group(std::string(group));

@@ -21,6 +21,7 @@
 #include "client/client.h"
 #include "client/current_streams.h"
 #include "client/free_batcher.h"
+#include "client/host_profiler.h"
 #include "client/local_allocator.h"
 #include "client/segment_mapper.h"
 #include "client/session_stream.h"
@@ -32,6 +33,7 @@
 #include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
+#include "gpumux/v1/profile.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "gpumux/v1/stream.grpc.pb.h"
@@ -78,6 +80,10 @@ class Client::Impl {
   // Both answer even without a local allocator, so the daemon never waits.
   void ReleaseCachedForDaemon(const v1::ReleaseCached& request);
   void ListLeaseBlocks(uint64_t request);
+  // `gpumux profile` on this session: record the host side (the process's
+  // calls) from start to stop, and send it on the session stream.
+  void StartProfilingForDaemon(const v1::StartProfiling& request);
+  void StopProfilingForDaemon(uint64_t window);
   // Local allocation mode: starts the local allocator when `mode` (resolved
   // against GPUMUX_ALLOCATION) asks for it and this connection can map
   // leases. INVALID_ARGUMENT for a GPUMUX_ALLOCATION it does not know.
@@ -184,6 +190,7 @@ class Client::Impl {
   const std::unique_ptr<v1::Group::Stub> group_stub_;
   const std::unique_ptr<v1::Random::Stub> random_stub_;
   const std::unique_ptr<v1::Nvtx::Stub> nvtx_stub_;
+  const std::unique_ptr<v1::Profile::Stub> profile_stub_;
   const uint64_t staging_buffer_size_;
   const uint64_t max_inline_copy_;
   CurrentStreams current_;
@@ -218,6 +225,8 @@ class Client::Impl {
   // Set at Connect in local allocation mode; null in daemon mode. Read
   // without answers_mu_ on every other path: those run between.
   std::unique_ptr<LocalAllocator> local_;
+  // The daemon's profile windows open on this session (by window id).
+  absl::flat_hash_map<uint64_t, ProfileRegion::Mark> profile_windows_ ABSL_GUARDED_BY(answers_mu_);
 };
 
 }  // namespace gpumux

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/memory_fraction.h"
 #include "client/proto_conversion.h"
 #include "common/memory_stats.h"
@@ -29,6 +30,7 @@ bool SegmentLevel(absl::string_view key) {
 }  // namespace
 
 absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::MemoryStats");
   return impl_->SessionStats(device);
 }
 
@@ -63,19 +65,24 @@ absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view
 }
 
 absl::StatusOr<int64_t> Client::MemoryAllocated(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::MemoryAllocated");
   return impl_->Stat(device, "allocated_bytes.all.current");
 }
 absl::StatusOr<int64_t> Client::MaxMemoryAllocated(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::MaxMemoryAllocated");
   return impl_->Stat(device, "allocated_bytes.all.peak");
 }
 absl::StatusOr<int64_t> Client::MemoryReserved(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::MemoryReserved");
   return impl_->Stat(device, "reserved_bytes.all.current");
 }
 absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::MaxMemoryReserved");
   return impl_->Stat(device, "reserved_bytes.all.peak");
 }
 
 absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
+  GPUMUX_PROFILED("Client::MemorySummary");
   if (impl_->local_ != nullptr) {
     GPUMUX_ASSIGN_OR_RETURN(auto stats, impl_->SessionStats(device));
     return FormatMemorySummary(stats, device.value(), abbreviated);
@@ -92,6 +99,7 @@ absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbre
 }
 
 absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::MemorySnapshot");
   impl_->FlushFreesBeforeCall();
   v1::GetSnapshotRequest request;
   if (device.has_value()) {
@@ -132,6 +140,7 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
 }
 
 absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::ResetPeakMemoryStats");
   impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
@@ -144,6 +153,7 @@ absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
 }
 
 absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::ResetAccumulatedMemoryStats");
   impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
@@ -158,6 +168,7 @@ absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
 // --- Cache and limits ----------------------------------------------------------
 
 absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
+  GPUMUX_PROFILED("Client::EmptyCache");
   EmptyCacheResult local;
   if (impl_->local_ != nullptr) {
     if (options.device.has_value()) {
@@ -188,6 +199,7 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
 }
 
 absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex device) {
+  GPUMUX_PROFILED("Client::SetPerProcessMemoryFraction");
   GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
   impl_->FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
@@ -204,6 +216,7 @@ absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex de
 }
 
 absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
+  GPUMUX_PROFILED("Client::SetMemoryLimit");
   impl_->FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
   request.set_device(device.value());

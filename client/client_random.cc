@@ -6,6 +6,7 @@
 
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -24,6 +25,7 @@ absl::StatusOr<uint64_t> RandomFillBytes(Dtype dtype, uint64_t elements) {
 }  // namespace
 
 absl::Status Client::ManualSeed(uint64_t seed, std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::ManualSeed");
   v1::ManualSeedRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   request.set_seed(seed);
@@ -34,6 +36,7 @@ absl::Status Client::ManualSeed(uint64_t seed, std::optional<DeviceIndex> device
 }
 
 absl::Status Client::ManualSeedAll(uint64_t seed) {
+  GPUMUX_PROFILED("Client::ManualSeedAll");
   v1::ManualSeedRequest request;
   request.set_all_devices(true);
   request.set_seed(seed);
@@ -44,6 +47,7 @@ absl::Status Client::ManualSeedAll(uint64_t seed) {
 }
 
 absl::StatusOr<uint64_t> Client::Seed(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::Seed");
   v1::SeedRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::SeedResponse response;
@@ -54,6 +58,7 @@ absl::StatusOr<uint64_t> Client::Seed(std::optional<DeviceIndex> device) {
 }
 
 absl::StatusOr<uint64_t> Client::SeedAll() {
+  GPUMUX_PROFILED("Client::SeedAll");
   v1::SeedRequest request;
   request.set_all_devices(true);
   v1::SeedResponse response;
@@ -64,6 +69,7 @@ absl::StatusOr<uint64_t> Client::SeedAll() {
 }
 
 absl::StatusOr<uint64_t> Client::InitialSeed(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::InitialSeed");
   v1::InitialSeedRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::SeedResponse response;
@@ -74,6 +80,7 @@ absl::StatusOr<uint64_t> Client::InitialSeed(std::optional<DeviceIndex> device) 
 }
 
 absl::StatusOr<std::string> Client::GetRngState(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::GetRngState");
   v1::GetRngStateRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   v1::GetRngStateResponse response;
@@ -88,6 +95,7 @@ absl::StatusOr<std::string> Client::GetRngState(std::optional<DeviceIndex> devic
 }
 
 absl::Status Client::SetRngState(absl::string_view state, std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::SetRngState");
   v1::SetRngStateRequest request;
   request.set_device(device.value_or(CurrentDevice()).value());
   request.add_states(std::string(state));
@@ -98,6 +106,7 @@ absl::Status Client::SetRngState(absl::string_view state, std::optional<DeviceIn
 }
 
 absl::StatusOr<std::vector<std::string>> Client::GetRngStateAll() {
+  GPUMUX_PROFILED("Client::GetRngStateAll");
   v1::GetRngStateRequest request;
   request.set_all_devices(true);
   v1::GetRngStateResponse response;
@@ -108,6 +117,7 @@ absl::StatusOr<std::vector<std::string>> Client::GetRngStateAll() {
 }
 
 absl::Status Client::SetRngStateAll(absl::Span<const std::string> states) {
+  GPUMUX_PROFILED("Client::SetRngStateAll");
   v1::SetRngStateRequest request;
   request.set_all_devices(true);
   for (const std::string& state : states) request.add_states(state);
@@ -121,6 +131,8 @@ absl::StatusOr<GenerateResult> Client::Generate(const DeviceBuffer& dst, uint64_
                                                 Dtype dtype, uint64_t elements,
                                                 const Distribution& distribution,
                                                 const CopyOptions& options) {
+  GPUMUX_PROFILED("Client::Generate");
+  if (options.wait) gpumux_profiled_call_.Waited();
   if (!dst.valid()) {
     return absl::InvalidArgumentError("the destination is an empty DeviceBuffer");
   }

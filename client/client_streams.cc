@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
@@ -26,6 +27,7 @@ absl::StatusOr<int> Client::Impl::CachedDeviceCount() {
 }
 
 absl::Status Client::SetDevice(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::SetDevice");
   GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
   if (device.value() < 0 || device.value() >= count) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device.value(),
@@ -37,12 +39,14 @@ absl::Status Client::SetDevice(DeviceIndex device) {
 }
 
 Stream Client::CurrentStream(std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("Client::CurrentStream");
   const DeviceIndex on = device.value_or(impl_->current_.device());
   const CurrentStreams::Entry entry = impl_->current_.stream(on);
   return Stream(*this, on, entry.id, entry.priority);
 }
 
 absl::Status Client::SetStream(const Stream& stream) {
+  GPUMUX_PROFILED("Client::SetStream");
   if (stream.client() != this) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()), " of device ",
                                                    stream.device().value(),
@@ -72,6 +76,7 @@ absl::StatusOr<Stream> Client::Impl::ResolveStream(const std::optional<Stream>& 
 }
 
 absl::StatusOr<StreamPriorities> Client::GetStreamPriorityRange(DeviceIndex device) {
+  GPUMUX_PROFILED("Client::GetStreamPriorityRange");
   v1::GetPriorityRangeRequest request;
   request.set_device(device.value());
   v1::GetPriorityRangeResponse response;
@@ -85,6 +90,7 @@ absl::StatusOr<StreamPriorities> Client::GetStreamPriorityRange(DeviceIndex devi
 }
 
 absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
+  GPUMUX_PROFILED("Client::CreateStream");
   v1::CreateStreamRequest request;
   request.set_device(device.value());
   request.set_priority(priority);
@@ -101,6 +107,7 @@ absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
 }
 
 absl::Status Client::DestroyStream(const Stream& stream) {
+  GPUMUX_PROFILED("Client::DestroyStream");
   if (stream.client() != this) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()), " of device ",
                                                    stream.device().value(),
@@ -134,12 +141,14 @@ absl::Status Client::Impl::CheckKnownStream(const Stream& stream) const {
 }
 
 absl::StatusOr<Event> Client::CreateEvent(DeviceIndex device, const EventOptions& options) {
+  GPUMUX_PROFILED("Client::CreateEvent");
   Event event(*this, options);
   GPUMUX_RETURN_IF_ERROR(event.CreateOn(device));
   return event;
 }
 
 absl::StatusOr<Event> Client::OpenEventIpcHandle(DeviceIndex device, absl::string_view handle) {
+  GPUMUX_PROFILED("Client::OpenEventIpcHandle");
   if (handle.size() != kEventIpcHandleBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("cudaIpcEventHandle_t expects byte-like object of size ", kEventIpcHandleBytes,
@@ -166,6 +175,7 @@ Event Client::Impl::AdoptCompletionEvent(DeviceIndex device, uint64_t id, std::s
 }
 
 absl::StatusOr<std::unique_ptr<HostIpcEvent>> Client::MapIpcEvent(absl::string_view handle) {
+  GPUMUX_PROFILED("Client::MapIpcEvent");
   if (backend() != "host") {
     return absl::FailedPreconditionError(
         absl::StrCat("only host-backend events map into a process; this daemon's backend is ",

@@ -1,4 +1,5 @@
 #include "client/device_buffer.h"
+#include "client/host_profiler.h"
 
 #include <utility>
 
@@ -65,6 +66,7 @@ AllocationId DeviceBuffer::Detach() {
 
 void DeviceBuffer::Reset() {
   if (client_ == nullptr) return;
+  GPUMUX_PROFILED("DeviceBuffer::Reset");  // the free of a buffer dropped or reset
   Client* client = client_;
   if (local_) {
     Detach();

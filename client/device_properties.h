@@ -30,6 +30,8 @@ struct DeviceProperties {
   // cudaDriverGetVersion / cudaRuntimeGetVersion; 0 on the host backend.
   int32_t driver_version = 0;
   int32_t runtime_version = 0;
+  // What collectives across devices run on: "nccl 2.28.9" or "copies".
+  std::string collectives;
   // False after a sticky CUDA error; `health` says why ("ok" otherwise).
   bool healthy = true;
   std::string health;

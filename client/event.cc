@@ -1,4 +1,5 @@
 #include "client/event.h"
+#include "client/host_profiler.h"
 
 #include <utility>
 
@@ -88,11 +89,13 @@ absl::Status Event::CreateOn(DeviceIndex device) {
 }
 
 absl::Status Event::Record() {
+  GPUMUX_PROFILED("Event::Record");
   if (client_ == nullptr) return NoClientError();
   return Record(client_->CurrentStream());
 }
 
 absl::Status Event::Record(const Stream& stream) {
+  GPUMUX_PROFILED("Event::Record");
   if (client_ == nullptr) return NoClientError();
   if (stream.client() != client_) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(stream.id()), " of device ",
@@ -110,6 +113,7 @@ absl::Status Event::Record(const Stream& stream) {
 }
 
 absl::StatusOr<bool> Event::Query() const {
+  GPUMUX_PROFILED("Event::Query");
   if (!created()) return true;
   v1::EventRequest request;
   request.set_event(id_);
@@ -121,6 +125,7 @@ absl::StatusOr<bool> Event::Query() const {
 }
 
 absl::Status Event::Synchronize() const {
+  GPUMUX_PROFILED_WAIT("Event::Synchronize");
   if (!created()) return absl::OkStatus();
   v1::EventRequest request;
   request.set_event(id_);
@@ -131,6 +136,7 @@ absl::Status Event::Synchronize() const {
 }
 
 absl::Status Event::Wait() const {
+  GPUMUX_PROFILED("Event::Wait");
   if (!created()) return absl::OkStatus();
   return Wait(client_->CurrentStream());
 }
@@ -138,6 +144,7 @@ absl::Status Event::Wait() const {
 absl::Status Event::Wait(const Stream& stream) const { return stream.WaitEvent(*this); }
 
 absl::StatusOr<float> Event::ElapsedTime(const Event& end) const {
+  GPUMUX_PROFILED("Event::Wait");
   if (!created() || !end.created()) {
     return absl::FailedPreconditionError(
         "Both events must be recorded before calculating elapsed time.");
@@ -157,6 +164,7 @@ absl::StatusOr<float> Event::ElapsedTime(const Event& end) const {
 }
 
 absl::StatusOr<std::string> Event::IpcHandle() {
+  GPUMUX_PROFILED("Event::IpcHandle");
   if (client_ == nullptr) return NoClientError();
   if (!ipc_handle_.empty()) return ipc_handle_;
   if (!created()) GPUMUX_RETURN_IF_ERROR(CreateOn(client_->CurrentDevice()));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/ids.h"
 
 namespace gpumux {
 
@@ -23,6 +24,10 @@ struct FormGroupOptions {
   // How long forming and each collective may wait for the other daemons;
   // zero: the daemon's default (30 s).
   absl::Duration timeout = absl::ZeroDuration();
+  // Where every member daemon has NCCL (CUDA), collectives on tensors on
+  // this device of each daemon run on an NCCL communicator of the group;
+  // tensors elsewhere go through host memory and Gloo.
+  DeviceIndex device;
 };
 
 struct DaemonGroupMember {
@@ -44,6 +49,8 @@ struct DaemonGroupInfo {
   uint64_t bytes = 0;
   absl::Time formed_at;
   absl::Duration form_time;
+  DeviceIndex device;                // FormGroupOptions::device
+  bool device_communicator = false;  // NCCL on `device` (every member has it)
 };
 
 }  // namespace gpumux

@@ -2,12 +2,14 @@
 
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux::nvtx {
 
 absl::Status Mark(Client& client, absl::string_view message) {
+  GPUMUX_PROFILED("nvtx::Mark");
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   v1::NvtxMarkResponse response;
@@ -17,6 +19,7 @@ absl::Status Mark(Client& client, absl::string_view message) {
 }
 
 absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
+  GPUMUX_PROFILED("nvtx::RangePush");
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   v1::NvtxDepth response;
@@ -27,6 +30,7 @@ absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
 }
 
 absl::StatusOr<int> RangePop(Client& client) {
+  GPUMUX_PROFILED("nvtx::RangePop");
   v1::NvtxRangePopRequest request;
   v1::NvtxDepth response;
   GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {

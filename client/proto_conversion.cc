@@ -17,6 +17,7 @@ DeviceProperties FromProto(const v1::DeviceProperties& proto) {
   properties.gencode_flags = proto.gencode_flags();
   properties.driver_version = proto.driver_version();
   properties.runtime_version = proto.runtime_version();
+  properties.collectives = proto.collectives();
   properties.healthy = proto.healthy();
   properties.health = proto.health();
   return properties;
@@ -173,6 +174,8 @@ DaemonGroupInfo FromProto(const v1::GroupInfo& proto) {
   info.bytes = proto.bytes();
   info.formed_at = absl::FromUnixMillis(proto.formed_unix_ms());
   info.form_time = absl::Milliseconds(proto.form_ms());
+  info.device = DeviceIndex(proto.device());
+  info.device_communicator = proto.device_communicator();
   return info;
 }
 

@@ -4,12 +4,14 @@
 #include "client/client.h"
 #include "client/client_impl.h"
 #include "client/event.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
 
 namespace gpumux {
 
 absl::StatusOr<bool> Stream::Query() const {
+  GPUMUX_PROFILED("Stream::Query");
   v1::StreamRequest request;
   *request.mutable_stream() = ToProto(*this);
   v1::QueryStreamResponse response;
@@ -20,6 +22,7 @@ absl::StatusOr<bool> Stream::Query() const {
 }
 
 absl::Status Stream::Synchronize() const {
+  GPUMUX_PROFILED_WAIT("Stream::Synchronize");
   v1::StreamRequest request;
   *request.mutable_stream() = ToProto(*this);
   v1::SynchronizeStreamResponse response;
@@ -29,6 +32,7 @@ absl::Status Stream::Synchronize() const {
 }
 
 absl::Status Stream::WaitEvent(const Event& event) const {
+  GPUMUX_PROFILED("Stream::WaitEvent");
   if (!event.created()) return absl::OkStatus();  // never recorded: no wait
   if (event.client() != client_) {
     return absl::InvalidArgumentError(
@@ -44,6 +48,7 @@ absl::Status Stream::WaitEvent(const Event& event) const {
 }
 
 absl::Status Stream::WaitStream(const Stream& other) const {
+  GPUMUX_PROFILED("Stream::WaitStream");
   if (other.client_ != client_) {
     return absl::InvalidArgumentError(absl::StrCat("stream ", ToString(other.id_), " of device ",
                                                    other.device_.value(),
@@ -59,6 +64,7 @@ absl::Status Stream::WaitStream(const Stream& other) const {
 }
 
 absl::StatusOr<Event> Stream::RecordEvent() const {
+  GPUMUX_PROFILED("Stream::RecordEvent");
   Event event(*client_);
   GPUMUX_RETURN_IF_ERROR(event.Record(*this));
   return event;

@@ -35,6 +35,7 @@
 #include "server/core/client_queries.h"
 #include "server/core/comm_work.h"
 #include "server/core/device_work.h"
+#include "server/core/group_device.h"
 #include "server/core/group_registry.h"
 #include "server/core/group_work.h"
 #include "server/core/memory_manager.h"
@@ -63,6 +64,7 @@
 #include "server/rpc/observe_service.h"
 #include "server/rpc/parse_failure_interceptor.h"
 #include "server/rpc/peer_channels.h"
+#include "server/rpc/profile_service.h"
 #include "server/rpc/random_service.h"
 #include "server/rpc/session_service.h"
 #include "server/rpc/stream_service.h"
@@ -90,12 +92,29 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
     return absl::InvalidArgumentError(
         absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
   }
+  if (options.nccl.empty()) {
+    return absl::InvalidArgumentError("--nccl is auto, off or the path of a libnccl.so, not empty");
+  }
 #ifdef GPUMUX_HAVE_CUDA
   if (options.backend == "cuda" ||
       (options.backend == "auto" && CudaBackend::VisibleDeviceCount() > 0)) {
     CudaBackend::Options cuda;
+    cuda.nccl = options.nccl != "off";
+    if (options.nccl != "auto" && options.nccl != "off") cuda.nccl_library = options.nccl;
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(cuda);
-    if (backend.ok()) return std::unique_ptr<DeviceBackend>(*std::move(backend));
+    if (backend.ok()) {
+      const CudaBackend& made = **backend;
+      if (made.nccl_status().ok()) {
+        spdlog::info("collectives across devices run on {}", made.collectives_description());
+      } else if (!cuda.nccl_library.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--nccl=", options.nccl, ": ", made.nccl_status().message()));
+      } else {
+        spdlog::info("collectives across devices use peer copies and the reduction kernel: {}",
+                     std::string(made.nccl_status().message()));
+      }
+      return std::unique_ptr<DeviceBackend>(*std::move(backend));
+    }
     if (options.backend == "cuda") {
       return absl::FailedPreconditionError(
           absl::StrCat("--backend=cuda: ", backend.status().message()));
@@ -200,6 +219,7 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
 std::vector<std::string> CountedServices() {
   std::vector<std::string> services(std::begin(kServiceNames), std::end(kServiceNames));
   services.push_back("gpumux.v1.Admin");
+  services.push_back("gpumux.v1.Profile");
   services.push_back("grpc.health.v1.Health");
   services.push_back("grpc.reflection.v1alpha.ServerReflection");
   return services;
@@ -259,6 +279,8 @@ struct Daemon::State {
   MemoryFileTable memory_files;
   std::unique_ptr<DeviceBackend> backend;
   SessionRegistry sessions;
+  // Before the books that record into it; after the backend its events are of.
+  std::unique_ptr<DeviceProfiler> profiler;
   std::unique_ptr<StreamManager> streams;
   std::unique_ptr<MemoryManager> memory;
   std::unique_ptr<StagingBuffers> staging;
@@ -292,6 +314,7 @@ struct Daemon::State {
   std::unique_ptr<GroupService> group_service;
   std::unique_ptr<RandomService> random_service;
   std::unique_ptr<NvtxService> nvtx_service;
+  std::unique_ptr<ProfileService> profile_service;
   std::unique_ptr<DeviceService> device_service;
   std::unique_ptr<ObserveService> observe_service;
   // The TCP listener's own: Device and Observe, and in full mode all the
@@ -391,7 +414,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
   if (full) {
     tcp.session =
         std::make_unique<SessionService>(lifecycle.get(), &sessions, queries.get(), device->name(),
-                                         memory->allocator().options().conf);
+                                         memory->allocator().options().conf, profiler.get());
     tcp.memory = std::make_unique<MemoryService>(memory.get(), &sessions, queries.get(), &executor,
                                                  options.client_reply_timeout);
     tcp.stream = std::make_unique<StreamService>(streams.get(), &sessions, &executor);
@@ -402,7 +425,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
         std::make_unique<GroupService>(groups.get(), group_work.get(), &sessions, &executor);
     tcp.rendezvous = std::make_unique<RendezvousService>(&rendezvous);
     tcp.random = std::make_unique<RandomService>(rng.get(), work.get(), &sessions, &executor);
-    tcp.nvtx = std::make_unique<NvtxService>(nvtx.get(), &sessions);
+    tcp.nvtx = std::make_unique<NvtxService>(nvtx.get(), &sessions, profiler.get());
     tcp.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
         "gpumux.v1.Admin is not served over TCP: on the daemon's machine, connect to the admin "
         "socket ",
@@ -484,9 +507,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   State& s = *state;
   DeviceBackend* backend = s.backend.get();
   s.sessions.set_max_sessions(options.max_sessions);
+  s.profiler = std::make_unique<DeviceProfiler>(backend);
   s.streams = std::make_unique<StreamManager>(
       backend,
-      StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events});
+      StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events},
+      s.profiler.get());
   s.memory = std::make_unique<MemoryManager>(
       backend, allocator_options, &s.sessions, s.streams.get(),
       MemoryManager::Limits{.max_share_tokens = options.max_share_tokens}, &s.memory_files);
@@ -501,8 +526,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
 #endif
   s.nvtx = std::make_unique<NvtxRanges>(s.nvtx_sink.get());
   s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
-                                        s.rng.get());
-  s.comm = std::make_unique<CommWork>(backend, s.memory.get(), s.streams.get(), s.staging.get());
+                                        s.rng.get(), s.profiler.get());
+  s.comm = std::make_unique<CommWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
+                                      s.profiler.get());
   GPUMUX_ASSIGN_OR_RETURN(
       s.peers, PeerChannels::Create(PeerSecurityFiles{.tls_ca_file = options.tls_client_ca_file,
                                                       .tls_cert_file = options.tls_cert_file,
@@ -515,10 +541,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       GroupRegistry::Hooks{
           .connect_rendezvous =
               [&s](const std::string& address) { return s.peers->Rendezvous(address); },
-          .connect_transport =
-              [&s](RendezvousPoint& rendezvous, const GroupSpec& spec, uint64_t generation) {
-                return s.gloo->Connect(rendezvous, spec, generation);
-              },
+          .connect_transport = [&s, backend](RendezvousPoint& rendezvous, const GroupSpec& spec,
+                                             uint64_t generation)
+              -> absl::StatusOr<std::unique_ptr<GroupTransport>> {
+            GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> host,
+                                    s.gloo->Connect(rendezvous, spec, generation));
+            return AddDeviceCommunicator(std::move(host), backend->collectives(), rendezvous, spec,
+                                         generation);
+          },
           .probe = [&s](const std::string& address,
                         absl::Duration timeout) { return s.peers->Probe(address, timeout); },
           .own_address =
@@ -526,14 +556,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                 return s.tcp_port == 0 ? std::string() : JoinHostPort(group_host, s.tcp_port);
               },
           .serves_rendezvous = !options.listen_address.empty() && options.tcp_mode == "full"});
-  s.group_work =
-      std::make_unique<GroupWork>(s.groups.get(), backend, s.memory.get(), s.streams.get());
+  s.group_work = std::make_unique<GroupWork>(s.groups.get(), backend, s.memory.get(),
+                                             s.streams.get(), s.profiler.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
-                                                   s.staging.get(), s.rng.get(), s.nvtx.get());
+                                                   s.staging.get(), s.rng.get(), s.nvtx.get(),
+                                                   s.profiler.get());
   s.queries = std::make_unique<ClientQueries>(&s.sessions);
-  s.session_service =
-      std::make_unique<SessionService>(s.lifecycle.get(), &s.sessions, s.queries.get(),
-                                       backend->name(), s.memory->allocator().options().conf);
+  s.session_service = std::make_unique<SessionService>(
+      s.lifecycle.get(), &s.sessions, s.queries.get(), backend->name(),
+      s.memory->allocator().options().conf, s.profiler.get());
   s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions, s.queries.get(),
                                                      &s.executor, options.client_reply_timeout);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
@@ -545,13 +576,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       std::make_unique<GroupService>(s.groups.get(), s.group_work.get(), &s.sessions, &s.executor);
   s.random_service =
       std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
-  s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions);
+  s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions, s.profiler.get());
+  s.profile_service = std::make_unique<ProfileService>(s.profiler.get(), &s.sessions, &s.executor);
   s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
   s.observe_service =
       std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions,
                                        s.queries.get(), &s.executor, options.client_reply_timeout);
   const std::string admin_path = AdminSocketPath(options.socket_path);
-  s.admin_service = std::make_unique<AdminService>(s.memory.get(), s.lifecycle.get());
+  s.admin_service = std::make_unique<AdminService>(s.memory.get(), s.lifecycle.get(),
+                                                   s.profiler.get(), &s.sessions, &s.executor);
   s.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
       "gpumux.v1.Admin serves only root and gpumuxd's own uid ", geteuid(),
       " (the peer credentials of this connection to ", admin_path, " are another user's)"));
@@ -602,6 +635,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.group_service.get());
   unix_builder.RegisterService(s.random_service.get());
   unix_builder.RegisterService(s.nvtx_service.get());
+  unix_builder.RegisterService(s.profile_service.get());
   unix_builder.RegisterService(s.unix_admin_refusal.get());
   unix_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -647,6 +681,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.admin_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Admin", true);
   for (const char* name : kServiceNames)
     s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
+  s.unix_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Profile", true);
 
   if (!options.metrics_listen_address.empty()) {
     MetricsSources sources{.backend = backend,
@@ -715,6 +750,7 @@ void Daemon::Shutdown(int deadline_ms) {
   // the in-flight calls get until the deadline, and those that fail because
   // their session ended under them say UNAVAILABLE too.
   s.sessions.BeginShutdown();
+  s.profiler->Shutdown();  // windows of `gpumux profile` end now
   s.sessions.TerminateAll("gpumuxd is shutting down");
   // Calls blocked on other processes' events (a hung client's) end now, so
   // the servers' shutdown is not held up by them.

@@ -61,6 +61,10 @@ class Daemon {
     std::string metrics_listen_address;
     // "auto", "host" or "cuda".
     std::string backend = "auto";
+    // The CUDA backend's collectives: "auto" loads libnccl.so.2 where the
+    // loader finds it, "off" uses peer copies and the reduction kernel, any
+    // other value is the path of the libnccl to load (which must load).
+    std::string nccl = "auto";
     int host_devices = 2;
     uint64_t host_device_memory = uint64_t{8} << 30;
     // Worker threads that run every host-backend stream (1 to 256).

@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT of an HTTP listener for Prometheus's /metrics, /healthz and /readyz (off by "
           "default; gpumux's port is 9408, e.g. 0.0.0.0:9408)");
 ABSL_FLAG(std::string, backend, "auto", "auto, host or cuda");
+ABSL_FLAG(std::string, nccl, "auto",
+          "NCCL for the CUDA backend's collectives: auto (libnccl.so.2 where the loader finds "
+          "it), off (peer copies and a reduction kernel), or the path of a libnccl.so");
 ABSL_FLAG(int, host_devices, 2, "number of emulated devices of the host backend");
 ABSL_FLAG(std::string, host_device_memory, "8GiB",
           "memory of each emulated device: a number with B, KiB, MiB, GiB, TiB, KB, MB, GB or TB");
@@ -167,7 +170,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpumuxd: the gpumux GPU resource daemon. Flags: --socket, --socket-group, --listen, "
       "--tcp-mode, --tls-cert, --tls-key, --tls-client-ca, --auth-token-file, --metrics-listen, "
-      "--backend, "
+      "--backend, --nccl, "
       "--host-devices, --host-device-memory, --host-stream-workers, --allocator-conf, --log-level, "
       "--max-sessions, --max-streams, --max-events, --max-share-tokens, --blocking-threads, "
       "--tenant-memory-limit");
@@ -223,6 +226,7 @@ int main(int argc, char** argv) {
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.metrics_listen_address = absl::GetFlag(FLAGS_metrics_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
+  options.nccl = absl::GetFlag(FLAGS_nccl);
   options.host_devices = absl::GetFlag(FLAGS_host_devices);
   options.host_device_memory = *memory;
   options.host_stream_workers = absl::GetFlag(FLAGS_host_stream_workers);

@@ -23,7 +23,8 @@ constexpr Command kCommands[] = {
     {"tenants", RunTenants, kTenantsUsage},    {"tenant-limit", RunTenantLimit, kTenantLimitUsage},
     {"replay", RunReplay, kReplayUsage},       {"kill-session", RunKillSession, kKillSessionUsage},
     {"health", RunHealth, kHealthUsage},       {"top", RunTop, kTopUsage},
-    {"groups", RunGroups, kGroupsUsage},
+    {"groups", RunGroups, kGroupsUsage},       {"bottleneck", RunBottleneck, kBottleneckUsage},
+    {"profile", RunProfile, kProfileUsage},
 };
 
 bool AsksForHelp(const std::vector<std::string>& args) {
@@ -56,7 +57,10 @@ const std::string& CliUsage() {
       kDevicesUsage, "  ", kStatsUsage, "  ", kSummaryUsage, "  ", kSnapshotUsage, "  ",
       kSessionsUsage, "  ", kGroupsUsage, "  ", kEmptyCacheUsage, "  ", kTenantsUsage, "  ",
       kTenantLimitUsage, "  ", kKillSessionUsage, "  ", kHealthUsage, "  ", kTopUsage, "  ",
-      kReplayUsage,
+      kBottleneckUsage,
+      "      (the program runs with GPUMUX_PROFILE and GPUMUX_ADDRESS set; its libgpumux\n"
+      "      calls and the daemon's work for it are reported when it exits)\n  ",
+      kProfileUsage, "  ", kReplayUsage,
       "      (without --address: in this process; with it: as a client of that daemon,\n"
       "      allocating locally over its leases unless GPUMUX_ALLOCATION=daemon)\n"));
   return *usage;

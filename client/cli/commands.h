@@ -25,9 +25,20 @@ inline constexpr char kTenantLimitUsage[] = "gpumux tenant-limit TENANT SIZE|non
 inline constexpr char kKillSessionUsage[] = "gpumux kill-session ID [--reason TEXT]\n";
 inline constexpr char kHealthUsage[] = "gpumux health\n";
 inline constexpr char kTopUsage[] = "gpumux top [--interval SECONDS] [--once]\n";
+inline constexpr char kBottleneckUsage[] =
+    "gpumux bottleneck [--top N] [--json] [--trace FILE] [--ring N] -- PROGRAM [ARGS...]\n";
+inline constexpr char kProfileUsage[] =
+    "gpumux profile --session ID --duration SECONDS [--top N] [--json] [--trace FILE] [--ring "
+    "N]\n";
 inline constexpr char kReplayUsage[] =
     "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n";
 
+// Runs a program with libgpumux's profiler on and reports where its time
+// went, host side and device side (torch.utils.bottleneck's report).
+int RunBottleneck(const CommandContext& context, const std::vector<std::string>& args);
+// The same report for a live session over a window (Admin.ProfileSession
+// for an administrator, else Profile.ProfileSession).
+int RunProfile(const CommandContext& context, const std::vector<std::string>& args);
 // Device.ListDevices.
 int RunDevices(const CommandContext& context, const std::vector<std::string>& args);
 // Observe.GetMemoryStats of a device, or of one session on it.

@@ -40,6 +40,8 @@ std::string FormatDevicesJson(const std::vector<DeviceProperties>& devices) {
     json.Int(device.driver_version);
     json.Key("runtime_version");
     json.Int(device.runtime_version);
+    json.Key("collectives");
+    json.String(device.collectives);
     json.Key("healthy");
     json.Bool(device.healthy);
     json.Key("health");

@@ -76,6 +76,10 @@ std::string FormatGroupsJson(const std::vector<DaemonGroupInfo>& groups) {
     json.Int(absl::ToUnixMillis(group.formed_at));
     json.Key("form_ms");
     json.Double(absl::ToDoubleMilliseconds(group.form_time));
+    json.Key("device");
+    json.Int(group.device.value());
+    json.Key("device_communicator");
+    json.Bool(group.device_communicator);
     json.EndObject();
   }
   json.EndArray();

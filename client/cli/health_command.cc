@@ -34,7 +34,7 @@ constexpr auto kCheckTimeout = std::chrono::seconds(5);
 constexpr const char* kServices[] = {"gpumux.v1.Session", "gpumux.v1.Device", "gpumux.v1.Memory",
                                      "gpumux.v1.Observe", "gpumux.v1.Stream", "gpumux.v1.Event",
                                      "gpumux.v1.Copy",    "gpumux.v1.Random", "gpumux.v1.Nvtx",
-                                     "gpumux.v1.Comm",    "gpumux.v1.Group"};
+                                     "gpumux.v1.Comm",    "gpumux.v1.Group",  "gpumux.v1.Profile"};
 constexpr char kAdmin[] = "gpumux.v1.Admin";
 
 bool ServedOverTcp(absl::string_view service) {

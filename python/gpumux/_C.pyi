@@ -44,6 +44,7 @@ class DeviceProperties:
     pci_bus_id: str
     driver_version: int
     runtime_version: int
+    collectives: str
     healthy: bool
     health: str
     is_integrated: int

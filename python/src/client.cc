@@ -158,6 +158,7 @@ void BindClient(py::module_& module) {
       .def_readonly("pci_bus_id", &DeviceProperties::pci_bus_id)
       .def_readonly("driver_version", &DeviceProperties::driver_version)
       .def_readonly("runtime_version", &DeviceProperties::runtime_version)
+      .def_readonly("collectives", &DeviceProperties::collectives)
       .def_readonly("healthy", &DeviceProperties::healthy)
       .def_readonly("health", &DeviceProperties::health)
       .def_property_readonly("is_integrated", [](const DeviceProperties&) { return 0; })

@@ -18,6 +18,7 @@
 #include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "common/segment_source.h"
+#include "server/backend/collective_engine.h"
 
 namespace gpumux {
 
@@ -48,6 +49,13 @@ struct DeviceInfo {
 struct StreamPriorityRange {
   int least = 0;
   int greatest = 0;
+};
+
+// AccessOnHost's answer: a host pointer to device memory, and what keeps the
+// memory mapped while the caller uses it.
+struct HostMemoryView {
+  std::shared_ptr<const void> keep_alive;
+  char* data = nullptr;
 };
 
 // Every call below that names a stream or an event returns NOT_FOUND for a
@@ -207,6 +215,27 @@ class DeviceBackend : public SegmentSource {
   // unmapped.
   virtual absl::Status PinHostMemory(void* data, uint64_t bytes) = 0;
   virtual absl::Status UnpinHostMemory(void* data) = 0;
+
+  // --- Work the daemon does on device memory itself, from its own threads
+  // rather than on a stream (a group collective over TCP). ---
+
+  // Whether device memory is host memory the daemon can read and write in
+  // place (the host backend); CUDA's is not.
+  virtual bool memory_on_host() const = 0;
+  // A host pointer to [address, address + bytes) on `device`, valid while the
+  // view lives. FAILED_PRECONDITION unless memory_on_host(); INVALID_ARGUMENT
+  // for a bad device or a range not inside one live segment. The caller
+  // orders its use against the streams' work (synchronize first) and keeps
+  // the allocation from being freed meanwhile
+  // (MemoryManager::HoldAllocations).
+  virtual absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
+                                                      uint64_t bytes) = 0;
+
+  // The engine for collectives across this backend's devices in one call
+  // (NCCL on CUDA where libnccl loaded), owned by the backend; null where
+  // there is none (the host backend, CUDA without NCCL): CommWork then uses
+  // copies and Reduce.
+  virtual CollectiveEngine* collectives() = 0;
 };
 
 }  // namespace gpumux

@@ -126,6 +126,12 @@ class ForwardingBackend : public DeviceBackend {
     return target_->PinHostMemory(data, bytes);
   }
   absl::Status UnpinHostMemory(void* data) override { return target_->UnpinHostMemory(data); }
+  bool memory_on_host() const override { return target_->memory_on_host(); }
+  CollectiveEngine* collectives() override { return target_->collectives(); }
+  absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
+                                              uint64_t bytes) override {
+    return target_->AccessOnHost(device, address, bytes);
+  }
 
  private:
   DeviceBackend* target_;

@@ -122,6 +122,13 @@ struct CommWork::Operand {
   uint64_t offset = 0;
 };
 
+// A device's part of a collective on the backend's engine.
+struct CommWork::AcrossPart {
+  DeviceIndex device;
+  Operand send;
+  Operand recv;
+};
+
 // One collective's memory and steps, built (and so checked) before anything
 // is allocated or queued.
 class CommWork::Plan {
@@ -134,7 +141,18 @@ class CommWork::Plan {
     std::optional<AllocationView> allocation;
   };
   struct Step {
-    enum class Kind { kMeet, kCopy, kCopy2D, kReduce, kAverage, kToHost };
+    enum class Kind {
+      kMeet,
+      kCopy,
+      kCopy2D,
+      kReduce,
+      kAverage,
+      kToHost,
+      // On the CollectiveEngine, every part on its device's stream.
+      kAllReduceAcross,
+      kBroadcastAcross,
+      kReduceAcross,
+    };
     Kind kind = Kind::kMeet;
     DeviceIndex on;  // whose stream runs it
     Operand dst;
@@ -149,6 +167,8 @@ class CommWork::Plan {
     int ranks = 0;
     void* host = nullptr;
     std::shared_ptr<void> keep_alive;
+    std::vector<AcrossPart> across;  // the engine's steps: rank order
+    size_t root = 0;                 // an index into `across`
   };
   // A result: a tensor as it is, or one in a new slot (whose id Run fills).
   struct Result {
@@ -255,6 +275,23 @@ class CommWork::Plan {
                           .keep_alive = std::move(keep_alive)});
   }
 
+  // One collective on the backend's engine: `count` elements of `dtype`
+  // (bytes for a broadcast), parts in rank order, `root` an index into
+  // them for a broadcast or reduce.
+  void Across(Step::Kind kind, std::vector<AcrossPart> parts, size_t root, ReduceOp op,
+              RngDtype dtype, uint64_t count) {
+    if (count == 0) return;
+    for (const AcrossPart& part : parts) AddDevice(part.device);
+    const DeviceIndex on = parts[root].device;
+    steps_.push_back(Step{.kind = kind,
+                          .on = on,
+                          .op = op,
+                          .dtype = dtype,
+                          .count = count,
+                          .across = std::move(parts),
+                          .root = root});
+  }
+
   // A result in memory the caller named (the tensor says its device).
   void AddResult(CommTensor tensor, DeviceIndex device) {
     tensor.device = device;
@@ -306,6 +343,16 @@ absl::StatusOr<DeviceIndex> CommWork::DeviceOf(SessionId session, const CommTens
   return CommTensorDevice(*memory_, session, tensor);
 }
 
+bool CommWork::EngineRuns(absl::Span<const DeviceIndex> devices) const {
+  if (backend_->collectives() == nullptr || devices.empty()) return false;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (devices[i] == devices[j]) return false;
+    }
+  }
+  return true;
+}
+
 namespace {
 
 // Checks every tensor and adds it to `plan`: its slot and device.
@@ -317,7 +364,8 @@ struct Named {
 
 }  // namespace
 
-absl::StatusOr<CommDone> CommWork::Run(SessionId session, Plan& plan, const CommOptions& options) {
+absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name, Plan& plan,
+                                       const CommOptions& options) {
   // Streams, one per device taking part.
   std::vector<ResolvedStream> streams;
   streams.reserve(plan.devices().size());
@@ -386,12 +434,34 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, Plan& plan, const Comm
     }
     return absl::OkStatus();
   };
+  // Timed on the root's stream, which the others meet at the end.
+  uint64_t bytes = 0;
+  for (const RangeUse& range : ranges) bytes = std::max(bytes, range.size);
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, name,
+      ProfiledSite{streams.front().device, streams.front().id, streams.front().backend}, bytes);
   absl::Status queued = memory_->EnqueueOnAllocations(
       session, ranges, streams, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
         const auto address = [&](Operand operand) {
           return spans[range_of[operand.slot]].address + operand.offset;
         };
         const auto device = [&](Operand operand) { return plan.DeviceOfSlot(operand.slot); };
+        const auto across = [&](const Plan::Step& step) -> absl::Status {
+          std::vector<CollectivePart> parts;
+          for (const AcrossPart& part : step.across) {
+            parts.push_back(CollectivePart{part.device, stream_of(part.device).backend,
+                                           address(part.send), address(part.recv)});
+          }
+          CollectiveEngine& engine = *backend_->collectives();  // planned only with one
+          switch (step.kind) {
+            case Plan::Step::Kind::kAllReduceAcross:
+              return engine.AllReduce(parts, step.op, step.dtype, step.count);
+            case Plan::Step::Kind::kBroadcastAcross:
+              return engine.Broadcast(parts, step.root, step.count);
+            default:
+              return engine.Reduce(parts, step.root, step.op, step.dtype, step.count);
+          }
+        };
         if (devices.size() > 1) GPUMUX_RETURN_IF_ERROR(meet());
         for (const Plan::Step& step : plan.steps()) {
           const BackendStream stream = stream_of(step.on).backend;
@@ -422,12 +492,21 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, Plan& plan, const Comm
               GPUMUX_RETURN_IF_ERROR(backend_->CopyDeviceToHost(
                   stream, step.host, address(step.src), step.bytes, step.keep_alive));
               break;
+            case Plan::Step::Kind::kAllReduceAcross:
+            case Plan::Step::Kind::kBroadcastAcross:
+            case Plan::Step::Kind::kReduceAcross:
+              GPUMUX_RETURN_IF_ERROR(across(step));
+              break;
           }
         }
         if (devices.size() > 1) GPUMUX_RETURN_IF_ERROR(meet());
+        DeviceProfiler::Queued(profiled);
         return absl::OkStatus();
       });
-  if (!queued.ok()) return undo(queued);
+  if (!queued.ok()) {
+    DeviceProfiler::End(std::move(profiled), false);
+    return undo(queued);
+  }
   if (!temporaries.empty()) {
     // Recorded on their stream: their blocks wait for the work queued there.
     memory_->Free(session, temporaries).IgnoreError();  // only gone with the session
@@ -446,11 +525,13 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, Plan& plan, const Comm
   }
   if (options.wait) {
     absl::Status waited = backend_->SynchronizeStream(root.backend);
+    DeviceProfiler::End(std::move(profiled), true);
     if (!waited.ok()) {
       // The results' memory stays the session's: the work was queued.
       return waited;
     }
   }
+  DeviceProfiler::End(std::move(profiled), true);  // a no-op after the wait's
   for (Plan::Result& result : plan.results()) {
     CommResult out{result.tensor, std::nullopt};
     if (result.slot.has_value()) {
@@ -482,16 +563,20 @@ absl::StatusOr<CommDone> CommWork::Broadcast(SessionId session, const CommTensor
   Plan plan(source);
   const size_t src = plan.Existing(tensor, source, bytes);
   if (devices.has_value()) {
+    // The source, then every other device with its new tensor.
+    std::vector<AcrossPart> parts{{source, Operand{src}, Operand{src}}};
     for (int64_t d : *devices) {
       GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex device, CheckedDevice(d, memory_->device_count()));
       if (device == source) {
         plan.AddResult(tensor, source);  // the input itself
         continue;
       }
-      if (std::optional<size_t> slot = plan.AddNewResult(tensor, device, bytes))
-        plan.Copy(device, Operand{*slot}, Operand{src}, bytes);
+      if (std::optional<size_t> slot = plan.AddNewResult(tensor, device, bytes)) {
+        parts.push_back({device, Operand{*slot}, Operand{*slot}});
+      }
     }
-    return Run(session, plan, options);
+    AddBroadcast(plan, std::move(parts), bytes);
+    return Run(session, "broadcast", plan, options);
   }
   std::vector<Named> targets;
   for (size_t i = 0; i < out->size(); ++i) {
@@ -511,11 +596,13 @@ absl::StatusOr<CommDone> CommWork::Broadcast(SessionId session, const CommTensor
     }
     targets.push_back(Named{plan.Existing(o, device, bytes), device, bytes});
   }
+  std::vector<AcrossPart> parts{{source, Operand{src}, Operand{src}}};
   for (size_t i = 0; i < out->size(); ++i) {
-    plan.Copy(targets[i].device, Operand{targets[i].slot}, Operand{src}, bytes);
+    parts.push_back({targets[i].device, Operand{targets[i].slot}, Operand{targets[i].slot}});
     plan.AddResult((*out)[i], targets[i].device);
   }
-  return Run(session, plan, options);
+  AddBroadcast(plan, std::move(parts), bytes);
+  return Run(session, "broadcast", plan, options);
 }
 
 absl::StatusOr<CommDone> CommWork::BroadcastCoalesced(SessionId session,
@@ -544,14 +631,20 @@ absl::StatusOr<CommDone> CommWork::BroadcastCoalesced(SessionId session,
     inputs.push_back(Named{plan.Existing(tensor, device, bytes), device, bytes});
   }
   for (const CommTensor& tensor : tensors) plan.AddResult(tensor, root);
+  // Results device by device; the broadcasts tensor by tensor.
+  std::vector<std::vector<AcrossPart>> parts(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    parts[i].push_back({root, Operand{inputs[i].slot}, Operand{inputs[i].slot}});
   for (size_t d = 1; d < devices.size(); ++d) {
     const DeviceIndex device(static_cast<int>(devices[d]));
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (std::optional<size_t> slot = plan.AddNewResult(tensors[i], device, inputs[i].bytes))
-        plan.Copy(device, Operand{*slot}, Operand{inputs[i].slot}, inputs[i].bytes);
+        parts[i].push_back({device, Operand{*slot}, Operand{*slot}});
     }
   }
-  return Run(session, plan, options);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    AddBroadcast(plan, std::move(parts[i]), inputs[i].bytes);
+  return Run(session, "broadcast_coalesced", plan, options);
 }
 
 // ---- reduce_add ----
@@ -603,17 +696,11 @@ absl::StatusOr<CommDone> CommWork::ReduceAdd(SessionId session, absl::Span<const
     slots.push_back(plan.Existing(inputs[i], devices[i], bytes));
   if (inputs.size() == 1) {
     plan.AddResult(inputs[0], devices[0]);  // returned as is
-    return Run(session, plan, options);
+    return Run(session, "reduce_add", plan, options);
   }
-  if (std::optional<size_t> result = plan.AddNewResult(inputs[root], target, bytes)) {
-    plan.Copy(target, Operand{*result}, Operand{slots[root]}, bytes);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (i == root) continue;
-      AddReduce(plan, target, ReduceOp::kSum, inputs[0].dtype, Operand{*result}, Operand{slots[i]},
-                bytes);
-    }
-  }
-  return Run(session, plan, options);
+  if (std::optional<size_t> result = plan.AddNewResult(inputs[root], target, bytes))
+    AddReduceAdd(plan, devices, slots, root, *result, inputs[0].dtype, bytes);
+  return Run(session, "reduce_add", plan, options);
 }
 
 void CommWork::AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype,
@@ -626,6 +713,39 @@ void CommWork::AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype
   const size_t scratch = plan.Temporary(on, bytes);
   plan.Copy(on, Operand{scratch}, src, bytes);
   plan.Reduce(on, op, dtype, dst, Operand{scratch}, count);
+}
+
+void CommWork::AddBroadcast(Plan& plan, std::vector<AcrossPart> parts, uint64_t bytes) {
+  if (parts.size() < 2 || bytes == 0) return;
+  std::vector<DeviceIndex> devices;
+  for (const AcrossPart& part : parts) devices.push_back(part.device);
+  if (EngineRuns(devices)) {
+    plan.Across(Plan::Step::Kind::kBroadcastAcross, std::move(parts), 0, ReduceOp::kSum,
+                RngDtype::kU8, bytes);
+    return;
+  }
+  for (size_t i = 1; i < parts.size(); ++i)
+    plan.Copy(parts[i].device, parts[i].recv, parts[0].send, bytes);
+}
+
+void CommWork::AddReduceAdd(Plan& plan, absl::Span<const DeviceIndex> devices,
+                            absl::Span<const size_t> slots, size_t root, size_t result,
+                            RngDtype dtype, uint64_t bytes) {
+  const DeviceIndex target = devices[root];
+  if (EngineRuns(devices)) {
+    std::vector<AcrossPart> parts;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      parts.push_back({devices[i], Operand{slots[i]}, Operand{i == root ? result : slots[i]}});
+    }
+    plan.Across(Plan::Step::Kind::kReduceAcross, std::move(parts), root, ReduceOp::kSum, dtype,
+                bytes / RngElementSize(dtype));
+    return;
+  }
+  plan.Copy(target, Operand{result}, Operand{slots[root]}, bytes);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (i == root) continue;
+    AddReduce(plan, target, ReduceOp::kSum, dtype, Operand{result}, Operand{slots[i]}, bytes);
+  }
 }
 
 absl::StatusOr<CommDone> CommWork::ReduceAddCoalesced(
@@ -660,15 +780,10 @@ absl::StatusOr<CommDone> CommWork::ReduceAddCoalesced(
     for (size_t i = 0; i < column.size(); ++i)
       slots.push_back(plan.Existing(column[i], devices[i], bytes));
     std::optional<size_t> result = plan.AddNewResult(column[root], target, bytes);
-    if (!result.has_value()) continue;
-    plan.Copy(target, Operand{*result}, Operand{slots[root]}, bytes);
-    for (size_t i = 0; i < column.size(); ++i) {
-      if (i == root) continue;
-      AddReduce(plan, target, ReduceOp::kSum, column[0].dtype, Operand{*result}, Operand{slots[i]},
-                bytes);
-    }
+    if (result.has_value())
+      AddReduceAdd(plan, devices, slots, root, *result, column[0].dtype, bytes);
   }
-  return Run(session, plan, options);
+  return Run(session, "reduce_add_coalesced", plan, options);
 }
 
 // ---- scatter ----
@@ -819,7 +934,7 @@ absl::StatusOr<CommDone> CommWork::Scatter(SessionId session, const CommTensor& 
                   slab.rows);
     }
   }
-  return Run(session, plan, run_options);
+  return Run(session, "scatter", plan, run_options);
 }
 
 // ---- gather ----
@@ -928,7 +1043,7 @@ absl::StatusOr<CommDone> CommWork::Gather(SessionId session, absl::Span<const Co
   } else if (where.kind == GatherDestination::Kind::kHostStaging && !out.has_value()) {
     GPUMUX_RETURN_IF_ERROR(staging_->Bytes(session, where.staging_offset, 0).status());
   }
-  return Run(session, plan, run_options);
+  return Run(session, "gather", plan, run_options);
 }
 
 // ---- all_reduce ----
@@ -981,6 +1096,15 @@ absl::StatusOr<CommDone> CommWork::AllReduce(SessionId session, absl::Span<const
   } else {
     out_slots = in_slots;
   }
+  for (size_t i = 0; i < targets.size(); ++i) plan.AddResult(targets[i], devices[i]);
+  if (EngineRuns(devices)) {
+    std::vector<AcrossPart> parts;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      parts.push_back({devices[i], Operand{in_slots[i]}, Operand{out_slots[i]}});
+    plan.Across(Plan::Step::Kind::kAllReduceAcross, std::move(parts), 0, op, dtype,
+                bytes / RngElementSize(dtype));
+    return Run(session, "all_reduce", plan, options);
+  }
   // Reduce into the first output on the first device, in input order, then
   // copy the result to every other output once the streams met again.
   const Operand acc{out_slots[0]};
@@ -996,8 +1120,7 @@ absl::StatusOr<CommDone> CommWork::AllReduce(SessionId session, absl::Span<const
   plan.Meet();
   for (size_t i = 1; i < inputs.size(); ++i)
     plan.Copy(devices[i], Operand{out_slots[i]}, acc, bytes);
-  for (size_t i = 0; i < targets.size(); ++i) plan.AddResult(targets[i], devices[i]);
-  return Run(session, plan, options);
+  return Run(session, "all_reduce", plan, options);
 }
 
 }  // namespace gpumux

@@ -22,7 +22,10 @@
 // it and each allocation's record_stream on its device's stream protects it
 // until every part that touched it has run. Reductions read other devices'
 // memory directly where the backend can (CanReadPeer), else copy it over
-// first. Thread-safe.
+// first. Where the backend has a CollectiveEngine (NCCL on CUDA), broadcast,
+// broadcast_coalesced, reduce_add, reduce_add_coalesced and all_reduce over
+// distinct devices are one engine call each between the two meetings, as
+// PyTorch sends them to NCCL when nccl.is_available. Thread-safe.
 
 #include <cstdint>
 #include <optional>
@@ -37,6 +40,7 @@
 #include "common/rng_fill.h"
 #include "common/tensor_chunks.h"
 #include "server/backend/device_backend.h"
+#include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/staging_buffers.h"
 #include "server/core/stream_manager.h"
@@ -97,10 +101,14 @@ struct GatherDestination {
 
 class CommWork {
  public:
-  // All must outlive this object.
+  // All must outlive this object; `profiler` may be null (no profiles).
   CommWork(DeviceBackend* backend, MemoryManager* memory, StreamManager* streams,
-           StagingBuffers* staging)
-      : backend_(backend), memory_(memory), streams_(streams), staging_(staging) {}
+           StagingBuffers* staging, DeviceProfiler* profiler = nullptr)
+      : backend_(backend),
+        memory_(memory),
+        streams_(streams),
+        staging_(staging),
+        profiler_(profiler) {}
 
   // Every call, besides the messages below: NOT_FOUND for memory that is
   // not the session's; OUT_OF_RANGE for a tensor that does not fit its
@@ -161,15 +169,30 @@ class CommWork {
  private:
   class Plan;
   struct Operand;
+  struct AcrossPart;
   // plan's step dst = op(dst, src) on `on`'s stream for `bytes` of `dtype`;
   // through scratch memory on `on` when it cannot read src's device.
   void AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype, const Operand& dst,
                  const Operand& src, uint64_t bytes);
+  // Whether a collective over `devices` runs on the backend's engine: it
+  // has one and the devices are distinct (PyTorch's nccl.is_available).
+  bool EngineRuns(absl::Span<const DeviceIndex> devices) const;
+  // parts[0].send to every other part's recv: one engine broadcast, else
+  // a copy per part on its device's stream.
+  void AddBroadcast(Plan& plan, std::vector<AcrossPart> parts, uint64_t bytes);
+  // reduce_add of the tensors in `slots` (on `devices`) into `result` on
+  // devices[root]: one engine reduce, else PyTorch's fallback order (the
+  // root's input, then the others in order).
+  void AddReduceAdd(Plan& plan, absl::Span<const DeviceIndex> devices,
+                    absl::Span<const size_t> slots, size_t root, size_t result, RngDtype dtype,
+                    uint64_t bytes);
   // Allocates the plan's new memory, queues its steps between the two
   // meetings of the streams, frees its temporaries, and records the
   // completion event and waits as asked; frees the new results again when
   // anything failed.
-  absl::StatusOr<CommDone> Run(SessionId session, Plan& plan, const CommOptions& options);
+  // `name` is the collective's in profiles.
+  absl::StatusOr<CommDone> Run(SessionId session, absl::string_view name, Plan& plan,
+                               const CommOptions& options);
   // The device of a tensor the session names, with its byte size checked.
   absl::StatusOr<DeviceIndex> DeviceOf(SessionId session, const CommTensor& tensor) const;
 
@@ -177,6 +200,7 @@ class CommWork {
   MemoryManager* memory_;
   StreamManager* streams_;
   StagingBuffers* staging_;
+  DeviceProfiler* profiler_;
 };
 
 }  // namespace gpumux

@@ -9,6 +9,22 @@
 namespace gpumux {
 namespace {
 
+// The device view's name of a random fill, as torch's in-place ops read.
+absl::string_view RandomWorkName(RngKind kind) {
+  switch (kind) {
+    case RngKind::kUniform:
+      return "random uniform_";
+    case RngKind::kNormal:
+      return "random normal_";
+    case RngKind::kBits:
+      break;
+  }
+  return "random random_";
+}
+
+}  // namespace
+namespace {
+
 absl::Status CheckInlineSize(uint64_t size) {
   if (size > DeviceWork::kMaxInlineBytes) {
     return absl::InvalidArgumentError(absl::StrCat("an inline copy carries at most ",
@@ -20,7 +36,8 @@ absl::Status CheckInlineSize(uint64_t size) {
 
 }  // namespace
 
-absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::Span<const RangeUse> ranges,
+absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::string_view name,
+                                         absl::Span<const RangeUse> ranges,
                                          const WorkOptions& options, Enqueue enqueue) {
   GPUMUX_ASSIGN_OR_RETURN(AllocationView first, memory_->Lookup(session, ranges[0].id));
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream stream,
@@ -34,10 +51,15 @@ absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::Span<const Ran
         event, streams_->CreateEvent(session, stream.device, EventFlags{.interprocess = true}));
   }
   bool other_device = false;
+  DeviceProfiler::Work profiled =
+      DeviceProfiler::Begin(profiler_, session, name,
+                            ProfiledSite{stream.device, stream.id, stream.backend}, ranges[0].size);
   absl::Status queued = memory_->EnqueueOnAllocations(
       session, ranges, stream, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
         for (const DeviceSpan& span : spans) other_device |= span.device != stream.device;
-        return enqueue(stream, spans);
+        absl::Status status = enqueue(stream, spans);
+        if (status.ok()) DeviceProfiler::Queued(profiled);
+        return status;
       });
   WorkDone done;
   if (event.has_value()) {
@@ -51,9 +73,10 @@ absl::StatusOr<WorkDone> DeviceWork::Run(SessionId session, absl::Span<const Ran
     }
     done.event = CompletionEvent{event->id, *std::move(handle)};
   }
+  const bool ran = queued.ok();
+  if (ran && (options.wait || other_device)) queued = backend_->SynchronizeStream(stream.backend);
+  DeviceProfiler::End(std::move(profiled), ran);
   GPUMUX_RETURN_IF_ERROR(queued);
-  if (options.wait || other_device)
-    GPUMUX_RETURN_IF_ERROR(backend_->SynchronizeStream(stream.backend));
   return done;
 }
 
@@ -61,7 +84,7 @@ absl::StatusOr<WorkDone> DeviceWork::DeviceToDevice(SessionId session, const Ran
                                                     AllocationId src, uint64_t src_offset,
                                                     const WorkOptions& options) {
   const RangeUse ranges[] = {dst, RangeUse{src, src_offset, dst.size}};
-  return Run(session, ranges, options,
+  return Run(session, "copy device_to_device", ranges, options,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                if (spans[1].device != stream.device) {
                  // As PyTorch's cross-device copy_ (a barrier with the source device's
@@ -89,7 +112,7 @@ absl::StatusOr<WorkDone> DeviceWork::HostToDevice(SessionId session, AllocationI
                                                   const WorkOptions& options) {
   GPUMUX_RETURN_IF_ERROR(CheckInlineSize(data.size()));
   const RangeUse ranges[] = {RangeUse{dst, offset, data.size()}};
-  return Run(session, ranges, options,
+  return Run(session, "copy host_to_device", ranges, options,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                // Queued work outlives the request unless the call waits: then the
                // request's bytes serve as they are, with no copy.
@@ -110,7 +133,7 @@ absl::StatusOr<WorkDone> DeviceWork::HostToDeviceFromStaging(SessionId session, 
                                                              const WorkOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(StagingBytes bytes, staging_->Bytes(session, staging_offset, dst.size));
   const RangeUse ranges[] = {dst};
-  return Run(session, ranges, options,
+  return Run(session, "copy host_to_device", ranges, options,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                return backend_->CopyHostToDevice(stream.backend, spans[0].address, bytes.data,
                                                  dst.size, bytes.keep_alive);
@@ -124,7 +147,7 @@ absl::StatusOr<WorkDone> DeviceWork::DeviceToHost(SessionId session, const Range
   WorkOptions waiting = options;
   waiting.wait = true;  // `out` is only good until the call returns
   const RangeUse ranges[] = {src};
-  return Run(session, ranges, waiting,
+  return Run(session, "copy device_to_host", ranges, waiting,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                return backend_->CopyDeviceToHost(stream.backend, out->data(), spans[0].address,
                                                  src.size, nullptr);
@@ -136,7 +159,7 @@ absl::StatusOr<WorkDone> DeviceWork::DeviceToHostIntoStaging(SessionId session, 
                                                              const WorkOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(StagingBytes bytes, staging_->Bytes(session, staging_offset, src.size));
   const RangeUse ranges[] = {src};
-  return Run(session, ranges, options,
+  return Run(session, "copy device_to_host", ranges, options,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                return backend_->CopyDeviceToHost(stream.backend, bytes.data, spans[0].address,
                                                  src.size, bytes.keep_alive);
@@ -150,7 +173,7 @@ absl::StatusOr<WorkDone> DeviceWork::Memset(SessionId session, const RangeUse& d
         absl::StrCat("memset value ", value, " is not a byte (0..255)"));
   }
   const RangeUse ranges[] = {dst};
-  return Run(session, ranges, options,
+  return Run(session, "memset", ranges, options,
              [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                return backend_->Memset(stream.backend, spans[0].address,
                                        static_cast<uint8_t>(value), dst.size);
@@ -166,7 +189,7 @@ absl::StatusOr<GenerateDone> DeviceWork::Generate(SessionId session, AllocationI
       RangeUse{dst, offset, request.elements * RngElementSize(request.dtype)}};
   GenerateDone done;
   GPUMUX_ASSIGN_OR_RETURN(
-      done.work, Run(session, ranges, options,
+      done.work, Run(session, RandomWorkName(request.kind), ranges, options,
                      [&](const ResolvedStream& stream, absl::Span<const DeviceSpan> spans) {
                        // The offset advances only once the ranges passed their checks, under
                        // the allocation lock right before queuing, so a session's calls

@@ -19,6 +19,7 @@
 #include "common/ids.h"
 #include "common/rng_fill.h"
 #include "server/backend/device_backend.h"
+#include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/rng_generators.h"
 #include "server/core/staging_buffers.h"
@@ -46,10 +47,15 @@ class DeviceWork {
   // Most bytes one inline copy carries (the daemon's message limit is set above it).
   static constexpr uint64_t kMaxInlineBytes = uint64_t{64} << 20;
 
-  // All must outlive this object.
+  // All must outlive this object; `profiler` may be null (no profiles).
   DeviceWork(DeviceBackend* backend, MemoryManager* memory, StreamManager* streams,
-             StagingBuffers* staging, RngGenerators* rng)
-      : backend_(backend), memory_(memory), streams_(streams), staging_(staging), rng_(rng) {}
+             StagingBuffers* staging, RngGenerators* rng, DeviceProfiler* profiler = nullptr)
+      : backend_(backend),
+        memory_(memory),
+        streams_(streams),
+        staging_(staging),
+        rng_(rng),
+        profiler_(profiler) {}
 
   // Every call: NOT_FOUND for an allocation that is not a live one of the
   // session, or an unknown stream; OUT_OF_RANGE for a range outside its
@@ -100,14 +106,17 @@ class DeviceWork {
   // Resolves the stream on `ranges[0]`'s device, queues through `enqueue`
   // with the ranges pinned, then records the completion event and waits as
   // asked, or always when a range lies on another device.
-  absl::StatusOr<WorkDone> Run(SessionId session, absl::Span<const RangeUse> ranges,
-                               const WorkOptions& options, Enqueue enqueue);
+  // `name` is the work's in profiles.
+  absl::StatusOr<WorkDone> Run(SessionId session, absl::string_view name,
+                               absl::Span<const RangeUse> ranges, const WorkOptions& options,
+                               Enqueue enqueue);
 
   DeviceBackend* backend_;
   MemoryManager* memory_;
   StreamManager* streams_;
   StagingBuffers* staging_;
   RngGenerators* rng_;
+  DeviceProfiler* profiler_;
 };
 
 }  // namespace gpumux

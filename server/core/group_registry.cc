@@ -25,6 +25,7 @@ struct GroupRegistry::Group {
   std::vector<GroupMemberInfo> members;
   absl::Time formed_at;
   absl::Duration form_time;
+  bool device_communicator = false;
 
   // Held while a collective runs, and to close the group.
   absl::Mutex run_mu;
@@ -72,7 +73,8 @@ GroupInfoView GroupRegistry::View(const Group& group) {
                      .generation = group.generation,
                      .members = group.members,
                      .formed_at = group.formed_at,
-                     .form_time = group.form_time};
+                     .form_time = group.form_time,
+                     .device_communicator = group.device_communicator};
   absl::MutexLock lock(&group.stats_mu);
   view.broken = group.broken;
   view.error = group.error;
@@ -146,6 +148,7 @@ absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
   group->members = std::move(round->members);
   group->formed_at = absl::Now();
   group->form_time = group->formed_at - start;
+  group->device_communicator = (*transport)->device_communicator() != nullptr;
   {
     absl::MutexLock run(&group->run_mu);
     group->transport = *std::move(transport);
@@ -225,6 +228,7 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
   Member member;
   member.rank_ = group->spec.rank;
   member.world_size_ = group->spec.world_size;
+  member.timeout_ = group->spec.timeout;
   member.transport_ = group->transport.get();
   member.staging_ = &group->staging;
   absl::Status status = body(member);

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
+#include "server/backend/collective_engine.h"
 #include "server/core/rendezvous_store.h"
 
 namespace gpumux {
@@ -46,6 +47,10 @@ class GroupTransport {
   virtual absl::Status Broadcast(void* data, uint64_t bytes, int root) = 0;
   // output[r * bytes, (r + 1) * bytes) gets rank r's `bytes` at input.
   virtual absl::Status AllGather(const void* input, void* output, uint64_t bytes) = 0;
+  // The group's communicator on device memory (NCCL on CUDA, see
+  // server/core/group_device.h), for tensors on its device; null where the
+  // members have none.
+  virtual GroupCommunicator* device_communicator() { return nullptr; }
 };
 
 struct GroupSpec {
@@ -54,6 +59,9 @@ struct GroupSpec {
   int rank = 0;
   std::string rendezvous_address;
   absl::Duration timeout = kDefaultGroupTimeout;
+  // The device whose tensors run on the group's device communicator where
+  // every member has one (NCCL); tensors elsewhere go through host memory.
+  DeviceIndex device;
 };
 
 struct GroupInfoView {
@@ -66,6 +74,7 @@ struct GroupInfoView {
   uint64_t bytes = 0;
   absl::Time formed_at;
   absl::Duration form_time;
+  bool device_communicator = false;  // the members have one on spec.device
 };
 
 class GroupRegistry {
@@ -121,6 +130,16 @@ class GroupRegistry {
     absl::Status AllGather(const void* input, void* output, uint64_t bytes) {
       return Note(transport_->AllGather(input, output, bytes));
     }
+    // The group's device communicator, or null; its calls' statuses go
+    // through Device, so that one that broke it breaks the group.
+    GroupCommunicator* device_communicator() const { return transport_->device_communicator(); }
+    absl::Status Device(absl::Status status) {
+      GroupCommunicator* comm = device_communicator();
+      if (!status.ok() && comm != nullptr && comm->broken()) failed_ = true;
+      return status;
+    }
+    // The group's timeout, for waits on the device communicator.
+    absl::Duration timeout() const { return timeout_; }
     // At least `bytes` of host memory, valid until the collective returns.
     char* Staging(uint64_t bytes);
 
@@ -132,6 +151,7 @@ class GroupRegistry {
     }
     int rank_ = 0;
     int world_size_ = 1;
+    absl::Duration timeout_;
     GroupTransport* transport_ = nullptr;
     std::vector<char>* staging_ = nullptr;
     bool failed_ = false;

@@ -1,7 +1,12 @@
 #include "server/core/group_work.h"
 
 #include <cstring>
+#include <initializer_list>
+#include <optional>
+#include <utility>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
@@ -52,27 +57,111 @@ absl::Status GroupWork::AwaitQueuedWork(const Operand& operand) {
   return backend_->SynchronizeStream(operand.stream.backend);
 }
 
-absl::Status GroupWork::ToHost(SessionId session, const Operand& operand, char* host) {
-  if (operand.bytes == 0) return absl::OkStatus();
-  GPUMUX_RETURN_IF_ERROR(memory_->EnqueueOnAllocations(
-      session, absl::MakeConstSpan(&operand.range, 1), operand.stream,
-      [&](absl::Span<const DeviceSpan> spans) {
-        return backend_->CopyDeviceToHost(operand.stream.backend, host, spans[0].address,
-                                          operand.bytes, nullptr);
-      }));
-  return backend_->SynchronizeStream(operand.stream.backend);
-}
+// The operands' bytes seen from the host. Where device memory is host memory
+// (the host backend) the transport runs in place on it, the allocations held
+// against frees for the call; elsewhere (CUDA) through the group's staging
+// buffer, with copies on the operands' streams.
+class GroupWork::Memory {
+ public:
+  Memory(GroupWork& work, SessionId session, GroupRegistry::Member& member)
+      : work_(work), session_(session), member_(member) {}
 
-absl::Status GroupWork::FromHost(SessionId session, const Operand& operand, const char* host) {
-  if (operand.bytes == 0) return absl::OkStatus();
+  // Maps the operands' memory when it is host memory (their allocations are
+  // held meanwhile), then runs `body`.
+  absl::Status Run(std::initializer_list<const Operand*> operands,
+                   absl::FunctionRef<absl::Status(Memory&)> body) {
+    if (!work_.backend_->memory_on_host()) return body(*this);
+    absl::InlinedVector<RangeUse, 2> ranges;
+    absl::InlinedVector<const Operand*, 2> held;
+    for (const Operand* operand : operands) {
+      if (operand->bytes == 0) continue;
+      ranges.push_back(operand->range);
+      held.push_back(operand);
+    }
+    return work_.memory_->HoldAllocations(
+        session_, ranges, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
+          for (size_t i = 0; i < spans.size(); ++i) {
+            GPUMUX_ASSIGN_OR_RETURN(
+                HostMemoryView view,
+                work_.backend_->AccessOnHost(spans[i].device, spans[i].address, held[i]->bytes));
+            views_.emplace_back(held[i], std::move(view));
+          }
+          return body(*this);
+        });
+  }
+
+  // A host buffer for `operand`: its own memory in place, else the staging
+  // buffer (of at least `staging_bytes`).
+  char* Buffer(const Operand& operand, uint64_t staging_bytes) {
+    char* own = Own(operand);
+    return own != nullptr ? own : member_.Staging(staging_bytes);
+  }
+  // A host buffer of `bytes` that is no operand's memory.
+  char* Scratch(uint64_t bytes) { return member_.Staging(bytes); }
+
+  // Copies the operand's bytes to `host` (nothing when that is where they are).
+  absl::Status Load(const Operand& operand, char* host) {
+    if (operand.bytes == 0) return absl::OkStatus();
+    if (const char* own = Own(operand); own != nullptr) {
+      if (own != host) std::memmove(host, own, operand.bytes);
+      return absl::OkStatus();
+    }
+    GPUMUX_RETURN_IF_ERROR(work_.memory_->EnqueueOnAllocations(
+        session_, absl::MakeConstSpan(&operand.range, 1), operand.stream,
+        [&](absl::Span<const DeviceSpan> spans) {
+          return work_.backend_->CopyDeviceToHost(operand.stream.backend, host, spans[0].address,
+                                                  operand.bytes, nullptr);
+        }));
+    return work_.backend_->SynchronizeStream(operand.stream.backend);
+  }
+
+  // Copies `host` into the operand (nothing when it is the operand's memory)
+  // and waits for it: a staging buffer is reused by the next collective.
+  absl::Status Store(const Operand& operand, const char* host) {
+    if (operand.bytes == 0) return absl::OkStatus();
+    if (char* own = Own(operand); own != nullptr) {
+      if (own != host) std::memmove(own, host, operand.bytes);
+      return absl::OkStatus();
+    }
+    GPUMUX_RETURN_IF_ERROR(work_.memory_->EnqueueOnAllocations(
+        session_, absl::MakeConstSpan(&operand.range, 1), operand.stream,
+        [&](absl::Span<const DeviceSpan> spans) {
+          return work_.backend_->CopyHostToDevice(operand.stream.backend, spans[0].address, host,
+                                                  operand.bytes, nullptr);
+        }));
+    return work_.backend_->SynchronizeStream(operand.stream.backend);
+  }
+
+ private:
+  char* Own(const Operand& operand) const {
+    for (const auto& [held, view] : views_) {
+      if (held == &operand) return view.data;
+    }
+    return nullptr;
+  }
+
+  GroupWork& work_;
+  const SessionId session_;
+  GroupRegistry::Member& member_;
+  absl::InlinedVector<std::pair<const Operand*, HostMemoryView>, 2> views_;
+};
+
+std::optional<absl::Status> GroupWork::OnDevice(
+    SessionId session, GroupRegistry::Member& member,
+    std::initializer_list<const Operand*> operands,
+    absl::FunctionRef<absl::Status(GroupCommunicator&, BackendStream, absl::Span<const DeviceSpan>)>
+        issue) {
+  GroupCommunicator* comm = member.device_communicator();
+  const Operand& first = **operands.begin();
+  if (comm == nullptr || comm->device() != first.device) return std::nullopt;
+  absl::InlinedVector<RangeUse, 2> ranges;
+  for (const Operand* operand : operands) ranges.push_back(operand->range);
+  const BackendStream stream = first.stream.backend;
   GPUMUX_RETURN_IF_ERROR(memory_->EnqueueOnAllocations(
-      session, absl::MakeConstSpan(&operand.range, 1), operand.stream,
-      [&](absl::Span<const DeviceSpan> spans) {
-        return backend_->CopyHostToDevice(operand.stream.backend, spans[0].address, host,
-                                          operand.bytes, nullptr);
+      session, ranges, first.stream, [&](absl::Span<const DeviceSpan> spans) {
+        return member.Device(issue(*comm, stream, spans));
       }));
-  // The staging buffer is the group's: the copy completes before it is reused.
-  return backend_->SynchronizeStream(operand.stream.backend);
+  return member.Device(comm->Wait(stream, member.timeout()));
 }
 
 absl::StatusOr<CommDone> GroupWork::Done(SessionId session, const Operand& result,
@@ -102,14 +191,30 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
+  DeviceProfiler::Work profiled =
+      DeviceProfiler::Begin(profiler_, session, "group all_reduce",
+                            ProfiledSite{data.device, data.stream.id}, data.bytes);
   const absl::Status ran = groups_->Run(
       group, "all_reduce", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (data.bytes == 0) return absl::OkStatus();
-        char* host = member.Staging(data.bytes);
-        GPUMUX_RETURN_IF_ERROR(ToHost(session, data, host));
-        GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, data.count, data.tensor.dtype, op));
-        return FromHost(session, data, host);
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&data},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.AllReduce(stream, spans[0].address, spans[0].address,
+                                                 data.count, data.tensor.dtype, op);
+                         })) {
+          return *on_device;
+        }
+        return Memory(*this, session, member).Run({&data}, [&](Memory& memory) -> absl::Status {
+          char* host = memory.Buffer(data, data.bytes);
+          GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
+          GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, data.count, data.tensor.dtype, op));
+          return memory.Store(data, host);
+        });
       });
+  // The group call ends when the collective did: its host time is its device time.
+  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
   return Done(session, data, options);
 }
@@ -119,6 +224,8 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, "group broadcast", ProfiledSite{data.device, data.stream.id}, data.bytes);
   const absl::Status ran = groups_->Run(
       group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (root < 0 || root >= member.world_size()) {
@@ -126,12 +233,25 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
               "root rank ", root, " is out of range for world size ", member.world_size()));
         }
         if (data.bytes == 0) return absl::OkStatus();
-        char* host = member.Staging(data.bytes);
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&data},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.Broadcast(stream, spans[0].address, spans[0].address,
+                                                 data.bytes, static_cast<int>(root));
+                         })) {
+          return *on_device;
+        }
         const bool sends = member.rank() == root;
-        if (sends) GPUMUX_RETURN_IF_ERROR(ToHost(session, data, host));
-        GPUMUX_RETURN_IF_ERROR(member.Broadcast(host, data.bytes, static_cast<int>(root)));
-        return sends ? absl::OkStatus() : FromHost(session, data, host);
+        return Memory(*this, session, member).Run({&data}, [&](Memory& memory) -> absl::Status {
+          char* host = memory.Buffer(data, data.bytes);
+          if (sends) GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
+          GPUMUX_RETURN_IF_ERROR(member.Broadcast(host, data.bytes, static_cast<int>(root)));
+          return sends ? absl::OkStatus() : memory.Store(data, host);
+        });
       });
+  // The group call ends when the collective did: its host time is its device time.
+  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
   return Done(session, data, options);
 }
@@ -144,6 +264,8 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "output tensor must have the same type as input tensor"));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, "group all_gather", ProfiledSite{out.device, out.stream.id}, out.bytes);
   const absl::Status ran = groups_->Run(
       group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (out.count != in.count * static_cast<uint64_t>(member.world_size())) {
@@ -151,12 +273,24 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
               "output tensor size must be equal to world_size times input tensor size");
         }
         if (out.bytes == 0) return absl::OkStatus();
-        char* host = member.Staging(out.bytes);
-        char* mine = host + static_cast<uint64_t>(member.rank()) * in.bytes;
-        GPUMUX_RETURN_IF_ERROR(ToHost(session, in, mine));
-        GPUMUX_RETURN_IF_ERROR(member.AllGather(mine, host, in.bytes));
-        return FromHost(session, out, host);
+        if (std::optional<absl::Status> on_device = OnDevice(
+                session, member, {&in, &out},
+                [&](GroupCommunicator& comm, BackendStream stream,
+                    absl::Span<const DeviceSpan> spans) {
+                  return comm.AllGather(stream, spans[0].address, spans[1].address, in.bytes);
+                })) {
+          return *on_device;
+        }
+        return Memory(*this, session, member).Run({&in, &out}, [&](Memory& memory) -> absl::Status {
+          char* host = memory.Buffer(out, out.bytes);
+          char* mine = host + static_cast<uint64_t>(member.rank()) * in.bytes;
+          GPUMUX_RETURN_IF_ERROR(memory.Load(in, mine));
+          GPUMUX_RETURN_IF_ERROR(member.AllGather(mine, host, in.bytes));
+          return memory.Store(out, host);
+        });
       });
+  // The group call ends when the collective did: its host time is its device time.
+  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
   return Done(session, out, options);
 }
@@ -169,6 +303,8 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "input tensor must be the same type as the output tensor."));
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, "group reduce_scatter", ProfiledSite{in.device, in.stream.id}, in.bytes);
   const absl::Status ran = groups_->Run(
       group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
         if (in.count != out.count * static_cast<uint64_t>(member.world_size())) {
@@ -176,11 +312,25 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
               "input tensor must be the same size as output size times world size");
         }
         if (in.bytes == 0) return absl::OkStatus();
-        char* host = member.Staging(in.bytes);
-        GPUMUX_RETURN_IF_ERROR(ToHost(session, in, host));
-        GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, in.count, in.tensor.dtype, op));
-        return FromHost(session, out, host + static_cast<uint64_t>(member.rank()) * out.bytes);
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&in, &out},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.ReduceScatter(stream, spans[0].address, spans[1].address,
+                                                     out.count, out.tensor.dtype, op);
+                         })) {
+          return *on_device;
+        }
+        // The input is left as it was: the reduction runs on a copy.
+        return Memory(*this, session, member).Run({&in, &out}, [&](Memory& memory) -> absl::Status {
+          char* host = memory.Scratch(in.bytes);
+          GPUMUX_RETURN_IF_ERROR(memory.Load(in, host));
+          GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, in.count, in.tensor.dtype, op));
+          return memory.Store(out, host + static_cast<uint64_t>(member.rank()) * out.bytes);
+        });
       });
+  // The group call ends when the collective did: its host time is its device time.
+  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
   return Done(session, out, options);
 }

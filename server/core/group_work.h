@@ -4,14 +4,21 @@
 // (server/core/group_registry.h), torch.distributed's all_reduce,
 // broadcast, all_gather_into_tensor and reduce_scatter_tensor on its own
 // memory. Each call takes its tensors' device stream (CommOptions::streams,
-// else the default stream), copies the input to the group's host staging
-// buffer once the work queued before it ran, runs the group's transport, and
-// copies the result back on the same stream; it returns once the result is
-// in the session's memory (the transport is synchronous: its peers' work is
-// in it). Thread-safe; one collective of a group runs at a time.
+// else the default stream) and runs the group's transport once the work
+// queued on it before the call ran: in place on the session's memory where
+// device memory is host memory (the host backend; the allocations cannot be
+// freed meanwhile); on the group's device communicator (NCCL, queued on that
+// stream) where it has one on the tensor's device; else through the group's
+// host staging buffer with copies on that stream. It returns once the result
+// is in the session's memory (the transport is synchronous: its peers' work
+// is in it), before any work queued after it. Thread-safe; one collective of
+// a group runs at a time.
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
@@ -31,8 +38,12 @@ class GroupWork {
 
   // All must outlive this object.
   GroupWork(GroupRegistry* groups, DeviceBackend* backend, MemoryManager* memory,
-            StreamManager* streams)
-      : groups_(groups), backend_(backend), memory_(memory), streams_(streams) {}
+            StreamManager* streams, DeviceProfiler* profiler = nullptr)
+      : groups_(groups),
+        backend_(backend),
+        memory_(memory),
+        streams_(streams),
+        profiler_(profiler) {}
 
   // Besides GroupRegistry::Run's errors: NOT_FOUND for memory that is not
   // the session's, OUT_OF_RANGE for a tensor that does not fit its
@@ -55,6 +66,9 @@ class GroupWork {
                                          const CommTensor& input, const CommTensor& output,
                                          ReduceOp op, const CommOptions& options);
 
+  // INVALID_ARGUMENT for a device this daemon does not have (a group's).
+  absl::Status CheckDevice(DeviceIndex device) const { return memory_->CheckDevice(device); }
+
  private:
   struct Operand;
   // The tensor's memory, device and stream, checked.
@@ -68,10 +82,18 @@ class GroupWork {
   // group's lock is taken: a session whose stream waits long holds up only
   // its own call, not the group's other collectives.
   absl::Status AwaitQueuedWork(const Operand& operand);
-  // Copies the operand's bytes to `host` once the stream's earlier work ran.
-  absl::Status ToHost(SessionId session, const Operand& operand, char* host);
-  // Copies `host` into the operand and waits for it.
-  absl::Status FromHost(SessionId session, const Operand& operand, const char* host);
+  class Memory;
+  // Runs the collective on the group's device communicator when it has one
+  // on the operands' device: `issue` queues it on the first operand's
+  // stream with the operands' device addresses (their allocations recorded
+  // on that stream), then the call waits for it within the group's timeout.
+  // nullopt when the group has none there: the host path runs.
+  std::optional<absl::Status> OnDevice(
+      SessionId session, GroupRegistry::Member& member,
+      std::initializer_list<const Operand*> operands,
+      absl::FunctionRef<absl::Status(GroupCommunicator&, BackendStream,
+                                     absl::Span<const DeviceSpan>)>
+          issue);
   // The result and the completion event when asked for.
   absl::StatusOr<CommDone> Done(SessionId session, const Operand& result,
                                 const CommOptions& options);
@@ -80,6 +102,7 @@ class GroupWork {
   DeviceBackend* backend_;
   MemoryManager* memory_;
   StreamManager* streams_;
+  DeviceProfiler* profiler_;
 };
 
 }  // namespace gpumux

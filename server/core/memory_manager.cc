@@ -225,6 +225,13 @@ absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const Allo
   PendingFrees frees;
   {
     absl::MutexLock lock(&mu_);
+    // Blocks the daemon works on in place (HoldAllocations) are freed after.
+    struct Held {
+      const MemoryManager* self;
+      absl::Span<const AllocationId> ids;
+    } held{this, ids};
+    mu_.Await(absl::Condition(
+        +[](Held* h) { return h->self->NoneHeldLocked(h->ids); }, &held));
     auto books = books_.find(session);
     if (books == books_.end()) return SessionClosedError(session);
     for (AllocationId id : ids) {
@@ -251,6 +258,14 @@ absl::Status MemoryManager::BeginCall(SessionId session) {
 void MemoryManager::EndCall(SessionId session) {
   absl::MutexLock lock(&mu_);
   --books_.at(session).calls_in_flight;  // the books live while it is above 0
+}
+
+bool MemoryManager::NoneHeldLocked(absl::Span<const AllocationId> ids) const {
+  for (AllocationId id : ids) {
+    auto it = refs_.find(id);
+    if (it != refs_.end() && it->second.block->holds > 0) return false;
+  }
+  return true;
 }
 
 void MemoryManager::ApplyFrees(const PendingFrees& frees) {
@@ -294,6 +309,18 @@ absl::StatusOr<const MemoryManager::Reference*> MemoryManager::FindLocked(Sessio
   auto it = refs_.find(id);
   if (it == refs_.end() || it->second.session != session) return NotFound(id);
   return &it->second;
+}
+
+absl::StatusOr<MemoryManager::Block*> MemoryManager::FindRangeLocked(SessionId session,
+                                                                     const RangeUse& range) const {
+  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, range.id));
+  const AllocationView& view = ref->block->view;
+  if (range.offset > view.requested_size || range.size > view.requested_size - range.offset) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "bytes [", range.offset, ", ", range.offset, " + ", range.size, ") are outside allocation ",
+        range.id.value(), " of ", view.requested_size, " bytes"));
+  }
+  return ref->block;
 }
 
 absl::StatusOr<AllocationView> MemoryManager::Lookup(SessionId session, AllocationId id) const {
@@ -340,15 +367,9 @@ absl::Status MemoryManager::EnqueueOnAllocations(
   absl::InlinedVector<const Block*, 2> blocks;
   absl::MutexLock lock(&mu_);
   for (const RangeUse& range : ranges) {
-    GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, range.id));
-    const AllocationView& view = ref->block->view;
-    if (range.offset > view.requested_size || range.size > view.requested_size - range.offset) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "bytes [", range.offset, ", ", range.offset, " + ", range.size,
-          ") are outside allocation ", range.id.value(), " of ", view.requested_size, " bytes"));
-    }
-    spans.push_back(DeviceSpan{view.device, view.address + range.offset});
-    blocks.push_back(ref->block);
+    GPUMUX_ASSIGN_OR_RETURN(Block * block, FindRangeLocked(session, range));
+    spans.push_back(DeviceSpan{block->view.device, block->view.address + range.offset});
+    blocks.push_back(block);
   }
   GPUMUX_RETURN_IF_ERROR(enqueue(spans));
   for (const Block* block : blocks) {
@@ -357,6 +378,32 @@ absl::Status MemoryManager::EnqueueOnAllocations(
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status MemoryManager::HoldAllocations(
+    SessionId session, absl::Span<const RangeUse> ranges,
+    absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> use) {
+  absl::InlinedVector<DeviceSpan, 2> spans;
+  absl::InlinedVector<Block*, 2> blocks;
+  {
+    absl::MutexLock lock(&mu_);
+    auto books = books_.find(session);
+    if (books == books_.end()) return SessionClosedError(session);
+    for (const RangeUse& range : ranges) {
+      GPUMUX_ASSIGN_OR_RETURN(Block * block, FindRangeLocked(session, range));
+      spans.push_back(DeviceSpan{block->view.device, block->view.address + range.offset});
+      blocks.push_back(block);
+    }
+    for (Block* block : blocks) ++block->holds;
+    ++books->second.calls_in_flight;  // the session's end waits for the use
+  }
+  const absl::Status used = use(spans);
+  absl::MutexLock lock(&mu_);
+  for (Block* block : blocks) --block->holds;
+  SessionBooks& books = books_.at(session);  // they live while the call is in flight
+  --books.calls_in_flight;
+  if (used.ok() && books.ending) return SessionClosedError(session);
+  return used;
 }
 
 void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
@@ -486,9 +533,10 @@ ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
       // A Free of this session still handing its blocks to the allocator, or
       // an Allocate still getting one, finishes first: RemoveClient below
       // wants every block back.
-      const SessionBooks* mine = &books->second;
+      SessionBooks* mine = &books->second;
+      mine->ending = true;
       mu_.Await(absl::Condition(
-          +[](const SessionBooks* b) { return b->calls_in_flight == 0; }, mine));
+          +[](SessionBooks* b) { return b->calls_in_flight == 0; }, mine));
       std::vector<AllocationId> ids(mine->ids.begin(), mine->ids.end());
       std::sort(ids.begin(), ids.end());
       for (AllocationId id : ids) DropReferenceLocked(id, &summary, &frees);

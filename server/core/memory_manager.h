@@ -216,6 +216,18 @@ class MemoryManager {
       absl::Span<const ResolvedStream> streams,
       absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue);
 
+  // For work the daemon does on the memory itself rather than queue on a
+  // stream (a group collective on host memory, DeviceBackend::AccessOnHost):
+  // runs `use` with the device addresses of `ranges` outside the books' lock
+  // while none of their allocations can be freed. A Free naming one of them
+  // waits until `use` returned, and so does the session's end. Errors as
+  // EnqueueOnAllocations, UNAUTHENTICATED for a closed session, or for one
+  // that ended during the use (whatever it wrote went with the memory),
+  // else what `use` returns. `use` must not free memory of the session.
+  absl::Status HoldAllocations(SessionId session, absl::Span<const RangeUse> ranges,
+                               absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> use)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // A single-use token another session imports the allocation with.
   // FAILED_PRECONDITION unless it was allocated shareable;
   // RESOURCE_EXHAUSTED past kMaxTokensPerAllocation or the daemon's limit.
@@ -279,6 +291,7 @@ class MemoryManager {
     SessionId charged;    // whose stats carry it
     absl::InlinedVector<AllocationId, 1> refs;
     std::vector<std::string> tokens;  // issued for it, used or not
+    int holds = 0;                    // HoldAllocations using it now
   };
   struct Reference {
     SessionId session;
@@ -289,9 +302,10 @@ class MemoryManager {
     absl::flat_hash_set<AllocationId> ids;
     std::vector<uint32_t> leases;          // per device: live leases
     std::vector<uint64_t> imported_bytes;  // per device
-    // Allocate and Free calls between their books and the allocator now;
-    // ReleaseSession waits for them.
+    // Allocate and Free calls between their books and the allocator now,
+    // and HoldAllocations' uses; ReleaseSession waits for them.
     int calls_in_flight = 0;
+    bool ending = false;  // ReleaseSession is waiting for them
   };
   // Blocks a free returns to the allocator once mu_ is dropped, and the
   // opened wait events they share, per device.
@@ -320,6 +334,9 @@ class MemoryManager {
                                     absl::Span<const std::string> handles, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFrees(const PendingFrees& frees) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether no HoldAllocations uses a block of `ids` (ids not live count as
+  // free of holds).
+  bool NoneHeldLocked(absl::Span<const AllocationId> ids) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Counts a call of an open session in flight (else UNAUTHENTICATED "session
   // N is closed"); EndCall ends it.
   absl::Status BeginCall(SessionId session) ABSL_LOCKS_EXCLUDED(mu_);
@@ -328,6 +345,10 @@ class MemoryManager {
   void DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<const Reference*> FindLocked(SessionId session, AllocationId id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The session's allocation holding `range`: NOT_FOUND as FindLocked,
+  // OUT_OF_RANGE when the range does not fit its requested size.
+  absl::StatusOr<Block*> FindRangeLocked(SessionId session, const RangeUse& range) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // record_stream of `block` for `stream` of `session`.
   void RecordStreamLocked(const Block& block, SessionId session, const ResolvedStream& stream)

@@ -50,6 +50,12 @@ class NoticeSink {
   // block.
   virtual void AskReleaseCached(uint64_t request, DeviceIndex device) = 0;
   virtual void AskLeaseBlocks(uint64_t request) = 0;
+  // A window of `gpumux profile` on this session (DeviceProfiler): start
+  // recording the host side, with room for `capacity` calls; stop and send
+  // what was recorded (to DeviceProfiler::OnHostProfile) under `window`.
+  // Must not block.
+  virtual void StartProfiling(uint64_t window, uint64_t capacity) = 0;
+  virtual void StopProfiling(uint64_t window) = 0;
   // The daemon is ending the session (shutdown, or an operator's kill): end
   // the transport's side of it with UNAVAILABLE and `message`, and close the
   // session with `reason` before returning. Must not block on the client.

@@ -12,7 +12,8 @@
 namespace gpumux {
 
 absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
-                                                     std::shared_ptr<NoticeSink> sink) {
+                                                     std::shared_ptr<NoticeSink> sink,
+                                                     absl::string_view profile_token) {
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
   memory_->AddSession(opened->info.id, opened->info.tenant);
@@ -23,6 +24,14 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
   opened_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("session {} opened: client '{}' pid {} tenant '{}'", opened->info.id.value(),
                opened->info.client_name, opened->info.pid, opened->info.tenant);
+  if (!profile_token.empty() && profiler_ != nullptr) {
+    if (profiler_->Join(opened->info.id, profile_token)) {
+      spdlog::info("session {} is profiled (gpumux bottleneck)", opened->info.id.value());
+    } else {
+      spdlog::warn("session {} named a profile that is not open; it runs unprofiled",
+                   opened->info.id.value());
+    }
+  }
   return opened;
 }
 
@@ -30,6 +39,7 @@ void SessionLifecycle::Close(SessionId id, SessionEndReason reason, absl::string
   std::optional<SessionInfo> info = sessions_->Close(id);
   if (!info.has_value()) return;
   absl::Time start = absl::Now();
+  if (profiler_ != nullptr) profiler_->SessionEnded(id);
   // Memory first: its pending frees wait on work queued on the session's
   // streams, which still completes after they are destroyed.
   ReleaseSummary r = memory_->ReleaseSession(id);

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/notice_sink.h"
 #include "server/core/nvtx_ranges.h"
@@ -39,18 +40,24 @@ struct SessionCounts {
 
 class SessionLifecycle {
  public:
-  // All must outlive this object.
+  // All must outlive this object; `profiler` may be null (no profiles).
   SessionLifecycle(SessionRegistry* sessions, MemoryManager* memory, StreamManager* streams,
-                   StagingBuffers* staging, RngGenerators* rng, NvtxRanges* nvtx)
+                   StagingBuffers* staging, RngGenerators* rng, NvtxRanges* nvtx,
+                   DeviceProfiler* profiler = nullptr)
       : sessions_(sessions),
         memory_(memory),
         streams_(streams),
         staging_(staging),
         rng_(rng),
-        nvtx_(nvtx) {}
+        nvtx_(nvtx),
+        profiler_(profiler) {}
 
-  // Registers the session and starts its books. Errors as SessionRegistry::Open.
-  absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
+  // Registers the session and starts its books; with a `profile_token`, the
+  // session joins that profile (DeviceProfiler::Join; a token of no open
+  // profile is logged and ignored: the program runs unprofiled). Errors as
+  // SessionRegistry::Open.
+  absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink,
+                                     absl::string_view profile_token = "");
 
   // Ends the session: no call authenticates as it any more, everything it
   // held is released, and one info line is logged with `reason`, `detail`
@@ -72,6 +79,7 @@ class SessionLifecycle {
   StagingBuffers* staging_;
   RngGenerators* rng_;
   NvtxRanges* nvtx_;
+  DeviceProfiler* profiler_;
   std::atomic<uint64_t> opened_{0};
   std::array<std::atomic<uint64_t>, kSessionEndReasons> ended_{};
   std::atomic<uint64_t> reclaimed_allocated_bytes_{0};

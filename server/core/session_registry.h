@@ -35,6 +35,9 @@ struct SessionInfo {
   std::string tenant;
   std::map<std::string, std::string> labels;
   absl::Time opened;
+  // Its client library records its calls for a live profile
+  // (OpenSessionRequest.records_host_calls).
+  bool records_host_calls = false;
 };
 
 struct OpenedSession {

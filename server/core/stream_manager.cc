@@ -219,14 +219,22 @@ absl::StatusOr<bool> StreamManager::QueryStream(SessionId session, DeviceIndex d
 absl::Status StreamManager::SynchronizeStream(SessionId session, DeviceIndex device,
                                               StreamId stream) {
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
-  return backend_->SynchronizeStream(resolved.backend);
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(profiler_, session, "synchronize stream",
+                                                        ProfiledSite{device, resolved.id}, 0);
+  absl::Status status = backend_->SynchronizeStream(resolved.backend);
+  DeviceProfiler::End(std::move(profiled), status.ok());
+  return status;
 }
 
 absl::Status StreamManager::WaitEvent(SessionId session, DeviceIndex device, StreamId stream,
                                       EventId event) {
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, Resolve(session, device, stream));
   GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
-  return backend_->StreamWaitEvent(resolved.backend, entry.backend);
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, "wait event", ProfiledSite{device, resolved.id, resolved.backend}, 0);
+  absl::Status status = backend_->StreamWaitEvent(resolved.backend, entry.backend);
+  DeviceProfiler::End(std::move(profiled), status.ok());
+  return status;
 }
 
 absl::Status StreamManager::WaitStream(SessionId session, DeviceIndex device, StreamId stream,
@@ -237,8 +245,11 @@ absl::Status StreamManager::WaitStream(SessionId session, DeviceIndex device, St
   // torch's wait_stream: record an event on `other`, wait on it. The event
   // can go at once: the wait captured what it recorded.
   GPUMUX_ASSIGN_OR_RETURN(BackendEvent event, backend_->CreateEvent(other_device, EventFlags{}));
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, "wait stream", ProfiledSite{device, waiter.id, waiter.backend}, 0);
   absl::Status status = backend_->RecordEvent(event, waited.backend);
   if (status.ok()) status = backend_->StreamWaitEvent(waiter.backend, event);
+  DeviceProfiler::End(std::move(profiled), status.ok());
   LogIfError(backend_->DestroyEvent(event), "destroy wait_stream event");
   return status;
 }
@@ -324,7 +335,11 @@ absl::StatusOr<bool> StreamManager::QueryEvent(SessionId session, EventId event)
 
 absl::Status StreamManager::SynchronizeEvent(SessionId session, EventId event) {
   GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
-  return backend_->SynchronizeEvent(entry.backend);
+  DeviceProfiler::Work profiled =
+      DeviceProfiler::Begin(profiler_, session, "synchronize event", ProfiledSite{entry.device}, 0);
+  absl::Status status = backend_->SynchronizeEvent(entry.backend);
+  DeviceProfiler::End(std::move(profiled), status.ok());
+  return status;
 }
 
 absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId start, EventId end) {

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/core/device_profiler.h"
 #include "server/core/limit_refusal.h"
 
 namespace gpumux {
@@ -68,9 +69,10 @@ class StreamManager {
 
   using Limits = StreamLimits;
 
-  // `backend` must outlive the manager.
-  explicit StreamManager(DeviceBackend* backend, Limits limits = {})
-      : backend_(backend), limits_(limits) {}
+  // `backend` (and `profiler`, which may be null) must outlive the manager.
+  explicit StreamManager(DeviceBackend* backend, Limits limits = {},
+                         DeviceProfiler* profiler = nullptr)
+      : backend_(backend), limits_(limits), profiler_(profiler) {}
   // Destroys whatever sessions still hold.
   ~StreamManager();
   StreamManager(const StreamManager&) = delete;
@@ -174,6 +176,7 @@ class StreamManager {
 
   DeviceBackend* const backend_;
   const Limits limits_;
+  DeviceProfiler* const profiler_;
   StreamDestroyer destroyer_;
   LimitRefusal session_streams_refusal_{"streams per session (1024)"};
   LimitRefusal session_events_refusal_{"events per session (65536)"};

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/rpc/admin_proto.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/profile_service.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -51,6 +52,18 @@ grpc::ServerUnaryReactor* AdminService::KillSession(grpc::CallbackServerContext*
   return FinishWith(context, lifecycle_->Kill(kill->session, kill->reason));
 }
 
+grpc::ServerUnaryReactor* AdminService::ProfileSession(grpc::CallbackServerContext* context,
+                                                       const v1::ProfileSessionRequest* request,
+                                                       v1::ProfileSessionResponse* response) {
+  // The window lasts its duration: not on a gRPC thread.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status started = executor_->Run([this, reactor, request, response] {
+    reactor->Finish(ToGrpcStatus(FillLiveProfile(*profiler_, *sessions_, *request, response)));
+  });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));  // the task was dropped unrun
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AdminDenyService::Deny(grpc::CallbackServerContext* context) const {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, reason_));
@@ -72,6 +85,12 @@ grpc::ServerUnaryReactor* AdminDenyService::ListTenants(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminDenyService::KillSession(grpc::CallbackServerContext* context,
                                                         const v1::KillSessionRequest* /*request*/,
                                                         v1::KillSessionResponse* /*response*/) {
+  return Deny(context);
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::ProfileSession(
+    grpc::CallbackServerContext* context, const v1::ProfileSessionRequest* /*request*/,
+    v1::ProfileSessionResponse* /*response*/) {
   return Deny(context);
 }
 

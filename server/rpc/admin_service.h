@@ -1,8 +1,8 @@
 #pragma once
 
 // gpumux.v1.Admin: tenant memory limits, set and listed through the core
-// (MemoryManager::SetTenantLimit, ListTenants), and an operator's kill of a
-// session (SessionLifecycle::Kill); conversion lives in
+// (MemoryManager::SetTenantLimit, ListTenants), an operator's kill of a
+// session (SessionLifecycle::Kill) and profile of one (ProfileLiveSession); conversion lives in
 // admin_proto.h. Registered only with the admin socket's operator server
 // (admin_socket_server.h), which only operators' connections reach.
 // AdminDenyService answers the same methods PERMISSION_DENIED elsewhere.
@@ -11,16 +11,23 @@
 #include <utility>
 
 #include "gpumux/v1/admin.grpc.pb.h"
+#include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_lifecycle.h"
+#include "server/rpc/blocking_executor.h"
 
 namespace gpumux {
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  // Both must outlive the service.
-  AdminService(MemoryManager* memory, SessionLifecycle* lifecycle)
-      : memory_(memory), lifecycle_(lifecycle) {}
+  // All must outlive the service.
+  AdminService(MemoryManager* memory, SessionLifecycle* lifecycle, DeviceProfiler* profiler,
+               const SessionRegistry* sessions, BlockingExecutor* executor)
+      : memory_(memory),
+        lifecycle_(lifecycle),
+        profiler_(profiler),
+        sessions_(sessions),
+        executor_(executor) {}
 
   grpc::ServerUnaryReactor* SetTenantLimit(grpc::CallbackServerContext* context,
                                            const v1::SetTenantLimitRequest* request,
@@ -31,10 +38,16 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* KillSession(grpc::CallbackServerContext* context,
                                         const v1::KillSessionRequest* request,
                                         v1::KillSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ProfileSession(grpc::CallbackServerContext* context,
+                                           const v1::ProfileSessionRequest* request,
+                                           v1::ProfileSessionResponse* response) override;
 
  private:
   MemoryManager* memory_;
   SessionLifecycle* lifecycle_;
+  DeviceProfiler* profiler_;
+  const SessionRegistry* sessions_;
+  BlockingExecutor* executor_;
 };
 
 // Every Admin method answered PERMISSION_DENIED with `reason`: on the main
@@ -53,6 +66,9 @@ class AdminDenyService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* KillSession(grpc::CallbackServerContext* context,
                                         const v1::KillSessionRequest* request,
                                         v1::KillSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ProfileSession(grpc::CallbackServerContext* context,
+                                           const v1::ProfileSessionRequest* request,
+                                           v1::ProfileSessionResponse* response) override;
 
  private:
   grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* context) const;

@@ -28,6 +28,8 @@ void DeviceService::FillProperties(DeviceIndex device, v1::DeviceProperties* out
   out->set_gencode_flags(info.gencode_flags);
   out->set_driver_version(info.driver_version);
   out->set_runtime_version(info.runtime_version);
+  CollectiveEngine* engine = backend_->collectives();
+  out->set_collectives(engine != nullptr ? engine->description() : "copies");
   // A device that cannot say what is free is not healthy: the 0 above is
   // explained here, not passed off as a full device.
   absl::Status health = backend_->DeviceHealth(device);

@@ -49,6 +49,8 @@ void ToProto(const GroupInfoView& view, v1::GroupInfo* info) {
   info->set_bytes(view.bytes);
   info->set_formed_unix_ms(absl::ToUnixMillis(view.formed_at));
   info->set_form_ms(absl::ToDoubleMilliseconds(view.form_time));
+  info->set_device(view.spec.device.value());
+  info->set_device_communicator(view.device_communicator);
 }
 
 grpc::ServerUnaryReactor* GroupService::FormGroup(grpc::CallbackServerContext* context,
@@ -56,15 +58,18 @@ grpc::ServerUnaryReactor* GroupService::FormGroup(grpc::CallbackServerContext* c
                                                   v1::GroupInfo* response) {
   return ServeBlockingSessionCall(
       context, *sessions_, *executor_,
-      [groups = groups_, request, response](SessionId) -> absl::Status {
+      [groups = groups_, work = work_, request, response](SessionId) -> absl::Status {
         GPUMUX_ASSIGN_OR_RETURN(const absl::Duration timeout, GroupTimeout(request->timeout_ms()));
+        const DeviceIndex device(request->device());
+        GPUMUX_RETURN_IF_ERROR(work->CheckDevice(device));
         GPUMUX_ASSIGN_OR_RETURN(
             const GroupInfoView view,
             groups->Form(GroupSpec{.name = request->name(),
                                    .world_size = request->world_size(),
                                    .rank = request->rank(),
                                    .rendezvous_address = request->rendezvous_address(),
-                                   .timeout = timeout}));
+                                   .timeout = timeout,
+                                   .device = device}));
         ToProto(view, response);
         return absl::OkStatus();
       });

@@ -18,6 +18,7 @@ grpc::ServerUnaryReactor* NvtxService::RangePush(grpc::CallbackServerContext* co
                                                  v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Push(session, request->message()));
+    if (profiler_ != nullptr) profiler_->RangePushed(session, request->message(), depth);
     response->set_depth(depth);
     return absl::OkStatus();
   });
@@ -28,6 +29,7 @@ grpc::ServerUnaryReactor* NvtxService::RangePop(grpc::CallbackServerContext* con
                                                 v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
     GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Pop(session));
+    if (profiler_ != nullptr) profiler_->RangePopped(session, depth);
     response->set_depth(depth);
     return absl::OkStatus();
   });

@@ -3,6 +3,7 @@
 // gpumux.v1.Nvtx: a thin adapter from the wire to NvtxRanges.
 
 #include "gpumux/v1/nvtx.grpc.pb.h"
+#include "server/core/device_profiler.h"
 #include "server/core/nvtx_ranges.h"
 #include "server/core/session_registry.h"
 
@@ -10,9 +11,11 @@ namespace gpumux {
 
 class NvtxService final : public v1::Nvtx::CallbackService {
  public:
-  // Both must outlive the service.
-  NvtxService(NvtxRanges* ranges, const SessionRegistry* sessions)
-      : ranges_(ranges), sessions_(sessions) {}
+  // All must outlive the service; ranges of profiled sessions also go to
+  // `profiler` (may be null).
+  NvtxService(NvtxRanges* ranges, const SessionRegistry* sessions,
+              DeviceProfiler* profiler = nullptr)
+      : ranges_(ranges), sessions_(sessions), profiler_(profiler) {}
 
   grpc::ServerUnaryReactor* Mark(grpc::CallbackServerContext* context,
                                  const v1::NvtxMessage* request,
@@ -27,6 +30,7 @@ class NvtxService final : public v1::Nvtx::CallbackService {
  private:
   NvtxRanges* ranges_;
   const SessionRegistry* sessions_;
+  DeviceProfiler* profiler_;
 };
 
 }  // namespace gpumux

@@ -9,6 +9,7 @@
 #include "common/ids.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
+#include "server/core/device_profiler.h"
 #include "server/core/session_registry.h"
 #include "server/rpc/blocking_executor.h"
 #include "server/rpc/grpc_status.h"
@@ -32,17 +33,21 @@ grpc::ServerUnaryReactor* ServeSessionCall(grpc::CallbackServerContext* context,
                                            const SessionRegistry& sessions, Body body) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<SessionId> session = AuthenticateCall(*context, sessions);
+  DeviceProfiler::CallScope call(CallIdOf(*context));
   reactor->Finish(FinishStatus(sessions, session.ok() ? body(*session) : session.status()));
   return reactor;
 }
 
 // Runs `body(session)` on `executor` and finishes `reactor` with its status.
 // Keyed by session, so one session's blocked calls never hold back another's.
+// `call_id`: the client's call it serves (CallIdOf), for profiles.
 template <typename Body>
 void FinishOnExecutor(grpc::ServerUnaryReactor* reactor, const SessionRegistry& sessions,
-                      BlockingExecutor& executor, SessionId session, Body body) {
+                      BlockingExecutor& executor, SessionId session, Body body,
+                      uint64_t call_id = 0) {
   absl::Status started = executor.Run(
-      session.value(), [reactor, &sessions, session, body = std::move(body)]() mutable {
+      session.value(), [reactor, &sessions, session, call_id, body = std::move(body)]() mutable {
+        DeviceProfiler::CallScope call(call_id);
         reactor->Finish(FinishStatus(sessions, body(session)));
       });
   if (!started.ok())
@@ -62,7 +67,7 @@ grpc::ServerUnaryReactor* ServeBlockingSessionCall(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(session.status()));
     return reactor;
   }
-  FinishOnExecutor(reactor, sessions, executor, *session, std::move(body));
+  FinishOnExecutor(reactor, sessions, executor, *session, std::move(body), CallIdOf(*context));
   return reactor;
 }
 
@@ -91,7 +96,7 @@ grpc::ServerUnaryReactor* ServeSynchronize(grpc::CallbackServerContext* context,
     reactor->Finish(FinishStatus(sessions, done.status()));
     return reactor;
   }
-  FinishOnExecutor(reactor, sessions, executor, *session, std::move(wait));
+  FinishOnExecutor(reactor, sessions, executor, *session, std::move(wait), CallIdOf(*context));
   return reactor;
 }
 

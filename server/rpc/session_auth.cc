@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpumux {
@@ -21,6 +22,17 @@ absl::StatusOr<SessionId> AuthenticateCall(const grpc::CallbackServerContext& co
                      " gpumux-session metadata values: send exactly one \"<id>:<secret>\""));
   }
   return sessions.Authenticate(absl::string_view(first->second.data(), first->second.size()));
+}
+
+uint64_t CallIdOf(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kCallMetadataKey);
+  uint64_t call = 0;
+  if (it == metadata.end() ||
+      !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &call)) {
+    return 0;
+  }
+  return call;
 }
 
 }  // namespace gpumux

@@ -10,6 +10,7 @@ SessionInfo FromProto(const v1::OpenSessionRequest& open) {
   info.pid = open.pid();
   info.tenant = open.tenant();
   info.labels.insert(open.labels().begin(), open.labels().end());
+  info.records_host_calls = open.records_host_calls();
   return info;
 }
 
@@ -36,6 +37,19 @@ v1::SessionServerMessage ReleaseCachedMessage(uint64_t request, DeviceIndex devi
 v1::SessionServerMessage BlocksRequestMessage(uint64_t request) {
   v1::SessionServerMessage message;
   message.mutable_blocks_request()->set_request_id(request);
+  return message;
+}
+
+v1::SessionServerMessage StartProfilingMessage(uint64_t window, uint64_t capacity) {
+  v1::SessionServerMessage message;
+  message.mutable_start_profiling()->set_window_id(window);
+  message.mutable_start_profiling()->set_capacity(capacity);
+  return message;
+}
+
+v1::SessionServerMessage StopProfilingMessage(uint64_t window) {
+  v1::SessionServerMessage message;
+  message.mutable_stop_profiling()->set_window_id(window);
   return message;
 }
 

@@ -24,6 +24,9 @@ v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId se
 // The daemon's questions to a client (ClientQueries).
 v1::SessionServerMessage ReleaseCachedMessage(uint64_t request, DeviceIndex device);
 v1::SessionServerMessage BlocksRequestMessage(uint64_t request);
+// `gpumux profile`'s window on the session (DeviceProfiler).
+v1::SessionServerMessage StartProfilingMessage(uint64_t window, uint64_t capacity);
+v1::SessionServerMessage StopProfilingMessage(uint64_t window);
 
 // The segments of a client's lease_blocks answer, as far as the daemon
 // reads them: device, address and blocks. A block state that is not one of

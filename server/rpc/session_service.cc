@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "proto/profile_records.h"
 #include "server/core/notice_sink.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/session_auth.h"
@@ -17,6 +18,8 @@ namespace {
 
 // CMake's PROJECT_VERSION (server/rpc/CMakeLists.txt).
 constexpr char kDaemonVersion[] = GPUMUX_VERSION;
+// Its commit, build type and compiler (the top-level CMakeLists.txt).
+constexpr char kDaemonBuild[] = GPUMUX_BUILD;
 
 // Queues server messages on one stream: one write in flight at a time, as
 // gRPC requires; Finish waits for the write in flight.
@@ -25,9 +28,9 @@ class SessionReactor final
       public std::enable_shared_from_this<SessionReactor> {
  public:
   // `daemon` (the daemon's facts every SessionOpened carries) must outlive it.
-  SessionReactor(SessionLifecycle* lifecycle, ClientQueries* queries,
+  SessionReactor(SessionLifecycle* lifecycle, ClientQueries* queries, DeviceProfiler* profiler,
                  const v1::SessionOpened* daemon)
-      : lifecycle_(lifecycle), queries_(queries), daemon_(daemon) {}
+      : lifecycle_(lifecycle), queries_(queries), profiler_(profiler), daemon_(daemon) {}
 
   void Begin(std::shared_ptr<SessionReactor> self) {
     self_ = std::move(self);
@@ -74,8 +77,8 @@ class SessionReactor final
         EndSession(SessionEndReason::kProtocolError, "protocol error",
                    grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                                 "the session is already open; the stream takes only answers to "
-                                "the daemon's questions (cache_released, lease_blocks) and "
-                                "goodbye"));
+                                "the daemon's questions (cache_released, lease_blocks, "
+                                "host_profile) and goodbye"));
         return;
       }
       StartRead(&request_);
@@ -87,8 +90,8 @@ class SessionReactor final
                               "the first message on a session stream must be `open`"));
       return;
     }
-    absl::StatusOr<OpenedSession> opened =
-        lifecycle_->Open(FromProto(request_.open()), std::make_shared<Sink>(self_));
+    absl::StatusOr<OpenedSession> opened = lifecycle_->Open(
+        FromProto(request_.open()), std::make_shared<Sink>(self_), request_.open().profile_token());
     if (!opened.ok()) {
       EndSession(SessionEndReason::kClosed, "open refused", ToGrpcStatus(opened.status()));
       return;
@@ -155,6 +158,12 @@ class SessionReactor final
     void AskLeaseBlocks(uint64_t request) override {
       if (auto reactor = reactor_.lock()) reactor->Send(BlocksRequestMessage(request));
     }
+    void StartProfiling(uint64_t window, uint64_t capacity) override {
+      if (auto reactor = reactor_.lock()) reactor->Send(StartProfilingMessage(window, capacity));
+    }
+    void StopProfiling(uint64_t window) override {
+      if (auto reactor = reactor_.lock()) reactor->Send(StopProfilingMessage(window));
+    }
     void Terminate(SessionEndReason reason, absl::string_view message) override {
       if (auto reactor = reactor_.lock()) {
         reactor->EndSession(reason, message,
@@ -189,6 +198,12 @@ class SessionReactor final
         queries_->OnLeaseBlocks(session, answer.request_id(), FromProto(answer), answer.last());
         return true;
       }
+      case v1::SessionClientMessage::kHostProfile:
+        if (profiler_ != nullptr) {
+          profiler_->OnHostProfile(session, request_.host_profile().window_id(),
+                                   FromProto(request_.host_profile().records()));
+        }
+        return true;
       default:
         return false;
     }
@@ -228,6 +243,7 @@ class SessionReactor final
 
   SessionLifecycle* lifecycle_;
   ClientQueries* queries_;
+  DeviceProfiler* profiler_;
   const v1::SessionOpened* daemon_;
   std::shared_ptr<SessionReactor> self_;  // keeps this alive until OnDone
   v1::SessionClientMessage request_;
@@ -246,16 +262,17 @@ class SessionReactor final
 
 SessionService::SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
                                ClientQueries* queries, absl::string_view backend_name,
-                               absl::string_view allocator_conf)
-    : lifecycle_(lifecycle), sessions_(sessions), queries_(queries) {
+                               absl::string_view allocator_conf, DeviceProfiler* profiler)
+    : lifecycle_(lifecycle), sessions_(sessions), queries_(queries), profiler_(profiler) {
   daemon_.set_backend(std::string(backend_name));
   daemon_.set_daemon_version(kDaemonVersion);
+  daemon_.set_daemon_build(kDaemonBuild);
   daemon_.set_allocator_conf(std::string(allocator_conf));
 }
 
 grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* SessionService::Open(
     grpc::CallbackServerContext* /*context*/) {
-  auto reactor = std::make_shared<SessionReactor>(lifecycle_, queries_, &daemon_);
+  auto reactor = std::make_shared<SessionReactor>(lifecycle_, queries_, profiler_, &daemon_);
   SessionReactor* raw = reactor.get();
   raw->Begin(std::move(reactor));
   return raw;

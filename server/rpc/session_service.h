@@ -16,12 +16,13 @@ namespace gpumux {
 
 class SessionService final : public v1::Session::CallbackService {
  public:
-  // All must outlive the service. Clients' answers go to `queries`.
+  // All must outlive the service. Clients' answers go to `queries`, their
+  // host profiles to `profiler` (may be null: none are asked for).
   // Every SessionOpened names the backend, this daemon's version and its
   // allocator configuration (what a client's own allocator runs with).
   SessionService(SessionLifecycle* lifecycle, const SessionRegistry* sessions,
                  ClientQueries* queries, absl::string_view backend_name,
-                 absl::string_view allocator_conf);
+                 absl::string_view allocator_conf, DeviceProfiler* profiler = nullptr);
 
   grpc::ServerBidiReactor<v1::SessionClientMessage, v1::SessionServerMessage>* Open(
       grpc::CallbackServerContext* context) override;
@@ -33,6 +34,7 @@ class SessionService final : public v1::Session::CallbackService {
   SessionLifecycle* lifecycle_;
   const SessionRegistry* sessions_;
   ClientQueries* queries_;
+  DeviceProfiler* profiler_;
   v1::SessionOpened daemon_;  // the fields every session's SessionOpened shares
 };
 

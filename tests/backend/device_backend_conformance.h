@@ -862,6 +862,51 @@ TYPED_TEST_P(DeviceBackendConformanceTest, Copy2DMovesExactlyItsRows) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// AccessOnHost: in place on a backend whose memory is host memory (the
+// pointer sees what streams wrote and streams see what it wrote, and stays
+// valid after the segment's release while the view lives); refused
+// elsewhere, and for ranges outside a live segment.
+TYPED_TEST_P(DeviceBackendConformanceTest, AccessOnHostIsInPlaceOrRefused) {
+  DeviceBackend& backend = *this->backend_;
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
+  ASSERT_OK(segment);
+  ASSERT_OK(stream);
+  if (!backend.memory_on_host()) {
+    EXPECT_THAT(backend.AccessOnHost(kConformanceDevice, segment->address, 64),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_OK(backend.ReleaseSegment(kConformanceDevice, segment->address));
+    EXPECT_OK(backend.DestroyStream(*stream));
+    return;
+  }
+  EXPECT_THAT(backend.AccessOnHost(kConformanceDevice, segment->address + segment->size - 8, 9),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend.AccessOnHost(DeviceIndex(backend.device_count()), segment->address, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::vector<uint8_t> written = NonZeroRandomBytes(5000, 41);
+  ASSERT_OK(backend.CopyHostToDevice(*stream, segment->address + 7, written.data(), written.size(),
+                                     nullptr));
+  ASSERT_OK(backend.SynchronizeStream(*stream));
+  absl::StatusOr<HostMemoryView> view =
+      backend.AccessOnHost(kConformanceDevice, segment->address + 7, written.size());
+  ASSERT_OK(view);
+  EXPECT_TRUE(
+      std::equal(written.begin(), written.end(), reinterpret_cast<const uint8_t*>(view->data)));
+  const std::vector<uint8_t> mine = NonZeroRandomBytes(5000, 42);
+  std::copy(mine.begin(), mine.end(), view->data);
+  std::vector<uint8_t> read(mine.size());
+  ASSERT_OK(
+      backend.CopyDeviceToHost(*stream, read.data(), segment->address + 7, read.size(), nullptr));
+  ASSERT_OK(backend.SynchronizeStream(*stream));
+  EXPECT_EQ(read, mine);
+  ASSERT_OK(backend.ReleaseSegment(kConformanceDevice, segment->address));
+  EXPECT_THAT(backend.AccessOnHost(kConformanceDevice, segment->address, 8),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  view->data[0] = 1;  // still mapped while the view lives
+  EXPECT_OK(backend.DestroyStream(*stream));
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     DeviceBackendConformanceTest, DescribesEveryDevice, SegmentIsZeroAndSharedWithAnotherProcess,
     SegmentsDoNotOverlap, MoreThanFreeMemoryIsResourceExhausted, BadSizesAreInvalidArgument,
@@ -874,6 +919,6 @@ REGISTER_TYPED_TEST_SUITE_P(
     EventsQuerySynchronizeAndTime, ElapsedTimeNeedsTimingRecordedEvents,
     RecordingOnAnotherDevicesStreamIsInvalidArgument, InterprocessEventHandles,
     DestroyedStreamFinishesItsWork, SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory,
-    ReduceMatchesTheHostSteps, Copy2DMovesExactlyItsRows);
+    ReduceMatchesTheHostSteps, Copy2DMovesExactlyItsRows, AccessOnHostIsInPlaceOrRefused);
 
 }  // namespace gpumux::testing

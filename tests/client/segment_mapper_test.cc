@@ -32,6 +32,8 @@ class NoSink final : public NoticeSink {
   void SegmentReleased(DeviceIndex, SegmentId) override {}
   void AskReleaseCached(uint64_t, DeviceIndex) override {}
   void AskLeaseBlocks(uint64_t) override {}
+  void StartProfiling(uint64_t, uint64_t) override {}
+  void StopProfiling(uint64_t) override {}
   void Terminate(SessionEndReason, absl::string_view) override {}
 };
 

@@ -348,9 +348,17 @@ void FuzzHarness::CheckForLeaks() {
            Stub<v1::Event>().Destroy(Context().get(), request, &response),
            /*may_be_gone=*/true);
   }
+  for (uint64_t id : profiles_) {
+    v1::FinishProfileRequest request;
+    request.set_profile_id(id);
+    v1::DeviceProfileRecords response;
+    Expect("finishing a profile the fuzzer started",
+           Stub<v1::Profile>().Finish(Context().get(), request, &response), /*may_be_gone=*/true);
+  }
   allocations_.clear();
   streams_.clear();
   events_.clear();
+  profiles_.clear();
   for (int device = 0; device < FuzzFixture::kDevices; ++device) {
     v1::SetMemoryLimitRequest request;
     request.set_device(device);

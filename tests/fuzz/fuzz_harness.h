@@ -31,6 +31,7 @@
 #include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
+#include "gpumux/v1/profile.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "gpumux/v1/stream.grpc.pb.h"
@@ -119,6 +120,10 @@ class FuzzHarness {
     }
     TrackEvent(response.event());
   }
+  // A profile the session owns until it finishes it.
+  void Track(const v1::StartProfileResponse& response) {
+    profiles_.push_back(response.profile_id());
+  }
   void Track(const google::protobuf::Message&) {}  // the other replies hand out nothing
 
   // After each input: the daemon answers Ping, and every so many inputs
@@ -162,6 +167,7 @@ class FuzzHarness {
   std::vector<uint64_t> allocations_;
   std::vector<v1::StreamRef> streams_;
   std::vector<uint64_t> events_;
+  std::vector<uint64_t> profiles_;
   int leak_check_interval_ = 100;  // inputs between leak checks
   int inputs_since_check_ = 0;
 };

@@ -89,4 +89,21 @@ FuzzMethod Unary(std::string name,
   return FuzzMethod{std::move(name), std::move(call), SerializeSeeds(Request(), seeds)};
 }
 
+// `method` with the inputs that parse as a `Request` for which `skip` holds
+// left out: requests the daemon must answer but the harness cannot take
+// (ending its own session, or waiting longer than a call's deadline). The
+// daemon parses the bytes as this does, so it would see the same request.
+template <typename Request>
+FuzzMethod Unless(FuzzMethod method, std::function<bool(const Request&)> skip) {
+  method.call = [call = std::move(method.call), skip = std::move(skip)](FuzzHarness& harness,
+                                                                        absl::string_view bytes) {
+    Request request;
+    if (request.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) && skip(request)) {
+      return;
+    }
+    call(harness, bytes);
+  };
+  return method;
+}
+
 }  // namespace gpumux::fuzz

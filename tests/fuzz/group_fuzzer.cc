@@ -15,10 +15,11 @@ const FuzzService& TargetService() {
   static const FuzzService service(
       Group::service_full_name(),
       {
-          Unary<Group>("FormGroup", &Group::Stub::FormGroup,
-                       {"name: \"g\" world_size: 1 rank: 0",
-                        "name: \"g.2\" world_size: 2 rank: 1 rendezvous_address: \"127.0.0.1:1\" "
-                        "timeout_ms: 100"}),
+          Unary<Group>(
+              "FormGroup", &Group::Stub::FormGroup,
+              {"name: \"g\" world_size: 1 rank: 0", "name: \"g\" world_size: 1 rank: 0 device: 1",
+               "name: \"g.2\" world_size: 2 rank: 1 rendezvous_address: \"127.0.0.1:1\" "
+               "timeout_ms: 100"}),
           Unary<Group>("DestroyGroup", &Group::Stub::DestroyGroup, {"name: \"g\""}),
           Unary<Group>("ListGroups", &Group::Stub::ListGroups, {""}),
           Unary<Group>("AllReduce", &Group::Stub::AllReduce,

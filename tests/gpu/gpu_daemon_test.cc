@@ -377,6 +377,65 @@ TEST_F(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
   EXPECT_TRUE(back == host[1]);
 }
 
+// The collectives' engine: NCCL where the machine has it (run-gpu-check puts
+// PyTorch's libnccl on the loader's path), copies and the reduction kernel
+// with --nccl=off; all_reduce gives the same bytes either way, and the
+// single-rank communicator is made once and shared by every session.
+TEST_F(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
+  absl::StatusOr<DeviceProperties> properties = client_->GetDeviceProperties(kDevice);
+  ASSERT_OK(properties);
+  std::printf("collectives=%s\n", properties->collectives.c_str());
+  DaemonProcess copies_daemon({"--backend=cuda", "--nccl=off"});
+  ClientOptions options;
+  options.client_name = "gpu test, copies";
+  absl::StatusOr<std::unique_ptr<Client>> copies =
+      Client::Connect(copies_daemon.address(), options);
+  ASSERT_OK(copies);
+  absl::StatusOr<DeviceProperties> copies_properties = (*copies)->GetDeviceProperties(kDevice);
+  ASSERT_OK(copies_properties);
+  EXPECT_EQ(copies_properties->collectives, "copies");
+
+  const uint64_t n = 4 * kMiB + 3;
+  for (Client* client : {client_.get(), copies->get()}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      absl::StatusOr<DeviceBuffer> in = client->Allocate(n * 4, kDevice);
+      absl::StatusOr<DeviceBuffer> out = client->Allocate(n * 4, kDevice);
+      ASSERT_OK(in);
+      ASSERT_OK(out);
+      ASSERT_OK(client->ManualSeed(7, kDevice));
+      absl::StatusOr<GenerateResult> generated =
+          client->Generate(*in, 0, Dtype::kFloat32, n, Uniform{-1.0, 1.0});
+      ASSERT_OK(generated);
+      std::vector<uint8_t> expected(n * 4);
+      FillRandom(expected.data(), RngRequest{RngDtype::kF32, RngKind::kUniform, n, -1.0, 1.0},
+                 generated->seed, generated->offset);
+      const TensorRef input{&*in, 0, Dtype::kFloat32, {static_cast<int64_t>(n)}, kDevice};
+      const TensorRef output{&*out, 0, Dtype::kFloat32, {static_cast<int64_t>(n)}, kDevice};
+      ASSERT_OK(client->AllReduceOut({input}, {output}, op).status());
+      std::vector<uint8_t> back(n * 4);
+      ASSERT_OK(client->CopyDeviceToHost(back.data(), *out, 0, n * 4).status());
+      EXPECT_TRUE(back == expected) << "one rank: the output is the input";
+      ASSERT_OK(client->AllReduce({input}, op).status());
+      ASSERT_OK(client->CopyDeviceToHost(back.data(), *in, 0, n * 4).status());
+      EXPECT_TRUE(back == expected) << "in place";
+    }
+  }
+  // A second session on the NCCL daemon reuses the communicator: its first
+  // all_reduce pays no set-up (the figure goes to the check's table).
+  if (properties->collectives.rfind("nccl ", 0) == 0) {
+    absl::StatusOr<std::unique_ptr<Client>> second = Client::Connect(daemon_->address(), options);
+    ASSERT_OK(second);
+    absl::StatusOr<DeviceBuffer> buffer = (*second)->Allocate(4096, kDevice);
+    ASSERT_OK(buffer);
+    const TensorRef tensor{&*buffer, 0, Dtype::kFloat32, {1024}, kDevice};
+    const absl::Time start = absl::Now();
+    ASSERT_OK((*second)->AllReduce({tensor}, ReduceOp::kSum).status());
+    ASSERT_OK((*second)->Synchronize(kDevice));
+    std::printf("nccl_all_reduce_second_session_first_call_ms=%.3f\n",
+                absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+}
+
 // The figure: a client holding 4 GiB is SIGKILLed; within a second of
 // the daemon's cleanup, cudaMemGetInfo is back where it started.
 TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {

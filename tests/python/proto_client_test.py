@@ -30,7 +30,7 @@ GEN_DIR = tempfile.mkdtemp(prefix="gpumux-py-")
 from grpc_tools import protoc  # noqa: E402
 
 PROTO_ROOT = os.path.join(SOURCE_DIR, "proto")
-for name in ("common", "session", "device", "memory", "observe", "stream", "copy", "random", "nvtx"):
+for name in ("common", "session", "device", "memory", "observe", "stream", "copy", "random", "nvtx", "profile"):
     rc = protoc.main(["protoc", f"-I{PROTO_ROOT}", f"--python_out={GEN_DIR}", f"--grpc_python_out={GEN_DIR}",
                       os.path.join(PROTO_ROOT, "gpumux", "v1", f"{name}.proto")])
     assert rc == 0, f"protoc failed for {name}.proto"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/admin_socket.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/comm.grpc.pb.h"
@@ -15,6 +16,7 @@
 #include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/nvtx.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
+#include "gpumux/v1/profile.grpc.pb.h"
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpcpp/create_channel.h"
@@ -68,6 +70,41 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     v1::KillSessionResponse response;
     return (stub == nullptr ? admin.get() : stub)->KillSession(&context, request, &response);
   };
+
+  // Profiles: Profile on the main socket, Admin.ProfileSession on the admin
+  // socket. `stranger` is another tenant's session.
+  RawSession stranger(channel, "stranger", "pod-b");
+  auto profiles = v1::Profile::NewStub(channel);
+  auto start_profile = [&](uint64_t capacity, RawSession& by) {
+    v1::StartProfileRequest request;
+    request.set_capacity(capacity);
+    v1::StartProfileResponse response;
+    return profiles->Start(by.Context().get(), request, &response);
+  };
+  auto finish_profile = [&](uint64_t id, RawSession& by) {
+    v1::FinishProfileRequest request;
+    request.set_profile_id(id);
+    v1::DeviceProfileRecords response;
+    return profiles->Finish(by.Context().get(), request, &response);
+  };
+  // ProfileSession of `session` for `ms`, as `me` (stub null) or through
+  // `admin_stub`.
+  auto profile_session = [&](uint64_t session, int64_t ms, uint64_t capacity = 0,
+                             v1::Admin::Stub* admin_stub = nullptr) {
+    v1::ProfileSessionRequest request;
+    request.set_session_id(session);
+    request.set_duration_ms(ms);
+    request.set_capacity(capacity);
+    v1::ProfileSessionResponse response;
+    if (admin_stub != nullptr) {
+      grpc::ClientContext context;
+      return admin_stub->ProfileSession(&context, request, &response);
+    }
+    return profiles->ProfileSession(me.Context().get(), request, &response);
+  };
+  v1::StartProfileResponse others_profile;
+  ASSERT_TRUE(
+      profiles->Start(other.Context().get(), v1::StartProfileRequest(), &others_profile).ok());
 
   v1::Allocation mine, theirs, freed, plain, shared;
   ASSERT_TRUE(me.Allocate(0, 4096, &mine).ok());
@@ -135,16 +172,18 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return me.comm().Gather(me.Context().get(), request, &response);
   };
   // Groups of daemons. This daemon has no TCP listener: groups of one only
-  // (Rendezvous is served on TCP; its bad inputs are in group_test).
+  // (Rendezvous is served on TCP; its bad inputs are in tcp_full_mode_test).
   auto groups = v1::Group::NewStub(channel);
   auto form = [&](const std::string& name, int32_t world, int32_t rank,
-                  const std::string& rendezvous = "", int64_t timeout_ms = 0) {
+                  const std::string& rendezvous = "", int64_t timeout_ms = 0,
+                  int32_t on_device = 0) {
     v1::FormGroupRequest request;
     request.set_name(name);
     request.set_world_size(world);
     request.set_rank(rank);
     request.set_rendezvous_address(rendezvous);
     request.set_timeout_ms(timeout_ms);
+    request.set_device(on_device);
     v1::GroupInfo response;
     return groups->FormGroup(me.Context().get(), request, &response);
   };
@@ -667,6 +706,11 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        "a group timeout is 0", [&] { return form("g", 1, 0, "", -1); }},
       {"form a group with a timeout over an hour", grpc::StatusCode::INVALID_ARGUMENT,
        "a group timeout is 0", [&] { return form("g", 1, 0, "", 3600001); }},
+      {"form a group on device 2 of a daemon with two", grpc::StatusCode::INVALID_ARGUMENT,
+       "device 2 is out of range: this daemon has 2 devices (0..1)",
+       [&] { return form("g", 1, 0, "", 0, 2); }},
+      {"form a group on device -1", grpc::StatusCode::INVALID_ARGUMENT,
+       "device -1 is out of range", [&] { return form("g", 1, 0, "", 0, -1); }},
       {"form a group as rank 1 without a rendezvous", grpc::StatusCode::INVALID_ARGUMENT,
        "needs the rendezvous address", [&] { return form("g", 2, 1); }},
       {"lead a group of two without the full TCP listener", grpc::StatusCode::FAILED_PRECONDITION,
@@ -805,6 +849,57 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::NvtxDepth depth;
          return me.nvtx().RangePop(me.Context().get(), v1::NvtxRangePopRequest(), &depth);
        }},
+      // Profile and Admin.ProfileSession
+      {"profile with a capacity above 2^24", grpc::StatusCode::INVALID_ARGUMENT,
+       "a profile keeps at most 16777216 records, not 16777217",
+       [&] { return start_profile(16777217, me); }},
+      {"a 65th open profile of one session", grpc::StatusCode::RESOURCE_EXHAUSTED,
+       "has 64 profiles open, the most one session may",
+       [&] {
+         std::vector<uint64_t> opened;
+         grpc::Status status;
+         for (int i = 0; i < 65 && status.ok(); ++i) {
+           v1::StartProfileResponse response;
+           status = profiles->Start(stranger.Context().get(), v1::StartProfileRequest(), &response);
+           if (status.ok()) opened.push_back(response.profile_id());
+         }
+         for (uint64_t id : opened) EXPECT_TRUE(finish_profile(id, stranger).ok());
+         return status;
+       }},
+      {"finish of a profile never started", grpc::StatusCode::NOT_FOUND, "has no open profile 999",
+       [&] { return finish_profile(999, me); }},
+      {"finish of another session's profile", grpc::StatusCode::NOT_FOUND,
+       absl::StrCat("has no open profile ", others_profile.profile_id()),
+       [&] { return finish_profile(others_profile.profile_id(), me); }},
+      {"profile without a session", grpc::StatusCode::UNAUTHENTICATED, "session",
+       [&] {
+         grpc::ClientContext context;
+         v1::StartProfileResponse response;
+         return profiles->Start(&context, v1::StartProfileRequest(), &response);
+       }},
+      {"profile of session 0", grpc::StatusCode::INVALID_ARGUMENT, "session_id 0 names no session",
+       [&] { return profile_session(0, 100); }},
+      {"profile of a session that is not open", grpc::StatusCode::NOT_FOUND,
+       "no session 999999 is open", [&] { return profile_session(999999, 100); }},
+      {"profile for 0 ms", grpc::StatusCode::INVALID_ARGUMENT, "a profile lasts 1 ms to 1 hour",
+       [&] { return profile_session(me.id(), 0); }},
+      {"profile for a negative duration", grpc::StatusCode::INVALID_ARGUMENT,
+       "a profile lasts 1 ms to 1 hour", [&] { return profile_session(me.id(), -5); }},
+      {"profile for two hours", grpc::StatusCode::INVALID_ARGUMENT,
+       "a profile lasts 1 ms to 1 hour, not 2h", [&] { return profile_session(me.id(), 7200000); }},
+      {"live profile with a capacity above 2^24", grpc::StatusCode::INVALID_ARGUMENT,
+       "at most 16777216 records", [&] { return profile_session(me.id(), 100, 1 << 25); }},
+      {"profile of another tenant's session", grpc::StatusCode::PERMISSION_DENIED,
+       "belongs to tenant 'pod-b'", [&] { return profile_session(stranger.id(), 100); }},
+      {"admin profile of session 0", grpc::StatusCode::INVALID_ARGUMENT, "session_id 0",
+       [&] { return profile_session(0, 100, 0, admin.get()); }},
+      {"admin profile of a session that is not open", grpc::StatusCode::NOT_FOUND,
+       "no session 999999 is open", [&] { return profile_session(999999, 100, 0, admin.get()); }},
+      {"admin profile for 0 ms", grpc::StatusCode::INVALID_ARGUMENT, "1 ms to 1 hour",
+       [&] { return profile_session(stranger.id(), 0, 0, admin.get()); }},
+      {"admin profile on the main socket", grpc::StatusCode::PERMISSION_DENIED,
+       "connect to the admin socket",
+       [&] { return profile_session(stranger.id(), 100, 0, main_socket_admin.get()); }},
       {"tenant limit for an empty tenant", grpc::StatusCode::INVALID_ARGUMENT,
        "the tenant must not be empty", [&] { return tenant_limit("", 0, 4096); }},
       {"tenant limit for a tenant with a control character", grpc::StatusCode::INVALID_ARGUMENT,
@@ -863,6 +958,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
         << input.name << ": the message does not say \"" << input.message
         << "\": " << status.error_message();
   }
+  // The profile a refusal named is still open and its owner's to finish.
+  EXPECT_TRUE(finish_profile(others_profile.profile_id(), other).ok());
   // Each RNG case left its state; the daemon must still serve this session.
   EXPECT_TRUE(set_rng_state(std::string(16, '\0')).ok());
   // No refusal broke the group of one.
@@ -897,6 +994,7 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
   }
   // Sessions still open at shutdown end with UNAVAILABLE.
   newcomer.Close();
+  stranger.Close();
   other.Close();
   EXPECT_EQ(daemon.Stop(), 0);
   v1::SessionServerMessage notice;

@@ -96,6 +96,7 @@ TEST_F(DeviceServiceTest, HostDevicesHaveNoCudaFacts) {
   EXPECT_EQ(properties.gencode_flags(), "");
   EXPECT_EQ(properties.driver_version(), 0);
   EXPECT_EQ(properties.runtime_version(), 0);
+  EXPECT_EQ(properties.collectives(), "copies");  // the host backend has no engine
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ TEST(GpumuxdFlagsTest, HelpListsEveryFlagAsTheReadmeSpellsIt) {
     const ProcessRun run = RunGpumuxd(help);
     EXPECT_EQ(run.exit_code, 0) << help;
     for (const char* flag :
-         {"--socket", "--socket-group", "--listen", "--backend", "--host-devices",
+         {"--socket", "--socket-group", "--listen", "--backend", "--nccl", "--host-devices",
           "--host-device-memory", "--host-stream-workers", "--allocator-conf", "--log-level",
           "--max-sessions", "--max-streams", "--max-events", "--max-share-tokens",
           "--blocking-threads", "--tenant-memory-limit"}) {
@@ -52,6 +52,9 @@ TEST(GpumuxdFlagsTest, BadCommandLinesExit2SayingWhy) {
   run = RunGpumuxd("--host-device-memory=12XB");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_THAT(run.output, HasSubstr("--host-device-memory"));
+  run = RunGpumuxd("--nccl=");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.output, HasSubstr("--nccl is auto, off or the path of a libnccl.so, not empty"));
   run = RunGpumuxd("--no-such-flag=1");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_THAT(run.output, HasSubstr("no_such_flag"));

@@ -255,6 +255,8 @@ TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
     void SegmentReleased(DeviceIndex, SegmentId) override {}
     void AskReleaseCached(uint64_t, DeviceIndex) override {}
     void AskLeaseBlocks(uint64_t) override {}
+    void StartProfiling(uint64_t, uint64_t) override {}
+    void StopProfiling(uint64_t) override {}
     void Terminate(SessionEndReason, absl::string_view) override {}
   };
   SessionRegistry registry;

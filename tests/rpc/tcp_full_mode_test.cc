@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -16,16 +17,20 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/channel.h"
 #include "client/client.h"
 #include "client/observer.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
+#include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -375,6 +380,131 @@ TEST_F(TcpFullModeTest, HealthKnowsEveryServedServiceAndAdminIsRefused) {
       v1::Admin::NewStub(channel)->ListTenants(context.get(), v1::ListTenantsRequest(), &tenants);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(), HasSubstr("gpumux.v1.Admin is not served over TCP"));
+}
+
+// gpumux.v1.Rendezvous, which the other daemons of a group call on rank 0's
+// TCP listener: every bad input gets its code and a message naming it, and
+// the store serves on.
+TEST_F(TcpFullModeTest, TheRendezvousRefusesBadInputsPreciselyAndServesOn) {
+  Start(FullOptions());
+  auto channel = TlsChannel();
+  auto rendezvous = v1::Rendezvous::NewStub(channel);
+  const std::string bearer = absl::StrCat("Bearer ", kToken);
+  auto join = [&](const std::string& group, int world_size, int rank, int64_t timeout_ms,
+                  const std::string& address = "127.0.0.1:1",
+                  v1::RendezvousJoinResponse* out = nullptr) {
+    v1::RendezvousJoinRequest request;
+    request.set_group(group);
+    request.set_world_size(world_size);
+    request.set_rank(rank);
+    request.set_address(address);
+    request.set_timeout_ms(timeout_ms);
+    v1::RendezvousJoinResponse response;
+    auto context = WithAuthorization(bearer);
+    grpc::Status status = rendezvous->Join(context.get(), request, &response);
+    if (out != nullptr) *out = response;
+    return status;
+  };
+  auto set = [&](const std::string& group, uint64_t generation, const std::string& key,
+                 const std::string& value) {
+    v1::RendezvousSetRequest request;
+    request.set_group(group);
+    request.set_generation(generation);
+    request.set_key(key);
+    request.set_value(value);
+    v1::RendezvousSetResponse response;
+    auto context = WithAuthorization(bearer);
+    return rendezvous->Set(context.get(), request, &response);
+  };
+  auto get = [&](const std::string& group, uint64_t generation, const std::string& key,
+                 int64_t timeout_ms, std::string* value = nullptr) {
+    v1::RendezvousGetRequest request;
+    request.set_group(group);
+    request.set_generation(generation);
+    request.set_key(key);
+    request.set_timeout_ms(timeout_ms);
+    v1::RendezvousGetResponse response;
+    auto context = WithAuthorization(bearer);
+    grpc::Status status = rendezvous->Get(context.get(), request, &response);
+    if (value != nullptr) *value = response.value();
+    return status;
+  };
+  auto is = [](const grpc::Status& status, grpc::StatusCode code, const std::string& words) {
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(words));
+  };
+  using grpc::StatusCode;
+
+  is(join("", 1, 0, 100), StatusCode::INVALID_ARGUMENT, "a group name has 1 to 128 characters");
+  is(join(std::string(129, 'g'), 1, 0, 100), StatusCode::INVALID_ARGUMENT, "not 129");
+  is(join("bad name", 1, 0, 100), StatusCode::INVALID_ARGUMENT, "may hold only [A-Za-z0-9._-]");
+  is(join("g", 0, 0, 100), StatusCode::INVALID_ARGUMENT, "world size is 1 to 1024, not 0");
+  is(join("g", 1025, 0, 100), StatusCode::INVALID_ARGUMENT, "not 1025");
+  is(join("g", 2, 2, 100), StatusCode::INVALID_ARGUMENT, "rank 2 is out of range for world size 2");
+  is(join("g", 2, -1, 100), StatusCode::INVALID_ARGUMENT, "rank -1 is out of range");
+  is(join("g", 1, 0, -1), StatusCode::INVALID_ARGUMENT, "a group timeout is 0");
+  is(join("g", 1, 0, int64_t{3600} * 1000 + 1), StatusCode::INVALID_ARGUMENT, "not 3600001 ms");
+  is(join("g", 1, 0, 100, std::string(257, 'a')), StatusCode::INVALID_ARGUMENT,
+     "a member address has at most 256 bytes, not 257");
+  is(join("g", 2, 0, 100), StatusCode::DEADLINE_EXCEEDED, "1 of 2 ranks joined");
+  is(get("never", 1, "k", 100), StatusCode::FAILED_PRECONDITION,
+     "group \"never\" has no completed round");
+  is(set("never", 1, "k", "v"), StatusCode::FAILED_PRECONDITION, "has no completed round");
+
+  // A round forming with one world size refuses a join with another.
+  // Whichever of the two joins first makes the round's world size: rank 0
+  // joins again until its world-2 round is the one that refuses rank 1's.
+  grpc::Status first;
+  std::atomic<bool> first_done{false};
+  std::thread waiting;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  grpc::Status other;
+  do {
+    if (!waiting.joinable()) {
+      first_done = false;
+      waiting = std::thread([&] {
+        first = join("pair", 2, 0, 10000, "127.0.0.1:10");
+        first_done = true;
+      });
+    }
+    other = join("pair", 3, 1, 100, "127.0.0.1:11");
+    if (other.error_code() == StatusCode::FAILED_PRECONDITION) break;
+    if (first_done) waiting.join();  // it met rank 1's world-3 round first
+    absl::SleepFor(absl::Milliseconds(10));
+  } while (absl::Now() < deadline);
+  is(other, StatusCode::FAILED_PRECONDITION,
+     "group \"pair\" is forming with world size 2, not 3 (ranks 0 joined)");
+  v1::RendezvousJoinResponse round;
+  ASSERT_TRUE(join("pair", 2, 1, 10000, "127.0.0.1:11", &round).ok());
+  waiting.join();
+  ASSERT_TRUE(first.ok()) << first.error_message();
+  ASSERT_EQ(round.members_size(), 2);
+  EXPECT_EQ(round.members(0).address(), "127.0.0.1:10");
+  const uint64_t generation = round.generation();
+
+  is(set("pair", generation, "", "v"), StatusCode::INVALID_ARGUMENT,
+     "a rendezvous key has 1 to 256 bytes, not 0");
+  is(set("pair", generation, std::string(257, 'k'), "v"), StatusCode::INVALID_ARGUMENT, "not 257");
+  is(set("pair", generation, "k", std::string((size_t{1} << 20) + 1, 'v')),
+     StatusCode::INVALID_ARGUMENT, "a rendezvous value has at most 1048576 bytes, not 1048577");
+  is(set("pair", generation + 1, "k", "v"), StatusCode::FAILED_PRECONDITION,
+     absl::StrCat("round ", generation + 1, " of group \"pair\" is not current"));
+  is(get("pair", generation, "absent", 50), StatusCode::DEADLINE_EXCEEDED,
+     "key \"absent\" was not set within 50ms");
+  is(get("pair", generation, "k", -5), StatusCode::INVALID_ARGUMENT, "a group timeout is 0");
+  // A round's keys are bounded: 4 * 2 + 16 for a world of 2.
+  for (int k = 0; k < 24; ++k) ASSERT_TRUE(set("pair", generation, absl::StrCat("k", k), "v").ok());
+  is(set("pair", generation, "one-too-many", "v"), StatusCode::RESOURCE_EXHAUSTED,
+     "holds 24 keys, its limit for world size 2");
+  // Replacing a key is not a new one; a binary value comes back as it went.
+  const std::string binary("\0\xff\n", 3);
+  ASSERT_TRUE(set("pair", generation, "k0", binary).ok());
+  std::string value;
+  ASSERT_TRUE(get("pair", generation, "k0", 1000, &value).ok());
+  EXPECT_EQ(value, binary);
+  // And the daemon serves on.
+  auto right = WithAuthorization(bearer);
+  EXPECT_TRUE(ListDevices(channel, right.get()).ok());
 }
 
 TEST_F(TcpFullModeTest, APlaintextClientCannotConnect) {

@@ -62,6 +62,22 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Options& 
   backend->devices_.reserve(count);
   for (int d = 0; d < count; ++d) backend->devices_.push_back(std::make_unique<Device>());
   GPUMUX_RETURN_IF_ERROR(backend->Init());
+#ifdef GPUMUX_HAVE_NCCL
+  if (options.nccl) {
+    absl::StatusOr<std::unique_ptr<CollectiveEngine>> nccl =
+        backend->LoadNccl(options.nccl_library);
+    if (nccl.ok()) {
+      backend->nccl_ = *std::move(nccl);
+    } else {
+      backend->nccl_status_ = nccl.status();
+    }
+  } else {
+    backend->nccl_status_ = absl::FailedPreconditionError("NCCL is switched off");
+  }
+#else
+  backend->nccl_status_ =
+      absl::UnimplementedError("gpumuxd was built without NCCL (no nccl.h at build time)");
+#endif
   backend->reaper_ = std::thread([raw = backend.get()] { raw->RunReaper(); });
   return backend;
 }
@@ -171,6 +187,7 @@ absl::Status CudaBackend::Init() {
 }
 
 CudaBackend::~CudaBackend() {
+  nccl_.reset();  // its communicators use the devices' contexts
   {
     absl::MutexLock lock(&reaper_mu_);
     stopping_ = true;

@@ -66,6 +66,11 @@ class CudaBackend final : public DeviceBackend {
     // How long cudaFree waits after ReleaseSegment (see above); zero frees
     // within the call.
     absl::Duration release_grace = absl::Milliseconds(200);
+    // Load NCCL for the collectives (from `nccl_library`, else
+    // libnccl.so.2 on the loader's path); without it, or where gpumuxd was
+    // built without nccl.h, they use peer copies and the reduction kernel.
+    bool nccl = true;
+    std::string nccl_library;
   };
 
   // Visible CUDA devices; 0 when there is no driver or no device.
@@ -133,6 +138,17 @@ class CudaBackend final : public DeviceBackend {
   // ALREADY_EXISTS and NOT_FOUND.
   absl::Status PinHostMemory(void* data, uint64_t bytes) override;
   absl::Status UnpinHostMemory(void* data) override;
+  bool memory_on_host() const override { return false; }
+  // NCCL (cuda_backend_nccl.cc) where it was built in and loaded; else null.
+  CollectiveEngine* collectives() override { return nccl_.get(); }
+  // Why collectives() is null: OK when NCCL loaded.
+  const absl::Status& nccl_status() const { return nccl_status_; }
+  // collectives()'s description ("nccl 2.28.9"); empty without one.
+  std::string collectives_description() const {
+    return nccl_ != nullptr ? nccl_->description() : std::string();
+  }
+  absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
+                                              uint64_t bytes) override;
 
  private:
   struct Segment {
@@ -177,8 +193,13 @@ class CudaBackend final : public DeviceBackend {
     std::shared_ptr<EventObject> object;
   };
 
+  class Nccl;
+  class NcclGroup;
+
   explicit CudaBackend(const Options& options);
   absl::Status Init();
+  // NCCL's engine on the library at `path` (cuda_backend_nccl.cc).
+  absl::StatusOr<std::unique_ptr<CollectiveEngine>> LoadNccl(const std::string& path);
 
   // INVALID_ARGUMENT unless 0 <= device < device_count().
   absl::Status CheckDevice(DeviceIndex device) const;
@@ -223,6 +244,9 @@ class CudaBackend final : public DeviceBackend {
   // by Init, read-only after).
   std::vector<std::vector<bool>> peer_readable_;
   std::atomic<bool> abandon_waits_{false};
+  // Set by Create; destroyed first (its communicators use the devices).
+  std::unique_ptr<CollectiveEngine> nccl_;
+  absl::Status nccl_status_;
 
   mutable absl::Mutex mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;

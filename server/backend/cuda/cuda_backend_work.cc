@@ -306,4 +306,12 @@ absl::Status CudaBackend::UnpinHostMemory(void* data) {
   return CudaStatus(cudaHostUnregister(data), "cudaHostUnregister");
 }
 
+absl::StatusOr<HostMemoryView> CudaBackend::AccessOnHost(DeviceIndex device, uint64_t address,
+                                                         uint64_t bytes) {
+  return absl::FailedPreconditionError(
+      absl::StrFormat("cuda device %d: %d bytes at 0x%x are device memory, which the host cannot "
+                      "address in place; copy them to host memory",
+                      device.value(), bytes, address));
+}
+
 }  // namespace gpumux

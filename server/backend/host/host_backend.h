@@ -132,6 +132,11 @@ class HostBackend final : public DeviceBackend {
   }
   absl::Status PinHostMemory(void* data, uint64_t bytes) override;
   absl::Status UnpinHostMemory(void* data) override;
+  bool memory_on_host() const override { return true; }
+  // CommWork's copies and Reduce are the host's engine.
+  CollectiveEngine* collectives() override { return nullptr; }
+  absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
+                                              uint64_t bytes) override;
 
  private:
   struct Segment {

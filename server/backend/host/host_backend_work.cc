@@ -140,6 +140,12 @@ absl::Status HostBackend::FinishAverage(BackendStream stream, RngDtype dtype, ui
 
 // ---- Pinning ----
 
+absl::StatusOr<HostMemoryView> HostBackend::AccessOnHost(DeviceIndex device, uint64_t address,
+                                                         uint64_t bytes) {
+  GPUMUX_ASSIGN_OR_RETURN(HostView view, Translate(device, address, bytes));
+  return HostMemoryView{std::move(view.mapping), reinterpret_cast<char*>(view.data)};
+}
+
 absl::Status HostBackend::PinHostMemory(void* data, uint64_t bytes) {
   if (data == nullptr || bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -33,18 +33,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
+daemon_starts=0
 start_daemon() {  # on $sock, with a TCP observe listener on a free port; sets $tcp
+  # Each start logs to a file of its own: the shell forks before the child
+  # truncates a reused log, so a loop reading it could see the last run's port.
+  daemon_starts=$((daemon_starts + 1))
+  local log=$work/daemon-$daemon_starts.log
   "$gpumuxd" --socket="$sock" --backend=host --host-devices=2 --host-device-memory=256MiB \
-    --listen=127.0.0.1:0 < /dev/null 2> "$work/daemon.log" &
+    --listen=127.0.0.1:0 < /dev/null 2> "$log" &
   daemon_pid=$!
   for _ in $(seq 100); do
-    grep -q 'observe-only on TCP' "$work/daemon.log" && break
-    kill -0 "$daemon_pid" 2> /dev/null || { cat "$work/daemon.log" >&2; fail "gpumuxd exited"; }
+    grep -q 'observe-only on TCP' "$log" 2> /dev/null && break
+    kill -0 "$daemon_pid" 2> /dev/null || { cat "$log" >&2; fail "gpumuxd exited"; }
     sleep 0.1
   done
   local port
-  port=$(sed -n 's/.*observe-only on TCP 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$work/daemon.log" | head -1)
-  [[ -n $port ]] || { cat "$work/daemon.log" >&2; fail "gpumuxd did not say its TCP port"; }
+  port=$(sed -n 's/.*observe-only on TCP 127\.0\.0\.1:\([0-9][0-9]*\).*/\1/p' "$log" | head -1)
+  [[ -n $port ]] || { cat "$log" >&2; fail "gpumuxd did not say its TCP port"; }
   tcp=127.0.0.1:$port
 }
 stop_daemon() {
@@ -57,7 +62,7 @@ start_client() {
   "$child" session "unix://$sock" "$1" "$2" "$3" "$4" < /dev/null > "$work/$1.out" 2> "$work/$1.err" &
   pids+=($!)
   for _ in $(seq 100); do
-    grep -q '^ready ' "$work/$1.out" && return 0
+    grep -q '^ready ' "$work/$1.out" 2> /dev/null && return 0
     sleep 0.1
   done
   cat "$work/$1.err" >&2
@@ -74,7 +79,7 @@ start_client trainer pod-a ml/trainer-0 $((48 << 20))
 rc=0
 "$gpumux" --address "$sock" health > "$work/health" 2>&1 || rc=$?
 [[ $rc == 0 ]] || { cat "$work/health" >&2; fail "health on the Unix socket exited $rc"; }
-for service in Session Device Memory Observe Stream Event Copy Random Nvtx Comm Group; do
+for service in Session Device Memory Observe Stream Event Copy Random Nvtx Comm Group Profile; do
   grep -Eq "^gpumux\.v1\.$service +unix://$sock +SERVING$" "$work/health" ||
     { cat "$work/health" >&2; fail "health does not show gpumux.v1.$service SERVING"; }
 done

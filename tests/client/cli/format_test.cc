@@ -192,6 +192,7 @@ TEST(DevicesFormatTest, TableAndJson) {
       "-gencode compute=compute_90,code=sm_90 -gencode compute=compute_90,code=compute_90";
   device.driver_version = 13000;
   device.runtime_version = 13000;
+  device.collectives = "nccl 2.28.9";
   device.healthy = true;
   device.health = "ok";
   const std::vector<DeviceProperties> devices = {device};
@@ -208,7 +209,8 @@ TEST(DevicesFormatTest, TableAndJson) {
             "\"compute_90\"\n  ],\n"
             "  \"gencode_flags\": \"-gencode compute=compute_90,code=sm_90 -gencode "
             "compute=compute_90,code=compute_90\",\n"
-            "  \"driver_version\": 13000,\n  \"runtime_version\": 13000,\n  \"healthy\": true,\n"
+            "  \"driver_version\": 13000,\n  \"runtime_version\": 13000,\n"
+            "  \"collectives\": \"nccl 2.28.9\",\n  \"healthy\": true,\n"
             "  \"health\": \"ok\"\n }\n]\n");
 }
 
