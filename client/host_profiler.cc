@@ -11,6 +11,16 @@
 #include "absl/synchronization/mutex.h"
 
 namespace gpumux {
+
+// Each thread's profiled call: how deep in libgpumux it is (only the
+// outermost call is recorded) and that call's id.
+struct ThreadCalls {
+  uint32_t thread = 0;  // 0: not numbered yet in `region`
+  const ProfileRegion* region = nullptr;
+  int depth = 0;
+  uint64_t call_id = 0;
+};
+
 namespace {
 
 struct Function {
@@ -35,14 +45,6 @@ State& TheState() {
   return *state;
 }
 
-// Each thread's profiled call: how deep in libgpumux it is (only the
-// outermost call is recorded) and that call's id.
-struct ThreadCalls {
-  uint32_t thread = 0;  // 0: not numbered yet in `region`
-  const ProfileRegion* region = nullptr;
-  int depth = 0;
-  uint64_t call_id = 0;
-};
 thread_local ThreadCalls calls_of_thread;
 
 // Which functions always wait, read by every profiled call without the lock.
@@ -166,9 +168,9 @@ uint64_t HostProfiler::CurrentCall() { return calls_of_thread.call_id; }
 
 void ProfiledCall::Begin(ProfileRegion* region, uint32_t function) {
   ThreadCalls& calls = calls_of_thread;
+  thread_ = &calls;
   // Only the calls the program made: an API function libgpumux calls on its
   // own way (Allocate asking CurrentStream) is part of its caller's time.
-  entered_ = true;
   if (calls.depth++ > 0) return;
   if (calls.region != region) {
     // Numbered per region: a window counts the threads it saw.
@@ -180,20 +182,15 @@ void ProfiledCall::Begin(ProfileRegion* region, uint32_t function) {
   waits_ = HostProfiler::FunctionWaits(function);
   call_id_ = region->BeginCall();
   calls.call_id = call_id_;
-  start_ns_ = MonotonicNanos();
+  start_ticks_ = region->Now();
 }
 
 void ProfiledCall::Leave() {
-  // One look-up of the thread's state: in the shared libgpumux each costs a
-  // __tls_get_addr call (initial-exec TLS is no way out: it would put all of
-  // the library's thread_locals, gRPC's among them, into the static TLS
-  // block, which a dlopen of the library then fails to fit).
-  ThreadCalls& calls = calls_of_thread;
-  --calls.depth;
+  --thread_->depth;
   if (region_ == nullptr) return;
-  const int64_t end_ns = MonotonicNanos();
-  calls.call_id = 0;
-  region_->EndCall(call_id_, function_, calls.thread, start_ns_, end_ns, waits_);
+  const int64_t end_ticks = region_->Now();
+  thread_->call_id = 0;
+  region_->EndCall(call_id_, function_, thread_->thread, start_ticks_, end_ticks, waits_);
 }
 
 void ProfiledCall::Waited() {

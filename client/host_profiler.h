@@ -58,6 +58,8 @@ class HostProfiler {
   static std::atomic<ProfileRegion*> active_;
 };
 
+struct ThreadCalls;  // a thread's profiled calls (host_profiler.cc)
+
 // One API call, from construction to destruction, when profiling is on and
 // the program made it (calls libgpumux makes itself count in their caller).
 class ProfiledCall {
@@ -66,7 +68,7 @@ class ProfiledCall {
     if (ProfileRegion* region = HostProfiler::Active()) Begin(region, function);
   }
   ~ProfiledCall() {
-    if (entered_) Leave();
+    if (thread_ != nullptr) Leave();
   }
   ProfiledCall(const ProfiledCall&) = delete;
   ProfiledCall& operator=(const ProfiledCall&) = delete;
@@ -80,9 +82,11 @@ class ProfiledCall {
   void Leave();
 
   ProfileRegion* region_ = nullptr;  // set when this call is recorded
-  bool entered_ = false;             // counted in the thread's depth
+  // The thread's calls, while this call counts in its depth (looked up
+  // once: in the shared libgpumux each thread_local costs a call).
+  ThreadCalls* thread_ = nullptr;
   uint64_t call_id_ = 0;
-  int64_t start_ns_ = 0;
+  int64_t start_ticks_ = 0;
   uint32_t function_ = 0;
   bool waits_ = false;
 };

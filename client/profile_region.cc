@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <utility>
 
@@ -30,6 +32,9 @@ namespace gpumux {
 // time and the time of those that waited; the library's and the waiting
 // time are the functions' sums, read when a profile is read.
 //
+// Times in the region are its clock's ticks (ProfileClock), converted when
+// it is read; only the start and the exit are CLOCK_MONOTONIC nanoseconds.
+//
 // The file: Header, then kMaxFunctions FunctionSlots, then `capacity`
 // SpanSlots (call `id` in slot (id - 1) % capacity).
 struct ProfileRegion::Header {
@@ -38,7 +43,11 @@ struct ProfileRegion::Header {
   uint32_t max_functions;
   uint64_t capacity;
   char token[kTokenBytes];
+  uint32_t clock;  // a ProfileClock
+  uint32_t unused;
+  // One moment on both clocks: where ticks are converted from.
   int64_t start_ns;
+  int64_t start_ticks;
   std::atomic<int64_t> end_ns;  // the program's exit; 0 until then
   std::atomic<uint32_t> functions;
   std::atomic<uint32_t> threads;
@@ -49,7 +58,7 @@ struct ProfileRegion::Header {
   // a plain load and store, not a compare-and-swap: two threads ending at
   // once may leave the earlier end here, and Read takes the latest span's
   // end as well, which covers that call.
-  std::atomic<int64_t> last_ns;
+  std::atomic<int64_t> last_ticks;
 };
 
 struct ProfileRegion::FunctionSlot {
@@ -59,8 +68,8 @@ struct ProfileRegion::FunctionSlot {
   std::atomic<uint64_t> calls;
   // Its outermost calls' time: only those are recorded, so this is its
   // self time as well as its total time.
-  std::atomic<int64_t> total_ns;
-  std::atomic<int64_t> waited_ns;  // of that, in calls that waited for the device
+  std::atomic<int64_t> total_ticks;
+  std::atomic<int64_t> waited_ticks;  // of that, in calls that waited for the device
 };
 
 // A recorded call is outermost: its depth is always 0, so no slot stores it.
@@ -68,8 +77,8 @@ struct ProfileRegion::SpanSlot {
   std::atomic<uint64_t> seq;  // the call's id once written; 0 while being written
   std::atomic<uint32_t> function;
   std::atomic<uint32_t> thread;
-  std::atomic<int64_t> start_ns;
-  std::atomic<int64_t> end_ns;
+  std::atomic<int64_t> start_ticks;
+  std::atomic<int64_t> end_ticks;
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
@@ -98,16 +107,70 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
 }
 
+// One moment on both clocks: a tick read between two CLOCK_MONOTONIC reads,
+// taken to lie halfway between them. A thread preempted in between would
+// widen that to milliseconds, so it tries a few times for a narrow one.
+void BothClocksNow(ProfileClock clock, int64_t* ns, int64_t* ticks) {
+  int64_t narrowest = -1;
+  for (int attempt = 0; attempt < 16 && !(narrowest >= 0 && narrowest <= 1000); ++attempt) {
+    const int64_t before = MonotonicNanos();
+    const int64_t read = ProfileTicks(clock);
+    const int64_t after = MonotonicNanos();
+    if (narrowest < 0 || after - before < narrowest) {
+      narrowest = after - before;
+      *ticks = read;
+      *ns = before + narrowest / 2;
+    }
+  }
+}
+
+// A region's ticks as CLOCK_MONOTONIC nanoseconds: the TSC's rate is the
+// one between the region's start and now.
+class TickScale {
+ public:
+  TickScale(ProfileClock clock, int64_t start_ns, int64_t start_ticks)
+      : start_ns_(start_ns), start_ticks_(start_ticks) {
+    if (clock == ProfileClock::kMonotonic) return;
+    // Two moments too close give a rough rate: a region read within about
+    // half a millisecond of its start waits until that much has passed.
+    constexpr int64_t kMinTicks = 1000000;
+    int64_t now_ns = 0;
+    int64_t now_ticks = 0;
+    do {
+      BothClocksNow(clock, &now_ns, &now_ticks);
+    } while (now_ticks - start_ticks < kMinTicks);
+    ns_per_tick_ =
+        static_cast<double>(now_ns - start_ns) / static_cast<double>(now_ticks - start_ticks);
+  }
+  int64_t Time(int64_t ticks) const { return start_ns_ + Duration(ticks - start_ticks_); }
+  int64_t Duration(int64_t ticks) const {
+    return std::llround(static_cast<double>(ticks) * ns_per_tick_);
+  }
+
+ private:
+  int64_t start_ns_;
+  int64_t start_ticks_;
+  double ns_per_tick_ = 1.0;
+};
+
+ProfileClock ReadMachineProfileClock() {
+#if defined(__x86_64__)
+  std::ifstream source("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+  std::string name;
+  if (source >> name && name == "tsc") return ProfileClock::kTsc;
+#endif
+  return ProfileClock::kMonotonic;
+}
+
 }  // namespace
 
-int64_t MonotonicNanos() {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1000000000 + now.tv_nsec;
+ProfileClock MachineProfileClock() {
+  static const ProfileClock clock = ReadMachineProfileClock();
+  return clock;
 }
 
 absl::Status ProfileRegion::CreateFile(const std::string& path, uint64_t capacity,
-                                       absl::string_view token) {
+                                       absl::string_view token, ProfileClock clock) {
   GPUMUX_RETURN_IF_ERROR(CheckCapacity(capacity));
   if (token.size() >= kTokenBytes) {
     return absl::InvalidArgumentError(
@@ -121,7 +184,7 @@ absl::Status ProfileRegion::CreateFile(const std::string& path, uint64_t capacit
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (base == MAP_FAILED) return Errno("cannot map the profile file", path);
-  ProfileRegion(base, bytes).Initialize(capacity, token);
+  ProfileRegion(base, bytes).Initialize(capacity, token, clock);
   return absl::OkStatus();
 }
 
@@ -148,40 +211,50 @@ absl::StatusOr<ProfileRegion> ProfileRegion::MapFile(const std::string& path) {
   if (!CheckCapacity(header->capacity).ok() || RegionBytes(header->capacity) != bytes) {
     return not_one("size");
   }
+  if (header->clock != static_cast<uint32_t>(ProfileClock::kMonotonic) &&
+      header->clock != static_cast<uint32_t>(MachineProfileClock())) {
+    return not_one("a clock this machine does not keep");
+  }
+  region.clock_ = static_cast<ProfileClock>(header->clock);
   return region;
 }
 
-absl::StatusOr<ProfileRegion> ProfileRegion::Anonymous(uint64_t capacity) {
+absl::StatusOr<ProfileRegion> ProfileRegion::Anonymous(uint64_t capacity, ProfileClock clock) {
   GPUMUX_RETURN_IF_ERROR(CheckCapacity(capacity));
   const size_t bytes = RegionBytes(capacity);
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) return absl::ErrnoToStatus(errno, "cannot map a profile region");
   ProfileRegion region(base, bytes);
-  region.Initialize(capacity, "");
+  region.Initialize(capacity, "", clock);
   return region;
 }
 
 ProfileRegion::ProfileRegion(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
 
-void ProfileRegion::Initialize(uint64_t capacity, absl::string_view token) {
+void ProfileRegion::Initialize(uint64_t capacity, absl::string_view token, ProfileClock clock) {
   Header* h = header();
   std::memcpy(h->magic, kMagic, sizeof(kMagic));
   h->version = kVersion;
   h->max_functions = kMaxFunctions;
   h->capacity = capacity;
   std::memcpy(h->token, token.data(), token.size());
-  h->start_ns = MonotonicNanos();
+  h->clock = static_cast<uint32_t>(clock);
+  BothClocksNow(clock, &h->start_ns, &h->start_ticks);
   h->next_call.store(1, std::memory_order_relaxed);
+  clock_ = clock;
 }
 
 ProfileRegion::ProfileRegion(ProfileRegion&& other) noexcept
-    : base_(std::exchange(other.base_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : base_(std::exchange(other.base_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      clock_(other.clock_) {}
 
 ProfileRegion& ProfileRegion::operator=(ProfileRegion&& other) noexcept {
   if (this != &other) {
     if (base_ != nullptr) munmap(base_, bytes_);
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    clock_ = other.clock_;
   }
   return *this;
 }
@@ -234,24 +307,24 @@ uint32_t ProfileRegion::NewThread() {
   return header()->threads.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
-void ProfileRegion::EndCall(uint64_t call_id, uint32_t function, uint32_t thread, int64_t start_ns,
-                            int64_t end_ns, bool waits) {
+void ProfileRegion::EndCall(uint64_t call_id, uint32_t function, uint32_t thread,
+                            int64_t start_ticks, int64_t end_ticks, bool waits) {
   Header* h = header();
-  const int64_t elapsed = end_ns - start_ns;
+  const int64_t elapsed = end_ticks - start_ticks;
   FunctionSlot& f = functions()[function];
   f.calls.fetch_add(1, std::memory_order_relaxed);
-  f.total_ns.fetch_add(elapsed, std::memory_order_relaxed);
-  if (waits) f.waited_ns.fetch_add(elapsed, std::memory_order_relaxed);
-  if (h->last_ns.load(std::memory_order_relaxed) < end_ns) {
-    h->last_ns.store(end_ns, std::memory_order_relaxed);
+  f.total_ticks.fetch_add(elapsed, std::memory_order_relaxed);
+  if (waits) f.waited_ticks.fetch_add(elapsed, std::memory_order_relaxed);
+  if (h->last_ticks.load(std::memory_order_relaxed) < end_ticks) {
+    h->last_ticks.store(end_ticks, std::memory_order_relaxed);
   }
   SpanSlot& s = spans()[(call_id - 1) % h->capacity];
   s.seq.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   s.function.store(function, std::memory_order_relaxed);
   s.thread.store(thread, std::memory_order_relaxed);
-  s.start_ns.store(start_ns, std::memory_order_relaxed);
-  s.end_ns.store(end_ns, std::memory_order_relaxed);
+  s.start_ticks.store(start_ticks, std::memory_order_relaxed);
+  s.end_ticks.store(end_ticks, std::memory_order_relaxed);
   s.seq.store(call_id, std::memory_order_release);
 }
 
@@ -260,48 +333,53 @@ void ProfileRegion::MarkEnd(int64_t end_ns) {
 }
 
 ProfileRegion::Mark ProfileRegion::MarkNow() const {
+  const Header* h = header();
   Mark mark;
   mark.at_ns = MonotonicNanos();
-  mark.next_call = header()->next_call.load(std::memory_order_relaxed);
-  mark.totals = Read();
-  mark.totals.calls.clear();
+  mark.next_call = h->next_call.load(std::memory_order_relaxed);
+  const uint32_t known = std::min(h->functions.load(std::memory_order_acquire), kMaxFunctions);
+  mark.functions.resize(known);
+  for (uint32_t i = 0; i < known; ++i) {
+    const FunctionSlot& slot = functions()[i];
+    mark.functions[i] = Counts{.calls = slot.calls.load(std::memory_order_relaxed),
+                               .total_ticks = slot.total_ticks.load(std::memory_order_relaxed),
+                               .waited_ticks = slot.waited_ticks.load(std::memory_order_relaxed)};
+  }
   return mark;
 }
 
 HostProfile ProfileRegion::Read(const Mark* from) const {
   const Header* h = header();
+  const TickScale scale(clock_, h->start_ns, h->start_ticks);
   HostProfile profile;
-  // Functions, merged by name (a forked child may name one twice), less the
-  // mark's totals.
+  // Functions, less the mark's counts, merged by name (a forked child may
+  // name one twice).
   std::map<std::string, size_t> by_name;
   std::vector<uint32_t> index_of(kMaxFunctions, 0);
   const uint32_t known = std::min(h->functions.load(std::memory_order_acquire), kMaxFunctions);
   for (uint32_t i = 0; i < known; ++i) {
     const FunctionSlot& slot = functions()[i];
     if (slot.ready.load(std::memory_order_acquire) != 1) continue;
+    Counts counts{.calls = slot.calls.load(std::memory_order_relaxed),
+                  .total_ticks = slot.total_ticks.load(std::memory_order_relaxed),
+                  .waited_ticks = slot.waited_ticks.load(std::memory_order_relaxed)};
+    if (from != nullptr && i < from->functions.size()) {
+      const Counts& before = from->functions[i];
+      counts.calls -= std::min(counts.calls, before.calls);
+      counts.total_ticks -= std::min(counts.total_ticks, before.total_ticks);
+      counts.waited_ticks -= std::min(counts.waited_ticks, before.waited_ticks);
+    }
     const std::string name(slot.name, strnlen(slot.name, kNameBytes));
     auto [it, added] = by_name.emplace(name, profile.functions.size());
     if (added) profile.functions.push_back(HostFunction{.name = name, .waits = slot.waits != 0});
     HostFunction& f = profile.functions[it->second];
-    const int64_t total_ns = slot.total_ns.load(std::memory_order_relaxed);
-    f.calls += slot.calls.load(std::memory_order_relaxed);
+    const int64_t total_ns = scale.Duration(counts.total_ticks);
+    f.calls += counts.calls;
     f.self_ns += total_ns;
     f.total_ns += total_ns;
     profile.library_ns += total_ns;
-    profile.waiting_ns += slot.waited_ns.load(std::memory_order_relaxed);
+    profile.waiting_ns += scale.Duration(counts.waited_ticks);
     index_of[i] = static_cast<uint32_t>(it->second);
-  }
-  if (from != nullptr) {
-    for (const HostFunction& before : from->totals.functions) {
-      auto it = by_name.find(before.name);
-      if (it == by_name.end()) continue;
-      HostFunction& f = profile.functions[it->second];
-      f.calls -= std::min(f.calls, before.calls);
-      f.self_ns -= std::min(f.self_ns, before.self_ns);
-      f.total_ns -= std::min(f.total_ns, before.total_ns);
-    }
-    profile.library_ns -= std::min(profile.library_ns, from->totals.library_ns);
-    profile.waiting_ns -= std::min(profile.waiting_ns, from->totals.waiting_ns);
   }
   // Spans: the newest `capacity` calls have slots; those still open, or left
   // open by a crash, have none written.
@@ -317,11 +395,13 @@ HostProfile ProfileRegion::Read(const Mark* from) const {
     HostCall call{.call_id = id,
                   .function = s.function.load(std::memory_order_relaxed),
                   .thread = s.thread.load(std::memory_order_relaxed),
-                  .start_ns = s.start_ns.load(std::memory_order_relaxed),
-                  .end_ns = s.end_ns.load(std::memory_order_relaxed)};
+                  .start_ns = s.start_ticks.load(std::memory_order_relaxed),
+                  .end_ns = s.end_ticks.load(std::memory_order_relaxed)};
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) != id || call.function >= known) continue;
     call.function = index_of[call.function];
+    call.start_ns = scale.Time(call.start_ns);
+    call.end_ns = scale.Time(call.end_ns);
     threads = std::max(threads, call.thread);
     latest_end_ns = std::max(latest_end_ns, call.end_ns);
     profile.calls.push_back(call);
@@ -334,8 +414,9 @@ HostProfile ProfileRegion::Read(const Mark* from) const {
   profile.end_ns = end != 0 && from == nullptr ? end : MonotonicNanos();
   if (from == nullptr && end == 0) {
     // The program never exited normally: its last call is the end we know.
-    profile.end_ns =
-        std::max({h->start_ns, h->last_ns.load(std::memory_order_relaxed), latest_end_ns});
+    const int64_t last_ticks = h->last_ticks.load(std::memory_order_relaxed);
+    profile.end_ns = std::max(
+        {h->start_ns, last_ticks != 0 ? scale.Time(last_ticks) : h->start_ns, latest_end_ns});
   }
   return profile;
 }
