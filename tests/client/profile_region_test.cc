@@ -216,9 +216,9 @@ TEST_F(ProfileFileTest, CapacityAndTokenAreChecked) {
   EXPECT_EQ(ProfileRegion::CreateFile(path_, 0, "").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ProfileRegion::CreateFile(path_, ProfileRegion::kMaxCapacity + 1, "").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ProfileRegion::CreateFile(path_, 16, std::string(ProfileRegion::kTokenBytes, 't'))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ProfileRegion::CreateFile(path_, 16, std::string(ProfileRegion::kTokenBytes, 't')).code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ProfileRegion::Anonymous(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
