@@ -6,13 +6,17 @@
 //   - N plain Gloo processes (this program as children, --plain-rank) run
 //     the same ring all_reduce on host buffers of the same sizes, connected
 //     through a FileStore;
-// each as the median over rounds of the slowest rank's time, printed as
-// bandwidth (S / time) and as the ratio group / plain. Also the time to form
-// a fresh group, next to a 4-byte all_reduce on an existing one.
+// round by round in turn (a plain round, then a group round: on a small
+// shared machine the time of a small all_reduce drifts by several times
+// over a minute, and both sides then see the same drift), each as the
+// median over rounds of the slowest rank's time, printed as bandwidth
+// (S / time) and as the ratio group / plain. Also the time to form a fresh
+// group, next to a 4-byte all_reduce on an existing one.
 //
 // usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -24,7 +28,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -84,8 +87,8 @@ int Fail(const std::string& what) {
 }
 
 // A plain Gloo rank: every size, rounds + 1 times (the first is warm-up),
-// each after a barrier; writes its seconds, one line per size, to
-// DIR/times.RANK.
+// each when a byte arrives on stdin and after a barrier; writes each round's
+// seconds to stdout, one line each.
 int PlainRank(const Flags& flags) {
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -94,11 +97,12 @@ int PlainRank(const Flags& flags) {
   auto context = std::make_shared<gloo::rendezvous::Context>(flags.plain_rank, flags.ranks);
   context->setTimeout(std::chrono::seconds(60));
   context->connectFullMesh(store, device);
-  std::ofstream out(absl::StrCat(flags.plain_dir, "/times.", flags.plain_rank));
   uint32_t tag = 0;
   for (uint64_t bytes : Sizes(flags.max_mib)) {
     std::vector<float> data = NonZero(bytes / 4, flags.plain_rank);
     for (int round = 0; round < flags.rounds + 1; ++round) {
+      char go;
+      if (read(STDIN_FILENO, &go, 1) != 1) return 1;
       gloo::BarrierOptions barrier(context);
       barrier.setTag(tag++);
       gloo::barrier(barrier);
@@ -111,35 +115,78 @@ int PlainRank(const Flags& flags) {
       options.setTag(tag++);
       gloo::allreduce(options);
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (round > 0) out << seconds << (round == flags.rounds ? "\n" : " ");
+      std::printf("%.9f\n", seconds);
+      std::fflush(stdout);
     }
   }
   return 0;
 }
 
-// Runs body(round, rank) for every rank on its own thread, rounds + 1 times
-// (the first is warm-up); the median over rounds of the slowest rank's
-// seconds.
+// The plain ranks, as the coordinator sees them: a pipe to each one's
+// stdin and one from its stdout.
+struct PlainRanks {
+  std::vector<pid_t> pids;
+  std::vector<int> go;
+  std::vector<FILE*> times;
+
+  // One round of every rank; the slowest rank's seconds (-1 on failure).
+  double Round() {
+    for (int fd : go) {
+      if (write(fd, "g", 1) != 1) return -1;
+    }
+    double slowest = 0;
+    for (FILE* in : times) {
+      double seconds = 0;
+      if (std::fscanf(in, "%lf", &seconds) != 1) return -1;
+      slowest = std::max(slowest, seconds);
+    }
+    return slowest;
+  }
+
+  // Closes the pipes and waits for the ranks; false when one failed.
+  bool Finish() {
+    for (int fd : go) close(fd);
+    for (FILE* in : times) std::fclose(in);
+    bool ok = true;
+    for (pid_t pid : pids) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    return ok;
+  }
+};
+
+// Runs body(rank) for every rank on its own thread, at once; the slowest
+// rank's seconds.
+template <typename Body>
+double SlowestRankOnce(int ranks, Body body) {
+  std::vector<double> seconds(ranks);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      ++ready;
+      while (ready < ranks) std::this_thread::yield();
+      const Clock::time_point start = Clock::now();
+      body(r);
+      seconds[r] = std::chrono::duration<double>(Clock::now() - start).count();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return *std::max_element(seconds.begin(), seconds.end());
+}
+
+// SlowestRankOnce rounds + 1 times (the first is warm-up), body(round,
+// rank); the median over rounds.
 template <typename Body>
 double SlowestRank(int ranks, int rounds, Body body) {
-  std::vector<double> medians;
+  std::vector<double> times;
   for (int round = 0; round < rounds + 1; ++round) {
-    std::vector<double> seconds(ranks);
-    std::atomic<int> ready{0};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        ++ready;
-        while (ready < ranks) std::this_thread::yield();
-        const Clock::time_point start = Clock::now();
-        body(round, r);
-        seconds[r] = std::chrono::duration<double>(Clock::now() - start).count();
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    if (round > 0) medians.push_back(*std::max_element(seconds.begin(), seconds.end()));
+    const double seconds = SlowestRankOnce(ranks, [&](int r) { body(round, r); });
+    if (round > 0) times.push_back(seconds);
   }
-  return medians.empty() ? 0 : Median(medians);
+  return times.empty() ? 0 : Median(times);
 }
 
 }  // namespace
@@ -175,11 +222,17 @@ int main(int argc, char** argv) {
       "bench-token-0123456789 > token && chmod 600 token && mkdir plain) > /dev/null 2>&1");
   if (std::system(make_certs.c_str()) != 0) return Fail("openssl could not make the certificates");
 
-  // The plain Gloo ranks first, as children of this program.
-  std::vector<pid_t> children;
+  // The plain Gloo ranks, children of this program, each waiting for its
+  // first round.
+  PlainRanks plain_ranks;
   for (int r = 0; r < flags.ranks; ++r) {
+    int go[2];
+    int times[2];
+    if (pipe2(go, O_CLOEXEC) != 0 || pipe2(times, O_CLOEXEC) != 0) return Fail("pipe failed");
     const pid_t pid = fork();
     if (pid == 0) {
+      dup2(go[0], STDIN_FILENO);
+      dup2(times[1], STDOUT_FILENO);
       const std::string self = "/proc/self/exe";
       std::vector<std::string> args = {argv[0],
                                        absl::StrCat("--ranks=", flags.ranks),
@@ -193,25 +246,13 @@ int main(int argc, char** argv) {
       execv(self.c_str(), argv_child.data());
       _exit(127);
     }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return Fail("a plain Gloo rank failed");
+    close(go[0]);
+    close(times[1]);
+    plain_ranks.pids.push_back(pid);
+    plain_ranks.go.push_back(go[1]);
+    plain_ranks.times.push_back(fdopen(times[0], "r"));
   }
   const std::vector<uint64_t> sizes = Sizes(flags.max_mib);
-  std::vector<double> plain(sizes.size(), 0);
-  for (int r = 0; r < flags.ranks; ++r) {
-    std::ifstream in(absl::StrCat(dir, "/plain/times.", r));
-    std::string line;
-    for (size_t i = 0; i < sizes.size() && std::getline(in, line); ++i) {
-      std::vector<double> rounds;
-      for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty()))
-        rounds.push_back(std::atof(std::string(word).c_str()));
-      if (!rounds.empty()) plain[i] = std::max(plain[i], Median(rounds));
-    }
-  }
 
   // The daemons and a client of each.
   const uint64_t memory = (uint64_t{2} * flags.max_mib + 64) << 20;
@@ -280,17 +321,29 @@ int main(int argc, char** argv) {
       if (!clients[r]->CopyHostToDevice(buffers[r], 0, data.data(), sizes[i], {.wait = true}).ok())
         return Fail("upload failed");
     }
-    const double seconds = SlowestRank(flags.ranks, flags.rounds,
-                                       [&](int, int r) { all_reduce(r, buffers[r], sizes[i]); });
+    std::vector<double> plain_times;
+    std::vector<double> group_times;
+    for (int round = 0; round < flags.rounds + 1; ++round) {
+      const double plain_seconds = plain_ranks.Round();
+      if (plain_seconds < 0) return Fail("a plain Gloo rank failed");
+      const double group_seconds =
+          SlowestRankOnce(flags.ranks, [&](int r) { all_reduce(r, buffers[r], sizes[i]); });
+      if (round == 0) continue;  // warm-up
+      plain_times.push_back(plain_seconds);
+      group_times.push_back(group_seconds);
+    }
     if (failed) return Fail("a group all_reduce failed");
+    const double seconds = Median(group_times);
+    const double plain = Median(plain_times);
     const uint64_t mib = sizes[i] >> 20;
     std::printf("group_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
                 sizes[i] / seconds / 1e9);
     std::printf("gloo_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
-                sizes[i] / plain[i] / 1e9);
+                sizes[i] / plain / 1e9);
     std::printf("group_all_reduce_%llumib_over_gloo=%.3f\n", static_cast<unsigned long long>(mib),
-                plain[i] / seconds);
+                plain / seconds);
   }
+  if (!plain_ranks.Finish()) return Fail("a plain Gloo rank failed");
   buffers.clear();
   small.clear();
   clients.clear();
