@@ -119,10 +119,7 @@ absl::Status Admin::KillSession(SessionId session, const std::string& reason) {
 
 absl::StatusOr<SessionProfile> Admin::ProfileSession(SessionId session, absl::Duration duration,
                                                      uint64_t capacity) {
-  v1::ProfileSessionRequest request;
-  request.set_session_id(session.value());
-  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
-  request.set_capacity(capacity);
+  const v1::ProfileSessionRequest request = ProfileSessionRequestOf(session, duration, capacity);
   v1::ProfileSessionResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallDaemon(
       [&](grpc::ClientContext* context) {

@@ -29,10 +29,7 @@ absl::StatusOr<DeviceProfile> Client::FinishProfile(uint64_t id) {
 
 absl::StatusOr<SessionProfile> Client::ProfileSession(SessionId session, absl::Duration duration,
                                                       uint64_t capacity) {
-  v1::ProfileSessionRequest request;
-  request.set_session_id(session.value());
-  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
-  request.set_capacity(capacity);
+  const v1::ProfileSessionRequest request = ProfileSessionRequestOf(session, duration, capacity);
   v1::ProfileSessionResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->profile_stub_->ProfileSession(context, request, &response);

@@ -120,4 +120,13 @@ SessionProfile FromProto(const v1::ProfileSessionResponse& response) {
   return profile;
 }
 
+v1::ProfileSessionRequest ProfileSessionRequestOf(SessionId session, absl::Duration duration,
+                                                  uint64_t capacity) {
+  v1::ProfileSessionRequest request;
+  request.set_session_id(session.value());
+  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
+  request.set_capacity(capacity);
+  return request;
+}
+
 }  // namespace gpumux

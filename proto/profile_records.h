@@ -4,6 +4,10 @@
 // structs, shared by the daemon (its Profile service and session stream) and
 // libgpumux (its answer to StopProfiling, and the CLI reading the answers).
 
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "common/ids.h"
 #include "common/profile_data.h"
 #include "gpumux/v1/profile.pb.h"
 
@@ -18,5 +22,9 @@ void ToProto(const HostProfile& profile, v1::HostProfileRecords* out);
 HostProfile FromProto(const v1::HostProfileRecords& records);
 
 SessionProfile FromProto(const v1::ProfileSessionResponse& response);
+// A window of `duration` on `session`, keeping `capacity` records a side
+// (0: the daemon's default); Profile's and Admin's ProfileSession take it.
+v1::ProfileSessionRequest ProfileSessionRequestOf(SessionId session, absl::Duration duration,
+                                                  uint64_t capacity);
 
 }  // namespace gpumux

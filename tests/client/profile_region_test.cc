@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,12 @@
 #include "gtest/gtest.h"
 
 namespace gpumux {
+
+// For gtest's names of the parameterized tests (found by ADL).
+void PrintTo(ProfileClock clock, std::ostream* os) {
+  *os << (clock == ProfileClock::kTsc ? "TSC" : "CLOCK_MONOTONIC");
+}
+
 namespace {
 
 // A call recorded into `region`, with the CLOCK_MONOTONIC moments before it

@@ -4,7 +4,7 @@
 //   gpumux_bottleneck_target alloc   1000 allocations of 4 KiB (each freed
 //                                    when dropped), one 64 MiB host-to-device
 //                                    copy, a synchronize: host-bound
-//   gpumux_bottleneck_target wait    20 memsets of 128 MiB, each waited for
+//   gpumux_bottleneck_target wait    20 memsets of 512 MiB, each waited for
 //                                    (Stream::Synchronize): device-bound
 //   gpumux_bottleneck_target crash   5 allocations inside an NVTX range, a
 //                                    memset, then abort()
@@ -62,7 +62,7 @@ int MemsetAndWait(gpumux::Client& client, const gpumux::DeviceBuffer& buffer, in
 }
 
 int Wait(gpumux::Client& client) {
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(uint64_t{128} << 20);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(uint64_t{512} << 20);
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   for (int i = 0; i < 20; ++i) {
     if (int failed = MemsetAndWait(client, *buffer, i); failed != 0) return failed;
