@@ -6,8 +6,10 @@
 // run. Each child replays the trace once to warm up, then `--repeat` times
 // (`--daemon-repeat` in daemon mode), each pass timed on its own, and
 // prints the ops/s of its fastest pass; each pair runs `--rounds` times
-// (`--daemon-rounds`) and the best of each side counts. Best of many, as a
-// shared machine only ever slows a pass down.
+// (`--daemon-rounds`): the ratio is the median of the rounds' ratios (the
+// two sides of a round run one after the other, so they share the
+// machine's state, which drifts over a minute), and the ops/s printed are
+// each side's best.
 //
 // usage: gpumux_profile_bench [--gpumuxd PATH] [--gpumux PATH] [--repeat N]
 //                             [--daemon-repeat N] [--rounds N] [--daemon-rounds N]
@@ -47,7 +49,7 @@ struct Flags {
   int repeat = 10;
   int daemon_repeat = 3;
   int rounds = 3;
-  int daemon_rounds = 3;
+  int daemon_rounds = 6;
 };
 
 // The child: replays TRACE through a client in MODE and prints
@@ -149,6 +151,7 @@ int main(int argc, char** argv) {
       const std::string profiled = absl::StrCat(Quote(cli), " --address ", Quote(daemon.address()),
                                                 " bottleneck --top 1 -- ", child, " 2>/dev/null");
       double off = 0, on = 0;
+      std::vector<double> ratios;  // each round's, profiled over plain
       for (int round = 0; round < rounds; ++round) {
         // Each side goes first in every other round: a session that
         // follows another may find the daemon's memory warmer.
@@ -167,12 +170,17 @@ int main(int argc, char** argv) {
         }
         off = std::max(off, a);
         on = std::max(on, b);
+        ratios.push_back(b / a);
       }
+      std::sort(ratios.begin(), ratios.end());
+      const double ratio = ratios.size() % 2 == 1
+                               ? ratios[ratios.size() / 2]
+                               : (ratios[ratios.size() / 2 - 1] + ratios[ratios.size() / 2]) / 2;
       const std::string key = absl::StrCat(name, "_", mode);
       std::printf("%s_off_ops_per_second=%.0f\n", key.c_str(), off);
       std::printf("%s_on_ops_per_second=%.0f\n", key.c_str(), on);
-      std::printf("%s_on_over_off=%.3f\n", key.c_str(), on / off);
-      worst = std::min(worst, on / off);
+      std::printf("%s_on_over_off=%.3f\n", key.c_str(), ratio);
+      worst = std::min(worst, ratio);
       if (mode == "local") call_ns = std::max(call_ns, 1e9 / on - 1e9 / off);
       if (mode == "daemon") daemon_slowest_ops = std::min(daemon_slowest_ops, off);
     }
