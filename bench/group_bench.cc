@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -223,7 +224,9 @@ int main(int argc, char** argv) {
   if (std::system(make_certs.c_str()) != 0) return Fail("openssl could not make the certificates");
 
   // The plain Gloo ranks, children of this program, each waiting for its
-  // first round.
+  // first round. A rank that died makes a write to it fail (EPIPE), not
+  // end this program.
+  std::signal(SIGPIPE, SIG_IGN);
   PlainRanks plain_ranks;
   for (int r = 0; r < flags.ranks; ++r) {
     int go[2];

@@ -82,8 +82,11 @@ class ProfiledCall {
   void Leave();
 
   ProfileRegion* region_ = nullptr;  // set when this call is recorded
-  // The thread's calls, while this call counts in its depth (looked up
-  // once: in the shared libgpumux each thread_local costs a call).
+  // The thread's calls, while this call counts in its depth. Looked up
+  // once: in the shared libgpumux each thread_local access costs a
+  // __tls_get_addr call, and initial-exec TLS is no way out (it would put
+  // all of the library's thread_locals, gRPC's among them, into the static
+  // TLS block, which a dlopen of the library then fails to fit).
   ThreadCalls* thread_ = nullptr;
   uint64_t call_id_ = 0;
   int64_t start_ticks_ = 0;

@@ -211,10 +211,13 @@ absl::StatusOr<ProfileRegion> ProfileRegion::MapFile(const std::string& path) {
   if (!CheckCapacity(header->capacity).ok() || RegionBytes(header->capacity) != bytes) {
     return not_one("size");
   }
-  if (header->clock != static_cast<uint32_t>(ProfileClock::kMonotonic) &&
-      header->clock != static_cast<uint32_t>(MachineProfileClock())) {
-    return not_one("a clock this machine does not keep");
-  }
+  // The region's maker chose its clock on this machine (a program in a
+  // container without /sys follows the CLI that made its file).
+  bool known_clock = header->clock == static_cast<uint32_t>(ProfileClock::kMonotonic);
+#if defined(__x86_64__)
+  known_clock = known_clock || header->clock == static_cast<uint32_t>(ProfileClock::kTsc);
+#endif
+  if (!known_clock) return not_one(absl::StrCat("clock ", header->clock));
   region.clock_ = static_cast<ProfileClock>(header->clock);
   return region;
 }

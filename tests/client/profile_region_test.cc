@@ -219,6 +219,20 @@ TEST_F(ProfileFileTest, AFileOfAnotherLayoutIsRefused) {
       << region.status();
 }
 
+TEST_F(ProfileFileTest, AFileOfAnUnknownClockIsRefused) {
+  ASSERT_TRUE(ProfileRegion::CreateFile(path_, 16, "").ok());
+  // The clock follows the magic, version, function count, capacity and token.
+  const int fd = open(path_.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const uint32_t clock = 7;
+  const off_t offset = 8 + 4 + 4 + 8 + ProfileRegion::kTokenBytes;
+  ASSERT_EQ(pwrite(fd, &clock, sizeof(clock), offset), static_cast<ssize_t>(sizeof(clock)));
+  close(fd);
+  absl::StatusOr<ProfileRegion> region = ProfileRegion::MapFile(path_);
+  EXPECT_EQ(region.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(region.status().message().find("(clock 7)"), std::string::npos) << region.status();
+}
+
 TEST_F(ProfileFileTest, CapacityAndTokenAreChecked) {
   EXPECT_EQ(ProfileRegion::CreateFile(path_, 0, "").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ProfileRegion::CreateFile(path_, ProfileRegion::kMaxCapacity + 1, "").code(),
