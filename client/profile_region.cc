@@ -133,14 +133,29 @@ class TickScale {
     if (clock == ProfileClock::kMonotonic) return;
     // Two moments too close give a rough rate: a region read within about
     // half a millisecond of its start waits until that much has passed.
+    // A start the TSC has not passed (a counter reset under the region)
+    // gives no rate: the rate of the next millisecond stands in for it.
     constexpr int64_t kMinTicks = 1000000;
+    constexpr int64_t kMaxWaitNs = 10000000;
     int64_t now_ns = 0;
     int64_t now_ticks = 0;
+    const int64_t give_up_ns = MonotonicNanos() + kMaxWaitNs;
     do {
       BothClocksNow(clock, &now_ns, &now_ticks);
-    } while (now_ticks - start_ticks < kMinTicks);
-    ns_per_tick_ =
-        static_cast<double>(now_ns - start_ns) / static_cast<double>(now_ticks - start_ticks);
+    } while (now_ticks - start_ticks < kMinTicks && now_ns < give_up_ns);
+    int64_t from_ns = start_ns;
+    int64_t from_ticks = start_ticks;
+    if (now_ticks - start_ticks < kMinTicks) {
+      from_ns = now_ns;
+      from_ticks = now_ticks;
+      do {
+        BothClocksNow(clock, &now_ns, &now_ticks);
+      } while (now_ns - from_ns < kMaxWaitNs / 10);
+    }
+    if (now_ticks > from_ticks) {
+      ns_per_tick_ =
+          static_cast<double>(now_ns - from_ns) / static_cast<double>(now_ticks - from_ticks);
+    }
   }
   int64_t Time(int64_t ticks) const { return start_ns_ + Duration(ticks - start_ticks_); }
   int64_t Duration(int64_t ticks) const {

@@ -233,6 +233,33 @@ TEST_F(ProfileFileTest, AFileOfAnUnknownClockIsRefused) {
   EXPECT_NE(region.status().message().find("(clock 7)"), std::string::npos) << region.status();
 }
 
+TEST_F(ProfileFileTest, AReadEndsWhenTheTscStartIsAheadOfTheCounter) {
+  if (MachineProfileClock() != ProfileClock::kTsc) GTEST_SKIP() << "the TSC is not this clock";
+  ASSERT_TRUE(ProfileRegion::CreateFile(path_, 16, "", ProfileClock::kTsc).ok());
+  {
+    absl::StatusOr<ProfileRegion> writer = ProfileRegion::MapFile(path_);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    writer->Define(0, "Client::Memset", false);
+    RecordCall(*writer, 0, writer->NewThread(), false);
+  }
+  // As after a counter reset: the start tick (after the start time, which
+  // follows the clock and unused words) lies ahead of every tick read now.
+  const int fd = open(path_.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const int64_t start_ticks = int64_t{1} << 62;
+  const off_t offset = 8 + 4 + 4 + 8 + ProfileRegion::kTokenBytes + 4 + 4 + 8;
+  ASSERT_EQ(pwrite(fd, &start_ticks, sizeof(start_ticks), offset),
+            static_cast<ssize_t>(sizeof(start_ticks)));
+  close(fd);
+  const int64_t before = MonotonicNanos();
+  absl::StatusOr<HostProfile> profile = ReadProfileFile(path_);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_LT(MonotonicNanos() - before, 1000000000) << "the read waits for at most ~11 ms";
+  EXPECT_EQ(Named(*profile, "Client::Memset").calls, 1u);
+  ASSERT_EQ(profile->calls.size(), 1u);
+  EXPECT_LE(profile->calls[0].start_ns, profile->calls[0].end_ns);
+}
+
 TEST_F(ProfileFileTest, CapacityAndTokenAreChecked) {
   EXPECT_EQ(ProfileRegion::CreateFile(path_, 0, "").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ProfileRegion::CreateFile(path_, ProfileRegion::kMaxCapacity + 1, "").code(),
