@@ -55,7 +55,9 @@ class ConfParser {
       } else if (key == "roundup_power2_divisions") {
         status = ParseDivisions(&options.roundup_power2_divisions);
       } else if (key == "expandable_segments") {
-        status = ParseExpandableSegments();
+        status = ParseBool(key, &options.expandable_segments);
+      } else if (key == "compact_segments") {
+        status = ParseBool(key, &options.compact_segments);
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat("Unrecognized CachingAllocator option: ", key));
@@ -169,15 +171,16 @@ class ConfParser {
     return Expect(i_, "]");
   }
 
-  absl::Status ParseExpandableSegments() {
-    absl::StatusOr<std::string> text = Value("expandable_segments");
+  // PyTorch's True/False options: exactly "True" or "False".
+  absl::Status ParseBool(const std::string& key, bool* value) {
+    absl::StatusOr<std::string> text = Value(key);
     if (!text.ok()) return text.status();
-    if (*text == "False") return absl::OkStatus();
-    if (*text == "True") {
-      return absl::InvalidArgumentError("expandable_segments:True is not supported by gpumux");
+    if (*text != "True" && *text != "False") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Expected a single True/False argument for ", key));
     }
-    return absl::InvalidArgumentError(
-        "Expected a single True/False argument for expandable_segments");
+    *value = *text == "True";
+    return absl::OkStatus();
   }
 
   std::vector<std::string> tokens_;
@@ -195,7 +198,11 @@ uint64_t DivisionsFor(uint64_t size, const AllocatorOptions& options) {
 
 absl::StatusOr<AllocatorOptions> AllocatorOptions::Parse(absl::string_view conf) {
   absl::StatusOr<AllocatorOptions> options = ConfParser(conf).Parse();
-  if (options.ok()) options->conf = std::string(conf);
+  if (options.ok()) {
+    options->conf = std::string(conf);
+    // Compact mode is gpumux's policy on top of expandable segments.
+    if (options->compact_segments) options->expandable_segments = true;
+  }
   return options;
 }
 

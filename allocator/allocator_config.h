@@ -22,6 +22,11 @@ inline constexpr uint64_t kLargeBuffer = 20971520;             // mid-size segme
 inline constexpr uint64_t kRoundLarge = 2097152;               // large segments round to this
 inline constexpr uint64_t kMaxAllocation = uint64_t{1} << 60;  // "more than 1EB"
 inline constexpr int kRoundupPowerOfTwoIntervals = 16;         // 1 MiB .. 64 GiB buckets
+// Expandable segments' page sizes: PyTorch maps 2 MiB pages in the small
+// pool and 20 MiB pages in the large one; compact mode maps 2 MiB pages in
+// both (CUDA's granularity).
+inline constexpr uint64_t kSmallPage = kSmallBuffer;
+inline constexpr uint64_t kLargePage = kLargeBuffer;
 
 struct AllocatorOptions {
   // Blocks at least this big are never split ("oversize"). SIZE_MAX: no limit.
@@ -33,14 +38,22 @@ struct AllocatorOptions {
   // Divisions per power-of-two bucket (bucket i covers [2^i MiB, 2^(i+1) MiB));
   // 0 disables rounding for the bucket.
   std::array<uint64_t, kRoundupPowerOfTwoIntervals> roundup_power2_divisions{};
+  // PyTorch's expandable_segments: per (client, stream, pool) one reserved
+  // address range whose pages are mapped on demand and unmapped when wholly
+  // free (device_allocator_expandable.cc).
+  bool expandable_segments = false;
+  // gpumux's compact mode (implies expandable_segments): 2 MiB pages in both
+  // pools, and wholly free pages elsewhere in the range are unmapped before
+  // new ones are mapped, so reserved bytes follow allocated bytes.
+  bool compact_segments = false;
   // The text this was parsed from.
   std::string conf;
 
   // Parses PYTORCH_CUDA_ALLOC_CONF syntax: "max_split_size_mb:64,
   // garbage_collection_threshold:0.6,roundup_power2_divisions:[256:1,>:8],
-  // max_non_split_rounding_mb:40". INVALID_ARGUMENT with PyTorch's message for
-  // unknown keys and bad values. expandable_segments:False is accepted;
-  // expandable_segments:True is INVALID_ARGUMENT (not supported).
+  // max_non_split_rounding_mb:40,expandable_segments:True", and gpumux's
+  // compact_segments:True. INVALID_ARGUMENT with PyTorch's message for
+  // unknown keys and bad values.
   static absl::StatusOr<AllocatorOptions> Parse(absl::string_view conf);
 };
 

@@ -18,7 +18,9 @@ class BlockPool;
 struct ClientState;
 struct Block;
 
-// One range from SegmentSource::ObtainSegment.
+// One range from SegmentSource::ObtainSegment, or an expandable segment: a
+// range from SegmentSource::ReserveRange whose blocks cover all of it, the
+// mapped ones free or live, the unmapped ones in their pool's unmapped set.
 struct Segment {
   SegmentId id;
   uint64_t address = 0;
@@ -33,6 +35,8 @@ struct Segment {
   // dedicated segment whose one block stands for the lease, not for an
   // allocation, so only the segment-level stats count it.
   bool leased = false;
+  bool expandable = false;
+  uint64_t page_size = 0;  // expandable: pages are mapped and unmapped whole
 };
 
 // A stream other than its allocation stream that used a block (recordStream):
@@ -70,6 +74,9 @@ struct Block {
   int event_count = 0;  // outstanding events of a pending free
   bool allocated = false;
   bool is_small = false;
+  // False for the unmapped stretches of an expandable segment: no memory
+  // behind them, never handed out, merged only with unmapped neighbours.
+  bool mapped = true;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
   bool pending_free() const { return !allocated && event_count > 0; }

@@ -3,7 +3,8 @@
 // BlockPool: PyTorch's BlockPool narrowed to one client and one stream: the
 // cached free blocks of one size class (small or large), ordered by (size,
 // address) so that lower_bound finds the best fit, ties going to the lower
-// address. Keeping a pool per (client, stream) gives PyTorch's order
+// address, and the unmapped stretches of its expandable segments by address.
+// Keeping a pool per (client, stream) gives PyTorch's order
 // (stream, size, address) with the client in front, and shorter trees. Not
 // thread-safe: the owning DeviceAllocator's mutex guards it.
 
@@ -11,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "allocator/block.h"
 #include "allocator/node_recycler.h"
@@ -66,12 +68,23 @@ class BlockPool {
   // A copy of the cached blocks, in pool order, for loops that release them.
   std::vector<Block*> Blocks() const;
 
+  // The unmapped blocks of the pool's expandable segments, by address
+  // (PyTorch's BlockPool::unmapped).
+  const absl::btree_map<uint64_t, Block*>& unmapped() const { return unmapped_; }
+  void InsertUnmapped(Block* block) {
+    if (!unmapped_.emplace(block->address, block).second) Die("unmapped twice", block);
+  }
+  void EraseUnmapped(Block* block) {
+    if (unmapped_.erase(block->address) != 1) Die("missing from the unmapped set", block);
+  }
+
  private:
   [[noreturn]] static void Die(const char* what, const Block* block);
 
   bool is_small_;
   NodeRecycler recycler_;  // outlives blocks_, whose nodes it recycles
   Set blocks_;
+  absl::btree_map<uint64_t, Block*> unmapped_;
 };
 
 }  // namespace gpumux

@@ -100,6 +100,9 @@ struct SegmentSnapshot {
   // Leased to `client`, which carves its blocks itself: `blocks` is empty
   // here (the client's allocator has them) and the sizes are 0.
   bool leased = false;
+  // One mapped run of an expandable segment (`id` is the segment's, shared
+  // by its runs; `total_size` the run's), as PyTorch reports them.
+  bool is_expandable = false;
   std::vector<BlockSnapshot> blocks;  // by address
   // Set by whoever fills a leased segment's blocks from its client (the
   // daemon) when it could not: why. Empty otherwise.

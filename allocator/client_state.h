@@ -38,6 +38,8 @@ struct ClientState {
   // RemoveClient ran while a segment of the client still had a block charged
   // to someone else; the state goes once its last segment does.
   bool removed = false;
+  // Its expandable segments on the device (PyTorch counts them in no stat).
+  int expandable_segments = 0;
   absl::flat_hash_map<StreamId, std::unique_ptr<StreamPools>> streams;
 
   uint64_t reserved() const {

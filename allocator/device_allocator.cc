@@ -29,7 +29,8 @@ DeviceAllocator::DeviceAllocator(DeviceIndex device, SegmentSource* backend,
 DeviceAllocator::~DeviceAllocator() {
   absl::MutexLock lock(&mu_);
   for (const auto& [address, segment] : segments_) {
-    absl::Status status = backend_->ReturnSegment(device_, address);
+    absl::Status status = segment->expandable ? backend_->ReleaseRange(device_, address)
+                                              : backend_->ReturnSegment(device_, address);
     if (!status.ok())
       spdlog::warn("allocator: releasing segment {:#x}: {}", address, status.ToString());
   }
@@ -146,6 +147,18 @@ Block* DeviceAllocator::GetFreeBlockLocked(Request& r) {
   if (GcEnabledFor(r.client)) ++r.client->free_block_calls[r.is_small ? 0 : 1];
   BlockPool::Iterator it = pool.LowerBound(r.size);
   if (it == pool.end()) return nullptr;
+  if (options_.expandable_segments && it->block->segment->expandable) {
+    // For best fit, a free block before unmapped pages counts as big as it
+    // can grow: a block that fits without growing is taken first.
+    auto expandable_size = [](const Block* b) {
+      return b->size + (b->next != nullptr && !b->next->mapped ? b->next->size : 0);
+    };
+    for (auto next = std::next(it); it->block->segment->expandable && next != pool.end() &&
+                                    expandable_size(next->block) < expandable_size(it->block);
+         ++next) {
+      it = next;
+    }
+  }
   // Small requests never take an oversize block; oversize requests take one
   // at most max_non_split_rounding_size bigger.
   if (r.size < options_.max_split_size && it->size >= options_.max_split_size) return nullptr;
@@ -192,18 +205,13 @@ absl::Status DeviceAllocator::NewSegmentWithRetriesLocked(Request& r, ReleasedSe
 absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
   ClientState* client = r.client;
   if (is_retry) Charge(client, [](DeviceStats& s) { ++s.num_alloc_retries; });
-  r.shortage = Shortage::kNone;
-  if (client->limit > 0 && client->reserved() + r.alloc_size > client->limit) {
-    r.shortage = Shortage::kClientLimit;
-    return absl::OkStatus();
+  if (options_.expandable_segments && !r.dedicated) {
+    r.shortage = Shortage::kNone;
+    return AllocExpandableLocked(r);
   }
-  // Under mu_ with the charge below: concurrent clients of the tenant see
-  // each other's segments, so together they never pass its limit.
+  r.shortage = LimitShortageLocked(r, r.alloc_size);
+  if (r.shortage != Shortage::kNone) return absl::OkStatus();
   TenantState* tenant = client->tenant;
-  if (tenant != nullptr && tenant->limit > 0 && tenant->reserved + r.alloc_size > tenant->limit) {
-    r.shortage = Shortage::kTenantLimit;
-    return absl::OkStatus();
-  }
   absl::StatusOr<BackendSegment> got =
       backend_->ObtainSegment(device_, r.alloc_size, r.stream, r.is_small);
   if (!got.ok()) {
@@ -248,7 +256,7 @@ absl::Status DeviceAllocator::AllocBlockLocked(Request& r, bool is_retry) {
 
 bool DeviceAllocator::ShouldSplit(const Block* block, uint64_t size) const {
   const uint64_t remaining = block->size - size;
-  if (block->is_small) return remaining >= kMinBlockSize;
+  if (block->is_small || options_.expandable_segments) return remaining >= kMinBlockSize;
   return size < options_.max_split_size && remaining > kSmallSize;
 }
 
@@ -257,6 +265,9 @@ AllocationResult DeviceAllocator::AllocFoundBlockLocked(Request& r, uint64_t ori
   ClientState* client = block->owner;
   const int pool = PoolStat(r.is_small);
   const bool already_split = block->is_split();
+  // inactive_split leaves out expandable segments, whose free pages can
+  // always be unmapped (as PyTorch counts it).
+  const bool counts_split = !block->segment->expandable;
   if (!r.dedicated && ShouldSplit(block, r.size)) {
     // The new block takes the front; the remainder goes back to the pool.
     Block* remaining = block;
@@ -273,16 +284,16 @@ AllocationResult DeviceAllocator::AllocFoundBlockLocked(Request& r, uint64_t ori
     remaining->address += r.size;
     remaining->size -= r.size;
     CacheBlockLocked(remaining);
-    if (already_split) {
+    if (counts_split && already_split) {
       Charge(client,
              [&](DeviceStats& s) { Decrease(s.inactive_split_bytes, pool, Bytes(r.size)); });
-    } else {
+    } else if (counts_split) {
       Charge(client, [&](DeviceStats& s) {
         Increase(s.inactive_split_bytes, pool, Bytes(remaining->size));
         Increase(s.inactive_split, pool, 1);
       });
     }
-  } else if (already_split) {
+  } else if (already_split && counts_split) {
     Charge(client, [&](DeviceStats& s) {
       Decrease(s.inactive_split_bytes, pool, Bytes(block->size));
       Decrease(s.inactive_split, pool, 1);
@@ -445,16 +456,18 @@ void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) 
       net_blocks += 1;
       net_bytes += Bytes(block->size);
     }
-    Charge(owner, [&](DeviceStats& s) {
-      if (net_blocks > 0) Increase(s.inactive_split, pool_stat, net_blocks);
-      if (net_blocks < 0) Decrease(s.inactive_split, pool_stat, -net_blocks);
-      if (net_bytes > 0) Increase(s.inactive_split_bytes, pool_stat, net_bytes);
-      if (net_bytes < 0) Decrease(s.inactive_split_bytes, pool_stat, -net_bytes);
-    });
+    if (!block->segment->expandable) {  // expandable segments count no inactive_split
+      Charge(owner, [&](DeviceStats& s) {
+        if (net_blocks > 0) Increase(s.inactive_split, pool_stat, net_blocks);
+        if (net_blocks < 0) Decrease(s.inactive_split, pool_stat, -net_blocks);
+        if (net_bytes > 0) Increase(s.inactive_split_bytes, pool_stat, net_bytes);
+        if (net_bytes < 0) Decrease(s.inactive_split_bytes, pool_stat, -net_bytes);
+      });
+    }
     // Nobody can reuse a removed client's cache: return it at once.
-    if (owner->removed && !block->is_split()) {
-      block->pool->Erase(block);
-      ReleaseSegmentLocked(block, released);
+    if (owner->removed) {
+      EmptyCacheResult ignored;
+      ReleaseFreeBlockLocked(block, released, &ignored);
     }
   }
   if (charged != owner) MaybeForgetClientLocked(charged);
@@ -462,7 +475,9 @@ void DeviceAllocator::FreeBlockLocked(Block* block, ReleasedSegments* released) 
 }
 
 uint64_t DeviceAllocator::TryMergeLocked(Block* dst, Block* src) {
-  if (src == nullptr || src->allocated || src->event_count > 0) return 0;
+  if (src == nullptr || src->allocated || src->event_count > 0 || src->mapped != dst->mapped) {
+    return 0;
+  }
   if (dst->prev == src) {  // [src dst]
     dst->address = src->address;
     dst->prev = src->prev;
@@ -476,7 +491,11 @@ uint64_t DeviceAllocator::TryMergeLocked(Block* dst, Block* src) {
     if (dst->next != nullptr) dst->next->prev = dst;
   }
   const uint64_t subsumed = src->size;
-  src->pool->Erase(src);
+  if (src->mapped) {
+    src->pool->Erase(src);
+  } else {
+    src->pool->EraseUnmapped(src);
+  }
   dst->size += subsumed;
   arena_.Delete(src);
   return subsumed;

@@ -135,6 +135,10 @@ class DeviceAllocator {
   ClientState* ClientLocked(ClientId client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const ClientState* FindClientLocked(ClientId client) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Block* AllocatedBlockOrDie(uint64_t address) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The pages of expandable segments of a pool.
+  uint64_t PageSizeFor(bool is_small) const {
+    return is_small || options_.compact_segments ? kSmallPage : kLargePage;
+  }
   bool GcEnabledFor(const ClientState* client) const {
     return options_.garbage_collection_threshold > 0 && client->limit > 0;
   }
@@ -172,6 +176,47 @@ class DeviceAllocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status OutOfMemoryLocked(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldSplit(const Block* block, uint64_t size) const;
+  // r.shortage for `bytes` more of r.client's reserved memory: its limit or
+  // its tenant's; kNone when they allow it.
+  Shortage LimitShortageLocked(const Request& r, uint64_t bytes) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Expandable segments (device_allocator_expandable.cc), PyTorch's
+  // try_allocate_expandable_block and its helpers: sets r.block to a block of
+  // r.size mapped in r's expandable segment, or r.shortage.
+  absl::Status AllocExpandableLocked(Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // find_expandable_block: the first run of free and unmapped blocks with
+  // r.size bytes in r.pool's expandable segments, or the unmapped block of a
+  // new one (null with r.shortage when no range could be reserved).
+  absl::StatusOr<Block*> FindExpandableBlockLocked(Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // map_block: maps the pages under the first `size` bytes of the unmapped
+  // `to_map` and merges them into the free mapped block before it (if any);
+  // returns the mapped block, or null with r.shortage.
+  absl::StatusOr<Block*> MapBlockLocked(Request& r, Block* to_map, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // unmap_block: unmaps the whole pages of the free mapped `block` (in its
+  // pool), the last `at_most` bytes of them when fewer; the parts of pages
+  // around them stay mapped as free blocks. Returns the bytes unmapped.
+  uint64_t UnmapBlockLocked(Block* block, uint64_t at_most = UINT64_MAX)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Compact mode: before `bytes` more are mapped under `to_map` for r,
+  // unmaps up to as many wholly free pages of r.client's expandable
+  // segments, largest free blocks first, outside [keep_begin, keep_end) (the
+  // run r is about to take) and away from to_map, so that its reserved bytes
+  // grow only when no free page is left.
+  void ReclaimFreePagesLocked(const Request& r, const Block* to_map, uint64_t bytes,
+                              uint64_t keep_begin, uint64_t keep_end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // release_expandable_segment: `block`, unmapped and the whole of its
+  // segment, goes back to the backend with the segment's range.
+  void ReleaseRangeLocked(Block* block, ReleasedSegments* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back what the free cached `block` (in its pool) holds: its segment
+  // when it is a whole ordinary segment, the whole pages under it in an
+  // expandable one (and the range when nothing else is left in it). Adds
+  // what it gave back to `result`.
+  void ReleaseFreeBlockLocked(Block* block, ReleasedSegments* released, EmptyCacheResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // process_events: frees the pending blocks whose events all completed.
   void ProcessEventsLocked(ReleasedSegments* released) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

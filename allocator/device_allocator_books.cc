@@ -156,36 +156,55 @@ void DeviceAllocator::ResetAccumulatedStats(std::optional<ClientId> client) {
   }
 }
 
+namespace {
+
+// Adds the block to a snapshot entry.
+void AppendBlock(const Block* b, SegmentSnapshot* s) {
+  if (s->is_expandable) s->total_size += b->size;
+  BlockSnapshot& block = s->blocks.emplace_back();
+  block.address = b->address;
+  block.size = b->size;
+  block.requested_size = b->requested_size;
+  block.state = b->allocated        ? BlockState::kActiveAllocated
+                : b->pending_free() ? BlockState::kActivePendingFree
+                                    : BlockState::kInactive;
+  if (block.state != BlockState::kInactive) {
+    block.client = b->charged->id;
+    if (b->allocated) s->allocated_size += b->size;
+    s->active_size += b->size;
+    s->requested_size += b->requested_size;
+  }
+}
+
+}  // namespace
+
 void DeviceAllocator::AppendSnapshot(std::optional<ClientId> client,
                                      std::vector<SegmentSnapshot>* out) const {
   absl::MutexLock lock(&mu_);
   for (const auto& [address, segment] : segments_) {
     if (client.has_value() && segment->owner->id != *client) continue;
-    SegmentSnapshot& s = out->emplace_back();
-    s.device = device_;
-    s.id = segment->id;
-    s.address = segment->address;
-    s.total_size = segment->size;
-    s.stream = segment->stream;
-    s.client = segment->owner->id;
-    s.is_small = segment->is_small;
-    s.dedicated = segment->dedicated;
-    s.leased = segment->leased;
-    if (segment->leased) continue;
-    for (const Block* b = segment->head; b != nullptr; b = b->next) {
-      BlockSnapshot& block = s.blocks.emplace_back();
-      block.address = b->address;
-      block.size = b->size;
-      block.requested_size = b->requested_size;
-      block.state = b->allocated        ? BlockState::kActiveAllocated
-                    : b->pending_free() ? BlockState::kActivePendingFree
-                                        : BlockState::kInactive;
-      if (block.state != BlockState::kInactive) {
-        block.client = b->charged->id;
-        if (b->allocated) s.allocated_size += b->size;
-        s.active_size += b->size;
-        s.requested_size += b->requested_size;
+    // One entry for an ordinary segment; one for each run of mapped blocks
+    // of an expandable one.
+    for (const Block* head = segment->head; head != nullptr;) {
+      if (!head->mapped) {
+        head = head->next;
+        continue;
       }
+      SegmentSnapshot& s = out->emplace_back();
+      s.device = device_;
+      s.id = segment->id;
+      s.address = head->address;
+      s.total_size = segment->expandable ? 0 : segment->size;
+      s.stream = segment->stream;
+      s.client = segment->owner->id;
+      s.is_small = segment->is_small;
+      s.dedicated = segment->dedicated;
+      s.leased = segment->leased;
+      s.is_expandable = segment->expandable;
+      if (segment->leased) break;
+      const Block* b = head;
+      for (; b != nullptr && b->mapped; b = b->next) AppendBlock(b, &s);
+      head = b;
     }
   }
 }

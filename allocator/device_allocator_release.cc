@@ -29,8 +29,9 @@ void DeviceAllocator::GarbageCollectLocked(ClientState* client, ReleasedSegments
 
   uint64_t total_age = 0;
   int freeable = 0;
+  // Expandable segments' pages go only with empty_cache and under pressure.
   for (const Block* b : large_blocks()) {
-    if (b->is_split()) continue;
+    if (b->is_split() || b->segment->expandable) continue;
     total_age += static_cast<uint64_t>(calls - b->gc_count_base);
     ++freeable;
   }
@@ -42,7 +43,9 @@ void DeviceAllocator::GarbageCollectLocked(ClientState* client, ReleasedSegments
     freed = false;
     for (Block* b : large_blocks()) {
       const uint64_t age = static_cast<uint64_t>(calls - b->gc_count_base);
-      if (b->is_split() || static_cast<double>(age) < age_threshold) continue;
+      if (b->is_split() || b->segment->expandable || static_cast<double>(age) < age_threshold) {
+        continue;
+      }
       freed = true;
       reclaimed += b->size;
       total_age -= age;
@@ -77,7 +80,8 @@ bool DeviceAllocator::ReleaseAvailableCachedBlocksLocked(const Request& r,
     victims.push_back(it->block);
   }
   for (Block* b : victims) {
-    if (b->is_split()) continue;  // oversize free blocks are whole segments
+    // Oversize free blocks are whole segments (but never expandable ones).
+    if (b->is_split() || b->segment->expandable) continue;
     pool.Erase(b);
     ReleaseSegmentLocked(b, released);
   }
@@ -131,13 +135,10 @@ EmptyCacheResult DeviceAllocator::ReleaseClientCacheLocked(ClientState* client,
   for (bool large : {true, false}) {
     for (const auto& [stream, pools] : client->streams) {
       BlockPool& pool = large ? pools->large : pools->small;
-      for (Block* b : pool.Blocks()) {
-        if (b->is_split()) continue;
-        result.released_bytes += b->size;
-        ++result.released_segments;
-        pool.Erase(b);
-        ReleaseSegmentLocked(b, released);
-      }
+      // Unmapping an expandable segment's pages changes only unmapped
+      // blocks and the parts of pages around them, never another block of
+      // the copy.
+      for (Block* b : pool.Blocks()) ReleaseFreeBlockLocked(b, released, &result);
     }
   }
   return result;
@@ -196,7 +197,7 @@ void DeviceAllocator::RemoveClient(ClientId client, ReleasedSegments* released) 
 void DeviceAllocator::MaybeForgetClientLocked(ClientState* client) {
   // `active` covers live blocks and pending frees, which point at the state.
   if (!client->removed || client->stats.segment[kAggregate].current != 0 ||
-      client->stats.active[kAggregate].current != 0) {
+      client->expandable_segments != 0 || client->stats.active[kAggregate].current != 0) {
     return;
   }
   if (last_client_ == client) last_client_ = nullptr;

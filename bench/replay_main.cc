@@ -1,4 +1,5 @@
 // gpumux_replay_inprocess TRACE.csv.gz [--repeat N] [--max-split-size-mb N]
+//                         [--allocator-conf TEXT]
 //
 // Replays a recorded PyTorch allocation trace through gpumux's caching
 // allocator in this process (host backend, one H200-sized device) and prints
@@ -19,7 +20,8 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gpumux_replay_inprocess TRACE.csv.gz [--repeat N] [--max-split-size-mb N]\n";
+    "usage: gpumux_replay_inprocess TRACE.csv.gz [--repeat N] [--max-split-size-mb N]\n"
+    "                               [--allocator-conf TEXT]\n";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "gpumux_replay_inprocess: %s\n", message.c_str());
@@ -39,9 +41,12 @@ int main(int argc, char** argv) {
   std::string conf;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if ((arg == "--repeat" || arg == "--max-split-size-mb") && i + 1 < argc) {
+    if ((arg == "--repeat" || arg == "--max-split-size-mb" || arg == "--allocator-conf") &&
+        i + 1 < argc) {
       const std::string value = argv[++i];
-      if (arg == "--repeat") {
+      if (arg == "--allocator-conf") {
+        conf = value;
+      } else if (arg == "--repeat") {
         if (!absl::SimpleAtoi(value, &repeat) || repeat < 1) {
           return Fail(absl::StrCat("--repeat wants a positive integer, got '", value, "'"));
         }

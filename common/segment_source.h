@@ -36,6 +36,13 @@ struct BackendSegment {
   SegmentHandle handle;
 };
 
+// A reserved range of device addresses with no memory behind it until pages
+// are mapped into it (an expandable segment's).
+struct BackendRange {
+  uint64_t address = 0;
+  uint64_t size = 0;
+};
+
 // Backend streams and events, named by opaque handles the backend assigns
 // (never 0, never reused by one backend object).
 using BackendStream = StrongId<struct BackendStreamTag, uint64_t>;
@@ -74,6 +81,27 @@ class SegmentSource {
                                                        StreamId stream, bool small_pool) = 0;
   // Gives back a segment from ObtainSegment, named by its address.
   virtual absl::Status ReturnSegment(DeviceIndex device, uint64_t address) = 0;
+
+  // Expandable segments (PyTorch's cuMemAddressReserve + cuMemCreate/cuMemMap
+  // on demand). A source that has them says so here; the allocator calls the
+  // four methods below only then, and the others answer FAILED_PRECONDITION.
+  virtual bool SupportsExpandableSegments() const { return false; }
+  // Reserves `size` bytes of addresses, a multiple of `page_size` (itself a
+  // multiple of 2 MiB), for the expandable segment of one stream and pool;
+  // nothing is mapped yet and no memory counts as used.
+  virtual absl::StatusOr<BackendRange> ReserveRange(DeviceIndex device, uint64_t size,
+                                                    uint64_t page_size, StreamId stream,
+                                                    bool small_pool);
+  // Maps zero-filled memory under the unmapped pages [address, address +
+  // size) of a reserved range (page-aligned), all of them or none:
+  // RESOURCE_EXHAUSTED when the memory is not there.
+  virtual absl::Status MapPages(DeviceIndex device, uint64_t address, uint64_t size);
+  // Unmaps the mapped pages [address, address + size) of a reserved range,
+  // returning their memory to the device.
+  virtual absl::Status UnmapPages(DeviceIndex device, uint64_t address, uint64_t size);
+  // Gives back a range from ReserveRange, named by its address, with any
+  // pages still mapped in it.
+  virtual absl::Status ReleaseRange(DeviceIndex device, uint64_t address);
 
   // Events on streams, as DeviceBackend documents them (device_backend.h).
   virtual absl::StatusOr<BackendEvent> CreateEvent(DeviceIndex device, EventFlags flags) = 0;

@@ -183,6 +183,7 @@ absl::StatusOr<ReplayResult> Replay(const std::vector<TraceEvent>& events, Repla
       result.peak_allocated = StatOr0(stats, "allocated_bytes.all.peak");
       result.peak_reserved = StatOr0(stats, "reserved_bytes.all.peak");
       result.device_allocs = StatOr0(stats, "num_device_alloc");
+      result.device_frees = StatOr0(stats, "num_device_free");
     }
     // What the trace never freed is freed between rounds, untimed.
     for (size_t slot = 0; slot < slot_count; ++slot) {

@@ -43,7 +43,8 @@ struct ReplayResult {
   int64_t peak_requested = 0;  // requested_bytes.all.peak
   int64_t peak_allocated = 0;  // allocated_bytes.all.peak
   int64_t peak_reserved = 0;   // reserved_bytes.all.peak
-  int64_t device_allocs = 0;   // num_device_alloc ("cudaMalloc calls")
+  int64_t device_allocs = 0;   // num_device_alloc ("cudaMalloc calls"; page maps)
+  int64_t device_frees = 0;    // num_device_free (cudaFree calls; page unmaps)
   int64_t operations = 0;      // allocs + frees replayed
   double seconds = 0;          // wall time of the replay loop alone
 };

@@ -31,7 +31,8 @@ inline constexpr char kProfileUsage[] =
     "gpumux profile --session ID --duration SECONDS [--top N] [--json] [--trace FILE] [--ring "
     "N]\n";
 inline constexpr char kReplayUsage[] =
-    "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n";
+    "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n"
+    "              [--allocator-conf TEXT]\n";
 
 // Runs a program with libgpumux's profiler on and reports where its time
 // went, host side and device side (torch.utils.bottleneck's report).

@@ -16,7 +16,8 @@
 namespace gpumux {
 
 int RunReplay(const CommandContext& context, const std::vector<std::string>& args) {
-  absl::StatusOr<ParsedArgs> parsed = ParseFlags(args, {{"repeat", true}, {"device", true}});
+  absl::StatusOr<ParsedArgs> parsed =
+      ParseFlags(args, {{"repeat", true}, {"device", true}, {"allocator-conf", true}});
   absl::Status status = parsed.status();
   if (status.ok() && parsed->positional.size() != 1) {
     status = absl::InvalidArgumentError(parsed->positional.empty() ? "replay needs a trace file"
@@ -30,6 +31,19 @@ int RunReplay(const CommandContext& context, const std::vector<std::string>& arg
     status.Update(repeat.status());
     status.Update(device.status());
   }
+  // PYTORCH_CUDA_ALLOC_CONF text for the in-process allocator; a daemon's
+  // allocator is configured where it starts (gpumuxd --allocator-conf).
+  const std::string conf = status.ok() ? parsed->Get("allocator-conf").value_or("") : "";
+  if (status.ok() && !conf.empty() && context.address_given) {
+    status = absl::InvalidArgumentError(
+        "--allocator-conf configures the in-process allocator; with --address the daemon's "
+        "allocator is configured by gpumuxd --allocator-conf");
+  }
+  absl::StatusOr<AllocatorOptions> allocator_options = AllocatorOptions();
+  if (status.ok()) {
+    allocator_options = AllocatorOptions::Parse(conf);
+    status.Update(allocator_options.status());
+  }
   if (!status.ok()) return UsageError(context, status.message(), kReplayUsage);
 
   absl::StatusOr<std::vector<TraceEvent>> events = LoadTrace(parsed->positional.front());
@@ -38,7 +52,7 @@ int RunReplay(const CommandContext& context, const std::vector<std::string>& arg
   absl::StatusOr<ReplayResult> result;
   if (!context.address_given) {
     absl::StatusOr<std::unique_ptr<InProcessTarget>> target =
-        InProcessTarget::Create(AllocatorOptions());
+        InProcessTarget::Create(*allocator_options);
     if (!target.ok()) return ReportError(context, target.status());
     result = Replay(*events, **target, static_cast<int>(*repeat));
   } else {

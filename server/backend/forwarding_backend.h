@@ -38,6 +38,20 @@ class ForwardingBackend : public DeviceBackend {
   absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override {
     return target_->ReleaseSegment(device, address);
   }
+  bool SupportsExpandableSegments() const override { return target_->SupportsExpandableSegments(); }
+  absl::StatusOr<BackendRange> ReserveRange(DeviceIndex device, uint64_t size, uint64_t page_size,
+                                            StreamId stream, bool small_pool) override {
+    return target_->ReserveRange(device, size, page_size, stream, small_pool);
+  }
+  absl::Status MapPages(DeviceIndex device, uint64_t address, uint64_t size) override {
+    return target_->MapPages(device, address, size);
+  }
+  absl::Status UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) override {
+    return target_->UnmapPages(device, address, size);
+  }
+  absl::Status ReleaseRange(DeviceIndex device, uint64_t address) override {
+    return target_->ReleaseRange(device, address);
+  }
   absl::Status Synchronize(DeviceIndex device) override { return target_->Synchronize(device); }
 
   StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override {

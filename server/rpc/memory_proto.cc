@@ -45,7 +45,7 @@ void ToProto(const std::vector<SegmentSnapshot>& segments, v1::MemorySnapshot* o
     seg->set_requested_size(s.requested_size);
     seg->set_stream(s.stream.value());
     seg->set_segment_type(s.is_small ? "small" : "large");
-    seg->set_is_expandable(false);
+    seg->set_is_expandable(s.is_expandable);
     seg->set_session_id(s.client.value());
     seg->set_segment_id(s.id.value());
     seg->set_shareable(s.dedicated && !s.leased);

@@ -134,14 +134,21 @@ TEST(AllocatorOptionsTest, RoundupDivisionsErrorsUsePyTorchText) {
   EXPECT_EQ(Parsed("roundup_power2_divisions:[256:0]").roundup_power2_divisions[8], 0u);
 }
 
-TEST(AllocatorOptionsTest, ExpandableSegmentsTrueIsNotSupported) {
-  EXPECT_OK(AllocatorOptions::Parse("expandable_segments:False"));
-  EXPECT_THAT(AllocatorOptions::Parse("expandable_segments:True"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       Eq("expandable_segments:True is not supported by gpumux")));
+TEST(AllocatorOptionsTest, ExpandableAndCompactSegmentsTakeTrueOrFalse) {
+  EXPECT_FALSE(Parsed("").expandable_segments);
+  EXPECT_FALSE(Parsed("expandable_segments:False").expandable_segments);
+  EXPECT_TRUE(Parsed("expandable_segments:True").expandable_segments);
+  EXPECT_FALSE(Parsed("expandable_segments:True").compact_segments);
+  // Compact mode is expandable segments with gpumux's page policy.
+  const AllocatorOptions compact = Parsed("compact_segments:True");
+  EXPECT_TRUE(compact.compact_segments);
+  EXPECT_TRUE(compact.expandable_segments);
   EXPECT_THAT(AllocatorOptions::Parse("expandable_segments:yes"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        Eq("Expected a single True/False argument for expandable_segments")));
+  EXPECT_THAT(AllocatorOptions::Parse("compact_segments:1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       Eq("Expected a single True/False argument for compact_segments")));
 }
 
 TEST(AllocatorOptionsTest, UnknownKeysAndBadSyntaxAreRejected) {

@@ -155,19 +155,14 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
           absl::StrFormat("host device %d: cannot allocate %d bytes: %d of %d bytes free",
                           device.value(), size, total - d.used, total));
     }
-    // First fit in address order: the lowest free address is reused first.
-    auto it = d.free_ranges.begin();
-    while (it != d.free_ranges.end() && it->second < span) ++it;
-    if (it == d.free_ranges.end()) {
+    std::optional<uint64_t> taken = TakeAddressesLocked(d, span);
+    if (!taken.has_value()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "host device %d: cannot allocate %d bytes: no contiguous %d-byte address range left "
           "in the emulated address space (release segments)",
           device.value(), size, span));
     }
-    address = it->first;
-    const uint64_t remaining = it->second - span;
-    d.free_ranges.erase(it);
-    if (remaining > 0) d.free_ranges.emplace(address + span, remaining);
+    address = *taken;
     d.used += size;
     serial = d.next_serial++;
   }
@@ -220,6 +215,22 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   return absl::OkStatus();
 }
 
+std::optional<uint64_t> HostBackend::TakeAddressesLocked(Device& d, uint64_t span) {
+  // First fit in address order: the lowest free address is reused first.
+  auto it = d.free_ranges.begin();
+  while (it != d.free_ranges.end() && it->second < span) ++it;
+  if (it == d.free_ranges.end()) return std::nullopt;
+  const uint64_t address = it->first;
+  const uint64_t remaining = it->second - span;
+  d.free_ranges.erase(it);
+  if (remaining > 0) d.free_ranges.emplace(address + span, remaining);
+  return address;
+}
+
+void HostBackend::ReturnAddressesLocked(Device& d, uint64_t start, uint64_t length) {
+  InsertFreeRange(d.free_ranges, start, length);
+}
+
 absl::Status HostBackend::CheckDevice(DeviceIndex device) const {
   if (device.value() >= 0 && device.value() < device_count()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("host backend: no device ", device.value(),
@@ -231,6 +242,10 @@ absl::StatusOr<HostBackend::HostView> HostBackend::Translate(DeviceIndex device,
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
+  if (std::optional<absl::StatusOr<HostView>> in_range = TranslateInRangeLocked(d, address, bytes);
+      in_range.has_value()) {
+    return *std::move(in_range);
+  }
   auto it = d.segments.upper_bound(address);
   if (it != d.segments.begin()) {
     --it;

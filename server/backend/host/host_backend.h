@@ -33,7 +33,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -87,6 +89,16 @@ class HostBackend final : public DeviceBackend {
   absl::Status DeviceHealth(DeviceIndex device) const override { return CheckDevice(device); }
   absl::StatusOr<BackendSegment> AllocateSegment(DeviceIndex device, uint64_t size) override;
   absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) override;
+  // Expandable segments (host_backend_ranges.cc): ranges of emulated
+  // addresses; each page, when backed, a sealed memory file of its own filed
+  // in memory_files() and mapped at its offset into the range's mapping in
+  // this process. Unbacked, only the bytes are counted.
+  bool SupportsExpandableSegments() const override { return true; }
+  absl::StatusOr<BackendRange> ReserveRange(DeviceIndex device, uint64_t size, uint64_t page_size,
+                                            StreamId stream, bool small_pool) override;
+  absl::Status MapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
+  absl::Status UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
+  absl::Status ReleaseRange(DeviceIndex device, uint64_t address) override;
   absl::Status Synchronize(DeviceIndex device) override;
 
   StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override;
@@ -147,6 +159,18 @@ class HostBackend final : public DeviceBackend {
     std::shared_ptr<SegmentMapping> mapping;
   };
 
+  struct Page {
+    std::shared_ptr<const SealedMemory> memory;  // null when !options_.backed
+    std::string key;                             // in memory_files_
+    bool mapped = false;
+  };
+  struct Range {
+    uint64_t size = 0;
+    uint64_t page_size = 0;
+    std::vector<Page> pages;                // by offset / page_size
+    std::shared_ptr<RangeMapping> mapping;  // null when !options_.backed
+  };
+
   struct Device {
     DeviceInfo info;
     uint64_t base = 0;  // first emulated address
@@ -156,12 +180,14 @@ class HostBackend final : public DeviceBackend {
     std::map<uint64_t, uint64_t> free_ranges ABSL_GUARDED_BY(mu);
     // Live segments by address, ordered to find the one holding an address.
     std::map<uint64_t, Segment> segments ABSL_GUARDED_BY(mu);
+    // Reserved ranges of expandable segments by address.
+    std::map<uint64_t, Range> ranges ABSL_GUARDED_BY(mu);
     uint64_t next_serial ABSL_GUARDED_BY(mu) = 0;
   };
 
   // A host pointer to device memory, and the mapping that keeps it valid.
   struct HostView {
-    std::shared_ptr<SegmentMapping> mapping;
+    std::shared_ptr<const void> mapping;
     uint8_t* data = nullptr;
   };
 
@@ -172,6 +198,22 @@ class HostBackend final : public DeviceBackend {
   // Host view of [address, address + bytes) on `device`. INVALID_ARGUMENT for
   // a bad device or a range not inside one live segment.
   absl::StatusOr<HostView> Translate(DeviceIndex device, uint64_t address, uint64_t bytes);
+  // Translate's answer inside the mapped pages of an expandable segment's
+  // range; nullopt when `address` is in no range.
+  std::optional<absl::StatusOr<HostView>> TranslateInRangeLocked(Device& d, uint64_t address,
+                                                                 uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // The range holding [address, address + size), page-aligned; or why not.
+  absl::StatusOr<std::pair<uint64_t, Range*>> FindRangeLocked(Device& d, DeviceIndex device,
+                                                              uint64_t address, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // First fit of `span` bytes of emulated addresses; nullopt when no
+  // contiguous span is left.
+  static std::optional<uint64_t> TakeAddressesLocked(Device& d, uint64_t span)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // Gives [start, start + length) back to the free address ranges.
+  static void ReturnAddressesLocked(Device& d, uint64_t start, uint64_t length)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   absl::StatusOr<std::shared_ptr<HostStream>> FindStream(BackendStream stream);
   absl::StatusOr<std::shared_ptr<HostEvent>> FindEvent(BackendEvent event);
   // Queues `work` on `stream` (known as `handle`); NOT_FOUND when the stream

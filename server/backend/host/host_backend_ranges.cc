@@ -1,0 +1,202 @@
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "server/backend/host/host_backend.h"
+
+// Expandable segments on the host backend: a reserved range of emulated
+// addresses per segment, with a sealed memory file per mapped page.
+
+namespace gpumux {
+namespace {
+
+constexpr uint64_t kPageGranularity = uint64_t{2} << 20;
+
+}  // namespace
+
+absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint64_t size,
+                                                       uint64_t page_size, StreamId /*stream*/,
+                                                       bool /*small_pool*/) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  if (page_size == 0 || page_size % kPageGranularity != 0 || size == 0 || size % page_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host device %d: an expandable segment of %d bytes in pages of %d bytes: the page size "
+        "must be a positive multiple of 2 MiB and the size a positive multiple of it",
+        device.value(), size, page_size));
+  }
+  std::shared_ptr<RangeMapping> mapping;
+  if (options_.backed) {
+    GPUMUX_ASSIGN_OR_RETURN(mapping, RangeMapping::Reserve(size));
+  }
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  std::optional<uint64_t> address = TakeAddressesLocked(d, size);
+  if (!address.has_value()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "host device %d: cannot reserve %d bytes for an expandable segment: no contiguous range "
+        "left in the emulated address space (release segments)",
+        device.value(), size));
+  }
+  Range& range = d.ranges[*address];
+  range.size = size;
+  range.page_size = page_size;
+  range.pages.resize(size / page_size);
+  range.mapping = std::move(mapping);
+  return BackendRange{*address, size};
+}
+
+absl::StatusOr<std::pair<uint64_t, HostBackend::Range*>> HostBackend::FindRangeLocked(
+    Device& d, DeviceIndex device, uint64_t address, uint64_t size) {
+  auto it = d.ranges.upper_bound(address);
+  if (it != d.ranges.begin()) {
+    --it;
+    Range& range = it->second;
+    const uint64_t offset = address - it->first;
+    if (offset < range.size && size <= range.size - offset && size > 0 &&
+        offset % range.page_size == 0 && size % range.page_size == 0) {
+      return std::make_pair(it->first, &range);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "host device %d: %d bytes at 0x%x are not whole pages of one expandable segment",
+      device.value(), size, address));
+}
+
+absl::Status HostBackend::MapPages(DeviceIndex device, uint64_t address, uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  GPUMUX_ASSIGN_OR_RETURN(auto found, FindRangeLocked(d, device, address, size));
+  auto [base, range] = found;
+  const uint64_t first = (address - base) / range->page_size;
+  const uint64_t count = size / range->page_size;
+  for (uint64_t i = first; i < first + count; ++i) {
+    if (range->pages[i].mapped) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("host device %d: the page at 0x%x is mapped already", device.value(),
+                          base + i * range->page_size));
+    }
+  }
+  const uint64_t total = d.info.total_memory;
+  if (size > total - d.used) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("host device %d: cannot map %d bytes: %d of %d bytes free", device.value(),
+                        size, total - d.used, total));
+  }
+  if (options_.backed) {
+    // All or nothing: pages created here are dropped again on a failure.
+    std::vector<Page> pages(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      absl::StatusOr<SealedMemory> memory = SealedMemory::Create(
+          absl::StrCat("gpumux-d", device.value(), "-page-", d.next_serial++), range->page_size);
+      absl::Status status = memory.status();
+      if (status.ok()) {
+        pages[i].memory = std::make_shared<const SealedMemory>(*std::move(memory));
+        status = range->mapping->Map((first + i) * range->page_size, *pages[i].memory);
+      }
+      if (!status.ok()) {
+        if (i > 0) (void)range->mapping->Scrub(first * range->page_size, i * range->page_size);
+        return absl::Status(status.code(),
+                            absl::StrFormat("host device %d: cannot map %d bytes: %s",
+                                            device.value(), size, status.message()));
+      }
+    }
+    for (uint64_t i = 0; i < count; ++i) {
+      pages[i].key = memory_files_->Add(pages[i].memory);
+      pages[i].mapped = true;
+      range->pages[first + i] = std::move(pages[i]);
+    }
+  } else {
+    for (uint64_t i = first; i < first + count; ++i) range->pages[i].mapped = true;
+  }
+  d.used += size;
+  return absl::OkStatus();
+}
+
+absl::Status HostBackend::UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  GPUMUX_ASSIGN_OR_RETURN(auto found, FindRangeLocked(d, device, address, size));
+  auto [base, range] = found;
+  const uint64_t first = (address - base) / range->page_size;
+  const uint64_t count = size / range->page_size;
+  for (uint64_t i = first; i < first + count; ++i) {
+    if (!range->pages[i].mapped) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("host device %d: the page at 0x%x is not mapped", device.value(),
+                          base + i * range->page_size));
+    }
+  }
+  if (range->mapping != nullptr) {
+    GPUMUX_RETURN_IF_ERROR(range->mapping->Scrub(first * range->page_size, size));
+  }
+  for (uint64_t i = first; i < first + count; ++i) {
+    Page& page = range->pages[i];
+    if (!page.key.empty()) memory_files_->Remove(page.key);
+    page = Page();
+  }
+  d.used -= size;
+  return absl::OkStatus();
+}
+
+absl::Status HostBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  auto it = d.ranges.find(address);
+  if (it == d.ranges.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "host device %d: no expandable segment at address 0x%x", device.value(), address));
+  }
+  Range& range = it->second;
+  for (Page& page : range.pages) {
+    if (!page.mapped) continue;
+    if (!page.key.empty()) memory_files_->Remove(page.key);
+    d.used -= range.page_size;
+  }
+  // Queued work holding the mapping keeps it until it ran.
+  ReturnAddressesLocked(d, address, range.size);
+  d.ranges.erase(it);
+  return absl::OkStatus();
+}
+
+std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRangeLocked(
+    Device& d, uint64_t address, uint64_t bytes) {
+  auto it = d.ranges.upper_bound(address);
+  if (it == d.ranges.begin()) return std::nullopt;
+  --it;
+  Range& range = it->second;
+  const uint64_t offset = address - it->first;
+  if (offset >= range.size) return std::nullopt;
+  const DeviceIndex device = d.info.index;
+  if (bytes > range.size - offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "host device %d: %d bytes at 0x%x run past the end of their expandable segment",
+        device.value(), bytes, address));
+  }
+  const uint64_t first = offset / range.page_size;
+  const uint64_t last = bytes == 0 ? first : (offset + bytes - 1) / range.page_size;
+  for (uint64_t i = first; i <= last; ++i) {
+    if (!range.pages[i].mapped) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "host device %d: %d bytes at 0x%x touch an unmapped page of an expandable segment",
+          device.value(), bytes, address));
+    }
+  }
+  if (range.mapping == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "host device %d: expandable segment at 0x%x has no memory behind it (a backend for trace "
+        "replay)",
+        device.value(), it->first));
+  }
+  return HostView{range.mapping, range.mapping->data() + offset};
+}
+
+}  // namespace gpumux
