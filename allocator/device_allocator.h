@@ -207,6 +207,9 @@ class DeviceAllocator {
   void ReclaimFreePagesLocked(const Request& r, const Block* to_map, uint64_t bytes,
                               uint64_t keep_begin, uint64_t keep_end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the free mapped `block` of an expandable segment covers a whole
+  // page, which unmapping it would give back.
+  static bool HoldsWholePage(const Block* block);
   // release_expandable_segment: `block`, unmapped and the whole of its
   // segment, goes back to the backend with the segment's range.
   void ReleaseRangeLocked(Block* block, ReleasedSegments* released)

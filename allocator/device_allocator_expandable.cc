@@ -171,6 +171,13 @@ absl::StatusOr<Block*> DeviceAllocator::MapBlockLocked(Request& r, Block* to_map
   return to_map;
 }
 
+bool DeviceAllocator::HoldsWholePage(const Block* block) {
+  const Segment* segment = block->segment;
+  const uint64_t page = segment->page_size;
+  return AlignUp(block->address - segment->address, page) + page <=
+         block->address + block->size - segment->address;
+}
+
 void DeviceAllocator::ReclaimFreePagesLocked(const Request& r, const Block* to_map, uint64_t bytes,
                                              uint64_t keep_begin, uint64_t keep_end) {
   // The client's free blocks with at least a page in them, largest first

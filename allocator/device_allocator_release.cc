@@ -27,31 +27,33 @@ void DeviceAllocator::GarbageCollectLocked(ClientState* client, ReleasedSegments
     return blocks;
   };
 
+  // What GC can give back: whole segments, and the whole free pages of
+  // expandable ones.
+  auto freeable_block = [](const Block* b) {
+    return b->segment->expandable ? HoldsWholePage(b) : !b->is_split();
+  };
   uint64_t total_age = 0;
   int freeable = 0;
-  // Expandable segments' pages go only with empty_cache and under pressure.
   for (const Block* b : large_blocks()) {
-    if (b->is_split() || b->segment->expandable) continue;
+    if (!freeable_block(b)) continue;
     total_age += static_cast<uint64_t>(calls - b->gc_count_base);
     ++freeable;
   }
   if (freeable == 0) return;
-  uint64_t reclaimed = 0;
+  EmptyCacheResult reclaimed;
   bool freed = true;
-  while (reclaimed < target && freed && freeable > 0) {
+  while (reclaimed.released_bytes < target && freed && freeable > 0) {
     const double age_threshold = static_cast<double>(total_age) / freeable;
     freed = false;
+    // Unmapping pages changes only unmapped blocks and the parts of pages
+    // around them, never another block of the list.
     for (Block* b : large_blocks()) {
       const uint64_t age = static_cast<uint64_t>(calls - b->gc_count_base);
-      if (b->is_split() || b->segment->expandable || static_cast<double>(age) < age_threshold) {
-        continue;
-      }
+      if (!freeable_block(b) || static_cast<double>(age) < age_threshold) continue;
       freed = true;
-      reclaimed += b->size;
       total_age -= age;
       --freeable;
-      b->pool->Erase(b);
-      ReleaseSegmentLocked(b, released);
+      ReleaseFreeBlockLocked(b, released, &reclaimed);
     }
   }
 }

@@ -7,7 +7,8 @@
 //
 // usage: gpumux_compact_bench [--repeat N]
 // Prints name=value lines per trace (resnet50, gpt2s, varlen) and mode
-// (default, expandable, compact): *_reserved_over_requested at peak,
+// (default, expandable, compact): *_reserved_over_requested at peak, the
+// peaks allocated and reserved,
 // *_ops_per_second (replays after one warm-up), *_page_maps and
 // *_page_unmaps (num_device_alloc / num_device_free of round one), then
 // *_compact_over_default_ops and compact_worst_reserved_over_requested.
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
           static_cast<double>(first->peak_reserved) / static_cast<double>(first->peak_requested);
       const double ops = static_cast<double>(timed->operations) / timed->seconds;
       std::printf("%s_%s_reserved_over_requested=%.4f\n", trace.name, mode.name, ratio);
+      std::printf("%s_%s_peak_allocated=%lld\n", trace.name, mode.name,
+                  static_cast<long long>(first->peak_allocated));
       std::printf("%s_%s_peak_reserved=%lld\n", trace.name, mode.name,
                   static_cast<long long>(first->peak_reserved));
       std::printf("%s_%s_ops_per_second=%.0f\n", trace.name, mode.name, ops);

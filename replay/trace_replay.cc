@@ -203,14 +203,15 @@ std::string FormatReplayResult(const ReplayResult& r) {
   return absl::StrFormat(
       "peak_allocated=%d\n"
       "device_allocs=%d\n"
+      "device_frees=%d\n"
       "operations=%d\n"
       "seconds=%.6f\n"
       "peak_requested=%d\n"
       "peak_reserved=%d\n"
       "reserved_over_requested=%.4f\n"
       "ops_per_second=%.0f\n",
-      r.peak_allocated, r.device_allocs, r.operations, r.seconds, r.peak_requested, r.peak_reserved,
-      ratio, ops_per_second);
+      r.peak_allocated, r.device_allocs, r.device_frees, r.operations, r.seconds, r.peak_requested,
+      r.peak_reserved, ratio, ops_per_second);
 }
 
 }  // namespace gpumux

@@ -152,6 +152,20 @@ TEST_F(AllocatorTest, ExpandableSegmentsRespectTheClientsLimit) {
   Free(a);
 }
 
+TEST_F(AllocatorTest, GarbageCollectionUnmapsOldFreePages) {
+  Init(256 * kMiB, "expandable_segments:True,garbage_collection_threshold:0.5");
+  allocator_->SetMemoryLimit(kDev, kA, 64 * kMiB);
+  Free(Alloc(30 * kMiB, kA, kS0));  // 40 MiB mapped, all free
+  // 40 MiB reserved > 0.5 * 64: before mapping for stream 1, GC unmaps the
+  // old free pages of stream 0 (no retry needed).
+  const AllocationResult b = Alloc(15 * kMiB, kA, kS1);
+  EXPECT_EQ(StatsOf(kA).reserved_bytes[kAggregate].current, static_cast<int64_t>(20 * kMiB));
+  EXPECT_EQ(StatsOf(kA).num_device_free, 1);
+  EXPECT_EQ(StatsOf(kA).num_alloc_retries, 0);
+  ExpectBooks(*this, *allocator_);
+  Free(b);
+}
+
 TEST_F(AllocatorTest, RemovedClientsExpandableSegmentsGoBack) {
   Init(256 * kMiB, kExpandable);
   Free(Alloc(3 * kMiB));

@@ -408,5 +408,28 @@ TEST(CliReplayTest, ReplaysATraceInProcess) {
   EXPECT_EQ(run.exit_code, 2);
 }
 
+TEST(CliReplayTest, AllocatorConfChoosesTheInProcessAllocatorsMode) {
+  const std::string trace = GPUMUX_SOURCE_DIR "/testdata/trace_resnet50_train_b64.csv.gz";
+  CliRun run = RunGpumux({"replay", trace, "--allocator-conf", "expandable_segments:True"});
+  if (run.exit_code == 1 && run.err.find("not part of this build") != std::string::npos) {
+    GTEST_SKIP() << "built without bench/";
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // PyTorch's own expandable_segments figures on the H200.
+  EXPECT_THAT(run.out, HasSubstr("\npeak_reserved=5599395840\n"));
+  EXPECT_THAT(run.out, HasSubstr("\ndevice_allocs=90\n"));
+  run = RunGpumux({"replay", trace, "--allocator-conf", "compact_segments:True"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\nreserved_over_requested=1.00"));
+
+  run = RunGpumux({"replay", trace, "--allocator-conf", "expandable_segments:yes"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("Expected a single True/False argument for expandable_segments"));
+  run = RunGpumux({"--address", "/nonexistent.sock", "replay", trace, "--allocator-conf",
+                   "compact_segments:True"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("gpumuxd --allocator-conf"));
+}
+
 }  // namespace
 }  // namespace gpumux
