@@ -44,8 +44,13 @@ DeviceAllocator& CachingAllocator::DeviceOrDie(DeviceIndex device) const {
 }
 
 void CachingAllocator::NotifyReleased(DeviceIndex device, const ReleasedSegments& released) const {
-  if (!on_segment_released_) return;
-  for (SegmentId id : released) on_segment_released_(device, id);
+  for (const ReleasedMemory& r : released) {
+    if (r.size == 0) {
+      if (on_segment_released_) on_segment_released_(device, r.segment);
+    } else if (on_pages_unmapped_) {
+      on_pages_unmapped_(device, r.segment, r.offset, r.size);
+    }
+  }
 }
 
 const char* BlockStateName(BlockState state) {

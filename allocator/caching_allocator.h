@@ -48,6 +48,14 @@ using ClientId = SessionId;
 
 class DeviceAllocator;
 
+// What went back to the backend: a whole segment (size 0), or the pages
+// [offset, offset + size) of an expandable one.
+struct ReleasedMemory {
+  SegmentId segment;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
 // What refused an allocation or lease (RESOURCE_EXHAUSTED from Allocate or
 // Lease), ordered by how much releasing cached segments helps: the client's
 // own limit (its cache), its tenant's limit (the tenant's clients' caches),
@@ -128,6 +136,10 @@ class CachingAllocator {
  public:
   // Runs without allocator locks held, once per segment returned to the backend.
   using SegmentReleasedCallback = std::function<void(DeviceIndex, SegmentId)>;
+  // Runs without allocator locks held, once per run of an expandable
+  // segment's pages unmapped: [offset, offset + size) from the segment's start.
+  using PagesUnmappedCallback =
+      std::function<void(DeviceIndex, SegmentId, uint64_t offset, uint64_t size)>;
 
   // `backend` must outlive the allocator.
   CachingAllocator(SegmentSource* backend, AllocatorOptions options,
@@ -135,6 +147,11 @@ class CachingAllocator {
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Set before the allocator is used; may stay unset.
+  void SetPagesUnmappedCallback(PagesUnmappedCallback on_pages_unmapped) {
+    on_pages_unmapped_ = std::move(on_pages_unmapped);
+  }
 
   int device_count() const { return static_cast<int>(devices_.size()); }
   const AllocatorOptions& options() const { return options_; }
@@ -319,11 +336,13 @@ class CachingAllocator {
   DeviceAllocator& DeviceOrDie(DeviceIndex device) const;
   // INVALID_ARGUMENT for a device out of range or a size Allocate refuses.
   absl::Status CheckRequest(DeviceIndex device, uint64_t size) const;
-  void NotifyReleased(DeviceIndex device, const absl::InlinedVector<SegmentId, 4>& released) const;
+  void NotifyReleased(DeviceIndex device,
+                      const absl::InlinedVector<ReleasedMemory, 4>& released) const;
 
   SegmentSource* backend_;
   AllocatorOptions options_;
   SegmentReleasedCallback on_segment_released_;
+  PagesUnmappedCallback on_pages_unmapped_;
   std::atomic<uint64_t> next_segment_id_{1};  // relaxed: only uniqueness matters
   std::vector<std::unique_ptr<DeviceAllocator>> devices_;
 };

@@ -78,6 +78,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Allocate(ClientId client, Stre
   r.is_small = r.size <= kSmallSize;
   r.dedicated = dedicated;
   r.count_oom = count_oom;
+  r.released = released;
   StreamPools& pools = r.client->PoolsFor(stream);
   r.pool = r.is_small ? &pools.small : &pools.large;
   if (!dedicated) r.block = GetFreeBlockLocked(r);
@@ -105,6 +106,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::Lease(ClientId client, StreamI
   r.is_small = small_pool;
   r.dedicated = r.leased = true;
   r.count_oom = count_oom;
+  r.released = released;
   StreamPools& pools = r.client->PoolsFor(stream);
   r.pool = small_pool ? &pools.small : &pools.large;
   GPUMUX_RETURN_IF_ERROR(NewSegmentWithRetriesLocked(r, released));
@@ -524,7 +526,7 @@ void DeviceAllocator::ReleaseSegmentLocked(Block* block, ReleasedSegments* relea
     ++s.num_device_free;
   });
   if (owner->tenant != nullptr) owner->tenant->reserved -= segment->size;
-  released->push_back(segment->id);
+  released->push_back(Released{segment->id});
   arena_.Delete(block);
   const uint64_t address = segment->address;
   segments_.erase(address);  // destroys *segment

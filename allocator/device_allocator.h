@@ -18,8 +18,9 @@
 //
 // Thread-safe: one mutex guards everything, and the backend is called under
 // it (as PyTorch calls cudaMalloc under its lock). Methods that return
-// segments to the backend append their ids to `released`; the caller runs its
-// callbacks after the method returns, with the mutex dropped.
+// segments (or an expandable segment's pages) to the backend append them to
+// `released`; the caller runs its callbacks after the method returns, with
+// the mutex dropped.
 
 #include <atomic>
 #include <cstdint>
@@ -53,7 +54,8 @@ void SetShortage(Shortage shortage, absl::Status& status);
 
 class DeviceAllocator {
  public:
-  using ReleasedSegments = absl::InlinedVector<SegmentId, 4>;
+  using Released = ReleasedMemory;
+  using ReleasedSegments = absl::InlinedVector<ReleasedMemory, 4>;
 
   // `backend` must outlive this; `next_segment_id` is shared by the devices of
   // one CachingAllocator so that segment ids are unique across them.
@@ -130,6 +132,7 @@ class DeviceAllocator {
     Block* block = nullptr;
     Shortage shortage = Shortage::kNone;  // why the last AllocBlockLocked found no segment
     bool count_oom = true;
+    ReleasedSegments* released = nullptr;  // for pages compact mode unmaps
   };
 
   ClientState* ClientLocked(ClientId client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -197,7 +200,7 @@ class DeviceAllocator {
   // unmap_block: unmaps the whole pages of the free mapped `block` (in its
   // pool), the last `at_most` bytes of them when fewer; the parts of pages
   // around them stay mapped as free blocks. Returns the bytes unmapped.
-  uint64_t UnmapBlockLocked(Block* block, uint64_t at_most = UINT64_MAX)
+  uint64_t UnmapBlockLocked(Block* block, ReleasedSegments* released, uint64_t at_most = UINT64_MAX)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Compact mode: before `bytes` more are mapped under `to_map` for r,
   // unmaps up to as many wholly free pages of r.client's expandable

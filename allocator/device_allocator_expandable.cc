@@ -104,6 +104,7 @@ absl::StatusOr<Block*> DeviceAllocator::FindExpandableBlockLocked(Request& r) {
   segment->is_small = r.is_small;
   segment->expandable = true;
   segment->page_size = page;
+  segment->handle = std::make_shared<const SegmentHandle>(range->handle);
 
   Block* block = arena_.New();
   block->address = segment->address;
@@ -201,11 +202,12 @@ void DeviceAllocator::ReclaimFreePagesLocked(const Request& r, const Block* to_m
   uint64_t reclaimed = 0;
   for (Block* b : candidates) {
     if (reclaimed >= bytes) break;
-    reclaimed += UnmapBlockLocked(b, bytes - reclaimed);
+    reclaimed += UnmapBlockLocked(b, r.released, bytes - reclaimed);
   }
 }
 
-uint64_t DeviceAllocator::UnmapBlockLocked(Block* block, uint64_t at_most) {
+uint64_t DeviceAllocator::UnmapBlockLocked(Block* block, ReleasedSegments* released,
+                                           uint64_t at_most) {
   Segment* segment = block->segment;
   const uint64_t page = segment->page_size;
   uint64_t begin = segment->address + AlignUp(block->address - segment->address, page);
@@ -222,6 +224,7 @@ uint64_t DeviceAllocator::UnmapBlockLocked(Block* block, uint64_t at_most) {
                   device_.value(), status.ToString());
     return 0;
   }
+  released->push_back(Released{segment->id, begin - segment->address, bytes});
   BlockPool& pool = *block->pool;
   pool.Erase(block);
   // The parts of pages before and after stay mapped, as free blocks.
@@ -275,7 +278,7 @@ void DeviceAllocator::ReleaseRangeLocked(Block* block, ReleasedSegments* release
                   segment->id.value(), segment->address, device_.value(), status.ToString());
   }
   --owner->expandable_segments;
-  released->push_back(segment->id);
+  released->push_back(Released{segment->id});
   arena_.Delete(block);
   const uint64_t address = segment->address;
   segments_.erase(address);  // destroys *segment
@@ -291,7 +294,7 @@ void DeviceAllocator::ReleaseFreeBlockLocked(Block* block, ReleasedSegments* rel
     ReleaseSegmentLocked(block, released);
     return;
   }
-  result->released_bytes += UnmapBlockLocked(block);
+  result->released_bytes += UnmapBlockLocked(block, released);
   // UnmapBlockLocked left `block` where the unmapped pages are (or unchanged,
   // mapped, when it had no whole page).
   if (!block->mapped && !block->is_split()) {

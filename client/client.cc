@@ -148,6 +148,9 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
   if (OverTcp()) return absl::OkStatus();
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions options,
                           AllocatorOptions::Parse(session_->opened().allocator_conf()));
+  // Leases are whole segments: with expandable segments the daemon's
+  // allocator maps the pages, and the client allocates through it.
+  if (options.expandable_segments) return absl::OkStatus();
   GPUMUX_ASSIGN_OR_RETURN(const int device_count, CachedDeviceCount());
   std::vector<uint64_t> total_memory;
   for (int d = 0; d < device_count; ++d) {
@@ -535,7 +538,8 @@ absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocatio
   absl::StatusOr<void*> base =
       OverTcp() ? absl::UnimplementedError("over TCP nothing is mapped")
                 : mapper_.Map(info.device, info.segment_id, allocation.segment_handle(),
-                              allocation.segment_size(), memory_files_.get(), &info.cuda_device);
+                              allocation.segment_size(), memory_files_.get(), &info.cuda_device,
+                              &allocation.pages());
   if (base.ok()) {
     data = static_cast<char*>(*base) + allocation.offset();
   } else if (!absl::IsUnimplemented(base.status())) {
@@ -711,7 +715,12 @@ void Client::Impl::OnNotice(const v1::SessionServerMessage& notice) {
   switch (notice.kind_case()) {
     case v1::SessionServerMessage::kSegmentReleased: {
       const v1::SegmentReleased& released = notice.segment_released();
-      mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
+      if (released.size() > 0) {
+        mapper_.UnmapPages(DeviceIndex(released.device()), SegmentId(released.segment_id()),
+                           released.offset(), released.size());
+      } else {
+        mapper_.Unmap(DeviceIndex(released.device()), SegmentId(released.segment_id()));
+      }
       break;
     }
     case v1::SessionServerMessage::kReleaseCached:

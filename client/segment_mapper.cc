@@ -1,5 +1,6 @@
 #include "client/segment_mapper.h"
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,38 @@ class MemoryFileSegment final : public MappedSegment {
   MemoryMapping mapping_;
 };
 
+// A host-backend expandable segment: its range reserved here, its pages
+// mapped into it at their offsets as allocations bring them. Guarded by the
+// mapper's mutex.
+class PagedSegment final : public MappedSegment {
+ public:
+  explicit PagedSegment(AddressReservation reservation) : reservation_(std::move(reservation)) {}
+  void* base() const override { return reservation_.data(); }
+  uint64_t size() const override { return reservation_.size(); }
+
+  // Maps each page not mapped here under its key yet.
+  absl::Status MapPages(const SegmentMapper::PageHandles* pages, MemoryFileFetcher* memory_files) {
+    if (pages == nullptr) return absl::OkStatus();
+    for (const v1::PageHandle& page : *pages) {
+      auto it = keys_.find(page.offset());
+      if (it != keys_.end() && it->second == page.key()) continue;
+      GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files->Fetch(page.key(), page.size()));
+      GPUMUX_RETURN_IF_ERROR(reservation_.MapAt(page.offset(), memory));
+      keys_[page.offset()] = page.key();  // the mapping keeps the file; the descriptor goes
+    }
+    return absl::OkStatus();
+  }
+
+  void UnmapPages(uint64_t offset, uint64_t size) {
+    if (!reservation_.Hole(offset, size).ok()) return;  // out of range: nothing was mapped there
+    keys_.erase(keys_.lower_bound(offset), keys_.lower_bound(offset + size));
+  }
+
+ private:
+  AddressReservation reservation_;
+  std::map<uint64_t, std::string> keys_;  // mapped pages: offset -> key
+};
+
 absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle,
                                                            uint64_t size,
                                                            MemoryFileFetcher* memory_files) {
@@ -37,6 +70,11 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
     }
     case v1::HANDLE_KIND_CUDA_IPC:
       return OpenCudaIpcMapping(handle.data(), size, handle.pci_bus_id());
+    case v1::HANDLE_KIND_HOST_PAGES: {
+      if (memory_files == nullptr) return NoMemorySocketError();
+      GPUMUX_ASSIGN_OR_RETURN(AddressReservation reservation, AddressReservation::Reserve(size));
+      return std::unique_ptr<MappedSegment>(new PagedSegment(std::move(reservation)));
+    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("segment handle of unknown kind ", static_cast<int>(handle.kind())));
@@ -49,10 +87,21 @@ SegmentMapper::~SegmentMapper() { UnmapAll(); }
 
 absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
                                          const v1::SegmentHandle& handle, uint64_t size,
-                                         MemoryFileFetcher* memory_files, int* cuda_device) {
+                                         MemoryFileFetcher* memory_files, int* cuda_device,
+                                         const PageHandles* pages) {
   const Key key(device, segment);
   absl::MutexLock lock(&mu_);
+  auto failed = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("cannot map segment ", ToString(segment), " of device ",
+                                     ToString(device), ": ", status.message()));
+  };
   if (auto it = mappings_.find(key); it != mappings_.end()) {
+    if (auto* paged = dynamic_cast<PagedSegment*>(it->second.mapping.get()); paged != nullptr) {
+      if (absl::Status status = paged->MapPages(pages, memory_files); !status.ok()) {
+        return failed(status);
+      }
+    }
     if (cuda_device != nullptr) *cuda_device = it->second.mapping->cuda_device();
     ++it->second.users;
     return it->second.mapping->base();
@@ -60,10 +109,11 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
   // Mapping under the lock keeps two threads from mapping one segment twice;
   // a fetch and an mmap take microseconds.
   auto mapping = OpenMapping(handle, size, memory_files);
-  if (!mapping.ok()) {
-    return absl::Status(mapping.status().code(),
-                        absl::StrCat("cannot map segment ", ToString(segment), " of device ",
-                                     ToString(device), ": ", mapping.status().message()));
+  if (!mapping.ok()) return failed(mapping.status());
+  if (auto* paged = dynamic_cast<PagedSegment*>(mapping->get()); paged != nullptr) {
+    if (absl::Status status = paged->MapPages(pages, memory_files); !status.ok()) {
+      return failed(status);
+    }
   }
   void* base = (*mapping)->base();
   if (cuda_device != nullptr) *cuda_device = (*mapping)->cuda_device();
@@ -82,6 +132,16 @@ void SegmentMapper::Unmap(DeviceIndex device, SegmentId segment) {
     mappings_.erase(it);
   }
   // `doomed` unmaps here, outside the lock.
+}
+
+void SegmentMapper::UnmapPages(DeviceIndex device, SegmentId segment, uint64_t offset,
+                               uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  auto it = mappings_.find(Key(device, segment));
+  if (it == mappings_.end()) return;
+  if (auto* paged = dynamic_cast<PagedSegment*>(it->second.mapping.get()); paged != nullptr) {
+    paged->UnmapPages(offset, size);
+  }
 }
 
 void SegmentMapper::UnmapAll() {

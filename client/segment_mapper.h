@@ -24,6 +24,8 @@ namespace gpumux {
 
 class SegmentMapper {
  public:
+  using PageHandles = google::protobuf::RepeatedPtrField<v1::PageHandle>;
+
   SegmentMapper() = default;
   // Unmaps everything still mapped.
   ~SegmentMapper();
@@ -40,9 +42,19 @@ class SegmentMapper {
   // `cuda_device` (may be null) receives MappedSegment::cuda_device() of the
   // mapping. Each successful call counts one more user of the mapping, until
   // Release.
+  //
+  // An expandable segment (HANDLE_KIND_HOST_PAGES) is a reservation of
+  // `size` bytes into which `pages` (those under one allocation) are mapped
+  // at their offsets, each fetched once; a page the daemon unmapped and
+  // mapped anew (another key at the offset) is fetched again.
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
                             uint64_t size, MemoryFileFetcher* memory_files,
-                            int* cuda_device = nullptr);
+                            int* cuda_device = nullptr, const PageHandles* pages = nullptr);
+
+  // The daemon unmapped the pages [offset, offset + size) of an expandable
+  // segment: they become inaccessible here too. Nothing happens for a
+  // segment not mapped or not expandable.
+  void UnmapPages(DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size);
 
   // Unmaps the segment; nothing happens when it is not mapped. Pointers into
   // it dangle afterwards.

@@ -183,4 +183,60 @@ absl::StatusOr<MemoryMapping> SealedMemory::Map(bool writable) const {
   return MemoryMapping(data, size_);
 }
 
+absl::StatusOr<AddressReservation> AddressReservation::Reserve(uint64_t size) {
+  void* data = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (data == MAP_FAILED) {
+    return SystemCallError(errno, absl::StrCat("mmap(", size, " bytes of address space)"));
+  }
+  return AddressReservation(static_cast<char*>(data), size);
+}
+
+AddressReservation::~AddressReservation() {
+  if (data_ != nullptr) munmap(data_, size_);
+}
+
+AddressReservation::AddressReservation(AddressReservation&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+AddressReservation& AddressReservation::operator=(AddressReservation&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+absl::Status AddressReservation::MapAt(uint64_t offset, const SealedMemory& memory) {
+  if (offset > size_ || memory.size() > size_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("a memory file of ", memory.size(),
+                                                   " bytes does not fit at offset ", offset,
+                                                   " of a reservation of ", size_));
+  }
+  void* at = mmap(data_ + offset, memory.size(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                  memory.fd(), 0);
+  if (at == MAP_FAILED) return SystemCallError(errno, "mmap (a page at its offset)");
+  return absl::OkStatus();
+}
+
+absl::Status AddressReservation::Replace(uint64_t offset, uint64_t bytes, int protection,
+                                         const char* what) {
+  if (offset > size_ || bytes > size_ - offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes, " bytes at offset ", offset, " run past a reservation of ", size_));
+  }
+  void* at = mmap(data_ + offset, bytes, protection,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (at == MAP_FAILED) return SystemCallError(errno, what);
+  return absl::OkStatus();
+}
+
+absl::Status AddressReservation::Hole(uint64_t offset, uint64_t bytes) {
+  return Replace(offset, bytes, PROT_NONE, "mmap (unmapping pages)");
+}
+
+absl::Status AddressReservation::Scratch(uint64_t offset, uint64_t bytes) {
+  return Replace(offset, bytes, PROT_READ | PROT_WRITE, "mmap (scratch over unmapped pages)");
+}
+
 }  // namespace gpumux

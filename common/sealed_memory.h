@@ -48,6 +48,42 @@ class MemoryMapping {
   uint64_t size_ = 0;
 };
 
+class SealedMemory;
+
+// AddressReservation: address space reserved whole, with no access and no
+// memory behind it, into which memory files are mapped at fixed offsets (an
+// expandable segment's pages, in the daemon and in each client that maps
+// them). Unmapped whole when destroyed. Not thread-safe: its owner
+// serializes MapAt, Hole and Scratch.
+class AddressReservation {
+ public:
+  // Reserves `size` bytes; mmap's errors.
+  static absl::StatusOr<AddressReservation> Reserve(uint64_t size);
+  AddressReservation() = default;
+  ~AddressReservation();
+  AddressReservation(AddressReservation&& other) noexcept;
+  AddressReservation& operator=(AddressReservation&& other) noexcept;
+  AddressReservation(const AddressReservation&) = delete;
+  AddressReservation& operator=(const AddressReservation&) = delete;
+
+  char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  // Maps all of `memory` shared, read-write, at `offset`, replacing what is
+  // there. INVALID_ARGUMENT when it does not fit; mmap's errors.
+  absl::Status MapAt(uint64_t offset, const SealedMemory& memory);
+  // Turns [offset, offset + bytes) back into reserved space without access
+  // (touching it faults), or into private zero-filled scratch memory that
+  // late accesses may read and write harmlessly.
+  absl::Status Hole(uint64_t offset, uint64_t bytes);
+  absl::Status Scratch(uint64_t offset, uint64_t bytes);
+
+ private:
+  AddressReservation(char* data, uint64_t size) : data_(data), size_(size) {}
+  absl::Status Replace(uint64_t offset, uint64_t bytes, int protection, const char* what);
+  char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
 class SealedMemory {
  public:
   // A new memory file of `size` bytes (1 byte to 1 TiB), zero-filled, backed

@@ -20,10 +20,12 @@ namespace gpumux {
 
 // How another process maps a segment.
 struct SegmentHandle {
-  enum class Kind { kHostMemfd, kCudaIpc };
+  // kHostPages: an expandable segment's range on the host backend, mapped
+  // page by page (each allocation brings the PageHandles of its pages).
+  enum class Kind { kHostMemfd, kCudaIpc, kHostPages };
   Kind kind = Kind::kHostMemfd;
   // kHostMemfd: the MemoryFileTable key of the segment's memory file;
-  // kCudaIpc: 64 handle bytes.
+  // kCudaIpc: 64 handle bytes; kHostPages: empty.
   std::string data;
   // kCudaIpc: the PCI bus id of the segment's device; empty for kHostMemfd.
   std::string pci_bus_id;
@@ -41,6 +43,16 @@ struct BackendSegment {
 struct BackendRange {
   uint64_t address = 0;
   uint64_t size = 0;
+  SegmentHandle handle;
+};
+
+// One mapped page of an expandable segment as another process maps it: at
+// `offset` from the range's start, `size` bytes, the MemoryFileTable key of
+// its memory file.
+struct PageHandle {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  std::string key;
 };
 
 // Backend streams and events, named by opaque handles the backend assigns

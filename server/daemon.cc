@@ -468,14 +468,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   auto state = std::make_unique<State>(options);
   GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options,
                           AllocatorOptions::Parse(options.allocator_conf));
-  if (allocator_options.expandable_segments) {
-    // The allocator and the host backend have them (gpumux replay runs them
-    // in-process); handing their pages to clients is not built yet.
-    return absl::InvalidArgumentError(
-        "--allocator-conf: expandable_segments:True (and compact_segments:True) run only in "
-        "process so far (gpumux replay --allocator-conf); gpumuxd cannot map expandable "
-        "segments into its clients yet");
-  }
   if (!options.listen_address.empty())
     GPUMUX_RETURN_IF_ERROR(ParseHostPort("--listen", options.listen_address).status());
   if (!options.metrics_listen_address.empty()) {
@@ -510,6 +502,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   }
   RaiseDescriptorLimit();
   GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options, &state->memory_files));
+  if (allocator_options.expandable_segments && !state->backend->SupportsExpandableSegments()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--allocator-conf: expandable_segments:True (and compact_segments:True) are not built for "
+        "the ",
+        state->backend->name(), " backend yet; run the host backend or leave them off"));
+  }
   GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
 
   State& s = *state;

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "common/reduce.h"
@@ -91,6 +92,18 @@ class DeviceBackend : public SegmentSource {
   // NOT_FOUND for an address that is not a live segment of `device`. Work
   // already queued on it still completes safely (its results are lost).
   virtual absl::Status ReleaseSegment(DeviceIndex device, uint64_t address) = 0;
+
+  // The pages under [address, address + size) of an expandable segment, all
+  // mapped, as a client maps them. INVALID_ARGUMENT when the bytes are not
+  // inside mapped pages of one range; FAILED_PRECONDITION for a backend
+  // without expandable segments or whose pages no other process can map.
+  virtual absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device, uint64_t address,
+                                                              uint64_t size) {
+    (void)address;
+    (void)size;
+    return absl::FailedPreconditionError(absl::StrCat(name(), " backend, device ", device.value(),
+                                                      ": no expandable segments to share"));
+  }
 
   // SegmentSource's names for the calls above, as the allocator makes them.
   uint64_t TotalMemory(DeviceIndex device) const final { return device_info(device).total_memory; }

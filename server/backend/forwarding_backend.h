@@ -52,6 +52,10 @@ class ForwardingBackend : public DeviceBackend {
   absl::Status ReleaseRange(DeviceIndex device, uint64_t address) override {
     return target_->ReleaseRange(device, address);
   }
+  absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device, uint64_t address,
+                                                      uint64_t size) override {
+    return target_->PageHandles(device, address, size);
+  }
   absl::Status Synchronize(DeviceIndex device) override { return target_->Synchronize(device); }
 
   StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override {

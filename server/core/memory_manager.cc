@@ -38,6 +38,10 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
       pages_(memory_files == nullptr
                  ? nullptr
                  : std::make_unique<StatsPages>(memory_files, backend->device_count())) {
+  allocator_.SetPagesUnmappedCallback(
+      [this](DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size) {
+        OnPagesUnmapped(device, segment, offset, size);
+      });
   streams_->set_stream_destroyer(
       [this](DeviceIndex device, BackendStream stream) { return DestroyStream(device, stream); });
 }
@@ -144,6 +148,18 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
   // The allocator has its own per-device lock; mu_ is not held across it so
   // sessions allocating on different devices do not wait for each other.
   GPUMUX_ASSIGN_OR_RETURN(AllocationResult result, allocate());
+  // A block of an expandable segment reaches the client page by page; its
+  // pages stay mapped while it lives.
+  std::vector<PageHandle> pages;
+  if (result.segment_handle->kind == SegmentHandle::Kind::kHostPages) {
+    absl::StatusOr<std::vector<PageHandle>> found =
+        backend_->PageHandles(device, result.address, result.size);
+    if (!found.ok()) {
+      allocator_.Free(device, result.address);
+      return found.status();
+    }
+    pages = *std::move(found);
+  }
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
@@ -158,7 +174,8 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
                                  result.segment_id,
                                  result.segment_size,
                                  result.address - result.segment_address,
-                                 std::move(result.segment_handle)};
+                                 std::move(result.segment_handle),
+                                 std::move(pages)};
     block->shareable = shareable;
     block->leased = leased;
     if (leased) ++books_.at(session).leases[static_cast<size_t>(device.value())];
@@ -726,6 +743,20 @@ void MemoryManager::OnSegmentReleased(DeviceIndex device, SegmentId segment) {
     subscribers_.erase(it);
   }
   for (SessionId session : list) sessions_->NotifySegmentReleased(session, device, segment);
+}
+
+void MemoryManager::OnPagesUnmapped(DeviceIndex device, SegmentId segment, uint64_t offset,
+                                    uint64_t size) {
+  absl::InlinedVector<SessionId, 2> list;
+  {
+    absl::MutexLock lock(&subscribers_mu_);
+    auto it = subscribers_.find({device.value(), segment.value()});
+    if (it == subscribers_.end()) return;
+    list = it->second;  // still subscribed: the segment lives on
+  }
+  for (SessionId session : list) {
+    sessions_->NotifySegmentReleased(session, device, segment, offset, size);
+  }
 }
 
 }  // namespace gpumux

@@ -47,6 +47,8 @@ struct AllocationView {
   uint64_t segment_size = 0;
   uint64_t offset = 0;                                  // address - segment address
   std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
+  // An expandable segment's (kHostPages): the pages under the block.
+  std::vector<PageHandle> pages;
 };
 
 // One of fraction, bytes or unlimited, like SetMemoryLimitRequest.
@@ -357,6 +359,8 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Subscribe(SessionId session, DeviceIndex device, SegmentId segment);
   void OnSegmentReleased(DeviceIndex device, SegmentId segment);
+  // Pages of an expandable segment were unmapped: its subscribers unmap them.
+  void OnPagesUnmapped(DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size);
   // The session's daemon-side stats on `device` merged with its page's.
   DeviceStats SessionStatsWithPage(DeviceIndex device, SessionId session) const;
 

@@ -41,9 +41,11 @@ constexpr absl::string_view SessionEndReasonName(SessionEndReason reason) {
 class NoticeSink {
  public:
   virtual ~NoticeSink() = default;
-  // The daemon returned a segment this session was handed: the client should
-  // unmap it. Must not block; may be called from any thread.
-  virtual void SegmentReleased(DeviceIndex device, SegmentId segment) = 0;
+  // The daemon returned a segment this session was handed (`size` 0), or
+  // unmapped the pages [offset, offset + size) of an expandable one: the
+  // client should unmap them. Must not block; may be called from any thread.
+  virtual void SegmentReleased(DeviceIndex device, SegmentId segment, uint64_t offset,
+                               uint64_t size) = 0;
   // Questions to a client that allocates locally (ClientQueries): return the
   // wholly free cached leases on `device`, and list the blocks of its
   // leases. The answers come back to ClientQueries under `request`. Must not

@@ -166,9 +166,11 @@ std::shared_ptr<NoticeSink> SessionRegistry::SinkOf(SessionId id) const {
   return it == sessions_.end() ? nullptr : it->second.sink;
 }
 
-void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device,
-                                            SegmentId segment) const {
-  if (std::shared_ptr<NoticeSink> sink = SinkOf(id)) sink->SegmentReleased(device, segment);
+void SessionRegistry::NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment,
+                                            uint64_t offset, uint64_t size) const {
+  if (std::shared_ptr<NoticeSink> sink = SinkOf(id)) {
+    sink->SegmentReleased(device, segment, offset, size);
+  }
 }
 
 void SessionRegistry::TerminateAll(absl::string_view message) const {

@@ -88,7 +88,8 @@ class SessionRegistry {
   // The session's sink; null for a session that is not open.
   std::shared_ptr<NoticeSink> SinkOf(SessionId id) const;
   // Delivers a notice to the session's sink; a closed session is skipped.
-  void NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment) const;
+  void NotifySegmentReleased(SessionId id, DeviceIndex device, SegmentId segment,
+                             uint64_t offset = 0, uint64_t size = 0) const;
 
   // Asks every open session's sink to end its session (daemon shutdown).
   void TerminateAll(absl::string_view message) const;

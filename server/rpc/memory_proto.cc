@@ -9,6 +9,8 @@ v1::HandleKind ToProto(SegmentHandle::Kind kind) {
       return v1::HANDLE_KIND_HOST_MEMFD;
     case SegmentHandle::Kind::kCudaIpc:
       return v1::HANDLE_KIND_CUDA_IPC;
+    case SegmentHandle::Kind::kHostPages:
+      return v1::HANDLE_KIND_HOST_PAGES;
   }
   return v1::HANDLE_KIND_UNSPECIFIED;
 }
@@ -27,6 +29,12 @@ void ToProto(const AllocationView& view, v1::Allocation* out) {
   out->set_segment_size(view.segment_size);
   out->set_offset(view.offset);
   out->set_address(view.address);
+  for (const PageHandle& page : view.pages) {
+    v1::PageHandle* p = out->add_pages();
+    p->set_offset(page.offset);
+    p->set_size(page.size);
+    p->set_key(page.key);
+  }
 }
 
 void ToProto(const DeviceStats& stats, v1::MemoryStats* out) {

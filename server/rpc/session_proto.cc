@@ -20,10 +20,13 @@ void ToProto(const OpenedSession& opened, v1::SessionOpened* out) {
   out->set_tenant(opened.info.tenant);
 }
 
-v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId segment) {
+v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId segment,
+                                                uint64_t offset, uint64_t size) {
   v1::SessionServerMessage message;
   message.mutable_segment_released()->set_device(device.value());
   message.mutable_segment_released()->set_segment_id(segment.value());
+  message.mutable_segment_released()->set_offset(offset);
+  message.mutable_segment_released()->set_size(size);
   return message;
 }
 

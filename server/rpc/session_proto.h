@@ -19,7 +19,9 @@ SessionInfo FromProto(const v1::OpenSessionRequest& open);
 void ToProto(const OpenedSession& opened, v1::SessionOpened* out);
 
 // The notice that `segment` of `device` is being released.
-v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId segment);
+// `size` 0: the whole segment; else its pages [offset, offset + size).
+v1::SessionServerMessage SegmentReleasedMessage(DeviceIndex device, SegmentId segment,
+                                                uint64_t offset = 0, uint64_t size = 0);
 
 // The daemon's questions to a client (ClientQueries).
 v1::SessionServerMessage ReleaseCachedMessage(uint64_t request, DeviceIndex device);

@@ -149,8 +149,11 @@ class SessionReactor final
   class Sink final : public NoticeSink {
    public:
     explicit Sink(std::weak_ptr<SessionReactor> reactor) : reactor_(std::move(reactor)) {}
-    void SegmentReleased(DeviceIndex device, SegmentId segment) override {
-      if (auto reactor = reactor_.lock()) reactor->Send(SegmentReleasedMessage(device, segment));
+    void SegmentReleased(DeviceIndex device, SegmentId segment, uint64_t offset,
+                         uint64_t size) override {
+      if (auto reactor = reactor_.lock()) {
+        reactor->Send(SegmentReleasedMessage(device, segment, offset, size));
+      }
     }
     void AskReleaseCached(uint64_t request, DeviceIndex device) override {
       if (auto reactor = reactor_.lock()) reactor->Send(ReleaseCachedMessage(request, device));

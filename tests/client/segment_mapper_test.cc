@@ -29,7 +29,7 @@ constexpr uint64_t kSize = 1 << 16;
 
 class NoSink final : public NoticeSink {
  public:
-  void SegmentReleased(DeviceIndex, SegmentId) override {}
+  void SegmentReleased(DeviceIndex, SegmentId, uint64_t, uint64_t) override {}
   void AskReleaseCached(uint64_t, DeviceIndex) override {}
   void AskLeaseBlocks(uint64_t) override {}
   void StartProfiling(uint64_t, uint64_t) override {}

@@ -75,7 +75,7 @@ class CoreTest : public ::testing::Test {
  private:
   class QuietSink final : public NoticeSink {
    public:
-    void SegmentReleased(DeviceIndex, SegmentId) override {}
+    void SegmentReleased(DeviceIndex, SegmentId, uint64_t, uint64_t) override {}
     void AskReleaseCached(uint64_t, DeviceIndex) override {}
     void AskLeaseBlocks(uint64_t) override {}
     void StartProfiling(uint64_t, uint64_t) override {}

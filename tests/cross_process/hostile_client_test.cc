@@ -198,5 +198,67 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
+// Compact mode hands a client its expandable segment page by page: it breaks
+// every page it was given, frees them and has the daemon unmap them. The
+// daemon works on, never faults, and exits cleanly.
+TEST(HostileCompactClientTest, BreakingItsPagesHurtsNoOtherSession) {
+  DaemonProcess daemon({"--host-devices=1", "--host-device-memory=256MiB",
+                        "--allocator-conf=compact_segments:True"});
+  RawSession victim(daemon.channel(), "victim");
+  v1::Allocation kept;
+  ASSERT_TRUE(victim.Allocate(0, 4 * kMiB, &kept).ok());
+  ASSERT_TRUE(Memset(victim, kept.allocation_id(), 4 * kMiB, 0x5a).ok());
+
+  RawSession hostile(daemon.channel(), "hostile");
+  std::vector<v1::Allocation> blocks(2);
+  for (v1::Allocation& a : blocks) ASSERT_TRUE(hostile.Allocate(0, 3 * kMiB, &a).ok());
+  ASSERT_EQ(blocks[1].segment_handle().kind(), v1::HANDLE_KIND_HOST_PAGES);
+  ASSERT_EQ(blocks[1].segment_id(), blocks[0].segment_id());  // grown, not a new segment
+  ASSERT_EQ(blocks[1].pages_size(), 2);
+  uint32_t seed = 1;
+  for (const v1::Allocation& a : blocks) {
+    for (const v1::PageHandle& page : a.pages()) {
+      absl::StatusOr<SealedMemory> file =
+          FetchMemory(hostile, daemon.socket_path(), page.key(), page.size());
+      ASSERT_TRUE(file.ok()) << file.status();
+      Attack(*file, seed++);
+    }
+  }
+  // The daemon writes and reads all of it.
+  for (const v1::Allocation& a : blocks) {
+    EXPECT_TRUE(Memset(hostile, a.allocation_id(), 3 * kMiB, 0x11).ok());
+  }
+  std::string back;
+  ASSERT_TRUE(Download(hostile, blocks[1].allocation_id(), 3 * kMiB, &back).ok());
+  EXPECT_EQ(back, std::string(3 * kMiB, '\x11'));
+
+  // Freed and unmapped: their keys fetch nothing any more.
+  v1::FreeRequest free;
+  for (const v1::Allocation& a : blocks) free.add_allocation_ids(a.allocation_id());
+  v1::FreeResponse freed;
+  ASSERT_TRUE(hostile.memory().Free(hostile.Context().get(), free, &freed).ok());
+  v1::EmptyCacheRequest empty;
+  empty.set_device(0);
+  v1::EmptyCacheResponse emptied;
+  ASSERT_TRUE(hostile.memory().EmptyCache(hostile.Context().get(), empty, &emptied).ok());
+  const v1::PageHandle& gone = blocks[1].pages(1);
+  EXPECT_EQ(FetchMemory(hostile, daemon.socket_path(), gone.key(), gone.size()).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // The victim's bytes are as it left them, and it works on.
+  std::string kept_bytes;
+  ASSERT_TRUE(Download(victim, kept.allocation_id(), 4096, &kept_bytes).ok());
+  EXPECT_EQ(kept_bytes, std::string(4096, '\x5a'));
+  v1::Allocation more;
+  ASSERT_TRUE(victim.Allocate(0, 6 * kMiB, &more).ok());
+  EXPECT_TRUE(Memset(victim, more.allocation_id(), 6 * kMiB, 0x33).ok());
+  EXPECT_TRUE(hostile.Close().ok());
+  EXPECT_TRUE(victim.Close().ok());
+  const int status = daemon.Stop();
+  ASSERT_TRUE(WIFEXITED(status)) << "gpumuxd died of signal "
+                                 << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
 }  // namespace
 }  // namespace gpumux::testing

@@ -60,16 +60,6 @@ TEST(GpumuxdFlagsTest, BadCommandLinesExit2SayingWhy) {
   EXPECT_THAT(run.output, HasSubstr("no_such_flag"));
 }
 
-TEST(GpumuxdFlagsTest, ExpandableSegmentsAreRefusedUntilClientsCanMapThem) {
-  for (const char* conf : {"expandable_segments:True", "compact_segments:True"}) {
-    const ProcessRun run =
-        RunGpumuxd("--socket=" + ::testing::TempDir() + "/refused.sock --allocator-conf=" + conf);
-    EXPECT_NE(run.exit_code, 0) << conf;
-    EXPECT_THAT(run.output, HasSubstr("cannot map expandable segments into its clients yet"))
-        << conf;
-  }
-}
-
 TEST(GpumuxdFlagsTest, BadTenantMemoryLimitsExit2NamingTheItem) {
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--tenant-memory-limit=pod", "'pod' is not TENANT=SIZE"},

@@ -252,7 +252,7 @@ TEST(MemorySocketPeerTest, TheSocketGroupMayConnectButStolenCredentialsAreRefuse
 TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
   class NoSink final : public NoticeSink {
    public:
-    void SegmentReleased(DeviceIndex, SegmentId) override {}
+    void SegmentReleased(DeviceIndex, SegmentId, uint64_t, uint64_t) override {}
     void AskReleaseCached(uint64_t, DeviceIndex) override {}
     void AskLeaseBlocks(uint64_t) override {}
     void StartProfiling(uint64_t, uint64_t) override {}

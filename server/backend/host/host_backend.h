@@ -99,6 +99,9 @@ class HostBackend final : public DeviceBackend {
   absl::Status MapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
   absl::Status UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
   absl::Status ReleaseRange(DeviceIndex device, uint64_t address) override;
+  // Unbacked, FAILED_PRECONDITION: there is no memory to share.
+  absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device, uint64_t address,
+                                                      uint64_t size) override;
   absl::Status Synchronize(DeviceIndex device) override;
 
   StreamPriorityRange GetStreamPriorityRange(DeviceIndex device) const override;
@@ -163,12 +166,18 @@ class HostBackend final : public DeviceBackend {
     std::shared_ptr<const SealedMemory> memory;  // null when !options_.backed
     std::string key;                             // in memory_files_
     bool mapped = false;
+    // Mapped into the range's mapping here, on first use by queued work.
+    bool viewed = false;
   };
   struct Range {
     uint64_t size = 0;
     uint64_t page_size = 0;
-    std::vector<Page> pages;                // by offset / page_size
-    std::shared_ptr<RangeMapping> mapping;  // null when !options_.backed
+    std::vector<Page> pages;  // by offset / page_size
+    // The range reserved in this process: each page work has used mapped at
+    // its offset (on first use), each unmapped one that was used turned into
+    // scratch memory (queued work on memory freed under it writes there,
+    // never faults); queued work holds it. Null when !options_.backed.
+    std::shared_ptr<AddressReservation> mapping;
   };
 
   struct Device {

@@ -30,9 +30,10 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
         "must be a positive multiple of 2 MiB and the size a positive multiple of it",
         device.value(), size, page_size));
   }
-  std::shared_ptr<RangeMapping> mapping;
+  std::shared_ptr<AddressReservation> mapping;
   if (options_.backed) {
-    GPUMUX_ASSIGN_OR_RETURN(mapping, RangeMapping::Reserve(size));
+    GPUMUX_ASSIGN_OR_RETURN(AddressReservation reserved, AddressReservation::Reserve(size));
+    mapping = std::make_shared<AddressReservation>(std::move(reserved));
   }
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
@@ -48,7 +49,7 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
   range.page_size = page_size;
   range.pages.resize(size / page_size);
   range.mapping = std::move(mapping);
-  return BackendRange{*address, size};
+  return BackendRange{*address, size, SegmentHandle{SegmentHandle::Kind::kHostPages, "", ""}};
 }
 
 absl::StatusOr<std::pair<uint64_t, HostBackend::Range*>> HostBackend::FindRangeLocked(
@@ -95,17 +96,13 @@ absl::Status HostBackend::MapPages(DeviceIndex device, uint64_t address, uint64_
     for (uint64_t i = 0; i < count; ++i) {
       absl::StatusOr<SealedMemory> memory = SealedMemory::Create(
           absl::StrCat("gpumux-d", device.value(), "-page-", d.next_serial++), range->page_size);
-      absl::Status status = memory.status();
-      if (status.ok()) {
-        pages[i].memory = std::make_shared<const SealedMemory>(*std::move(memory));
-        status = range->mapping->Map((first + i) * range->page_size, *pages[i].memory);
-      }
+      const absl::Status& status = memory.status();
       if (!status.ok()) {
-        if (i > 0) (void)range->mapping->Scrub(first * range->page_size, i * range->page_size);
         return absl::Status(status.code(),
                             absl::StrFormat("host device %d: cannot map %d bytes: %s",
                                             device.value(), size, status.message()));
       }
+      pages[i].memory = std::make_shared<const SealedMemory>(*std::move(memory));
     }
     for (uint64_t i = 0; i < count; ++i) {
       pages[i].key = memory_files_->Add(pages[i].memory);
@@ -134,11 +131,11 @@ absl::Status HostBackend::UnmapPages(DeviceIndex device, uint64_t address, uint6
                           base + i * range->page_size));
     }
   }
-  if (range->mapping != nullptr) {
-    GPUMUX_RETURN_IF_ERROR(range->mapping->Scrub(first * range->page_size, size));
-  }
   for (uint64_t i = first; i < first + count; ++i) {
     Page& page = range->pages[i];
+    if (page.viewed) {
+      GPUMUX_RETURN_IF_ERROR(range->mapping->Scratch(i * range->page_size, range->page_size));
+    }
     if (!page.key.empty()) memory_files_->Remove(page.key);
     page = Page();
   }
@@ -165,6 +162,40 @@ absl::Status HostBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
   ReturnAddressesLocked(d, address, range.size);
   d.ranges.erase(it);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex device,
+                                                                 uint64_t address, uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
+  Device& d = *devices_[device.value()];
+  absl::MutexLock lock(&d.mu);
+  auto it = d.ranges.upper_bound(address);
+  if (it != d.ranges.begin()) --it;
+  if (it == d.ranges.end() || address < it->first || address - it->first >= it->second.size ||
+      size == 0 || size > it->second.size - (address - it->first)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("host device %d: %d bytes at 0x%x are not inside one expandable segment",
+                        device.value(), size, address));
+  }
+  const Range& range = it->second;
+  if (range.mapping == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "host device %d: expandable segment at 0x%x has no memory behind it (a backend for trace "
+        "replay)",
+        device.value(), it->first));
+  }
+  const uint64_t offset = address - it->first;
+  std::vector<PageHandle> pages;
+  for (uint64_t i = offset / range.page_size; i <= (offset + size - 1) / range.page_size; ++i) {
+    const Page& page = range.pages[i];
+    if (!page.mapped) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("host device %d: the page at 0x%x of an expandable segment is not mapped",
+                          device.value(), it->first + i * range.page_size));
+    }
+    pages.push_back(PageHandle{i * range.page_size, range.page_size, page.key});
+  }
+  return pages;
 }
 
 std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRangeLocked(
@@ -196,7 +227,17 @@ std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRan
         "replay)",
         device.value(), it->first));
   }
-  return HostView{range.mapping, range.mapping->data() + offset};
+  for (uint64_t i = first; i <= last; ++i) {
+    Page& page = range.pages[i];
+    if (page.viewed) continue;
+    // The file is backed in full: mapping it never faults later.
+    if (absl::Status status = range.mapping->MapAt(i * range.page_size, *page.memory);
+        !status.ok()) {
+      return status;
+    }
+    page.viewed = true;
+  }
+  return HostView{range.mapping, reinterpret_cast<uint8_t*>(range.mapping->data()) + offset};
 }
 
 }  // namespace gpumux

@@ -32,33 +32,4 @@ class SegmentMapping {
   MemoryMapping mapping_;
 };
 
-// RangeMapping: an expandable segment's reserved range mapped into the
-// daemon: address space reserved whole (no access, no memory), each page's
-// memory file mapped at its offset when the page is mapped. An unmapped page
-// turns into private scratch memory rather than a hole, so work queued on it
-// before it was unmapped (a client's own misuse) writes into scratch and
-// never faults the daemon. The reservation goes with the last owner (queued
-// work holds a shared_ptr). Not thread-safe: the backend's device mutex
-// guards Map and Scrub.
-class RangeMapping {
- public:
-  // Reserves `size` bytes of address space; mmap's errors.
-  static absl::StatusOr<std::shared_ptr<RangeMapping>> Reserve(uint64_t size);
-  ~RangeMapping();
-  RangeMapping(const RangeMapping&) = delete;
-  RangeMapping& operator=(const RangeMapping&) = delete;
-
-  uint8_t* data() const { return data_; }
-  uint64_t size() const { return size_; }
-  // Maps all of `memory` (MAP_SHARED) at `offset`, replacing what is there.
-  absl::Status Map(uint64_t offset, const SealedMemory& memory);
-  // Replaces [offset, offset + bytes) with private zero-filled scratch.
-  absl::Status Scrub(uint64_t offset, uint64_t bytes);
-
- private:
-  RangeMapping(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
-  uint8_t* data_;
-  uint64_t size_;
-};
-
 }  // namespace gpumux
