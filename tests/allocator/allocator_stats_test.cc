@@ -75,8 +75,12 @@ TEST_F(AllocatorTest, ResetPeakAndAccumulatedFollowPyTorch) {
 
 // Random allocs, frees, dedicated blocks, recharges and cache flushes over
 // three clients and two streams on a small device where OOMs happen.
+// `backend`, given with expandable segments, is asked after each check
+// whether every live block's pages are still mapped (no unmapping, GC or
+// compact-mode reclaim may take a page under a live block).
 void RunRandomWorkload(AllocatorTest& t, CachingAllocator& allocator, uint32_t seed,
-                       bool expandable = false) {
+                       HostBackend* backend = nullptr) {
+  const bool expandable = backend != nullptr;
   std::mt19937_64 rng(seed);
   const ClientId clients[] = {kA, kB, ClientId(3)};
   allocator.SetMemoryLimit(kDev, kB, 96 * kMiB);
@@ -85,6 +89,11 @@ void RunRandomWorkload(AllocatorTest& t, CachingAllocator& allocator, uint32_t s
     const std::vector<SegmentSnapshot> segments = allocator.Snapshot(kDev, std::nullopt);
     ExpectConsistent(allocator.GetStats(kDev), segments, std::nullopt);
     for (ClientId c : clients) ExpectConsistent(allocator.GetClientStats(kDev, c), segments, c);
+    if (!expandable) return;
+    for (const AllocationResult& r : live) {
+      if (r.segment_handle->kind != SegmentHandle::Kind::kHostPages) continue;  // dedicated
+      EXPECT_OK(backend->PageHandles(kDev, r.address, r.size));
+    }
   };
   auto pick_size = [&]() -> uint64_t {
     switch (rng() % 5) {
@@ -129,6 +138,7 @@ void RunRandomWorkload(AllocatorTest& t, CachingAllocator& allocator, uint32_t s
   check();
   EXPECT_GT(ooms, 0) << "the workload should push the device into OOMs";
   for (const AllocationResult& r : live) allocator.Free(kDev, r.address);
+  live.clear();
   allocator.EmptyCache(std::nullopt, std::nullopt);
   check();
   const DeviceStats s = allocator.GetStats(kDev);
@@ -154,12 +164,12 @@ TEST_F(AllocatorTest, RandomWorkloadWithMaxSplitSizeStaysConsistent) {
 
 TEST_F(AllocatorTest, RandomWorkloadWithExpandableSegmentsStaysConsistent) {
   Init(256 * kMiB, "expandable_segments:True");
-  RunRandomWorkload(*this, *allocator_, 11, /*expandable=*/true);
+  RunRandomWorkload(*this, *allocator_, 11, backend_.get());
 }
 
 TEST_F(AllocatorTest, RandomWorkloadInCompactModeStaysConsistent) {
   Init(256 * kMiB, "compact_segments:True,garbage_collection_threshold:0.7");
-  RunRandomWorkload(*this, *allocator_, 13, /*expandable=*/true);
+  RunRandomWorkload(*this, *allocator_, 13, backend_.get());
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ void InProcessDaemon::Start() {
   daemon_options.host_devices = options_.devices;
   daemon_options.host_device_memory = options_.device_memory;
   daemon_options.metrics_listen_address = options_.metrics_listen;
+  daemon_options.allocator_conf = options_.allocator_conf;
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(daemon_options);
   if (!daemon.ok()) {
     ADD_FAILURE() << "cannot start the daemon: " << daemon.status();

@@ -25,6 +25,8 @@ class InProcessDaemon {
     uint64_t device_memory = uint64_t{64} << 20;
     // Daemon::Options::metrics_listen_address ("127.0.0.1:0": a free port).
     std::string metrics_listen;
+    // Daemon::Options::allocator_conf (PYTORCH_CUDA_ALLOC_CONF syntax).
+    std::string allocator_conf;
   };
 
   // Serving when this returns; the test fails (ADD_FAILURE) when it cannot start.
