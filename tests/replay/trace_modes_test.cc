@@ -18,6 +18,27 @@
 namespace gpumux::testing {
 namespace {
 
+// Replays `events` through a client of `daemon` in local and in daemon
+// allocation mode; each ends with `expected` for every key.
+void ExpectBothModesReplayTo(const std::vector<TraceEvent>& events, const InProcessDaemon& daemon,
+                             const std::map<std::string, int64_t>& expected) {
+  for (AllocationMode mode : {AllocationMode::kLocal, AllocationMode::kDaemon}) {
+    const char* name = mode == AllocationMode::kLocal ? "local" : "daemon";
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect(daemon.address(), {.allocation = mode});
+    ASSERT_TRUE(client.ok()) << client.status();
+    ClientReplayTarget target(**client, DeviceIndex(0));
+    absl::StatusOr<ReplayResult> result = Replay(events, target);
+    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
+    absl::StatusOr<std::map<std::string, int64_t>> stats = target.Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    ASSERT_EQ(stats->size(), expected.size()) << name;
+    for (const auto& [key, value] : expected) {
+      EXPECT_EQ(stats->at(key), value) << name << " " << key;
+    }
+  }
+}
+
 class TraceModesTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TraceModesTest, EveryKeyEqualsTheInProcessReplayInBothModes) {
@@ -34,18 +55,7 @@ TEST_P(TraceModesTest, EveryKeyEqualsTheInProcessReplayInBothModes) {
 
   // GPT-2 reserves 13 GB at its peak.
   InProcessDaemon daemon({.devices = 1, .device_memory = uint64_t{16} << 30});
-  for (AllocationMode mode : {AllocationMode::kLocal, AllocationMode::kDaemon}) {
-    const char* name = mode == AllocationMode::kLocal ? "local" : "daemon";
-    absl::StatusOr<std::unique_ptr<Client>> client =
-        Client::Connect(daemon.address(), {.allocation = mode});
-    ASSERT_TRUE(client.ok()) << client.status();
-    ClientReplayTarget target(**client, DeviceIndex(0));
-    absl::StatusOr<ReplayResult> result = Replay(*events, target);
-    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
-    absl::StatusOr<std::map<std::string, int64_t>> stats = target.Stats();
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    EXPECT_EQ(*stats, *expected) << name;
-  }
+  ExpectBothModesReplayTo(*events, daemon, *expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, TraceModesTest,
@@ -76,20 +86,7 @@ TEST_P(CompactTraceModesTest, EveryKeyEqualsTheInProcessCompactReplay) {
   ASSERT_GT(expected->at("num_device_free"), 0);  // compact mode unmapped pages on the way
 
   InProcessDaemon daemon({.devices = 1, .device_memory = kDeviceMemory, .allocator_conf = kConf});
-  for (AllocationMode mode : {AllocationMode::kLocal, AllocationMode::kDaemon}) {
-    const char* name = mode == AllocationMode::kLocal ? "local" : "daemon";
-    absl::StatusOr<std::unique_ptr<Client>> client =
-        Client::Connect(daemon.address(), {.allocation = mode});
-    ASSERT_TRUE(client.ok()) << client.status();
-    ClientReplayTarget target(**client, DeviceIndex(0));
-    absl::StatusOr<ReplayResult> result = Replay(*events, target);
-    ASSERT_TRUE(result.ok()) << name << ": " << result.status();
-    absl::StatusOr<std::map<std::string, int64_t>> stats = target.Stats();
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    ASSERT_EQ(stats->size(), expected->size()) << name;
-    for (const auto& [key, value] : *expected)
-      EXPECT_EQ(stats->at(key), value) << name << " " << key;
-  }
+  ExpectBothModesReplayTo(*events, daemon, *expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, CompactTraceModesTest,

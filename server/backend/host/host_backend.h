@@ -212,9 +212,17 @@ class HostBackend final : public DeviceBackend {
   std::optional<absl::StatusOr<HostView>> TranslateInRangeLocked(Device& d, uint64_t address,
                                                                  uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // The range holding [address, address + size), page-aligned; or why not.
-  absl::StatusOr<std::pair<uint64_t, Range*>> FindRangeLocked(Device& d, DeviceIndex device,
-                                                              uint64_t address, uint64_t size)
+  // Whole pages [first, first + count) of the range at `base`.
+  struct PageSpan {
+    uint64_t base = 0;
+    Range* range = nullptr;
+    uint64_t first = 0;
+    uint64_t count = 0;
+  };
+  // The pages [address, address + size) of one range, every one of them
+  // mapped (or every one unmapped when `mapped` is false); or why not.
+  absl::StatusOr<PageSpan> FindPagesLocked(Device& d, DeviceIndex device, uint64_t address,
+                                           uint64_t size, bool mapped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   // First fit of `span` bytes of emulated addresses; nullopt when no
   // contiguous span is left.

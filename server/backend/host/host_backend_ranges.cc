@@ -52,8 +52,9 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
   return BackendRange{*address, size, SegmentHandle{SegmentHandle::Kind::kHostPages, "", ""}};
 }
 
-absl::StatusOr<std::pair<uint64_t, HostBackend::Range*>> HostBackend::FindRangeLocked(
-    Device& d, DeviceIndex device, uint64_t address, uint64_t size) {
+absl::StatusOr<HostBackend::PageSpan> HostBackend::FindPagesLocked(Device& d, DeviceIndex device,
+                                                                   uint64_t address, uint64_t size,
+                                                                   bool mapped) {
   auto it = d.ranges.upper_bound(address);
   if (it != d.ranges.begin()) {
     --it;
@@ -61,7 +62,15 @@ absl::StatusOr<std::pair<uint64_t, HostBackend::Range*>> HostBackend::FindRangeL
     const uint64_t offset = address - it->first;
     if (offset < range.size && size <= range.size - offset && size > 0 &&
         offset % range.page_size == 0 && size % range.page_size == 0) {
-      return std::make_pair(it->first, &range);
+      const PageSpan span{it->first, &range, offset / range.page_size, size / range.page_size};
+      for (uint64_t i = span.first; i < span.first + span.count; ++i) {
+        if (range.pages[i].mapped != mapped) {
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "host device %d: the page at 0x%x is %s", device.value(),
+              it->first + i * range.page_size, mapped ? "not mapped" : "mapped already"));
+        }
+      }
+      return span;
     }
   }
   return absl::InvalidArgumentError(absl::StrFormat(
@@ -73,17 +82,11 @@ absl::Status HostBackend::MapPages(DeviceIndex device, uint64_t address, uint64_
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  GPUMUX_ASSIGN_OR_RETURN(auto found, FindRangeLocked(d, device, address, size));
-  auto [base, range] = found;
-  const uint64_t first = (address - base) / range->page_size;
-  const uint64_t count = size / range->page_size;
-  for (uint64_t i = first; i < first + count; ++i) {
-    if (range->pages[i].mapped) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("host device %d: the page at 0x%x is mapped already", device.value(),
-                          base + i * range->page_size));
-    }
-  }
+  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span,
+                          FindPagesLocked(d, device, address, size, /*mapped=*/false));
+  Range* range = span.range;
+  const uint64_t first = span.first;
+  const uint64_t count = span.count;
   const uint64_t total = d.info.total_memory;
   if (size > total - d.used) {
     return absl::ResourceExhaustedError(
@@ -120,22 +123,21 @@ absl::Status HostBackend::UnmapPages(DeviceIndex device, uint64_t address, uint6
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  GPUMUX_ASSIGN_OR_RETURN(auto found, FindRangeLocked(d, device, address, size));
-  auto [base, range] = found;
-  const uint64_t first = (address - base) / range->page_size;
-  const uint64_t count = size / range->page_size;
+  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span,
+                          FindPagesLocked(d, device, address, size, /*mapped=*/true));
+  Range* range = span.range;
+  const uint64_t first = span.first;
+  const uint64_t count = span.count;
+  // Out of this process's view first; a page whose view is gone but that
+  // stays mapped (an mmap failure below) is viewed again on its next use.
   for (uint64_t i = first; i < first + count; ++i) {
-    if (!range->pages[i].mapped) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("host device %d: the page at 0x%x is not mapped", device.value(),
-                          base + i * range->page_size));
-    }
+    Page& page = range->pages[i];
+    if (!page.viewed) continue;
+    GPUMUX_RETURN_IF_ERROR(range->mapping->Scratch(i * range->page_size, range->page_size));
+    page.viewed = false;
   }
   for (uint64_t i = first; i < first + count; ++i) {
     Page& page = range->pages[i];
-    if (page.viewed) {
-      GPUMUX_RETURN_IF_ERROR(range->mapping->Scratch(i * range->page_size, range->page_size));
-    }
     if (!page.key.empty()) memory_files_->Remove(page.key);
     page = Page();
   }
