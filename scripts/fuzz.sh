@@ -29,7 +29,7 @@ while (($#)); do
   esac
 done
 if ((${#targets[@]} == 0)); then
-  targets=(session device memory observe stream event copy comm group random nvtx profile memory_socket admin)
+  targets=(session device memory memory_compact observe stream event copy comm group random nvtx profile memory_socket admin)
 fi
 build=$(realpath -m "${GPUMUX_FUZZ_BUILD_DIR:-build-fuzz}")
 

@@ -22,6 +22,8 @@
 #include "grpcpp/generic/generic_stub.h"
 
 namespace gpumux::fuzz {
+
+__attribute__((weak)) const char* FuzzAllocatorConf() { return ""; }
 namespace {
 
 constexpr uint64_t kDeviceMemory = uint64_t{64} << 20;
@@ -84,6 +86,7 @@ FuzzHarness::FuzzHarness() {
   options.backend = "host";
   options.host_devices = FuzzFixture::kDevices;
   options.host_device_memory = kDeviceMemory;
+  options.allocator_conf = FuzzAllocatorConf();
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(options);
   if (!daemon.ok()) Fail(absl::StrCat("the daemon did not start: ", daemon.status().ToString()));
   daemon_ = *std::move(daemon);

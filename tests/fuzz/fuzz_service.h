@@ -50,6 +50,11 @@ class FuzzService {
 // entry points (fuzz_service.cc) drive it.
 const FuzzService& TargetService();
 
+// The daemon's --allocator-conf for this target: "" (PyTorch's default
+// mode) unless the target's sources define it (a weak default in the
+// harness), as memory_compact_fuzzer does for compact mode.
+const char* FuzzAllocatorConf();
+
 // Seeds: `texts` parsed as messages of `prototype`'s type and serialized;
 // aborts on a text that does not parse.
 std::vector<std::string> SerializeSeeds(const google::protobuf::Message& prototype,
