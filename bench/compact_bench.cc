@@ -10,11 +10,14 @@
 // (default, expandable, compact): *_reserved_over_requested at peak, the
 // peaks allocated and reserved,
 // *_ops_per_second (replays after one warm-up), *_page_maps and
-// *_page_unmaps (num_device_alloc / num_device_free of round one), then
+// *_page_unmaps (num_device_alloc / num_device_free of round one),
+// *_steady_page_maps_per_round and *_steady_page_unmaps_per_round (the
+// timed rounds'), then
 // *_compact_over_default_ops and compact_worst_reserved_over_requested.
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,6 +92,15 @@ int main(int argc, char** argv) {
       if (!first.ok()) return Fail(first.status().ToString());
       absl::StatusOr<gpumux::ReplayResult> timed = gpumux::Replay(*events, **target, repeat);
       if (!timed.ok()) return Fail(timed.status().ToString());
+      // Page traffic in steady state: the timed rounds' maps and unmaps,
+      // per round (the allocator's counters are cumulative).
+      absl::StatusOr<std::map<std::string, int64_t>> after = (*target)->Stats();
+      if (!after.ok()) return Fail(after.status().ToString());
+      const double rounds = static_cast<double>(repeat);
+      const double steady_maps =
+          static_cast<double>(after->at("num_device_alloc") - first->device_allocs) / rounds;
+      const double steady_unmaps =
+          static_cast<double>(after->at("num_device_free") - first->device_frees) / rounds;
       const double ratio =
           static_cast<double>(first->peak_reserved) / static_cast<double>(first->peak_requested);
       const double ops = static_cast<double>(timed->operations) / timed->seconds;
@@ -102,6 +114,9 @@ int main(int argc, char** argv) {
                   static_cast<long long>(first->device_allocs));
       std::printf("%s_%s_page_unmaps=%lld\n", trace.name, mode.name,
                   static_cast<long long>(first->device_frees));
+      std::printf("%s_%s_steady_page_maps_per_round=%.1f\n", trace.name, mode.name, steady_maps);
+      std::printf("%s_%s_steady_page_unmaps_per_round=%.1f\n", trace.name, mode.name,
+                  steady_unmaps);
       if (std::string(mode.name) == "default") {
         default_ops = ops;
         std::printf("%s_peak_requested=%lld\n", trace.name,
