@@ -49,7 +49,7 @@ struct Flags {
   int repeat = 10;
   int daemon_repeat = 3;
   int rounds = 3;
-  int daemon_rounds = 6;
+  int daemon_rounds = 14;
 };
 
 // The child: replays TRACE through a client in MODE and prints
