@@ -34,9 +34,8 @@ class PagedSegment final : public MappedSegment {
   uint64_t size() const override { return reservation_.size(); }
 
   // Maps each page not mapped here under its key yet.
-  absl::Status MapPages(const SegmentMapper::PageHandles* pages, MemoryFileFetcher* memory_files) {
-    if (pages == nullptr) return absl::OkStatus();
-    for (const v1::PageHandle& page : *pages) {
+  absl::Status MapPages(const SegmentMapper::PageHandles& pages, MemoryFileFetcher* memory_files) {
+    for (const v1::PageHandle& page : pages) {
       auto it = keys_.find(page.offset());
       if (it != keys_.end() && it->second == page.key()) continue;
       GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files->Fetch(page.key(), page.size()));
@@ -55,6 +54,15 @@ class PagedSegment final : public MappedSegment {
   AddressReservation reservation_;
   std::map<uint64_t, std::string> keys_;  // mapped pages: offset -> key
 };
+
+// Maps an allocation's `pages` into `mapping` when it is an expandable
+// segment's; allocations of other segments bring none, and cost no cast.
+absl::Status MapPagesInto(MappedSegment* mapping, const SegmentMapper::PageHandles* pages,
+                          MemoryFileFetcher* memory_files) {
+  if (pages == nullptr || pages->empty()) return absl::OkStatus();
+  auto* paged = dynamic_cast<PagedSegment*>(mapping);
+  return paged == nullptr ? absl::OkStatus() : paged->MapPages(*pages, memory_files);
+}
 
 absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHandle& handle,
                                                            uint64_t size,
@@ -97,10 +105,9 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
                                      ToString(device), ": ", status.message()));
   };
   if (auto it = mappings_.find(key); it != mappings_.end()) {
-    if (auto* paged = dynamic_cast<PagedSegment*>(it->second.mapping.get()); paged != nullptr) {
-      if (absl::Status status = paged->MapPages(pages, memory_files); !status.ok()) {
-        return failed(status);
-      }
+    if (absl::Status status = MapPagesInto(it->second.mapping.get(), pages, memory_files);
+        !status.ok()) {
+      return failed(status);
     }
     if (cuda_device != nullptr) *cuda_device = it->second.mapping->cuda_device();
     ++it->second.users;
@@ -110,10 +117,8 @@ absl::StatusOr<void*> SegmentMapper::Map(DeviceIndex device, SegmentId segment,
   // a fetch and an mmap take microseconds.
   auto mapping = OpenMapping(handle, size, memory_files);
   if (!mapping.ok()) return failed(mapping.status());
-  if (auto* paged = dynamic_cast<PagedSegment*>(mapping->get()); paged != nullptr) {
-    if (absl::Status status = paged->MapPages(pages, memory_files); !status.ok()) {
-      return failed(status);
-    }
+  if (absl::Status status = MapPagesInto(mapping->get(), pages, memory_files); !status.ok()) {
+    return failed(status);
   }
   void* base = (*mapping)->base();
   if (cuda_device != nullptr) *cuda_device = (*mapping)->cuda_device();

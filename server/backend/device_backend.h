@@ -97,10 +97,9 @@ class DeviceBackend : public SegmentSource {
   // mapped, as a client maps them. INVALID_ARGUMENT when the bytes are not
   // inside mapped pages of one range; FAILED_PRECONDITION for a backend
   // without expandable segments or whose pages no other process can map.
-  virtual absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device, uint64_t address,
-                                                              uint64_t size) {
-    (void)address;
-    (void)size;
+  virtual absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device,
+                                                              uint64_t /*address*/,
+                                                              uint64_t /*size*/) {
     return absl::FailedPreconditionError(absl::StrCat(name(), " backend, device ", device.value(),
                                                       ": no expandable segments to share"));
   }

@@ -212,6 +212,9 @@ class HostBackend final : public DeviceBackend {
   std::optional<absl::StatusOr<HostView>> TranslateInRangeLocked(Device& d, uint64_t address,
                                                                  uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // The range holding `address`, or d.ranges.end().
+  static std::map<uint64_t, Range>::iterator RangeAtLocked(Device& d, uint64_t address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   // Whole pages [first, first + count) of the range at `base`.
   struct PageSpan {
     uint64_t base = 0;

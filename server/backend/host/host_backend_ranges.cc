@@ -52,16 +52,22 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
   return BackendRange{*address, size, SegmentHandle{SegmentHandle::Kind::kHostPages, "", ""}};
 }
 
+std::map<uint64_t, HostBackend::Range>::iterator HostBackend::RangeAtLocked(Device& d,
+                                                                            uint64_t address) {
+  auto it = d.ranges.upper_bound(address);
+  if (it == d.ranges.begin()) return d.ranges.end();
+  --it;
+  return address - it->first < it->second.size ? it : d.ranges.end();
+}
+
 absl::StatusOr<HostBackend::PageSpan> HostBackend::FindPagesLocked(Device& d, DeviceIndex device,
                                                                    uint64_t address, uint64_t size,
                                                                    bool mapped) {
-  auto it = d.ranges.upper_bound(address);
-  if (it != d.ranges.begin()) {
-    --it;
+  if (auto it = RangeAtLocked(d, address); it != d.ranges.end()) {
     Range& range = it->second;
     const uint64_t offset = address - it->first;
-    if (offset < range.size && size <= range.size - offset && size > 0 &&
-        offset % range.page_size == 0 && size % range.page_size == 0) {
+    if (size <= range.size - offset && size > 0 && offset % range.page_size == 0 &&
+        size % range.page_size == 0) {
       const PageSpan span{it->first, &range, offset / range.page_size, size / range.page_size};
       for (uint64_t i = span.first; i < span.first + span.count; ++i) {
         if (range.pages[i].mapped != mapped) {
@@ -171,10 +177,8 @@ absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex dev
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  auto it = d.ranges.upper_bound(address);
-  if (it != d.ranges.begin()) --it;
-  if (it == d.ranges.end() || address < it->first || address - it->first >= it->second.size ||
-      size == 0 || size > it->second.size - (address - it->first)) {
+  auto it = RangeAtLocked(d, address);
+  if (it == d.ranges.end() || size == 0 || size > it->second.size - (address - it->first)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("host device %d: %d bytes at 0x%x are not inside one expandable segment",
                         device.value(), size, address));
@@ -202,12 +206,10 @@ absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex dev
 
 std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRangeLocked(
     Device& d, uint64_t address, uint64_t bytes) {
-  auto it = d.ranges.upper_bound(address);
-  if (it == d.ranges.begin()) return std::nullopt;
-  --it;
+  auto it = RangeAtLocked(d, address);
+  if (it == d.ranges.end()) return std::nullopt;
   Range& range = it->second;
   const uint64_t offset = address - it->first;
-  if (offset >= range.size) return std::nullopt;
   const DeviceIndex device = d.info.index;
   if (bytes > range.size - offset) {
     return absl::InvalidArgumentError(absl::StrFormat(
