@@ -5,6 +5,8 @@
 // destructor, its directory removed.
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +33,8 @@ inline std::string DefaultDaemonPath() { return ToolPath("gpumuxd", "server"); }
 class BenchDaemon {
  public:
   // Runs `binary --socket=<temp>/gpumux.sock --log-level=warn <args>` and
-  // waits up to 30 s (a CUDA daemon loads its contexts first) for the socket.
+  // waits up to 30 s (a CUDA daemon loads its contexts first) until the
+  // socket accepts connections.
   BenchDaemon(const std::string& binary, const std::vector<std::string>& args) {
     char pattern[] = "/tmp/gpumux-bench-XXXXXX";
     dir_ = mkdtemp(pattern);
@@ -46,7 +49,7 @@ class BenchDaemon {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    for (int i = 0; i < 6000 && !std::filesystem::exists(socket_); ++i) {
+    for (int i = 0; i < 6000 && !Accepts(socket_); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
@@ -65,6 +68,22 @@ class BenchDaemon {
   pid_t pid() const { return pid_; }
 
  private:
+  // Whether something listens on the Unix socket at `path`: the file
+  // appears at bind(), a moment before listen(), and a connection in
+  // between is refused.
+  static bool Accepts(const std::string& path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(address.sun_path)) return false;
+    path.copy(address.sun_path, path.size());
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool accepted =
+        connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    close(fd);
+    return accepted;
+  }
+
   std::string dir_;
   std::string socket_;
   pid_t pid_ = -1;
