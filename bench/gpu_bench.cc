@@ -10,6 +10,9 @@
 //     the client's mapping cache avoids it;
 //   - what becomes of an interprocess event whose recorder is SIGKILLed
 //     before its work ran (killed_recorder_event);
+//   - compact mode (expandable segments of cuMemCreate pages): the traces
+//     replayed through a compact daemon beside the default one, and what
+//     mapping a fresh page costs;
 //   - torch.cuda.comm's all_reduce on the daemon's engine (NCCL where it
 //     loaded: `collectives=`) vs cudaMemcpy of the same bytes, and the first
 //     all_reduce of a session (the communicator made) vs a later one and
@@ -120,7 +123,9 @@ bool AllocateFree(gpumux::Client& client) {
   return true;
 }
 
-bool Replays(gpumux::Client& client, const std::string& testdata) {
+// `ops_per_second` receives each trace's replay speed.
+bool Replays(gpumux::Client& client, const std::string& testdata,
+             std::vector<double>* ops_per_second) {
   for (const TorchFigures& trace : kTraces) {
     absl::StatusOr<std::vector<gpumux::TraceEvent>> events =
         gpumux::LoadTrace(testdata + "/" + trace.file);
@@ -158,11 +163,81 @@ bool Replays(gpumux::Client& client, const std::string& testdata) {
     std::printf(
         "replay_%s_peak_reserved_cuda_over_host=%.4f\n", n,
         static_cast<double>(on_cuda->peak_reserved) / static_cast<double>(on_host->peak_reserved));
-    std::printf("replay_%s_ops_per_second_cuda=%.0f\n", n,
-                static_cast<double>(on_cuda->operations) / on_cuda->seconds);
+    ops_per_second->push_back(static_cast<double>(on_cuda->operations) / on_cuda->seconds);
+    std::printf("replay_%s_ops_per_second_cuda=%.0f\n", n, ops_per_second->back());
     std::printf("replay_%s_ipc_opens=%llu\n", n, static_cast<unsigned long long>(opened));
     std::printf("replay_%s_ipc_cache_hit_rate=%.4f\n", n,
                 1.0 - static_cast<double>(opened) / allocations);
+  }
+  return true;
+}
+
+// Compact mode on the CUDA backend (a second gpumuxd with
+// --allocator-conf=compact_segments:True: expandable segments of cuMemCreate
+// pages, mapped by this process from exported descriptors): every trace
+// replayed through it, beside the default daemon's replay of the same trace
+// in this run (`default_ops_per_second`), and what a fresh page costs: an
+// allocation that maps new pages in the daemon and here vs one on pages
+// mapped already.
+bool CompactMode(const std::string& gpumuxd, const std::string& testdata,
+                 const std::vector<double>& default_ops_per_second) {
+  gpumux::bench::BenchDaemon daemon(
+      gpumuxd,
+      std::vector<std::string>{"--backend=cuda", "--allocator-conf=compact_segments:True"});
+  gpumux::ClientOptions options;
+  options.client_name = "gpumux_gpu_bench compact";
+  auto client = gpumux::Client::Connect(daemon.address(), options);
+  if (!Check(client.status(), "connect (compact)")) return false;
+  gpumux::Client& c = **client;
+  // Keeps the range reserved (in the daemon and here): the loop maps pages only.
+  auto anchor = c.Allocate(2 * kMiB);
+  if (!Check(anchor.status(), "anchor allocation")) return false;
+  std::vector<double> fresh, mapped;
+  for (int i = 0; i < 100; ++i) {
+    std::vector<gpumux::DeviceBuffer> held;
+    fresh.push_back(TimeUs([&] {
+      auto b = c.Allocate(2 * kMiB);
+      if (b.ok()) held.push_back(*std::move(b));
+    }));
+    held.clear();
+    if (!Check(c.FlushFrees(), "flush")) return false;
+    mapped.push_back(TimeUs([&] { (void)c.Allocate(2 * kMiB); }));
+    if (!Check(c.FlushFrees(), "flush") || !Check(c.EmptyCache().status(), "empty_cache"))
+      return false;
+  }
+  anchor = gpumux::DeviceBuffer();
+  const double fresh50 = Percentile(fresh, 0.5), mapped50 = Percentile(mapped, 0.5);
+  std::printf("compact_alloc_new_page_p50_us=%.2f\n", fresh50);
+  std::printf("compact_alloc_mapped_page_p50_us=%.2f\n", mapped50);
+  std::printf("compact_page_map_cost_estimate_us=%.2f\n", fresh50 - mapped50);
+  for (size_t i = 0; i < std::size(kTraces); ++i) {
+    const TorchFigures& trace = kTraces[i];
+    absl::StatusOr<std::vector<gpumux::TraceEvent>> events =
+        gpumux::LoadTrace(testdata + "/" + trace.file);
+    if (!Check(events.status(), trace.file)) return false;
+    absl::StatusOr<gpumux::ReplayResult> replayed;
+    {
+      gpumux::ClientReplayTarget target(c, gpumux::DeviceIndex(0));
+      replayed = gpumux::Replay(*events, target);
+    }
+    if (!Check(replayed.status(), "compact replay")) return false;
+    if (!Check(c.EmptyCache().status(), "empty_cache")) return false;
+    const char* n = trace.name;
+    const double ops = static_cast<double>(replayed->operations) / replayed->seconds;
+    std::printf("replay_%s_peak_reserved_compact_cuda=%lld\n", n,
+                static_cast<long long>(replayed->peak_reserved));
+    std::printf("replay_%s_reserved_over_requested_compact_cuda=%.4f\n", n,
+                static_cast<double>(replayed->peak_reserved) /
+                    static_cast<double>(replayed->peak_requested));
+    std::printf("replay_%s_device_allocs_compact_cuda=%lld\n", n,
+                static_cast<long long>(replayed->device_allocs));
+    std::printf("replay_%s_device_frees_compact_cuda=%lld\n", n,
+                static_cast<long long>(replayed->device_frees));
+    std::printf("replay_%s_ops_per_second_compact_cuda=%.0f\n", n, ops);
+    if (i < default_ops_per_second.size() && default_ops_per_second[i] > 0) {
+      std::printf("replay_%s_ops_compact_over_default_cuda=%.3f\n", n,
+                  ops / default_ops_per_second[i]);
+    }
   }
   return true;
 }
@@ -418,10 +493,11 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::unique_ptr<gpumux::bench::BenchDaemon> daemon;
+  std::string daemon_address;  // compact mode needs a daemon of its own: not with --address
   if (address.empty()) {
     daemon = std::make_unique<gpumux::bench::BenchDaemon>(
         gpumuxd, std::vector<std::string>{"--backend=cuda"});
-    address = daemon->address();
+    address = daemon_address = daemon->address();
   }
   int rc = 0;
   {
@@ -440,7 +516,9 @@ int main(int argc, char** argv) {
       if (!Copies(c)) rc = 1;
       if (!MappingCost(c)) rc = 1;
       if (!Collectives(c, address)) rc = 1;
-      if (!Replays(c, testdata)) rc = 1;
+      std::vector<double> ops_per_second;
+      if (!Replays(c, testdata, &ops_per_second)) rc = 1;
+      if (address == daemon_address && !CompactMode(gpumuxd, testdata, ops_per_second)) rc = 1;
     }
   }
   return rc;

@@ -1,11 +1,13 @@
 // libgpumux's CUDA path (CUDA builds): segments mapped with
-// cudaIpcOpenMemHandle, free fences, and the interop of cuda_interop.h.
+// cudaIpcOpenMemHandle, expandable segments' pages mapped from exported
+// descriptors, free fences, and the interop of cuda_interop.h.
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +23,8 @@
 #include "client/cuda_ipc_mapping.h"
 #include "client/local_event.h"
 #include "common/cuda_status.h"
+#include "common/cuda_vmm.h"
+#include "common/memory_socket.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -104,6 +108,108 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_v
     return CudaStatus(e, "cudaIpcOpenMemHandle");
   }
   return std::unique_ptr<MappedSegment>(new CudaIpcMapping(base, size, *device));
+}
+
+namespace {
+
+// An expandable segment of the CUDA backend mapped here: the range reserved
+// in this process's device address space, each page imported from its
+// descriptor and mapped at its offset. The imported handles are released
+// once mapped: a mapping keeps its memory, and cuMemUnmap lets it go.
+class CudaPagedMapping final : public PagedMapping {
+ public:
+  CudaPagedMapping(uint64_t base, uint64_t size, int device)
+      : base_(base), size_(size), device_(device) {}
+  ~CudaPagedMapping() override {
+    CudaDeviceScope scope(device_);
+    for (const auto& [offset, page] : pages_) Unmap(offset, page.size);
+    if (absl::Status freed = cuda_vmm::FreeAddresses(base_, size_); !freed.ok()) {
+      spdlog::warn("gpumux: {}", freed.ToString());
+    }
+  }
+  void* base() const override { return reinterpret_cast<void*>(base_); }
+  uint64_t size() const override { return size_; }
+  int cuda_device() const override { return device_; }
+
+  absl::Status MapPages(const google::protobuf::RepeatedPtrField<v1::PageHandle>& pages,
+                        MemoryFileFetcher* memory_files) override {
+    CudaDeviceScope scope(device_);
+    if (scope.status() != cudaSuccess) return CudaStatus(scope.status(), "cudaSetDevice");
+    for (const v1::PageHandle& page : pages) {
+      if (page.size() == 0 || page.offset() > size_ || page.size() > size_ - page.offset()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a page of ", page.size(), " bytes at offset ", page.offset(),
+                         " does not fit an expandable segment of ", size_, " bytes"));
+      }
+      auto it = pages_.find(page.offset());
+      if (it != pages_.end() && it->second.key == page.key()) continue;
+      // The daemon unmapped the page and mapped another there; the notice
+      // may still be on its way.
+      if (it != pages_.end()) {
+        Unmap(it->first, it->second.size);
+        pages_.erase(it);
+      }
+      GPUMUX_ASSIGN_OR_RETURN(UniqueFd fd, memory_files->FetchDescriptor(page.key(), page.size()));
+      GPUMUX_ASSIGN_OR_RETURN(const cuda_vmm::PhysicalHandle handle, cuda_vmm::Import(fd.get()));
+      const absl::Status mapped =
+          cuda_vmm::Map(base_ + page.offset(), page.size(), handle, {device_});
+      // Mapped, the memory lives until unmapped; unmapped, it goes now.
+      if (absl::Status released = cuda_vmm::Release(handle); !released.ok()) {
+        spdlog::warn("gpumux: {}", released.ToString());
+      }
+      GPUMUX_RETURN_IF_ERROR(mapped);
+      pages_[page.offset()] = Page{page.key(), page.size()};
+    }
+    return absl::OkStatus();
+  }
+
+  void UnmapPages(uint64_t offset, uint64_t size) override {
+    CudaDeviceScope scope(device_);
+    for (auto it = pages_.lower_bound(offset); it != pages_.end() && it->first < offset + size;) {
+      Unmap(it->first, it->second.size);
+      it = pages_.erase(it);
+    }
+  }
+
+ private:
+  struct Page {
+    std::string key;
+    uint64_t size = 0;
+  };
+
+  void Unmap(uint64_t offset, uint64_t size) const {
+    if (absl::Status unmapped = cuda_vmm::Unmap(base_ + offset, size); !unmapped.ok()) {
+      spdlog::warn("gpumux: {}", unmapped.ToString());
+    }
+  }
+
+  const uint64_t base_;
+  const uint64_t size_;
+  const int device_;
+  std::map<uint64_t, Page> pages_;  // mapped pages by offset
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaPagedMapping(uint64_t size,
+                                                                    absl::string_view pci_bus_id) {
+  if (!CudaDeviceVisible()) {
+    return absl::UnimplementedError(
+        "cannot map CUDA pages: no CUDA device is visible to this process "
+        "(CUDA_VISIBLE_DEVICES, driver?)");
+  }
+  GPUMUX_ASSIGN_OR_RETURN(const int device, ResolveCudaDevice(pci_bus_id));
+  CudaDeviceScope scope(device);
+  if (scope.status() != cudaSuccess) return CudaStatus(scope.status(), "cudaSetDevice");
+  GPUMUX_RETURN_IF_ERROR(cuda_vmm::CheckSupport(device));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t granularity, cuda_vmm::Granularity(device));
+  if (size == 0 || size % granularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("an expandable segment of ", size,
+                                                   " bytes is not a whole number of ", granularity,
+                                                   "-byte pages"));
+  }
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t base, cuda_vmm::ReserveAddresses(size, granularity));
+  return std::unique_ptr<MappedSegment>(new CudaPagedMapping(base, size, device));
 }
 
 namespace {

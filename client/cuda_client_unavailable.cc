@@ -14,6 +14,11 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(
   return absl::UnimplementedError("CUDA IPC mapping needs a CUDA-enabled client build");
 }
 
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaPagedMapping(
+    uint64_t /*size*/, absl::string_view /*pci_bus_id*/) {
+  return absl::UnimplementedError("mapping CUDA pages needs a CUDA-enabled client build");
+}
+
 bool CudaDeviceVisible() { return false; }
 
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }

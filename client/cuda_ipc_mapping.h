@@ -1,9 +1,9 @@
 #pragma once
 
-// Maps a CUDA-backend segment from its cudaIpcMemHandle_t. Which
-// implementation is built is a build-time choice (CMake picks the source
-// file): cuda_ipc_mapping_cuda.cc where the CUDA toolkit is found,
-// cuda_ipc_mapping_unavailable.cc otherwise.
+// Maps a CUDA-backend segment from its cudaIpcMemHandle_t, or an expandable
+// segment's pages from their exported descriptors. Which implementation is
+// built is a build-time choice (CMake picks the source file): cuda_client.cc
+// where the CUDA toolkit is found, cuda_client_unavailable.cc otherwise.
 
 #include <cstdint>
 #include <memory>
@@ -28,6 +28,16 @@ namespace gpumux {
 absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaIpcMapping(absl::string_view handle,
                                                                   uint64_t size,
                                                                   absl::string_view pci_bus_id);
+
+// An expandable segment of the CUDA backend (HANDLE_KIND_CUDA_PAGES):
+// `size` bytes of device addresses reserved here (cuMemAddressReserve), into
+// which PagedMapping::MapPages maps each page from the descriptor the memory
+// socket hands out (cuMemImportFromShareableHandle, cuMemMap, and read-write
+// access for the device `pci_bus_id` names); destroyed, it unmaps every page
+// and frees the addresses. The errors of OpenCudaIpcMapping, and the
+// driver's (FAILED_PRECONDITION for one without virtual memory management).
+absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaPagedMapping(uint64_t size,
+                                                                    absl::string_view pci_bus_id);
 
 // Whether this process sees a CUDA device (always false without CUDA
 // support).

@@ -2,12 +2,18 @@
 
 // A segment of daemon-owned device memory mapped into this process: an RAII
 // owner of one mapping. Which kind depends on the segment handle the daemon
-// sends at run time (host shared memory now, CUDA IPC later), hence the
-// interface. Implementations are immutable after construction and thread-safe.
+// sends at run time (host shared memory, CUDA IPC, an expandable segment's
+// pages of either), hence the interface. Implementations are immutable after
+// construction and thread-safe, but for PagedMapping's page calls.
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "gpumux/v1/common.pb.h"
+
 namespace gpumux {
+
+class MemoryFileFetcher;
 
 class MappedSegment {
  public:
@@ -21,6 +27,20 @@ class MappedSegment {
   // The CUDA device ordinal (in this process) a CUDA IPC mapping is open on;
   // -1 for host memory.
   virtual int cuda_device() const { return -1; }
+};
+
+// An expandable segment's mapping: its range reserved whole, its pages
+// mapped into it at their offsets as allocations bring them. Its owner
+// (SegmentMapper) serializes the calls.
+class PagedMapping : public MappedSegment {
+ public:
+  // Maps each page not mapped here under its key yet, fetching it from
+  // `memory_files`.
+  virtual absl::Status MapPages(const google::protobuf::RepeatedPtrField<v1::PageHandle>& pages,
+                                MemoryFileFetcher* memory_files) = 0;
+  // The daemon unmapped [offset, offset + size): those pages become
+  // inaccessible here too.
+  virtual void UnmapPages(uint64_t offset, uint64_t size) = 0;
 };
 
 }  // namespace gpumux

@@ -24,17 +24,17 @@ class MemoryFileSegment final : public MappedSegment {
   MemoryMapping mapping_;
 };
 
-// A host-backend expandable segment: its range reserved here, its pages
-// mapped into it at their offsets as allocations bring them. Guarded by the
-// mapper's mutex.
-class PagedSegment final : public MappedSegment {
+// A host-backend expandable segment: its range reserved here, its pages'
+// memory files mapped into it at their offsets.
+class HostPagedSegment final : public PagedMapping {
  public:
-  explicit PagedSegment(AddressReservation reservation) : reservation_(std::move(reservation)) {}
+  explicit HostPagedSegment(AddressReservation reservation)
+      : reservation_(std::move(reservation)) {}
   void* base() const override { return reservation_.data(); }
   uint64_t size() const override { return reservation_.size(); }
 
-  // Maps each page not mapped here under its key yet.
-  absl::Status MapPages(const SegmentMapper::PageHandles& pages, MemoryFileFetcher* memory_files) {
+  absl::Status MapPages(const SegmentMapper::PageHandles& pages,
+                        MemoryFileFetcher* memory_files) override {
     for (const v1::PageHandle& page : pages) {
       auto it = keys_.find(page.offset());
       if (it != keys_.end() && it->second == page.key()) continue;
@@ -45,7 +45,7 @@ class PagedSegment final : public MappedSegment {
     return absl::OkStatus();
   }
 
-  void UnmapPages(uint64_t offset, uint64_t size) {
+  void UnmapPages(uint64_t offset, uint64_t size) override {
     if (!reservation_.Hole(offset, size).ok()) return;  // out of range: nothing was mapped there
     keys_.erase(keys_.lower_bound(offset), keys_.lower_bound(offset + size));
   }
@@ -60,7 +60,7 @@ class PagedSegment final : public MappedSegment {
 absl::Status MapPagesInto(MappedSegment* mapping, const SegmentMapper::PageHandles* pages,
                           MemoryFileFetcher* memory_files) {
   if (pages == nullptr || pages->empty()) return absl::OkStatus();
-  auto* paged = dynamic_cast<PagedSegment*>(mapping);
+  auto* paged = dynamic_cast<PagedMapping*>(mapping);
   return paged == nullptr ? absl::OkStatus() : paged->MapPages(*pages, memory_files);
 }
 
@@ -81,8 +81,11 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenMapping(const v1::SegmentHand
     case v1::HANDLE_KIND_HOST_PAGES: {
       if (memory_files == nullptr) return NoMemorySocketError();
       GPUMUX_ASSIGN_OR_RETURN(AddressReservation reservation, AddressReservation::Reserve(size));
-      return std::unique_ptr<MappedSegment>(new PagedSegment(std::move(reservation)));
+      return std::unique_ptr<MappedSegment>(new HostPagedSegment(std::move(reservation)));
     }
+    case v1::HANDLE_KIND_CUDA_PAGES:
+      if (memory_files == nullptr) return NoMemorySocketError();
+      return OpenCudaPagedMapping(size, handle.pci_bus_id());
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("segment handle of unknown kind ", static_cast<int>(handle.kind())));
@@ -144,7 +147,7 @@ void SegmentMapper::UnmapPages(DeviceIndex device, SegmentId segment, uint64_t o
   absl::MutexLock lock(&mu_);
   auto it = mappings_.find(Key(device, segment));
   if (it == mappings_.end()) return;
-  if (auto* paged = dynamic_cast<PagedSegment*>(it->second.mapping.get()); paged != nullptr) {
+  if (auto* paged = dynamic_cast<PagedMapping*>(it->second.mapping.get()); paged != nullptr) {
     paged->UnmapPages(offset, size);
   }
 }

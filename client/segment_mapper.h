@@ -43,10 +43,11 @@ class SegmentMapper {
   // mapping. Each successful call counts one more user of the mapping, until
   // Release.
   //
-  // An expandable segment (HANDLE_KIND_HOST_PAGES) is a reservation of
-  // `size` bytes into which `pages` (those under one allocation) are mapped
-  // at their offsets, each fetched once; a page the daemon unmapped and
-  // mapped anew (another key at the offset) is fetched again.
+  // An expandable segment (HANDLE_KIND_HOST_PAGES, HANDLE_KIND_CUDA_PAGES)
+  // is a reservation of `size` bytes into which `pages` (those under one
+  // allocation) are mapped at their offsets, each fetched once; a page the
+  // daemon unmapped and mapped anew (another key at the offset) is fetched
+  // again. CUDA pages need a CUDA-enabled build (UNIMPLEMENTED otherwise).
   absl::StatusOr<void*> Map(DeviceIndex device, SegmentId segment, const v1::SegmentHandle& handle,
                             uint64_t size, MemoryFileFetcher* memory_files,
                             int* cuda_device = nullptr, const PageHandles* pages = nullptr);

@@ -137,6 +137,12 @@ bool MemoryFileFetcher::connected() {
 
 absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key,
                                                       uint64_t expected_size) {
+  GPUMUX_ASSIGN_OR_RETURN(UniqueFd fd, FetchDescriptor(key, expected_size));
+  return SealedMemory::Adopt(std::move(fd), expected_size);
+}
+
+absl::StatusOr<UniqueFd> MemoryFileFetcher::FetchDescriptor(absl::string_view key,
+                                                            uint64_t expected_size) {
   const std::string request = FormatMemoryRequest(credentials_, key);
   absl::MutexLock lock(&mu_);
   absl::StatusOr<PassedMessage> reply;
@@ -165,7 +171,7 @@ absl::StatusOr<SealedMemory> MemoryFileFetcher::Fetch(absl::string_view key,
     return absl::InvalidArgumentError(absl::StrCat("the memory file under key ", key, " has ", size,
                                                    " bytes, not the ", expected_size, " expected"));
   }
-  return SealedMemory::Adopt(std::move(reply->fds[0]), expected_size);
+  return std::move(reply->fds[0]);
 }
 
 }  // namespace gpumux

@@ -13,8 +13,10 @@
 //   reply    "ok <size>" with the memory file's descriptor, or
 //            "error <code> <message>" (absl::StatusCode number) without one.
 // `key` is the 32 lowercase hex digits the daemon gave out in a handle
-// (SegmentHandle.data of HANDLE_KIND_HOST_MEMFD, a staging buffer's handle,
-// or the key inside an interprocess event handle). The daemon checks the
+// (SegmentHandle.data of HANDLE_KIND_HOST_MEMFD, a PageHandle's key, a
+// staging buffer's handle, or the key inside an interprocess event handle);
+// a CUDA page's key (HANDLE_KIND_CUDA_PAGES) answers with a descriptor the
+// CUDA driver exported for it instead of a memory file. The daemon checks the
 // session's credentials, that the connecting process (SO_PEERCRED) has the
 // uid the session's first fetch had, and that the session may have the file.
 //
@@ -87,6 +89,11 @@ class MemoryFileFetcher {
   // what arrived is not a sealed file of that size. Thread-safe; requests
   // on one fetcher take turns on its connection.
   absl::StatusOr<SealedMemory> Fetch(absl::string_view key, uint64_t expected_size);
+  // The descriptor filed under `key` for memory of `expected_size` bytes,
+  // unchecked: a CUDA page's (HANDLE_KIND_CUDA_PAGES), which only the driver
+  // can read (cuMemImportFromShareableHandle checks it). Fetch's errors but
+  // the last.
+  absl::StatusOr<UniqueFd> FetchDescriptor(absl::string_view key, uint64_t expected_size);
 
   // Connects now unless connected (Fetch does on first use): UNAVAILABLE
   // when the socket cannot be reached.

@@ -20,14 +20,16 @@ namespace gpumux {
 
 // How another process maps a segment.
 struct SegmentHandle {
-  // kHostPages: an expandable segment's range on the host backend, mapped
-  // page by page (each allocation brings the PageHandles of its pages).
-  enum class Kind { kHostMemfd, kCudaIpc, kHostPages };
+  // kHostPages, kCudaPages: an expandable segment's range on the host or
+  // CUDA backend, mapped page by page (each allocation brings the
+  // PageHandles of its pages).
+  enum class Kind { kHostMemfd, kCudaIpc, kHostPages, kCudaPages };
   Kind kind = Kind::kHostMemfd;
   // kHostMemfd: the MemoryFileTable key of the segment's memory file;
-  // kCudaIpc: 64 handle bytes; kHostPages: empty.
+  // kCudaIpc: 64 handle bytes; kHostPages, kCudaPages: empty.
   std::string data;
-  // kCudaIpc: the PCI bus id of the segment's device; empty for kHostMemfd.
+  // kCudaIpc, kCudaPages: the PCI bus id of the segment's device; empty on
+  // the host backend.
   std::string pci_bus_id;
 };
 
@@ -48,7 +50,7 @@ struct BackendRange {
 
 // One mapped page of an expandable segment as another process maps it: at
 // `offset` from the range's start, `size` bytes, the MemoryFileTable key of
-// its memory file.
+// its memory file (host) or exportable device memory (CUDA).
 struct PageHandle {
   uint64_t offset = 0;
   uint64_t size = 0;

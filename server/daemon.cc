@@ -86,7 +86,19 @@ constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Obser
 constexpr int kMaxMessageBytes =
     static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
+// Why `backend` has no expandable segments.
+std::string ExpandableSegmentsUnavailable(const DeviceBackend& backend) {
+#ifdef GPUMUX_HAVE_CUDA
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend); cuda != nullptr) {
+    return std::string(cuda->expandable_segments_status().message());
+  }
+#endif
+  return "it has none";
+}
+
+// `expandable_segments`: the allocator runs them (--allocator-conf).
 absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options,
+                                                           bool expandable_segments,
                                                            MemoryFileTable* memory_files) {
   if (options.backend != "auto" && options.backend != "host" && options.backend != "cuda") {
     return absl::InvalidArgumentError(
@@ -101,6 +113,8 @@ absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options
     CudaBackend::Options cuda;
     cuda.nccl = options.nccl != "off";
     if (options.nccl != "auto" && options.nccl != "off") cuda.nccl_library = options.nccl;
+    cuda.memory_files = memory_files;
+    cuda.paged_segments = expandable_segments;
     absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(cuda);
     if (backend.ok()) {
       const CudaBackend& made = **backend;
@@ -501,12 +515,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
   }
   RaiseDescriptorLimit();
-  GPUMUX_ASSIGN_OR_RETURN(state->backend, MakeBackend(options, &state->memory_files));
+  GPUMUX_ASSIGN_OR_RETURN(
+      state->backend,
+      MakeBackend(options, allocator_options.expandable_segments, &state->memory_files));
   if (allocator_options.expandable_segments && !state->backend->SupportsExpandableSegments()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--allocator-conf: expandable_segments:True (and compact_segments:True) are not built for "
-        "the ",
-        state->backend->name(), " backend yet; run the host backend or leave them off"));
+        "--allocator-conf: expandable_segments:True (and compact_segments:True) need virtual "
+        "memory management on the ",
+        state->backend->name(), " backend: ", ExpandableSegmentsUnavailable(*state->backend),
+        "; leave them off"));
   }
   GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
 

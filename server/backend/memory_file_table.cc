@@ -4,29 +4,63 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/random_hex.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 
-std::string MemoryFileTable::Add(std::shared_ptr<const SealedMemory> memory,
-                                 SessionId reserved_for) {
+std::string MemoryFileTable::AddEntry(Entry entry) {
   absl::MutexLock lock(&mu_);
   while (true) {
     std::string key = RandomHex(16);
-    if (entries_.try_emplace(key, Entry{memory, reserved_for}).second) return key;
+    if (entries_.try_emplace(key, entry).second) return key;
   }
 }
 
+std::string MemoryFileTable::Add(std::shared_ptr<const SealedMemory> memory,
+                                 SessionId reserved_for) {
+  return AddEntry(Entry{.memory = std::move(memory), .reserved_for = reserved_for});
+}
+
+std::string MemoryFileTable::Add(std::shared_ptr<const ExportableMemory> memory,
+                                 SessionId reserved_for) {
+  return AddEntry(Entry{.exportable = std::move(memory), .reserved_for = reserved_for});
+}
+
 void MemoryFileTable::Remove(absl::string_view key) {
-  std::shared_ptr<const SealedMemory> doomed;  // closed outside the lock
+  Entry doomed;  // closed (released) outside the lock
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
-  doomed = std::move(it->second.memory);
+  doomed = std::move(it->second);
   entries_.erase(it);
 }
 
 absl::StatusOr<std::shared_ptr<const SealedMemory>> MemoryFileTable::Find(absl::string_view key,
                                                                           SessionId session) const {
+  GPUMUX_ASSIGN_OR_RETURN(Entry entry, Lookup(key, session));
+  if (entry.memory == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shared memory under key ", key, " is device memory, not a memory file"));
+  }
+  return entry.memory;
+}
+
+absl::StatusOr<FiledDescriptor> MemoryFileTable::Open(absl::string_view key,
+                                                      SessionId session) const {
+  GPUMUX_ASSIGN_OR_RETURN(Entry entry, Lookup(key, session));
+  FiledDescriptor filed;
+  if (entry.memory != nullptr) {
+    filed.size = entry.memory->size();
+    filed.memory = std::move(entry.memory);
+    return filed;
+  }
+  filed.size = entry.exportable->size();
+  GPUMUX_ASSIGN_OR_RETURN(filed.exported, entry.exportable->Export());
+  return filed;
+}
+
+absl::StatusOr<MemoryFileTable::Entry> MemoryFileTable::Lookup(absl::string_view key,
+                                                               SessionId session) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) {
@@ -38,7 +72,7 @@ absl::StatusOr<std::shared_ptr<const SealedMemory>> MemoryFileTable::Find(absl::
     return absl::PermissionDeniedError(
         absl::StrCat("the shared memory under key ", key, " belongs to another session"));
   }
-  return entry.memory;
+  return entry;
 }
 
 size_t MemoryFileTable::size() const {

@@ -151,7 +151,8 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
   // A block of an expandable segment reaches the client page by page; its
   // pages stay mapped while it lives.
   std::vector<PageHandle> pages;
-  if (result.segment_handle->kind == SegmentHandle::Kind::kHostPages) {
+  if (result.segment_handle->kind == SegmentHandle::Kind::kHostPages ||
+      result.segment_handle->kind == SegmentHandle::Kind::kCudaPages) {
     absl::StatusOr<std::vector<PageHandle>> found =
         backend_->PageHandles(device, result.address, result.size);
     if (!found.ok()) {

@@ -47,7 +47,7 @@ struct AllocationView {
   uint64_t segment_size = 0;
   uint64_t offset = 0;                                  // address - segment address
   std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
-  // An expandable segment's (kHostPages): the pages under the block.
+  // An expandable segment's (kHostPages, kCudaPages): the pages under the block.
   std::vector<PageHandle> pages;
 };
 

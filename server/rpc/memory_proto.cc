@@ -11,6 +11,8 @@ v1::HandleKind ToProto(SegmentHandle::Kind kind) {
       return v1::HANDLE_KIND_CUDA_IPC;
     case SegmentHandle::Kind::kHostPages:
       return v1::HANDLE_KIND_HOST_PAGES;
+    case SegmentHandle::Kind::kCudaPages:
+      return v1::HANDLE_KIND_CUDA_PAGES;
   }
   return v1::HANDLE_KIND_UNSPECIFIED;
 }

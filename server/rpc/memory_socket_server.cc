@@ -185,14 +185,14 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
       }
       return false;
     }
-    absl::StatusOr<std::shared_ptr<const SealedMemory>> memory =
+    absl::StatusOr<FiledDescriptor> memory =
         Answer(request->payload, request->fds.size(), connection.peer.uid);
     request->fds.clear();  // descriptors a peer attached are not kept, not even until the reply
     absl::Status sent;
     if (memory.ok()) {
-      const int fd = (*memory)->fd();
-      sent = SendFds(connection.socket.get(),
-                     FormatMemoryReply(absl::OkStatus(), (*memory)->size()), {&fd, 1});
+      const int fd = memory->fd();
+      sent = SendFds(connection.socket.get(), FormatMemoryReply(absl::OkStatus(), memory->size),
+                     {&fd, 1});
     } else {
       spdlog::debug("memory socket: refused pid {} uid {}: {}", connection.peer.pid,
                     connection.peer.uid, memory.status().ToString());
@@ -203,15 +203,15 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<const SealedMemory>> MemorySocketServer::Answer(
-    const std::string& payload, size_t fds, uid_t peer_uid) {
+absl::StatusOr<FiledDescriptor> MemorySocketServer::Answer(const std::string& payload, size_t fds,
+                                                           uid_t peer_uid) {
   absl::StatusOr<MemoryRequest> request = ParseMemoryRequest(payload);
   if (!request.ok()) return request.status();
   if (fds != 0) return absl::InvalidArgumentError("a memory socket request carries no descriptors");
   absl::StatusOr<SessionId> session = sessions_->Authenticate(request->credentials);
   if (!session.ok()) return session.status();
   if (absl::Status peer = sessions_->BindMemoryPeer(*session, peer_uid); !peer.ok()) return peer;
-  return memory_files_->Find(request->key, *session);
+  return memory_files_->Open(request->key, *session);
 }
 
 }  // namespace gpumux

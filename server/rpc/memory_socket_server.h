@@ -68,8 +68,7 @@ class MemorySocketServer {
   // Serves every request waiting on `connection`; false when it must close.
   bool ServeRequests(Connection& connection);
   // The answer to one request from `peer_uid`: the status and, when OK, the file.
-  absl::StatusOr<std::shared_ptr<const SealedMemory>> Answer(const std::string& payload, size_t fds,
-                                                             uid_t peer_uid);
+  absl::StatusOr<FiledDescriptor> Answer(const std::string& payload, size_t fds, uid_t peer_uid);
 
   const Options options_;
   SessionRegistry* const sessions_;

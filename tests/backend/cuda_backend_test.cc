@@ -1,6 +1,7 @@
 // CudaBackend on a real GPU: the DeviceBackend conformance suite, plus what
 // only CUDA has (release grace, own interprocess events, sticky errors,
-// device properties). Skips where no CUDA device is visible.
+// device properties, expandable segments of cuMemCreate pages). Skips where no CUDA device is
+// visible.
 
 #include "server/backend/cuda/cuda_backend.h"
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/cuda_vmm.h"
 #include "common/rng_fill.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
@@ -166,6 +168,113 @@ TEST(CudaBackendTest, FullDeviceFreesRetiringSegmentsAtOnce) {
   ASSERT_OK(second);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_OK((*backend)->ReleaseSegment(device, second->address));
+}
+
+// Expandable segments: a reserved range's pages are cuMemCreate memory,
+// mapped whole, zeroed and counted as used; work may name mapped pages only;
+// each page's descriptor (filed in the memory-file table) imports back into
+// the same memory mapped elsewhere; unmapped and released, the memory is
+// free again.
+TEST(CudaBackendTest, ExpandableRangesMapPagesOthersCanImport) {
+  GPUMUX_REQUIRE_GPU();
+  MemoryFileTable files;
+  CudaBackend::Options options;
+  options.release_grace = absl::ZeroDuration();
+  options.memory_files = &files;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> made = CudaBackend::Create(options);
+  ASSERT_OK(made);
+  CudaBackend& b = **made;
+  if (!b.SupportsExpandableSegments()) GTEST_SKIP() << b.expandable_segments_status();
+  const DeviceIndex device(0);
+  const uint64_t free_before = *b.FreeMemory(device);
+  absl::StatusOr<BackendRange> range =
+      b.ReserveRange(device, 1024 * kMiB, 2 * kMiB, StreamId(1), false);
+  ASSERT_OK(range);
+  EXPECT_EQ(range->handle.kind, SegmentHandle::Kind::kCudaPages);
+  EXPECT_EQ(range->handle.pci_bus_id, b.device_info(device).pci_bus_id);
+  EXPECT_GE(*b.FreeMemory(device) + 2 * kMiB, free_before);  // addresses cost no memory
+  ASSERT_OK(b.MapPages(device, range->address, 8 * kMiB));
+  EXPECT_LE(*b.FreeMemory(device) + 8 * kMiB, free_before);
+  EXPECT_THAT(b.MapPages(device, range->address + 6 * kMiB, 2 * kMiB),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(b.MapPages(device, range->address + kMiB, 2 * kMiB),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // New pages are zero; work on them runs, work past them is refused.
+  std::vector<uint8_t> back(8 * kMiB, 0xff);
+  ASSERT_EQ(cudaMemcpy(back.data(), reinterpret_cast<void*>(range->address), back.size(),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::count(back.begin(), back.end(), 0), static_cast<long>(back.size()));
+  absl::StatusOr<BackendStream> stream = b.CreateStream(device, 0);
+  ASSERT_OK(stream);
+  ASSERT_OK(b.Memset(*stream, range->address + kMiB, 0x5a, 6 * kMiB));
+  EXPECT_THAT(b.Memset(*stream, range->address + 7 * kMiB, 0, 2 * kMiB),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK(b.SynchronizeStream(*stream));
+  // The descriptor of the page at 2 MiB, imported and mapped at other
+  // addresses: the same bytes.
+  absl::StatusOr<std::vector<PageHandle>> pages =
+      b.PageHandles(device, range->address + 2 * kMiB, 3 * kMiB);
+  ASSERT_OK(pages);
+  ASSERT_EQ(pages->size(), 2u);
+  EXPECT_EQ((*pages)[0].offset, 2 * kMiB);
+  EXPECT_EQ((*pages)[1].offset, 4 * kMiB);
+  absl::StatusOr<FiledDescriptor> filed = files.Open((*pages)[0].key, MemoryFileTable::kAnySession);
+  ASSERT_OK(filed);
+  EXPECT_EQ(filed->size, 2 * kMiB);
+  absl::StatusOr<cuda_vmm::PhysicalHandle> imported = cuda_vmm::Import(filed->fd());
+  ASSERT_OK(imported);
+  absl::StatusOr<uint64_t> elsewhere = cuda_vmm::ReserveAddresses(2 * kMiB, 2 * kMiB);
+  ASSERT_OK(elsewhere);
+  ASSERT_OK(cuda_vmm::Map(*elsewhere, 2 * kMiB, *imported, {0}));
+  ASSERT_OK(cuda_vmm::Release(*imported));
+  std::vector<uint8_t> page(2 * kMiB);
+  ASSERT_EQ(cudaMemcpy(page.data(), reinterpret_cast<void*>(*elsewhere), page.size(),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(std::count(page.begin(), page.end(), 0x5a), static_cast<long>(page.size()));
+  ASSERT_OK(cuda_vmm::Unmap(*elsewhere, 2 * kMiB));
+  ASSERT_OK(cuda_vmm::FreeAddresses(*elsewhere, 2 * kMiB));
+  // Unmapped, a page's key is gone from the table.
+  ASSERT_OK(b.UnmapPages(device, range->address + 2 * kMiB, 2 * kMiB));
+  EXPECT_THAT(files.Open((*pages)[0].key, MemoryFileTable::kAnySession),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(b.PageHandles(device, range->address + 2 * kMiB, 2 * kMiB),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(b.UnmapPages(device, range->address + 2 * kMiB, 2 * kMiB),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_OK(b.DestroyStream(*stream));
+  ASSERT_OK(b.ReleaseRange(device, range->address));  // with its mapped pages
+  EXPECT_EQ(files.size(), 0u);
+  EXPECT_THAT(b.ReleaseRange(device, range->address), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_GE(*b.FreeMemory(device) + 2 * kMiB, free_before);
+}
+
+// With paged segments (gpumuxd in expandable mode) a segment is a range of
+// one page: it reaches other processes by descriptor, not by CUDA IPC.
+TEST(CudaBackendTest, PagedSegmentsAreRangesOfOnePage) {
+  GPUMUX_REQUIRE_GPU();
+  MemoryFileTable files;
+  CudaBackend::Options options;
+  options.memory_files = &files;
+  options.paged_segments = true;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> made = CudaBackend::Create(options);
+  ASSERT_OK(made);
+  CudaBackend& b = **made;
+  if (!b.SupportsExpandableSegments()) GTEST_SKIP() << b.expandable_segments_status();
+  const DeviceIndex device(0);
+  absl::StatusOr<BackendSegment> segment = b.AllocateSegment(device, 3 * kMiB);
+  ASSERT_OK(segment);
+  EXPECT_EQ(segment->handle.kind, SegmentHandle::Kind::kCudaPages);
+  EXPECT_EQ(segment->size, 3 * kMiB);
+  absl::StatusOr<std::vector<PageHandle>> pages = b.PageHandles(device, segment->address, 3 * kMiB);
+  ASSERT_OK(pages);
+  ASSERT_EQ(pages->size(), 1u);
+  EXPECT_EQ((*pages)[0].size, 4 * kMiB);
+  EXPECT_EQ(files.size(), 1u);
+  ASSERT_OK(b.ReleaseSegment(device, segment->address));
+  EXPECT_EQ(files.size(), 0u);
+  EXPECT_THAT(b.ReleaseSegment(device, segment->address), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // CUDA cannot open an interprocess event in the process that created it;

@@ -1,7 +1,10 @@
 // gpumuxd with the CUDA backend, driven by real client processes that run
 // their own kernels on its memory: sharing between processes, interprocess
 // events, free fences, every copy path, random fills, and reclaiming a
-// SIGKILLed client's memory. Skips where no CUDA device is visible.
+// SIGKILLed client's memory. Each test runs against a daemon with PyTorch's
+// default allocator (segments by cudaMalloc, legacy CUDA IPC) and one in
+// compact mode (expandable segments of cuMemCreate pages, mapped by the
+// clients from exported descriptors). Skips where no CUDA device is visible.
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -9,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -65,12 +69,22 @@ class Counter {
   unsigned long long* count_ = nullptr;
 };
 
-class GpuDaemonTest : public ::testing::Test {
+// The daemon's allocator: "default" or "compact" (compact_segments:True).
+class GpuDaemonTest : public ::testing::TestWithParam<std::string> {
  protected:
+  bool compact() const { return GetParam() == "compact"; }
+  // gpumuxd's flags for the CUDA backend in this test's allocator mode.
+  std::vector<std::string> DaemonFlags(std::vector<std::string> more = {}) const {
+    std::vector<std::string> flags = {"--backend=cuda"};
+    if (compact()) flags.push_back("--allocator-conf=compact_segments:True");
+    flags.insert(flags.end(), more.begin(), more.end());
+    return flags;
+  }
+
   void SetUp() override {
     if (!CudaDeviceVisible()) GTEST_SKIP() << "no CUDA device is visible";
     ASSERT_EQ(testing::LoadTestKernels(), cudaSuccess);
-    daemon_ = std::make_unique<DaemonProcess>(std::vector<std::string>{"--backend=cuda"});
+    daemon_ = std::make_unique<DaemonProcess>(DaemonFlags());
     ClientOptions options;
     options.client_name = "gpu test";
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(daemon_->address(), options);
@@ -93,7 +107,7 @@ class GpuDaemonTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
-TEST_F(GpuDaemonTest, ReportsTheRealDevice) {
+TEST_P(GpuDaemonTest, ReportsTheRealDevice) {
   absl::StatusOr<DeviceProperties> properties = client_->GetDeviceProperties(kDevice);
   ASSERT_OK(properties);
   cudaDeviceProp prop;
@@ -111,7 +125,7 @@ TEST_F(GpuDaemonTest, ReportsTheRealDevice) {
 
 // A writes a pattern with its kernel and shares the memory; B imports it,
 // checks and complements it with its kernel; A checks B's result.
-TEST_F(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
+TEST_P(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
   const uint64_t words = 16 * kMiB;  // 64 MiB
   const uint32_t seed = 0x5eed;
   AllocateOptions shareable;
@@ -139,7 +153,7 @@ TEST_F(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
 
 // The daemon's copy finishes before this process's kernel reads the data,
 // because the kernel's stream waits on the copy's interprocess event.
-TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
+TEST_P(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
   const uint64_t words = 32 * kMiB;  // 128 MiB
   const uint32_t seed = 77;
   absl::StatusOr<DeviceBuffer> busy = client_->Allocate(4096 * kMiB, kDevice);
@@ -175,7 +189,7 @@ TEST_F(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
 
 // A buffer freed while this process's kernel may still use it is not handed
 // out again until that kernel finished (the free fence).
-TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
+TEST_P(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   {
@@ -208,7 +222,7 @@ TEST_F(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
 
 // torch.cuda.current_blas_handle(): a handle of this thread bound to its
 // current CUDA stream; cuBLAS runs on the daemon's memory (y = 3x + y).
-TEST_F(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
+TEST_P(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   constexpr int kCount = 1 << 16;
@@ -256,7 +270,7 @@ TEST_F(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
   cudaStreamDestroy(stream);
 }
 
-TEST_F(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
+TEST_P(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
   const uint64_t size = 24 * kMiB + 4093;
   absl::StatusOr<DeviceBuffer> a = client_->Allocate(size, kDevice);
   absl::StatusOr<DeviceBuffer> b = client_->Allocate(size, kDevice);
@@ -300,7 +314,7 @@ TEST_F(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
 }
 
 // torch.cuda.manual_seed then a fill: the same bits the host generator writes.
-TEST_F(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
+TEST_P(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
   const uint64_t n = 3 * kMiB + 5;
   absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(n * 4, kDevice);
   ASSERT_OK(buffer);
@@ -323,7 +337,7 @@ TEST_F(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
 // torch.cuda.comm on one GPU: reduce_add of three inputs on the device runs
 // the reduction kernel (the fallback without NCCL), scatter and gather copy
 // 2D slabs, gather reaches the host, and all_reduce of one tensor is itself.
-TEST_F(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
+TEST_P(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
   const int64_t rows = 512;
   const int64_t cols = 1031;
   const uint64_t n = static_cast<uint64_t>(rows * cols);
@@ -381,11 +395,11 @@ TEST_F(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
 // PyTorch's libnccl on the loader's path), copies and the reduction kernel
 // with --nccl=off; all_reduce gives the same bytes either way, and the
 // single-rank communicator is made once and shared by every session.
-TEST_F(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
+TEST_P(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
   absl::StatusOr<DeviceProperties> properties = client_->GetDeviceProperties(kDevice);
   ASSERT_OK(properties);
   std::printf("collectives=%s\n", properties->collectives.c_str());
-  DaemonProcess copies_daemon({"--backend=cuda", "--nccl=off"});
+  DaemonProcess copies_daemon(DaemonFlags({"--nccl=off"}));
   ClientOptions options;
   options.client_name = "gpu test, copies";
   absl::StatusOr<std::unique_ptr<Client>> copies =
@@ -438,7 +452,7 @@ TEST_F(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
 
 // The figure: a client holding 4 GiB is SIGKILLed; within a second of
 // the daemon's cleanup, cudaMemGetInfo is back where it started.
-TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
+TEST_P(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
   const uint64_t bytes = uint64_t{4} << 30;
   client_.reset();  // only the hog's session from here on
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -475,6 +489,75 @@ TEST_F(GpuDaemonTest, SigkilledClientsMemoryReturnsWithinOneSecond) {
   EXPECT_GE(free + slack, baseline);
   EXPECT_LT(back - cleaned, absl::Seconds(1));
 }
+
+// Compact mode's pages: each allocation maps new 2 MiB pages in the daemon
+// (cuMemCreate) and in this process (imported from their descriptors); this
+// process's kernels and the daemon's copies see the same bytes; freed and
+// given back with empty_cache, the pages leave both processes and the device
+// memory is free again within a second. Prints what mapping a page costs.
+TEST_P(GpuDaemonTest, ExpandablePagesMapAndReturn) {
+  if (!compact()) GTEST_SKIP() << "pages are compact mode's";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaFree(nullptr), cudaSuccess);
+  size_t baseline = 0;
+  size_t total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&baseline, &total), cudaSuccess);
+  constexpr int kChunks = 64;
+  constexpr uint64_t kChunk = 16 * kMiB;  // 8 pages each
+  std::vector<DeviceBuffer> chunks;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kChunks; ++i) {
+    absl::StatusOr<DeviceBuffer> chunk = client_->Allocate(kChunk, kDevice);
+    ASSERT_OK(chunk);
+    ASSERT_NE(chunk->data(), nullptr);
+    chunks.push_back(*std::move(chunk));
+  }
+  const double per_page_us =
+      absl::ToDoubleMicroseconds(absl::Now() - start) / (kChunks * kChunk / (2 * kMiB));
+  std::printf("compact_allocate_new_pages_us_per_2mib_page=%.1f\n", per_page_us);
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client_->MemoryStats(kDevice);
+  ASSERT_OK(stats);
+  EXPECT_GE(stats->at("reserved_bytes.all.current"), static_cast<int64_t>(kChunks * kChunk));
+  size_t during = 0;
+  ASSERT_EQ(cudaMemGetInfo(&during, &total), cudaSuccess);
+  EXPECT_LE(during + kChunks * kChunk, baseline);
+  for (int i = 0; i < kChunks; ++i) {
+    ASSERT_EQ(testing::LaunchWritePattern(static_cast<uint32_t*>(chunks[i].data()), kChunk / 4,
+                                          100 + i, nullptr),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int i : {0, kChunks / 2, kChunks - 1}) {
+    std::vector<uint32_t> back(kChunk / 4);
+    ASSERT_OK(client_->CopyDeviceToHost(back.data(), chunks[i], 0, kChunk).status());
+    uint64_t mismatches = 0;
+    for (uint64_t w = 0; w < back.size(); ++w)
+      mismatches += back[w] != testing::PatternWord(w, 100 + i);
+    EXPECT_EQ(mismatches, 0u) << "chunk " << i;
+  }
+  chunks.clear();
+  ASSERT_OK(client_->FlushFrees());
+  ASSERT_OK(client_->EmptyCache().status());
+  const absl::Time emptied = absl::Now();
+  size_t free = 0;
+  const size_t slack = 64 * kMiB;
+  while (absl::Now() - emptied < absl::Seconds(10)) {
+    ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+    if (free + slack >= baseline) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  std::printf("compact_pages_back_after_empty_cache_ms=%.1f\n",
+              absl::ToDoubleMilliseconds(absl::Now() - emptied));
+  EXPECT_GE(free + slack, baseline);
+  EXPECT_LT(absl::Now() - emptied, absl::Seconds(1));
+}
+
+std::string AllocatorName(const ::testing::TestParamInfo<std::string>& allocator) {
+  return allocator.param;
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocators, GpuDaemonTest, ::testing::Values("default", "compact"),
+                         AllocatorName);
 
 }  // namespace
 }  // namespace gpumux

@@ -144,6 +144,30 @@ TEST_F(MemorySocketTest, BadRequestsGetPreciseAnswersAndTheConnectionServesOn) {
   EXPECT_TRUE(session.Ping().ok());
 }
 
+// MemoryFileFetcher: Fetch checks that what arrived is a sealed memory file
+// of the expected size; FetchDescriptor (for a CUDA page's descriptor, which
+// only the driver can check) checks the size the daemon states.
+TEST_F(MemorySocketTest, TheFetcherHandsOutFilesAndDescriptors) {
+  RawSession session(channel_, "fetcher");
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  const std::string key = a.segment_handle().data();
+  MemoryFileFetcher fetcher(MemoryPath(), session.credentials());
+  absl::StatusOr<SealedMemory> file = fetcher.Fetch(key, a.segment_size());
+  ASSERT_OK(file);
+  EXPECT_EQ(file->size(), a.segment_size());
+  absl::StatusOr<UniqueFd> descriptor = fetcher.FetchDescriptor(key, a.segment_size());
+  ASSERT_OK(descriptor);
+  struct stat st {};
+  ASSERT_EQ(fstat(descriptor->get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), a.segment_size());
+  EXPECT_THAT(fetcher.FetchDescriptor(key, a.segment_size() + 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not the")));
+  EXPECT_THAT(fetcher.FetchDescriptor(std::string(32, 'b'), 4096),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_OK(fetcher.Fetch(key, a.segment_size()).status());  // the connection serves on
+}
+
 TEST_F(MemorySocketTest, AnOversizedRequestClosesOnlyItsConnection) {
   RawSession session(channel_, "oversize");
   v1::Allocation a;

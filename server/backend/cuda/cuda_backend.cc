@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/cuda_status.h"
+#include "common/cuda_vmm.h"
 #include "common/rng_fill.h"
 #include "common/status_macros.h"
 #include "server/backend/cuda/fill_random_kernel.h"
@@ -163,6 +164,21 @@ absl::Status CudaBackend::Init() {
                  info.total_memory >> 20, info.pci_bus_id, device.priorities.greatest,
                  device.priorities.least);
   }
+  // Expandable segments where every device has what they need.
+  for (int d = 0; d < device_count() && vmm_.ok(); ++d) {
+    vmm_ = cuda_vmm::CheckSupport(d);
+    absl::StatusOr<uint64_t> granularity =
+        vmm_.ok() ? cuda_vmm::Granularity(d) : absl::StatusOr<uint64_t>(vmm_);
+    if (granularity.ok() && (*granularity == 0 || kPage % *granularity != 0)) {
+      granularity = absl::FailedPreconditionError(
+          absl::StrCat("CUDA device ", d, " maps memory in pages of ", *granularity,
+                       " bytes, which do not divide 2 MiB"));
+    }
+    vmm_ = granularity.status();
+  }
+  if (!vmm_.ok()) {
+    spdlog::info("expandable segments are not available: {}", std::string(vmm_.message()));
+  }
   // Peer access where the hardware has it: the collectives' reductions then
   // read another device's memory directly instead of copying it over first.
   peer_readable_.assign(static_cast<size_t>(device_count()),
@@ -230,6 +246,16 @@ CudaBackend::~CudaBackend() {
     for (const auto& [address, segment] : device.segments)
       cudaFree(reinterpret_cast<void*>(address));
     device.segments.clear();
+    for (auto& [address, range] : device.ranges) {
+      for (uint64_t i = 0; i < range.pages.size(); ++i) {
+        const MappedPage& page = range.pages[i];
+        if (page.page == nullptr) continue;
+        cuda_vmm::Unmap(address + i * range.page_size, range.page_size).IgnoreError();
+        if (!page.key.empty()) options_.memory_files->Remove(page.key);
+      }
+      cuda_vmm::FreeAddresses(address, range.size).IgnoreError();
+    }
+    device.ranges.clear();  // releases the pages
     if (device.internal_stream != nullptr)
       cudaStreamDestroy(device.internal_stream);  // null: Init failed first
   }
@@ -299,6 +325,16 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
   }
   Device& d = *devices_[device.value()];
   const uint64_t reserved = (size + kPage - 1) / kPage * kPage;
+  if (options_.paged_segments) {
+    // One page the size of the range: one descriptor for the whole segment.
+    GPUMUX_ASSIGN_OR_RETURN(BackendRange range,
+                            ReserveRange(device, reserved, reserved, StreamId(0), false));
+    if (absl::Status mapped = MapPages(device, range.address, reserved); !mapped.ok()) {
+      ReleaseRange(device, range.address).IgnoreError();
+      return mapped;
+    }
+    return BackendSegment{range.address, size, std::move(range.handle)};
+  }
   void* data = nullptr;
   cudaError_t error = cudaMalloc(&data, reserved);
   if (error == cudaErrorMemoryAllocation) {
@@ -345,6 +381,7 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
 absl::Status CudaBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
+  if (options_.paged_segments) return ReleaseRange(device, address);
   {
     absl::MutexLock lock(&d.mu);
     auto it = d.segments.find(address);

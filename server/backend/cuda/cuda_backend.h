@@ -5,7 +5,8 @@
 //
 // Segments are cudaMalloc allocations of whole 2 MiB pages (an importer maps
 // the whole allocation), zeroed on the device before they are returned and
-// exported with cudaIpcGetMemHandle. ReleaseSegment takes a
+// exported with cudaIpcGetMemHandle (with Options::paged_segments, ranges of
+// one page each, as expandable segments are made: cuda_backend_ranges.cc). ReleaseSegment takes a
 // segment out of service at once (it can no longer be named by work), but
 // cudaFree runs `release_grace` later on the backend's reaper thread: the
 // daemon announces a release on the session stream right after the call
@@ -43,6 +44,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/backend/device_backend.h"
+#include "server/backend/memory_file_table.h"
 
 // cudaStream_t and cudaEvent_t, without including CUDA's headers here.
 struct CUstream_st;
@@ -71,6 +74,15 @@ class CudaBackend final : public DeviceBackend {
     // built without nccl.h, they use peer copies and the reduction kernel.
     bool nccl = true;
     std::string nccl_library;
+    // Where the pages of expandable segments are filed for the memory
+    // socket (the daemon's table); null: their pages cannot be shared
+    // (PageHandles answers FAILED_PRECONDITION), as in a backend for tests.
+    MemoryFileTable* memory_files = nullptr;
+    // Segments too are made of pages (gpumuxd with expandable segments): a
+    // segment (a shareable allocation's) is a range mapped whole with one
+    // page, so it reaches other processes by descriptor, never by legacy
+    // CUDA IPC. Needs SupportsExpandableSegments().
+    bool paged_segments = false;
   };
 
   // Visible CUDA devices; 0 when there is no driver or no device.
@@ -150,6 +162,26 @@ class CudaBackend final : public DeviceBackend {
   absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
                                               uint64_t bytes) override;
 
+  // Expandable segments (cuda_backend_ranges.cc): where every device has
+  // virtual memory management with POSIX descriptor export. A range is
+  // cuMemAddressReserve'd; each page is its own cuMemCreate allocation,
+  // mapped with read-write access for the device (and the devices whose
+  // kernels read its memory), zeroed, and filed in
+  // memory_files for clients to import. Unmapping waits for the device's
+  // streams first (cuMemUnmap, unlike cudaFree, does not wait for work on
+  // the memory); a client's mapping keeps a page's memory until it unmaps
+  // it in turn.
+  bool SupportsExpandableSegments() const override { return vmm_.ok(); }
+  // Why SupportsExpandableSegments() is false: OK when it is true.
+  const absl::Status& expandable_segments_status() const { return vmm_; }
+  absl::StatusOr<BackendRange> ReserveRange(DeviceIndex device, uint64_t size, uint64_t page_size,
+                                            StreamId stream, bool small_pool) override;
+  absl::Status MapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
+  absl::Status UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) override;
+  absl::Status ReleaseRange(DeviceIndex device, uint64_t address) override;
+  absl::StatusOr<std::vector<PageHandle>> PageHandles(DeviceIndex device, uint64_t address,
+                                                      uint64_t size) override;
+
  private:
   struct Segment {
     uint64_t size = 0;      // as asked for
@@ -161,6 +193,26 @@ class CudaBackend final : public DeviceBackend {
     absl::Time free_at;
   };
 
+  // A page of an expandable segment: its cuMemCreate allocation, released
+  // when the last holder (the range, a fetch in flight) lets go.
+  class Page;
+  struct MappedPage {
+    std::shared_ptr<const Page> page;
+    std::string key;  // in memory_files; empty without a table
+  };
+  struct Range {
+    uint64_t size = 0;
+    uint64_t page_size = 0;
+    std::vector<MappedPage> pages;  // page i at offset i * page_size; unmapped: null
+  };
+  // Pages [first, first + count) of the range at `base`.
+  struct PageSpan {
+    uint64_t base = 0;
+    Range* range = nullptr;
+    uint64_t first = 0;
+    uint64_t count = 0;
+  };
+
   struct Device {
     DeviceInfo info;
     StreamPriorityRange priorities;
@@ -169,6 +221,8 @@ class CudaBackend final : public DeviceBackend {
     mutable absl::Mutex mu;
     // Live segments by address, ordered to find the one holding an address.
     std::map<uint64_t, Segment> segments ABSL_GUARDED_BY(mu);
+    // Expandable segments by address.
+    std::map<uint64_t, Range> ranges ABSL_GUARDED_BY(mu);
     std::vector<Retiring> retiring ABSL_GUARDED_BY(mu);
     uint64_t retiring_bytes ABSL_GUARDED_BY(mu) = 0;
     // Not OK after a sticky error; never becomes OK again.
@@ -210,8 +264,19 @@ class CudaBackend final : public DeviceBackend {
   // unhealthy.
   absl::Status Check(DeviceIndex device, int error, absl::string_view what) const;
   // INVALID_ARGUMENT unless [address, address + bytes) lies in one live
-  // segment of `device`.
+  // segment of `device`, or in mapped pages of one expandable segment.
   absl::Status CheckRange(DeviceIndex device, uint64_t address, uint64_t bytes) const;
+  // The range holding `address`, or ranges.end().
+  static std::map<uint64_t, Range>::iterator RangeAtLocked(Device& d, uint64_t address)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // The whole pages [address, address + size) of one range, each of them
+  // mapped (or each unmapped); INVALID_ARGUMENT or FAILED_PRECONDITION.
+  static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
+                                                  bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // Unmaps `pages` (address, page), taken out of their range after the
+  // device's work ran, and takes their keys out of memory_files.
+  absl::Status UnmapTaken(DeviceIndex device,
+                          const std::vector<std::pair<uint64_t, MappedPage>>& pages);
   absl::StatusOr<Stream> FindStream(BackendStream stream) const;
   absl::StatusOr<Event> FindEvent(BackendEvent event) const;
   // `foreign`: an event another process exported, kept open (ipc_events_).
@@ -244,6 +309,9 @@ class CudaBackend final : public DeviceBackend {
   // by Init, read-only after).
   std::vector<std::vector<bool>> peer_readable_;
   std::atomic<bool> abandon_waits_{false};
+  // OK where every device has virtual memory management with descriptor
+  // export at 2 MiB granularity (set by Init).
+  absl::Status vmm_;
   // Set by Create; destroyed first (its communicators use the devices).
   std::unique_ptr<CollectiveEngine> nccl_;
   absl::Status nccl_status_;
