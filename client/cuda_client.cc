@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,6 +21,7 @@
 #include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/local_event.h"
+#include "client/page_book.h"
 #include "common/cuda_status.h"
 #include "common/cuda_vmm.h"
 #include "common/memory_socket.h"
@@ -122,7 +122,7 @@ class CudaPagedMapping final : public PagedMapping {
       : base_(base), size_(size), device_(device) {}
   ~CudaPagedMapping() override {
     CudaDeviceScope scope(device_);
-    for (const auto& [offset, page] : pages_) Unmap(offset, page.size);
+    for (const auto& [offset, bytes] : book_.All()) Unmap(offset, bytes);
     if (absl::Status freed = cuda_vmm::FreeAddresses(base_, size_); !freed.ok()) {
       spdlog::warn("gpumux: {}", freed.ToString());
     }
@@ -141,42 +141,30 @@ class CudaPagedMapping final : public PagedMapping {
             absl::StrCat("a page of ", page.size(), " bytes at offset ", page.offset(),
                          " does not fit an expandable segment of ", size_, " bytes"));
       }
-      auto it = pages_.find(page.offset());
-      if (it != pages_.end() && it->second.key == page.key()) continue;
-      // The daemon unmapped the page and mapped another there; the notice
-      // may still be on its way.
-      if (it != pages_.end()) {
-        Unmap(it->first, it->second.size);
-        pages_.erase(it);
-      }
+      const std::string* mapped = book_.KeyAt(page.offset());
+      if (mapped != nullptr && *mapped == page.key()) continue;
       GPUMUX_ASSIGN_OR_RETURN(UniqueFd fd, memory_files->FetchDescriptor(page.key(), page.size()));
       GPUMUX_ASSIGN_OR_RETURN(const cuda_vmm::PhysicalHandle handle, cuda_vmm::Import(fd.get()));
-      const absl::Status mapped =
-          cuda_vmm::Map(base_ + page.offset(), page.size(), handle, {device_});
+      // The daemon unmapped the page there and mapped another (its notice
+      // is still on the way: the book skips it): this one goes first.
+      if (mapped != nullptr) Unmap(page.offset(), page.size());
+      const absl::Status map = cuda_vmm::Map(base_ + page.offset(), page.size(), handle, {device_});
       // Mapped, the memory lives until unmapped; unmapped, it goes now.
       if (absl::Status released = cuda_vmm::Release(handle); !released.ok()) {
         spdlog::warn("gpumux: {}", released.ToString());
       }
-      GPUMUX_RETURN_IF_ERROR(mapped);
-      pages_[page.offset()] = Page{page.key(), page.size()};
+      GPUMUX_RETURN_IF_ERROR(map);
+      book_.Mapped(page.offset(), page.key(), page.size());
     }
     return absl::OkStatus();
   }
 
   void UnmapPages(uint64_t offset, uint64_t size) override {
     CudaDeviceScope scope(device_);
-    for (auto it = pages_.lower_bound(offset); it != pages_.end() && it->first < offset + size;) {
-      Unmap(it->first, it->second.size);
-      it = pages_.erase(it);
-    }
+    for (const auto& [page, bytes] : book_.Unmapped(offset, size)) Unmap(page, bytes);
   }
 
  private:
-  struct Page {
-    std::string key;
-    uint64_t size = 0;
-  };
-
   void Unmap(uint64_t offset, uint64_t size) const {
     if (absl::Status unmapped = cuda_vmm::Unmap(base_ + offset, size); !unmapped.ok()) {
       spdlog::warn("gpumux: {}", unmapped.ToString());
@@ -186,7 +174,7 @@ class CudaPagedMapping final : public PagedMapping {
   const uint64_t base_;
   const uint64_t size_;
   const int device_;
-  std::map<uint64_t, Page> pages_;  // mapped pages by offset
+  PageBook book_;
 };
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "client/segment_mapper.h"
 
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/cuda_ipc_mapping.h"
+#include "client/page_book.h"
 #include "common/sealed_memory.h"
 #include "common/status_macros.h"
 
@@ -36,23 +36,24 @@ class HostPagedSegment final : public PagedMapping {
   absl::Status MapPages(const SegmentMapper::PageHandles& pages,
                         MemoryFileFetcher* memory_files) override {
     for (const v1::PageHandle& page : pages) {
-      auto it = keys_.find(page.offset());
-      if (it != keys_.end() && it->second == page.key()) continue;
+      const std::string* mapped = book_.KeyAt(page.offset());
+      if (mapped != nullptr && *mapped == page.key()) continue;
       GPUMUX_ASSIGN_OR_RETURN(SealedMemory memory, memory_files->Fetch(page.key(), page.size()));
       GPUMUX_RETURN_IF_ERROR(reservation_.MapAt(page.offset(), memory));
-      keys_[page.offset()] = page.key();  // the mapping keeps the file; the descriptor goes
+      book_.Mapped(page.offset(), page.key(), page.size());  // the mapping keeps the file
     }
     return absl::OkStatus();
   }
 
   void UnmapPages(uint64_t offset, uint64_t size) override {
-    if (!reservation_.Hole(offset, size).ok()) return;  // out of range: nothing was mapped there
-    keys_.erase(keys_.lower_bound(offset), keys_.lower_bound(offset + size));
+    for (const auto& [page, bytes] : book_.Unmapped(offset, size)) {
+      reservation_.Hole(page, bytes).IgnoreError();  // in range: it was mapped there
+    }
   }
 
  private:
   AddressReservation reservation_;
-  std::map<uint64_t, std::string> keys_;  // mapped pages: offset -> key
+  PageBook book_;
 };
 
 // Maps an allocation's `pages` into `mapping` when it is an expandable

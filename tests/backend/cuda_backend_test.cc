@@ -263,11 +263,13 @@ TEST(CudaBackendTest, PagedSegmentsAreRangesOfOnePage) {
   CudaBackend& b = **made;
   if (!b.SupportsExpandableSegments()) GTEST_SKIP() << b.expandable_segments_status();
   const DeviceIndex device(0);
-  absl::StatusOr<BackendSegment> segment = b.AllocateSegment(device, 3 * kMiB);
+  EXPECT_THAT(b.AllocateSegment(device, 3 * kMiB),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("multiple of 2 MiB")));
+  absl::StatusOr<BackendSegment> segment = b.AllocateSegment(device, 4 * kMiB);
   ASSERT_OK(segment);
   EXPECT_EQ(segment->handle.kind, SegmentHandle::Kind::kCudaPages);
-  EXPECT_EQ(segment->size, 3 * kMiB);
-  absl::StatusOr<std::vector<PageHandle>> pages = b.PageHandles(device, segment->address, 3 * kMiB);
+  EXPECT_EQ(segment->size, 4 * kMiB);
+  absl::StatusOr<std::vector<PageHandle>> pages = b.PageHandles(device, segment->address, 4 * kMiB);
   ASSERT_OK(pages);
   ASSERT_EQ(pages->size(), 1u);
   EXPECT_EQ((*pages)[0].size, 4 * kMiB);

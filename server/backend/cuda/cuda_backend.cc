@@ -326,7 +326,14 @@ absl::StatusOr<BackendSegment> CudaBackend::AllocateSegment(DeviceIndex device, 
   Device& d = *devices_[device.value()];
   const uint64_t reserved = (size + kPage - 1) / kPage * kPage;
   if (options_.paged_segments) {
-    // One page the size of the range: one descriptor for the whole segment.
+    // One page the size of the range: one descriptor for the whole segment,
+    // which an importer maps whole (the allocator's segments are whole 2 MiB
+    // multiples).
+    if (size != reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA device ", device.value(), ": segment size ", size,
+                       " bytes must be a multiple of 2 MiB with paged segments"));
+    }
     GPUMUX_ASSIGN_OR_RETURN(BackendRange range,
                             ReserveRange(device, reserved, reserved, StreamId(0), false));
     if (absl::Status mapped = MapPages(device, range.address, reserved); !mapped.ok()) {

@@ -166,11 +166,14 @@ class CudaBackend final : public DeviceBackend {
   // virtual memory management with POSIX descriptor export. A range is
   // cuMemAddressReserve'd; each page is its own cuMemCreate allocation,
   // mapped with read-write access for the device (and the devices whose
-  // kernels read its memory), zeroed, and filed in
-  // memory_files for clients to import. Unmapping waits for the device's
-  // streams first (cuMemUnmap, unlike cudaFree, does not wait for work on
-  // the memory); a client's mapping keeps a page's memory until it unmaps
-  // it in turn.
+  // kernels read its memory), zeroed, and filed in memory_files for clients
+  // to import. Unmapping takes the pages out of the books first (work naming
+  // them is refused from then on), waits for the calls that checked their
+  // ranges before to have queued their work (enqueue_mu_), then for the
+  // streams of every device that can touch the pages (cuMemUnmap, unlike
+  // cudaFree, does not wait for work on the memory, and a kernel touching an
+  // unmapped page loses the context), and only then unmaps. A client's
+  // mapping keeps a page's memory until it unmaps it in turn.
   bool SupportsExpandableSegments() const override { return vmm_.ok(); }
   // Why SupportsExpandableSegments() is false: OK when it is true.
   const absl::Status& expandable_segments_status() const { return vmm_; }
@@ -273,10 +276,14 @@ class CudaBackend final : public DeviceBackend {
   // mapped (or each unmapped); INVALID_ARGUMENT or FAILED_PRECONDITION.
   static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
                                                   bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // Unmaps `pages` (address, page), taken out of their range after the
-  // device's work ran, and takes their keys out of memory_files.
+  // Unmaps `pages` (address, page), just taken out of their range: once
+  // every call that checked its ranges before has queued its work, and the
+  // work of every device that can touch them ran. Takes their keys out of
+  // memory_files.
   absl::Status UnmapTaken(DeviceIndex device,
                           const std::vector<std::pair<uint64_t, MappedPage>>& pages);
+  // The devices whose kernels read `device`'s memory, `device` first.
+  std::vector<int> Readers(DeviceIndex device) const;
   absl::StatusOr<Stream> FindStream(BackendStream stream) const;
   absl::StatusOr<Event> FindEvent(BackendEvent event) const;
   // `foreign`: an event another process exported, kept open (ipc_events_).
@@ -309,6 +316,10 @@ class CudaBackend final : public DeviceBackend {
   // by Init, read-only after).
   std::vector<std::vector<bool>> peer_readable_;
   std::atomic<bool> abandon_waits_{false};
+  // Held shared by every call from the check of its ranges (CheckRange)
+  // until its work is queued; UnmapTaken takes it exclusively, and at once
+  // lets go, to wait for those in flight.
+  mutable absl::Mutex enqueue_mu_;
   // OK where every device has virtual memory management with descriptor
   // export at 2 MiB granularity (set by Init).
   absl::Status vmm_;

@@ -214,6 +214,9 @@ class CudaBackend::NcclGroup final : public GroupCommunicator {
                                                      device_.value()));
     }
     GPUMUX_RETURN_IF_ERROR(backend_->UseDevice(device_));
+    // Until the call is queued (its first use connects to the peers first):
+    // memory it names is not unmapped under it meanwhile.
+    absl::ReaderMutexLock enqueuing(&backend_->enqueue_mu_);
     for (const Range& range : ranges) {
       if (range.bytes > 0)
         GPUMUX_RETURN_IF_ERROR(backend_->CheckRange(device_, range.address, range.bytes));
@@ -374,6 +377,7 @@ class CudaBackend::Nccl final : public CollectiveEngine {
     const bool reduce = what == "ncclReduce";
     std::vector<Stream> streams;
     std::vector<int> devices;
+    absl::ReaderMutexLock enqueuing(&backend_->enqueue_mu_);  // until the work is queued
     for (size_t i = 0; i < parts.size(); ++i) {
       GPUMUX_ASSIGN_OR_RETURN(Stream stream, backend_->FindStream(parts[i].stream));
       const DeviceIndex device = stream.device;

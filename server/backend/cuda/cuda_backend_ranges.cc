@@ -36,7 +36,10 @@ class CudaBackend::Page final : public ExportableMemory {
  public:
   Page(int device, cuda_vmm::PhysicalHandle handle, uint64_t size)
       : device_(device), handle_(handle), size_(size) {}
+  // The last holder may be the memory socket's thread: the device is made
+  // current there first, as for Export.
   ~Page() override {
+    cudaSetDevice(device_);
     if (absl::Status released = cuda_vmm::Release(handle_); !released.ok()) {
       spdlog::error("CUDA device {}: releasing a page: {}", device_, released.ToString());
     }
@@ -46,7 +49,12 @@ class CudaBackend::Page final : public ExportableMemory {
 
   cuda_vmm::PhysicalHandle handle() const { return handle_; }
   uint64_t size() const override { return size_; }
-  absl::StatusOr<UniqueFd> Export() const override { return cuda_vmm::Export(handle_); }
+  absl::StatusOr<UniqueFd> Export() const override {
+    if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
+      return CudaStatus(e, absl::StrCat("CUDA device ", device_, ": exporting a page"));
+    }
+    return cuda_vmm::Export(handle_);
+  }
 
  private:
   const int device_;
@@ -140,12 +148,7 @@ absl::Status CudaBackend::MapPages(DeviceIndex device, uint64_t address, uint64_
     made.clear();  // releases the allocations
     return status;
   };
-  // The device, and every device whose kernels read its memory (the
-  // collectives' reductions).
-  std::vector<int> readers;
-  for (int reader = 0; reader < device_count(); ++reader) {
-    if (peer_readable_[reader][device.value()]) readers.push_back(reader);
-  }
+  const std::vector<int> readers = Readers(device);
   for (uint64_t offset = 0; offset < size; offset += page_size) {
     absl::StatusOr<cuda_vmm::PhysicalHandle> handle = cuda_vmm::Create(device.value(), page_size);
     if (absl::IsResourceExhausted(handle.status())) {
@@ -189,16 +192,19 @@ absl::Status CudaBackend::MapPages(DeviceIndex device, uint64_t address, uint64_
   return absl::OkStatus();
 }
 
+std::vector<int> CudaBackend::Readers(DeviceIndex device) const {
+  std::vector<int> readers = {device.value()};
+  for (int reader = 0; reader < device_count(); ++reader) {
+    if (reader != device.value() && peer_readable_[reader][device.value()]) {
+      readers.push_back(reader);
+    }
+  }
+  return readers;
+}
+
 absl::Status CudaBackend::UnmapPages(DeviceIndex device, uint64_t address, uint64_t size) {
   GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   Device& d = *devices_[device.value()];
-  {
-    absl::MutexLock lock(&d.mu);
-    GPUMUX_RETURN_IF_ERROR(FindPagesLocked(d, address, size, /*mapped=*/true).status());
-  }
-  // Work queued on the pages runs first: cuMemUnmap does not wait for it,
-  // and a kernel touching unmapped memory would lose the context.
-  GPUMUX_RETURN_IF_ERROR(Synchronize(device));
   std::vector<std::pair<uint64_t, MappedPage>> pages;
   {
     absl::MutexLock lock(&d.mu);
@@ -214,7 +220,21 @@ absl::Status CudaBackend::UnmapPages(DeviceIndex device, uint64_t address, uint6
 
 absl::Status CudaBackend::UnmapTaken(DeviceIndex device,
                                      const std::vector<std::pair<uint64_t, MappedPage>>& pages) {
+  if (pages.empty()) return absl::OkStatus();
+  // Calls that found the pages mapped have queued their work once this
+  // lock is free; later calls find them gone.
+  { absl::WriterMutexLock in_flight(&enqueue_mu_); }
   absl::Status status;
+  for (const int reader : Readers(device)) {
+    // A device that cannot finish its work keeps the pages mapped (they
+    // leak with it) rather than fault under it.
+    if (absl::Status synced = Synchronize(DeviceIndex(reader)); !synced.ok()) {
+      spdlog::error("CUDA device {}: {} pages stay mapped: {}", device.value(), pages.size(),
+                    std::string(synced.message()));
+      return synced;
+    }
+  }
+  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   for (const auto& [address, page] : pages) {
     if (absl::Status unmapped = cuda_vmm::Unmap(address, page.page->size()); !unmapped.ok()) {
       status.Update(OnDevice(device, unmapped));
@@ -225,23 +245,17 @@ absl::Status CudaBackend::UnmapTaken(DeviceIndex device,
 }
 
 absl::Status CudaBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
-  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
+  GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
-  auto missing = [&] {
-    return absl::NotFoundError(absl::StrFormat(
-        "CUDA device %d: no expandable segment at address 0x%x", device.value(), address));
-  };
-  {
-    absl::MutexLock lock(&d.mu);
-    if (!d.ranges.contains(address)) return missing();
-  }
-  GPUMUX_RETURN_IF_ERROR(Synchronize(device));  // as in UnmapPages
   std::vector<std::pair<uint64_t, MappedPage>> pages;
   uint64_t size = 0;
   {
     absl::MutexLock lock(&d.mu);
     auto it = d.ranges.find(address);
-    if (it == d.ranges.end()) return missing();
+    if (it == d.ranges.end()) {
+      return absl::NotFoundError(absl::StrFormat(
+          "CUDA device %d: no expandable segment at address 0x%x", device.value(), address));
+    }
     Range& range = it->second;
     size = range.size;
     for (uint64_t i = 0; i < range.pages.size(); ++i) {
@@ -251,8 +265,9 @@ absl::Status CudaBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
     }
     d.ranges.erase(it);
   }
+  // A range without pages (the allocator unmaps them first) costs no wait.
   absl::Status status = UnmapTaken(device, pages);
-  status.Update(OnDevice(device, cuda_vmm::FreeAddresses(address, size)));
+  if (status.ok()) status = OnDevice(device, cuda_vmm::FreeAddresses(address, size));
   return status;
 }
 

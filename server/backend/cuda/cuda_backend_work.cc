@@ -70,6 +70,7 @@ absl::Status CudaBackend::CopyDeviceToDevice(BackendStream stream, DeviceIndex d
   GPUMUX_RETURN_IF_ERROR(UseDevice(src_device));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(dst_device, dst, bytes));
   GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, bytes));
   if (dst_device == src_device && dst == src) return absl::OkStatus();
@@ -135,6 +136,7 @@ absl::Status CudaBackend::CopyHostToDevice(BackendStream stream, uint64_t dst, c
   if (bytes == 0) return absl::OkStatus();
   if (src == nullptr)
     return absl::InvalidArgumentError("host-to-device copy from a null host pointer");
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
   GPUMUX_RETURN_IF_ERROR(Check(
       s.device,
@@ -150,6 +152,7 @@ absl::Status CudaBackend::CopyDeviceToHost(BackendStream stream, void* dst, uint
   if (bytes == 0) return absl::OkStatus();
   if (dst == nullptr)
     return absl::InvalidArgumentError("device-to-host copy into a null host pointer");
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, src, bytes));
   GPUMUX_RETURN_IF_ERROR(Check(s.device,
                                cudaMemcpyAsync(dst, reinterpret_cast<const void*>(src), bytes,
@@ -163,6 +166,7 @@ absl::Status CudaBackend::Memset(BackendStream stream, uint64_t dst, uint8_t val
   GPUMUX_ASSIGN_OR_RETURN(Stream s, FindStream(stream));
   GPUMUX_RETURN_IF_ERROR(UseDevice(s.device));
   if (bytes == 0) return absl::OkStatus();
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, bytes));
   return Check(s.device, cudaMemsetAsync(reinterpret_cast<void*>(dst), value, bytes, s.get()),
                "cudaMemsetAsync");
@@ -177,6 +181,7 @@ absl::Status CudaBackend::FillRandom(BackendStream stream, uint64_t dst, const R
     return absl::InvalidArgumentError(
         absl::StrCat("random fill: generator offset ", offset, " is not a multiple of 4"));
   }
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(
       CheckRange(s.device, dst, request.elements * RngElementSize(request.dtype)));
   FillRandomLaunch launch;
@@ -210,6 +215,7 @@ absl::Status CudaBackend::CopyDeviceToDevice2D(BackendStream stream, DeviceIndex
     if ((rows - 1) > (UINT64_MAX - row_bytes) / pitch)
       return absl::InvalidArgumentError("2D copy: the rows overflow the address space");
   }
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(dst_device, dst, (rows - 1) * dst_pitch + row_bytes));
   GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, (rows - 1) * src_pitch + row_bytes));
   // cudaMemcpy2D takes pitches up to cudaDeviceProp::memPitch (2^31 - 1);
@@ -261,6 +267,7 @@ absl::Status CudaBackend::Reduce(BackendStream stream, ReduceOp op, RngDtype dty
   const uint64_t element = RngElementSize(dtype);
   if (count > UINT64_MAX / element)
     return absl::InvalidArgumentError(absl::StrCat("reduce: ", count, " elements overflow"));
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, dst, count * element));
   GPUMUX_RETURN_IF_ERROR(CheckRange(src_device, src, count * element));
   return Check(
@@ -278,6 +285,7 @@ absl::Status CudaBackend::FinishAverage(BackendStream stream, RngDtype dtype, ui
   const uint64_t element = RngElementSize(dtype);
   if (count > UINT64_MAX / element)
     return absl::InvalidArgumentError(absl::StrCat("average: ", count, " elements overflow"));
+  absl::ReaderMutexLock enqueuing(&enqueue_mu_);  // until the work is queued
   GPUMUX_RETURN_IF_ERROR(CheckRange(s.device, data, count * element));
   return Check(s.device,
                LaunchFinishAverage(s.get(), static_cast<int>(dtype), reinterpret_cast<void*>(data),
