@@ -56,6 +56,7 @@
 #include "absl/time/time.h"
 #include "server/backend/device_backend.h"
 #include "server/backend/memory_file_table.h"
+#include "server/backend/page_ranges.h"
 
 // cudaStream_t and cudaEvent_t, without including CUDA's headers here.
 struct CUstream_st;
@@ -208,13 +209,7 @@ class CudaBackend final : public DeviceBackend {
     uint64_t page_size = 0;
     std::vector<MappedPage> pages;  // page i at offset i * page_size; unmapped: null
   };
-  // Pages [first, first + count) of the range at `base`.
-  struct PageSpan {
-    uint64_t base = 0;
-    Range* range = nullptr;
-    uint64_t first = 0;
-    uint64_t count = 0;
-  };
+  using PageSpan = ::gpumux::PageSpan<Range>;
 
   struct Device {
     DeviceInfo info;
@@ -269,11 +264,7 @@ class CudaBackend final : public DeviceBackend {
   // INVALID_ARGUMENT unless [address, address + bytes) lies in one live
   // segment of `device`, or in mapped pages of one expandable segment.
   absl::Status CheckRange(DeviceIndex device, uint64_t address, uint64_t bytes) const;
-  // The range holding `address`, or ranges.end().
-  static std::map<uint64_t, Range>::iterator RangeAtLocked(Device& d, uint64_t address)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // The whole pages [address, address + size) of one range, each of them
-  // mapped (or each unmapped); INVALID_ARGUMENT or FAILED_PRECONDITION.
+  // FindPages (page_ranges.h) in `d`'s ranges.
   static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
                                                   bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   // Unmaps `pages` (address, page), just taken out of their range: once

@@ -95,36 +95,10 @@ absl::StatusOr<BackendRange> CudaBackend::ReserveRange(DeviceIndex device, uint6
   return range;
 }
 
-std::map<uint64_t, CudaBackend::Range>::iterator CudaBackend::RangeAtLocked(Device& d,
-                                                                            uint64_t address) {
-  auto it = d.ranges.upper_bound(address);
-  if (it == d.ranges.begin()) return d.ranges.end();
-  --it;
-  return address - it->first < it->second.size ? it : d.ranges.end();
-}
-
 absl::StatusOr<CudaBackend::PageSpan> CudaBackend::FindPagesLocked(Device& d, uint64_t address,
                                                                    uint64_t size, bool mapped) {
-  const int device = d.info.index.value();
-  if (auto it = RangeAtLocked(d, address); it != d.ranges.end()) {
-    Range& range = it->second;
-    const uint64_t offset = address - it->first;
-    if (size <= range.size - offset && size > 0 && offset % range.page_size == 0 &&
-        size % range.page_size == 0) {
-      const PageSpan span{it->first, &range, offset / range.page_size, size / range.page_size};
-      for (uint64_t i = span.first; i < span.first + span.count; ++i) {
-        if ((range.pages[i].page != nullptr) != mapped) {
-          return absl::FailedPreconditionError(absl::StrFormat(
-              "CUDA device %d: the page at 0x%x is %s", device, it->first + i * range.page_size,
-              mapped ? "not mapped" : "mapped already"));
-        }
-      }
-      return span;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "CUDA device %d: %d bytes at 0x%x are not whole pages of one expandable segment", device,
-      size, address));
+  return FindPages(d.ranges, absl::StrCat("CUDA device ", d.info.index.value()), address, size,
+                   mapped, [](const MappedPage& page) { return page.page != nullptr; });
 }
 
 absl::Status CudaBackend::MapPages(DeviceIndex device, uint64_t address, uint64_t size) {
@@ -280,7 +254,7 @@ absl::StatusOr<std::vector<PageHandle>> CudaBackend::PageHandles(DeviceIndex dev
   }
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  auto it = RangeAtLocked(d, address);
+  auto it = RangeAt(d.ranges, address);
   if (it == d.ranges.end() || size == 0 || size > it->second.size - (address - it->first)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("CUDA device %d: %d bytes at 0x%x are not inside one expandable segment",

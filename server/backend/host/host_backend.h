@@ -49,6 +49,7 @@
 #include "server/backend/host/host_stream_pool.h"
 #include "server/backend/host/segment_mapping.h"
 #include "server/backend/memory_file_table.h"
+#include "server/backend/page_ranges.h"
 
 namespace gpumux {
 
@@ -212,21 +213,10 @@ class HostBackend final : public DeviceBackend {
   std::optional<absl::StatusOr<HostView>> TranslateInRangeLocked(Device& d, uint64_t address,
                                                                  uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // The range holding `address`, or d.ranges.end().
-  static std::map<uint64_t, Range>::iterator RangeAtLocked(Device& d, uint64_t address)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // Whole pages [first, first + count) of the range at `base`.
-  struct PageSpan {
-    uint64_t base = 0;
-    Range* range = nullptr;
-    uint64_t first = 0;
-    uint64_t count = 0;
-  };
-  // The pages [address, address + size) of one range, every one of them
-  // mapped (or every one unmapped when `mapped` is false); or why not.
-  absl::StatusOr<PageSpan> FindPagesLocked(Device& d, DeviceIndex device, uint64_t address,
-                                           uint64_t size, bool mapped)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
+  // FindPages (page_ranges.h) in `d`'s ranges.
+  using PageSpan = ::gpumux::PageSpan<Range>;
+  static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
+                                                  bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   // First fit of `span` bytes of emulated addresses; nullopt when no
   // contiguous span is left.
   static std::optional<uint64_t> TakeAddressesLocked(Device& d, uint64_t span)

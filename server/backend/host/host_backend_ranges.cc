@@ -52,44 +52,17 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
   return BackendRange{*address, size, SegmentHandle{SegmentHandle::Kind::kHostPages, "", ""}};
 }
 
-std::map<uint64_t, HostBackend::Range>::iterator HostBackend::RangeAtLocked(Device& d,
-                                                                            uint64_t address) {
-  auto it = d.ranges.upper_bound(address);
-  if (it == d.ranges.begin()) return d.ranges.end();
-  --it;
-  return address - it->first < it->second.size ? it : d.ranges.end();
-}
-
-absl::StatusOr<HostBackend::PageSpan> HostBackend::FindPagesLocked(Device& d, DeviceIndex device,
-                                                                   uint64_t address, uint64_t size,
-                                                                   bool mapped) {
-  if (auto it = RangeAtLocked(d, address); it != d.ranges.end()) {
-    Range& range = it->second;
-    const uint64_t offset = address - it->first;
-    if (size <= range.size - offset && size > 0 && offset % range.page_size == 0 &&
-        size % range.page_size == 0) {
-      const PageSpan span{it->first, &range, offset / range.page_size, size / range.page_size};
-      for (uint64_t i = span.first; i < span.first + span.count; ++i) {
-        if (range.pages[i].mapped != mapped) {
-          return absl::FailedPreconditionError(absl::StrFormat(
-              "host device %d: the page at 0x%x is %s", device.value(),
-              it->first + i * range.page_size, mapped ? "not mapped" : "mapped already"));
-        }
-      }
-      return span;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "host device %d: %d bytes at 0x%x are not whole pages of one expandable segment",
-      device.value(), size, address));
+absl::StatusOr<HostBackend::PageSpan> HostBackend::FindPagesLocked(Device& d, uint64_t address,
+                                                                   uint64_t size, bool mapped) {
+  return FindPages(d.ranges, absl::StrCat("host device ", d.info.index.value()), address, size,
+                   mapped, [](const Page& page) { return page.mapped; });
 }
 
 absl::Status HostBackend::MapPages(DeviceIndex device, uint64_t address, uint64_t size) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span,
-                          FindPagesLocked(d, device, address, size, /*mapped=*/false));
+  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span, FindPagesLocked(d, address, size, /*mapped=*/false));
   Range* range = span.range;
   const uint64_t first = span.first;
   const uint64_t count = span.count;
@@ -129,8 +102,7 @@ absl::Status HostBackend::UnmapPages(DeviceIndex device, uint64_t address, uint6
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span,
-                          FindPagesLocked(d, device, address, size, /*mapped=*/true));
+  GPUMUX_ASSIGN_OR_RETURN(const PageSpan span, FindPagesLocked(d, address, size, /*mapped=*/true));
   Range* range = span.range;
   const uint64_t first = span.first;
   const uint64_t count = span.count;
@@ -177,7 +149,7 @@ absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex dev
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  auto it = RangeAtLocked(d, address);
+  auto it = RangeAt(d.ranges, address);
   if (it == d.ranges.end() || size == 0 || size > it->second.size - (address - it->first)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("host device %d: %d bytes at 0x%x are not inside one expandable segment",
@@ -206,7 +178,7 @@ absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex dev
 
 std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRangeLocked(
     Device& d, uint64_t address, uint64_t bytes) {
-  auto it = RangeAtLocked(d, address);
+  auto it = RangeAt(d.ranges, address);
   if (it == d.ranges.end()) return std::nullopt;
   Range& range = it->second;
   const uint64_t offset = address - it->first;
