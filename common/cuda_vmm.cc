@@ -37,12 +37,17 @@ template <typename Fn>
 absl::Status Resolve(const char* symbol, Fn* fn) {
   void* found = nullptr;
   cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
   // 10020: the ABI of the typedefs above; the driver gives its newest
   // implementation of it.
   const cudaError_t error =
       cudaGetDriverEntryPointByVersion(symbol, &found, 10020, cudaEnableDefault, &result);
+#else
+  // Toolkits before 12.5 have only the unversioned lookup (the toolkit's ABI).
+  const cudaError_t error = cudaGetDriverEntryPoint(symbol, &found, cudaEnableDefault, &result);
+#endif
   if (error != cudaSuccess) {
-    return CudaStatus(error, absl::StrCat("cudaGetDriverEntryPointByVersion(", symbol, ")"));
+    return CudaStatus(error, absl::StrCat("looking up the driver's ", symbol));
   }
   if (result != cudaDriverEntryPointSuccess || found == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -4,11 +4,11 @@
 // cuMemMap, cuMemSetAccess, POSIX file descriptor export and import), for
 // expandable segments on the CUDA backend and for the clients that map their
 // pages. The driver API is resolved at run time through the runtime's
-// cudaGetDriverEntryPointByVersion: nothing links libcuda, so a process
-// without a driver still starts (gpumuxd then runs the host backend). Driver
-// results are translated by CudaStatus (common/cuda_status.h): the driver's
-// CUresult and the runtime's cudaError_t number their errors alike. Built
-// only with CUDA. Thread-safe.
+// cudaGetDriverEntryPointByVersion (cudaGetDriverEntryPoint before CUDA
+// 12.5): nothing links libcuda, so a process without a driver still starts
+// (gpumuxd then runs the host backend). Driver results are translated by
+// CudaStatus (common/cuda_status.h): the driver's CUresult and the runtime's
+// cudaError_t number their errors alike. Built only with CUDA. Thread-safe.
 
 #include <cstdint>
 

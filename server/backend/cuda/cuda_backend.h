@@ -267,10 +267,12 @@ class CudaBackend final : public DeviceBackend {
   // FindPages (page_ranges.h) in `d`'s ranges.
   static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
                                                   bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // Unmaps `pages` (address, page), just taken out of their range: once
-  // every call that checked its ranges before has queued its work, and the
-  // work of every device that can touch them ran. Takes their keys out of
-  // memory_files.
+  // Waits, after pages of `device` were taken out of their range, until
+  // every call that checked its ranges before has queued its work and the
+  // work of every device that can touch them ran.
+  absl::Status AwaitWorkOn(DeviceIndex device);
+  // Unmaps `pages` (address, page), taken out of their range and waited
+  // for (AwaitWorkOn), and takes their keys out of memory_files.
   absl::Status UnmapTaken(DeviceIndex device,
                           const std::vector<std::pair<uint64_t, MappedPage>>& pages);
   // The devices whose kernels read `device`'s memory, `device` first.

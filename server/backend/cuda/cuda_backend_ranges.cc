@@ -47,7 +47,6 @@ class CudaBackend::Page final : public ExportableMemory {
   Page(const Page&) = delete;
   Page& operator=(const Page&) = delete;
 
-  cuda_vmm::PhysicalHandle handle() const { return handle_; }
   uint64_t size() const override { return size_; }
   absl::StatusOr<UniqueFd> Export() const override {
     if (cudaError_t e = cudaSetDevice(device_); e != cudaSuccess) {
@@ -189,26 +188,33 @@ absl::Status CudaBackend::UnmapPages(DeviceIndex device, uint64_t address, uint6
                          std::exchange(span.range->pages[i], MappedPage()));
     }
   }
+  if (absl::Status waited = AwaitWorkOn(device); !waited.ok()) {
+    // The pages stay mapped, and in the books, as the allocator expects of
+    // a failed unmap.
+    absl::MutexLock lock(&d.mu);
+    for (auto& [page_address, page] : pages) {
+      if (auto it = RangeAt(d.ranges, page_address); it != d.ranges.end()) {
+        it->second.pages[(page_address - it->first) / it->second.page_size] = std::move(page);
+      }
+    }
+    return waited;
+  }
   return UnmapTaken(device, pages);
+}
+
+absl::Status CudaBackend::AwaitWorkOn(DeviceIndex device) {
+  // Calls that found the pages mapped have queued their work once this
+  // lock is free; later calls find them gone.
+  { absl::WriterMutexLock in_flight(&enqueue_mu_); }
+  for (const int reader : Readers(device)) {
+    GPUMUX_RETURN_IF_ERROR(Synchronize(DeviceIndex(reader)));
+  }
+  return UseDevice(device);
 }
 
 absl::Status CudaBackend::UnmapTaken(DeviceIndex device,
                                      const std::vector<std::pair<uint64_t, MappedPage>>& pages) {
-  if (pages.empty()) return absl::OkStatus();
-  // Calls that found the pages mapped have queued their work once this
-  // lock is free; later calls find them gone.
-  { absl::WriterMutexLock in_flight(&enqueue_mu_); }
   absl::Status status;
-  for (const int reader : Readers(device)) {
-    // A device that cannot finish its work keeps the pages mapped (they
-    // leak with it) rather than fault under it.
-    if (absl::Status synced = Synchronize(DeviceIndex(reader)); !synced.ok()) {
-      spdlog::error("CUDA device {}: {} pages stay mapped: {}", device.value(), pages.size(),
-                    std::string(synced.message()));
-      return synced;
-    }
-  }
-  GPUMUX_RETURN_IF_ERROR(UseDevice(device));
   for (const auto& [address, page] : pages) {
     if (absl::Status unmapped = cuda_vmm::Unmap(address, page.page->size()); !unmapped.ok()) {
       status.Update(OnDevice(device, unmapped));
@@ -240,6 +246,15 @@ absl::Status CudaBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
     d.ranges.erase(it);
   }
   // A range without pages (the allocator unmaps them first) costs no wait.
+  // One whose device cannot finish its work keeps its pages and addresses
+  // (they leak with the device) rather than fault under that work.
+  if (!pages.empty()) {
+    if (absl::Status waited = AwaitWorkOn(device); !waited.ok()) {
+      spdlog::error("CUDA device {}: an expandable segment's {} pages stay mapped: {}",
+                    device.value(), pages.size(), std::string(waited.message()));
+      return waited;
+    }
+  }
   absl::Status status = UnmapTaken(device, pages);
   if (status.ok()) status = OnDevice(device, cuda_vmm::FreeAddresses(address, size));
   return status;
