@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <map>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/segment_source.h"
 
 namespace gpumux {
 
@@ -23,10 +25,10 @@ struct PageSpan {
   uint64_t count = 0;
 };
 
-// The range of `ranges` holding `address`, or ranges.end().
-template <typename Range>
-typename std::map<uint64_t, Range>::iterator RangeAt(std::map<uint64_t, Range>& ranges,
-                                                     uint64_t address) {
+// The range of `ranges` (a std::map by start address, const or not) holding
+// `address`, or ranges.end().
+template <typename Ranges>
+auto RangeAt(Ranges& ranges, uint64_t address) -> decltype(ranges.end()) {
   auto it = ranges.upper_bound(address);
   if (it == ranges.begin()) return ranges.end();
   --it;
@@ -61,6 +63,26 @@ absl::StatusOr<PageSpan<Range>> FindPages(std::map<uint64_t, Range>& ranges,
   }
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: %d bytes at 0x%x are not whole pages of one expandable segment", device, size, address));
+}
+
+// How another process maps the pages under [offset, offset + size) of the
+// range at `base` (inside it, size > 0): each page's offset, size and key.
+// INVALID_ARGUMENT naming the first page that `is_mapped` says is not.
+template <typename Range, typename IsMapped>
+absl::StatusOr<std::vector<PageHandle>> HandlesOfPages(const Range& range, uint64_t base,
+                                                       uint64_t offset, uint64_t size,
+                                                       absl::string_view device,
+                                                       IsMapped is_mapped) {
+  std::vector<PageHandle> pages;
+  for (uint64_t i = offset / range.page_size; i <= (offset + size - 1) / range.page_size; ++i) {
+    if (!is_mapped(range.pages[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: the page at 0x%x of an expandable segment is not mapped", device,
+                          base + i * range.page_size));
+    }
+    pages.push_back(PageHandle{i * range.page_size, range.page_size, range.pages[i].key});
+  }
+  return pages;
 }
 
 }  // namespace gpumux

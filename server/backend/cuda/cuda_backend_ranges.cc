@@ -275,19 +275,9 @@ absl::StatusOr<std::vector<PageHandle>> CudaBackend::PageHandles(DeviceIndex dev
         absl::StrFormat("CUDA device %d: %d bytes at 0x%x are not inside one expandable segment",
                         device.value(), size, address));
   }
-  const Range& range = it->second;
-  const uint64_t offset = address - it->first;
-  std::vector<PageHandle> pages;
-  for (uint64_t i = offset / range.page_size; i <= (offset + size - 1) / range.page_size; ++i) {
-    const MappedPage& page = range.pages[i];
-    if (page.page == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("CUDA device %d: the page at 0x%x of an expandable segment is not mapped",
-                          device.value(), it->first + i * range.page_size));
-    }
-    pages.push_back(PageHandle{i * range.page_size, range.page_size, page.key});
-  }
-  return pages;
+  return HandlesOfPages(it->second, it->first, address - it->first, size,
+                        absl::StrCat("CUDA device ", device.value()),
+                        [](const MappedPage& page) { return page.page != nullptr; });
 }
 
 }  // namespace gpumux

@@ -24,11 +24,10 @@ absl::Status CudaBackend::CheckRange(DeviceIndex device, uint64_t address, uint6
     const uint64_t offset = address - it->first;
     if (offset < it->second.size && bytes <= it->second.size - offset) return absl::OkStatus();
   }
-  if (auto range = d.ranges.upper_bound(address); range != d.ranges.begin()) {
-    --range;
+  if (auto range = RangeAt(d.ranges, address); range != d.ranges.end()) {
     const Range& r = range->second;
     const uint64_t offset = address - range->first;
-    bool mapped = offset < r.size && bytes <= r.size - offset;
+    bool mapped = bytes <= r.size - offset;
     const uint64_t last = bytes == 0 ? 0 : (offset + bytes - 1) / r.page_size;
     for (uint64_t i = offset / r.page_size; mapped && bytes > 0 && i <= last; ++i) {
       mapped = r.pages[i].page != nullptr;

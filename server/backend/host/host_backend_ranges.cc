@@ -162,18 +162,9 @@ absl::StatusOr<std::vector<PageHandle>> HostBackend::PageHandles(DeviceIndex dev
         "replay)",
         device.value(), it->first));
   }
-  const uint64_t offset = address - it->first;
-  std::vector<PageHandle> pages;
-  for (uint64_t i = offset / range.page_size; i <= (offset + size - 1) / range.page_size; ++i) {
-    const Page& page = range.pages[i];
-    if (!page.mapped) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("host device %d: the page at 0x%x of an expandable segment is not mapped",
-                          device.value(), it->first + i * range.page_size));
-    }
-    pages.push_back(PageHandle{i * range.page_size, range.page_size, page.key});
-  }
-  return pages;
+  return HandlesOfPages(range, it->first, address - it->first, size,
+                        absl::StrCat("host device ", device.value()),
+                        [](const Page& page) { return page.mapped; });
 }
 
 std::optional<absl::StatusOr<HostBackend::HostView>> HostBackend::TranslateInRangeLocked(
