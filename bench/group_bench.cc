@@ -10,10 +10,14 @@
 // shared machine the time of a small all_reduce drifts by several times
 // over a minute, and both sides then see the same drift), each as the
 // median over rounds of the slowest rank's time, printed as bandwidth
-// (S / time) and as the ratio group / plain. Also the time to form a fresh
+// (S / time) and as the ratio group / plain. Each round times one
+// all_reduce (the group's waited call: `<size>_over_gloo`) and then
+// --queue of them back to back (`<size>_queued_over_gloo`: the group's
+// calls with async_op, then Synchronize; plain Gloo's one after the other),
+// as a training step's gradient buckets go. Also the time to form a fresh
 // group, next to a 4-byte all_reduce on an existing one.
 //
-// usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]
+// usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M] [--queue K]
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -57,6 +61,7 @@ struct Flags {
   int ranks = 2;
   int rounds = 3;
   int max_mib = 256;
+  int queue = 8;
   // Set in a plain Gloo child.
   int plain_rank = -1;
   std::string plain_dir;
@@ -67,8 +72,9 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// 4 bytes (a call's fixed cost), then 1 MiB, 4 MiB, ... up to max_mib.
 std::vector<uint64_t> Sizes(int max_mib) {
-  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> sizes = {4};
   for (uint64_t mib = 1; mib <= static_cast<uint64_t>(max_mib); mib *= 4)
     sizes.push_back(mib << 20);
   return sizes;
@@ -88,8 +94,9 @@ int Fail(const std::string& what) {
 }
 
 // A plain Gloo rank: every size, rounds + 1 times (the first is warm-up),
-// each when a byte arrives on stdin and after a barrier; writes each round's
-// seconds to stdout, one line each.
+// each when a byte arrives on stdin: after a barrier one all_reduce, after
+// another `queue` back to back; writes each round's two times in seconds to
+// stdout, one line each.
 int PlainRank(const Flags& flags) {
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -104,19 +111,26 @@ int PlainRank(const Flags& flags) {
     for (int round = 0; round < flags.rounds + 1; ++round) {
       char go;
       if (read(STDIN_FILENO, &go, 1) != 1) return 1;
-      gloo::BarrierOptions barrier(context);
-      barrier.setTag(tag++);
-      gloo::barrier(barrier);
-      const Clock::time_point start = Clock::now();
-      gloo::AllreduceOptions options(context);
-      options.setOutput(data.data(), data.size());
-      options.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      options.setTag(tag++);
-      gloo::allreduce(options);
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      std::printf("%.9f\n", seconds);
+      // `calls` all_reduces after a barrier, in seconds.
+      auto timed = [&](int calls) {
+        gloo::BarrierOptions barrier(context);
+        barrier.setTag(tag++);
+        gloo::barrier(barrier);
+        const Clock::time_point start = Clock::now();
+        for (int call = 0; call < calls; ++call) {
+          gloo::AllreduceOptions options(context);
+          options.setOutput(data.data(), data.size());
+          options.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+          options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+          options.setTag(tag++);
+          gloo::allreduce(options);
+        }
+        return std::chrono::duration<double>(Clock::now() - start).count();
+      };
+      const double one = timed(1);
+      const double queued = timed(flags.queue);
+      std::printf("%.9f %.9f\n", one, queued);
       std::fflush(stdout);
     }
   }
@@ -130,18 +144,22 @@ struct PlainRanks {
   std::vector<int> go;
   std::vector<FILE*> times;
 
-  // One round of every rank; the slowest rank's seconds (-1 on failure).
-  double Round() {
+  // One round of every rank: the slowest rank's seconds for one call and
+  // for the queue of them; false on failure.
+  bool Round(double* one, double* queued) {
     for (int fd : go) {
-      if (write(fd, "g", 1) != 1) return -1;
+      if (write(fd, "g", 1) != 1) return false;
     }
-    double slowest = 0;
+    *one = 0;
+    *queued = 0;
     for (FILE* in : times) {
-      double seconds = 0;
-      if (std::fscanf(in, "%lf", &seconds) != 1) return -1;
-      slowest = std::max(slowest, seconds);
+      double rank_one = 0;
+      double rank_queued = 0;
+      if (std::fscanf(in, "%lf %lf", &rank_one, &rank_queued) != 2) return false;
+      *one = std::max(*one, rank_one);
+      *queued = std::max(*queued, rank_queued);
     }
-    return slowest;
+    return true;
   }
 
   // Closes the pipes and waits for the ranks; false when one failed.
@@ -199,10 +217,13 @@ int main(int argc, char** argv) {
                                                         {"ranks", &flags.ranks, 2, 8},
                                                         {"rounds", &flags.rounds, 1, 100},
                                                         {"max-mib", &flags.max_mib, 1, 1024},
+                                                        {"queue", &flags.queue, 1, 64},
                                                         {"plain-rank", &flags.plain_rank, -1, 7},
                                                         {"plain-dir", &flags.plain_dir}});
   if (!parsed.ok()) {
-    std::fprintf(stderr, "%s\nusage: %s [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]\n",
+    std::fprintf(stderr,
+                 "%s\nusage: %s [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M] "
+                 "[--queue K]\n",
                  std::string(parsed.message()).c_str(), argv[0]);
     return 2;
   }
@@ -241,6 +262,7 @@ int main(int argc, char** argv) {
                                        absl::StrCat("--ranks=", flags.ranks),
                                        absl::StrCat("--rounds=", flags.rounds),
                                        absl::StrCat("--max-mib=", flags.max_mib),
+                                       absl::StrCat("--queue=", flags.queue),
                                        absl::StrCat("--plain-rank=", r),
                                        "--plain-dir=" + dir + "/plain"};
       std::vector<char*> argv_child;
@@ -312,6 +334,18 @@ int main(int argc, char** argv) {
         &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
     if (!clients[r]->GroupAllReduce("bench", tensor).ok()) failed = true;
   };
+  // --queue all_reduces with async_op, then a wait for them all.
+  auto queued_all_reduces = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
+    const gpumux::TensorRef tensor{
+        &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
+    for (int call = 0; call < flags.queue; ++call) {
+      if (!clients[r]
+               ->GroupAllReduce("bench", tensor, gpumux::ReduceOp::kSum, {.async_op = true})
+               .ok())
+        failed = true;
+    }
+    if (!clients[r]->Synchronize(buffer.device()).ok()) failed = true;
+  };
   const double small_seconds =
       SlowestRank(flags.ranks, flags.rounds, [&](int, int r) { all_reduce(r, small[r], 4); });
   std::printf("group_ranks=%d\n", flags.ranks);
@@ -326,25 +360,45 @@ int main(int argc, char** argv) {
     }
     std::vector<double> plain_times;
     std::vector<double> group_times;
+    std::vector<double> plain_queued_times;
+    std::vector<double> group_queued_times;
     for (int round = 0; round < flags.rounds + 1; ++round) {
-      const double plain_seconds = plain_ranks.Round();
-      if (plain_seconds < 0) return Fail("a plain Gloo rank failed");
-      const double group_seconds =
+      double plain_one = 0;
+      double plain_queued = 0;
+      if (!plain_ranks.Round(&plain_one, &plain_queued)) return Fail("a plain Gloo rank failed");
+      const double group_one =
           SlowestRankOnce(flags.ranks, [&](int r) { all_reduce(r, buffers[r], sizes[i]); });
+      const double group_queued =
+          SlowestRankOnce(flags.ranks, [&](int r) { queued_all_reduces(r, buffers[r], sizes[i]); });
       if (round == 0) continue;  // warm-up
-      plain_times.push_back(plain_seconds);
-      group_times.push_back(group_seconds);
+      plain_times.push_back(plain_one);
+      group_times.push_back(group_one);
+      plain_queued_times.push_back(plain_queued);
+      group_queued_times.push_back(group_queued);
     }
     if (failed) return Fail("a group all_reduce failed");
     const double seconds = Median(group_times);
     const double plain = Median(plain_times);
-    const uint64_t mib = sizes[i] >> 20;
-    std::printf("group_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
-                sizes[i] / seconds / 1e9);
-    std::printf("gloo_all_reduce_%llumib_gbps=%.3f\n", static_cast<unsigned long long>(mib),
-                sizes[i] / plain / 1e9);
-    std::printf("group_all_reduce_%llumib_over_gloo=%.3f\n", static_cast<unsigned long long>(mib),
-                plain / seconds);
+    const double queued = Median(group_queued_times);
+    const double plain_queued = Median(plain_queued_times);
+    const std::string size =
+        sizes[i] < (1u << 20) ? absl::StrCat(sizes[i], "b") : absl::StrCat(sizes[i] >> 20, "mib");
+    if (sizes[i] < (1u << 20)) {
+      std::printf("group_all_reduce_%s_us=%.1f\n", size.c_str(), seconds * 1e6);
+      std::printf("gloo_all_reduce_%s_us=%.1f\n", size.c_str(), plain * 1e6);
+      std::printf("group_all_reduce_%s_queued_us=%.1f\n", size.c_str(), queued / flags.queue * 1e6);
+      std::printf("gloo_all_reduce_%s_queued_us=%.1f\n", size.c_str(),
+                  plain_queued / flags.queue * 1e6);
+    } else {
+      std::printf("group_all_reduce_%s_gbps=%.3f\n", size.c_str(), sizes[i] / seconds / 1e9);
+      std::printf("gloo_all_reduce_%s_gbps=%.3f\n", size.c_str(), sizes[i] / plain / 1e9);
+      std::printf("group_all_reduce_%s_queued_gbps=%.3f\n", size.c_str(),
+                  sizes[i] * flags.queue / queued / 1e9);
+      std::printf("gloo_all_reduce_%s_queued_gbps=%.3f\n", size.c_str(),
+                  sizes[i] * flags.queue / plain_queued / 1e9);
+    }
+    std::printf("group_all_reduce_%s_over_gloo=%.3f\n", size.c_str(), plain / seconds);
+    std::printf("group_all_reduce_%s_queued_over_gloo=%.3f\n", size.c_str(), plain_queued / queued);
   }
   if (!plain_ranks.Finish()) return Fail("a plain Gloo rank failed");
   buffers.clear();

@@ -134,6 +134,7 @@ absl::Status Client::Impl::SetCommOptions(v1::CommOptions* proto, const Collecti
   }
   proto->set_wait(options.wait);
   proto->set_completion_event(options.completion_event);
+  proto->set_async_op(options.async_op);
   return absl::OkStatus();
 }
 

@@ -78,7 +78,8 @@ absl::StatusOr<std::vector<DaemonGroupInfo>> Client::ListGroups() {
 absl::StatusOr<CollectiveResult> Client::GroupAllReduce(absl::string_view group,
                                                         const TensorRef& tensor, ReduceOp op,
                                                         const CollectiveOptions& options) {
-  GPUMUX_PROFILED_WAIT("Client::GroupAllReduce");
+  GPUMUX_PROFILED("Client::GroupAllReduce");
+  if (!options.async_op) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GroupAllReduceRequest request;
   request.set_group(std::string(group));
@@ -86,7 +87,7 @@ absl::StatusOr<CollectiveResult> Client::GroupAllReduce(absl::string_view group,
   request.set_op(ToProto(op));
   GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
   return KeepGroupUnavailable(
-      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/true, rpc); },
+      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/!options.async_op, rpc); },
       [&](grpc::ClientContext* context, v1::CommResponse* response) {
         return impl_->group_stub_->AllReduce(context, request, response);
       });
@@ -95,7 +96,8 @@ absl::StatusOr<CollectiveResult> Client::GroupAllReduce(absl::string_view group,
 absl::StatusOr<CollectiveResult> Client::GroupBroadcast(absl::string_view group,
                                                         const TensorRef& tensor, int root,
                                                         const CollectiveOptions& options) {
-  GPUMUX_PROFILED_WAIT("Client::GroupBroadcast");
+  GPUMUX_PROFILED("Client::GroupBroadcast");
+  if (!options.async_op) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GroupBroadcastRequest request;
   request.set_group(std::string(group));
@@ -103,7 +105,7 @@ absl::StatusOr<CollectiveResult> Client::GroupBroadcast(absl::string_view group,
   request.set_root(root);
   GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
   return KeepGroupUnavailable(
-      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/true, rpc); },
+      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/!options.async_op, rpc); },
       [&](grpc::ClientContext* context, v1::CommResponse* response) {
         return impl_->group_stub_->Broadcast(context, request, response);
       });
@@ -113,7 +115,8 @@ absl::StatusOr<CollectiveResult> Client::GroupAllGather(absl::string_view group,
                                                         const TensorRef& input,
                                                         const TensorRef& output,
                                                         const CollectiveOptions& options) {
-  GPUMUX_PROFILED_WAIT("Client::GroupAllGather");
+  GPUMUX_PROFILED("Client::GroupAllGather");
+  if (!options.async_op) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GroupAllGatherRequest request;
   request.set_group(std::string(group));
@@ -121,7 +124,7 @@ absl::StatusOr<CollectiveResult> Client::GroupAllGather(absl::string_view group,
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_output(), output, "output", call));
   GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
   return KeepGroupUnavailable(
-      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/true, rpc); },
+      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/!options.async_op, rpc); },
       [&](grpc::ClientContext* context, v1::CommResponse* response) {
         return impl_->group_stub_->AllGather(context, request, response);
       });
@@ -131,7 +134,8 @@ absl::StatusOr<CollectiveResult> Client::GroupReduceScatter(absl::string_view gr
                                                             const TensorRef& input,
                                                             const TensorRef& output, ReduceOp op,
                                                             const CollectiveOptions& options) {
-  GPUMUX_PROFILED_WAIT("Client::GroupReduceScatter");
+  GPUMUX_PROFILED("Client::GroupReduceScatter");
+  if (!options.async_op) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GroupReduceScatterRequest request;
   request.set_group(std::string(group));
@@ -140,7 +144,7 @@ absl::StatusOr<CollectiveResult> Client::GroupReduceScatter(absl::string_view gr
   request.set_op(ToProto(op));
   GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
   return KeepGroupUnavailable(
-      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/true, rpc); },
+      [&](auto rpc) { return impl_->RunCollective(call, /*waited=*/!options.async_op, rpc); },
       [&](grpc::ClientContext* context, v1::CommResponse* response) {
         return impl_->group_stub_->ReduceScatter(context, request, response);
       });

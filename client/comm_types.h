@@ -64,6 +64,15 @@ struct CollectiveOptions {
   bool wait = false;
   // An interprocess Event recorded after all of the work.
   bool completion_event = false;
+  // Return once the work is queued, as torch.distributed's async_op=True:
+  // what the within-node functions do unless `wait` (with which it is
+  // INVALID_ARGUMENT). A group collective (Client::GroupAllReduce, ...)
+  // otherwise returns once done; with it, it runs on the tensor's stream
+  // after the work queued there before it and before the work queued after
+  // it (Synchronize, or the completion event, says when it is done). Its
+  // failure then breaks the group, and the group's next call returns why.
+  // On CUDA the call still waits.
+  bool async_op = false;
 };
 
 }  // namespace gpumux

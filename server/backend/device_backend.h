@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -57,6 +59,34 @@ struct StreamPriorityRange {
 struct HostMemoryView {
   std::shared_ptr<const void> keep_alive;
   char* data = nullptr;
+};
+
+// A point in a stream's work that the daemon's own host code holds it at
+// (DeviceBackend::HoldStream): the stream's later work waits until the hold
+// is released, by Release() or on destruction. Move-only.
+class StreamHold {
+ public:
+  StreamHold() = default;
+  explicit StreamHold(absl::AnyInvocable<void() &&> release) : release_(std::move(release)) {}
+  StreamHold(StreamHold&& other) noexcept : release_(std::exchange(other.release_, nullptr)) {}
+  StreamHold& operator=(StreamHold&& other) noexcept {
+    if (this != &other) {
+      Release();
+      release_ = std::exchange(other.release_, nullptr);
+    }
+    return *this;
+  }
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  ~StreamHold() { Release(); }
+
+  // Lets the stream go on; later calls do nothing.
+  void Release() {
+    if (release_ != nullptr) std::exchange(release_, nullptr)();
+  }
+
+ private:
+  absl::AnyInvocable<void() &&> release_;
 };
 
 // Every call below that names a stream or an event returns NOT_FOUND for a
@@ -242,6 +272,14 @@ class DeviceBackend : public SegmentSource {
   // (MemoryManager::HoldAllocations).
   virtual absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
                                                       uint64_t bytes) = 0;
+  // Holds `stream` for such work queued in its order (a group collective
+  // that the caller does not wait for): `reached` runs once every item queued
+  // on the stream before the hold finished (on a stream thread: it must not
+  // block), and work queued after the hold waits until it is released.
+  // FAILED_PRECONDITION unless memory_on_host() (CUDA streams cannot wait on
+  // the host without blocking a driver thread).
+  virtual absl::StatusOr<StreamHold> HoldStream(BackendStream stream,
+                                                absl::AnyInvocable<void() &&> reached) = 0;
 
   // The engine for collectives across this backend's devices in one call
   // (NCCL on CUDA where libnccl loaded), owned by the backend; null where

@@ -150,6 +150,10 @@ class ForwardingBackend : public DeviceBackend {
                                               uint64_t bytes) override {
     return target_->AccessOnHost(device, address, bytes);
   }
+  absl::StatusOr<StreamHold> HoldStream(BackendStream stream,
+                                        absl::AnyInvocable<void() &&> reached) override {
+    return target_->HoldStream(stream, std::move(reached));
+  }
 
  private:
   DeviceBackend* target_;

@@ -79,6 +79,9 @@ struct CommOptions {
   std::vector<std::pair<DeviceIndex, StreamId>> streams;
   bool wait = false;  // return once everything completed
   bool completion_event = false;
+  // A group collective returns once queued (GroupWork) rather than done;
+  // the within-node ones always do unless `wait`.
+  bool async_op = false;
 };
 
 struct CommDone {

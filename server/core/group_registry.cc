@@ -1,7 +1,9 @@
 #include "server/core/group_registry.h"
 
 #include <algorithm>
+#include <deque>
 #include <future>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,14 @@ constexpr size_t kMaxKeptStaging = size_t{256} << 20;
 }  // namespace
 
 struct GroupRegistry::Group {
+  // A collective queued by Queue, with its turn.
+  struct Queued {
+    uint64_t ticket = 0;
+    std::string collective;
+    uint64_t bytes = 0;
+    QueuedBody body;
+  };
+
   GroupSpec spec;
   uint64_t generation = 0;
   std::vector<GroupMemberInfo> members;
@@ -39,12 +49,46 @@ struct GroupRegistry::Group {
   uint64_t collectives ABSL_GUARDED_BY(stats_mu) = 0;
   uint64_t bytes ABSL_GUARDED_BY(stats_mu) = 0;
 
-  // Waits for a running collective, then drops the transport.
+  // The order of the group's collectives: each takes a ticket when called
+  // (Run) or queued (Queue) and runs once `serving` reaches it.
+  absl::Mutex order_mu;
+  absl::CondVar turn_cv;  // `serving` or `queued` changed, or `closing`
+  uint64_t next_ticket ABSL_GUARDED_BY(order_mu) = 0;
+  uint64_t serving ABSL_GUARDED_BY(order_mu) = 0;
+  std::deque<Queued> queued ABSL_GUARDED_BY(order_mu);
+  bool closing ABSL_GUARDED_BY(order_mu) = false;
+  // Runs `queued`; started by the first Queue, joined by CloseTransport.
+  std::thread queue_thread ABSL_GUARDED_BY(order_mu);
+
+  void AwaitTurn(uint64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu) {
+    while (serving != ticket) turn_cv.Wait(&order_mu);
+  }
+  void EndTurn() {
+    absl::MutexLock lock(&order_mu);
+    ++serving;
+    turn_cv.SignalAll();
+  }
+
+  // Waits for a running collective, then drops the transport; the group's
+  // thread then finds the group closed, drops what is queued and ends.
   void CloseTransport() {
-    absl::MutexLock lock(&run_mu);
-    closed = true;
-    transport.reset();
-    staging = std::vector<char>();
+    {
+      absl::MutexLock lock(&order_mu);
+      closing = true;
+      turn_cv.SignalAll();
+    }
+    {
+      absl::MutexLock lock(&run_mu);
+      closed = true;
+      transport.reset();
+      staging = std::vector<char>();
+    }
+    std::thread thread;
+    {
+      absl::MutexLock lock(&order_mu);
+      thread = std::move(queue_thread);
+    }
+    if (thread.joinable()) thread.join();
   }
 };
 
@@ -202,54 +246,131 @@ std::vector<GroupInfoView> GroupRegistry::List() const {
   return views;
 }
 
+std::shared_ptr<GroupRegistry::Group> GroupRegistry::Find(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(name);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+namespace {
+
+absl::Status NoGroup(absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+}
+absl::Status GroupClosed(absl::string_view name) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("group \"", name, "\" was formed again or destroyed during the call"));
+}
+absl::Status GroupBroken(absl::string_view name, absl::string_view error) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("group \"", name, "\" is broken; form it again. It broke with: ", error));
+}
+
+}  // namespace
+
 absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collective,
                                 uint64_t bytes, absl::FunctionRef<absl::Status(Member&)> body) {
-  std::shared_ptr<Group> group;
+  const std::shared_ptr<Group> group = Find(name);
+  if (group == nullptr) return NoGroup(name);
   {
-    absl::MutexLock lock(&mu_);
-    auto it = groups_.find(name);
-    if (it == groups_.end()) {
-      return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
-    }
-    group = it->second;
+    absl::MutexLock lock(&group->order_mu);
+    group->AwaitTurn(group->next_ticket++);
   }
-  absl::MutexLock run(&group->run_mu);
-  if (group->closed) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("group \"", name, "\" was formed again or destroyed during the call"));
-  }
+  const absl::Status status = RunTurn(*group, collective, bytes, body);
+  group->EndTurn();
+  return status;
+}
+
+absl::Status GroupRegistry::Queue(absl::string_view name, absl::string_view collective,
+                                  uint64_t bytes,
+                                  absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+                                  QueuedBody body) {
+  const std::shared_ptr<Group> group = Find(name);
+  if (group == nullptr) return NoGroup(name);
+  absl::MutexLock lock(&group->order_mu);
+  if (group->closing) return GroupClosed(name);
   {
-    absl::MutexLock lock(&group->stats_mu);
-    if (group->broken) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "group \"", name, "\" is broken; form it again. It broke with: ", group->error));
+    absl::MutexLock stats(&group->stats_mu);
+    if (group->broken) return GroupBroken(name, group->error);
+  }
+  if (absl::Status checked = check(group->spec.rank, group->spec.world_size); !checked.ok()) {
+    return checked;
+  }
+  if (!group->queue_thread.joinable()) {
+    // CloseTransport joins it before the group goes, and the registry
+    // closes every group before it goes.
+    group->queue_thread = std::thread([this, g = group.get()] { ServeQueue(*g); });
+  }
+  group->queued.push_back(Group::Queued{.ticket = group->next_ticket++,
+                                        .collective = std::string(collective),
+                                        .bytes = bytes,
+                                        .body = std::move(body)});
+  group->turn_cv.SignalAll();
+  return absl::OkStatus();
+}
+
+void GroupRegistry::ServeQueue(Group& group) {
+  while (true) {
+    Group::Queued next;
+    {
+      absl::MutexLock lock(&group.order_mu);
+      while (group.queued.empty() && !group.closing) group.turn_cv.Wait(&group.order_mu);
+      if (group.queued.empty()) return;  // closing, and nothing is left
+      next = std::move(group.queued.front());
+      group.queued.pop_front();
+      group.AwaitTurn(next.ticket);
     }
+    const absl::Status status = RunTurn(group, next.collective, next.bytes, [&](Member& member) {
+      return std::move(next.body)(member);
+    });
+    next.body = nullptr;  // what it held (memory, a stream) goes now
+    bool broken = false;
+    {
+      absl::MutexLock lock(&group.stats_mu);
+      broken = group.broken;  // RunTurn logged why
+    }
+    if (!status.ok() && !broken) {
+      spdlog::warn("group \"{}\": a queued {} failed: {}", group.spec.name, next.collective,
+                   std::string(status.message()));
+    }
+    group.EndTurn();
+  }
+}
+
+absl::Status GroupRegistry::RunTurn(Group& group, absl::string_view collective, uint64_t bytes,
+                                    absl::FunctionRef<absl::Status(Member&)> body) {
+  const std::string& name = group.spec.name;
+  absl::MutexLock run(&group.run_mu);
+  if (group.closed) return GroupClosed(name);
+  {
+    absl::MutexLock lock(&group.stats_mu);
+    if (group.broken) return GroupBroken(name, group.error);
   }
   Member member;
-  member.rank_ = group->spec.rank;
-  member.world_size_ = group->spec.world_size;
-  member.timeout_ = group->spec.timeout;
-  member.transport_ = group->transport.get();
-  member.staging_ = &group->staging;
+  member.rank_ = group.spec.rank;
+  member.world_size_ = group.spec.world_size;
+  member.timeout_ = group.spec.timeout;
+  member.transport_ = group.transport.get();
+  member.staging_ = &group.staging;
   absl::Status status = body(member);
-  if (group->staging.size() > kMaxKeptStaging) group->staging = std::vector<char>();
+  if (group.staging.size() > kMaxKeptStaging) group.staging = std::vector<char>();
   if (status.ok()) {
-    absl::MutexLock lock(&group->stats_mu);
-    ++group->collectives;
-    group->bytes += bytes;
+    absl::MutexLock lock(&group.stats_mu);
+    ++group.collectives;
+    group.bytes += bytes;
     return status;
   }
   if (!member.failed_) return status;  // the session's side: the group is fine
   // The transport is unusable now. Closing it at once ends the peers' waits
   // on this member too (their connections to it close), so that every
   // member fails as soon as one does rather than at its own timeout.
-  group->transport.reset();
+  group.transport.reset();
   // The probes take up to kMaxProbeTime: listing the groups does not wait.
-  status = Diagnose(*group, collective, status);
+  status = Diagnose(group, collective, status);
   {
-    absl::MutexLock lock(&group->stats_mu);
-    group->broken = true;
-    group->error = std::string(status.message());
+    absl::MutexLock lock(&group.stats_mu);
+    group.broken = true;
+    group.error = std::string(status.message());
   }
   spdlog::warn("{}", std::string(status.message()));
   return status;

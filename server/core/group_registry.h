@@ -4,7 +4,9 @@
 // (proto/gpumux/v1/group.proto), by name. Forming one joins the rendezvous
 // (rank 0's RendezvousStore, in this process for rank 0 and over gRPC for
 // the others) and connects a GroupTransport (server/group: Gloo over TCP);
-// Run then runs one collective at a time per group on host memory. A
+// Run then runs one collective at a time per group on host memory, and Queue
+// queues one to run on the group's own thread, both in the order they were
+// called (every member must see the same order). A
 // collective that fails breaks its group: the error is checked against the
 // peers (each member daemon is probed at its address), so that a dead or
 // unreachable peer is named, with UNAVAILABLE, and its transport is closed at
@@ -21,6 +23,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -142,6 +145,10 @@ class GroupRegistry {
     absl::Duration timeout() const { return timeout_; }
     // At least `bytes` of host memory, valid until the collective returns.
     char* Staging(uint64_t bytes);
+    // Fails the collective on this member's side in a way the peers cannot
+    // recover from (it did not take part): the group breaks, as when a
+    // transport call failed. Returns `status`.
+    absl::Status Fail(absl::Status status) { return Note(std::move(status)); }
 
    private:
     friend class GroupRegistry;
@@ -164,11 +171,29 @@ class GroupRegistry {
   // unreachable peers (see above).
   absl::Status Run(absl::string_view name, absl::string_view collective, uint64_t bytes,
                    absl::FunctionRef<absl::Status(Member&)> body);
+  // What a queued collective runs once its turn came, on the group's thread.
+  using QueuedBody = absl::AnyInvocable<absl::Status(Member&) &&>;
+  // Queues `body` to run as Run would, after every collective of the group
+  // called before it (run or queued), on the group's own thread; returns at
+  // once. NOT_FOUND and FAILED_PRECONDITION as Run's, checked now, and
+  // whatever `check(rank, world_size)` returns (nothing is queued then).
+  // Its later failure is Run's: logged, and where the transport failed the
+  // group breaks, so that the next collective returns why. A group formed
+  // again or destroyed first drops its queued bodies unrun (destroying them).
+  absl::Status Queue(absl::string_view name, absl::string_view collective, uint64_t bytes,
+                     absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+                     QueuedBody body);
   // Closes every group (shutdown).
   void Close();
 
  private:
   struct Group;
+  std::shared_ptr<Group> Find(absl::string_view name) const;
+  // Runs `body` on `group` now (the caller has the group's turn).
+  absl::Status RunTurn(Group& group, absl::string_view collective, uint64_t bytes,
+                       absl::FunctionRef<absl::Status(Member&)> body);
+  // The group's thread: runs its queued collectives in their turns.
+  void ServeQueue(Group& group);
   // A failed collective's status, with the unreachable peers named.
   absl::Status Diagnose(const Group& group, absl::string_view collective,
                         const absl::Status& failure) const;

@@ -2,12 +2,15 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 
@@ -186,10 +189,88 @@ absl::StatusOr<CommDone> GroupWork::Done(SessionId session, const Operand& resul
   return done;
 }
 
+absl::Status GroupWork::QueueOnHost(SessionId session, absl::string_view group,
+                                    absl::string_view collective, uint64_t bytes,
+                                    std::initializer_list<const Operand*> operands,
+                                    absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+                                    DeviceProfiler::Work profiled, HostCollective run) {
+  // What the group's thread runs with; going (run or dropped) lets the
+  // stream go on and the memory be reused.
+  struct Queued {
+    absl::InlinedVector<HostMemoryView, 2> views;
+    absl::InlinedVector<char*, 2> data;  // per operand
+    std::shared_ptr<absl::Notification> reached;
+    StreamHold hold;
+    DeviceProfiler::Work profiled;
+    HostCollective run;
+  };
+  auto queued = std::make_unique<Queued>();
+  queued->data.assign(operands.size(), nullptr);
+  queued->profiled = std::move(profiled);
+  queued->run = std::move(run);
+  const Operand& first = **operands.begin();
+  absl::InlinedVector<RangeUse, 2> ranges;
+  absl::InlinedVector<size_t, 2> held;  // the operands `ranges` are of
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Operand& operand = *operands.begin()[i];
+    if (operand.bytes == 0) continue;
+    ranges.push_back(operand.range);
+    held.push_back(i);
+  }
+  return memory_->EnqueueOnAllocations(
+      session, ranges, first.stream, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
+        for (size_t i = 0; i < spans.size(); ++i) {
+          GPUMUX_ASSIGN_OR_RETURN(HostMemoryView view,
+                                  backend_->AccessOnHost(spans[i].device, spans[i].address,
+                                                         operands.begin()[held[i]]->bytes));
+          queued->data[held[i]] = view.data;
+          queued->views.push_back(std::move(view));
+        }
+        if (!spans.empty()) {
+          auto reached = std::make_shared<absl::Notification>();
+          GPUMUX_ASSIGN_OR_RETURN(
+              queued->hold,
+              backend_->HoldStream(first.stream.backend, [reached] { reached->Notify(); }));
+          queued->reached = std::move(reached);
+        }
+        return groups_->Queue(
+            group, collective, bytes, check,
+            [queued = std::move(queued)](GroupRegistry::Member& member) -> absl::Status {
+              absl::Status status;
+              if (queued->reached != nullptr &&
+                  !queued->reached->WaitForNotificationWithTimeout(member.timeout())) {
+                // The peers wait for this member's part: the group breaks.
+                status = member.Fail(absl::DeadlineExceededError(absl::StrCat(
+                    "the work queued on the stream before it did not finish within the group's "
+                    "timeout of ",
+                    absl::FormatDuration(member.timeout()))));
+              } else {
+                status = std::move(queued->run)(member, queued->data);
+              }
+              // The stream goes on when the group's thread drops `queued`,
+              // after it recorded how the collective went.
+              DeviceProfiler::End(std::move(queued->profiled), status.ok(), /*on_device_too=*/true);
+              return status;
+            });
+      });
+}
+
 absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_view group,
                                               const CommTensor& tensor, ReduceOp op,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
+  if (Queues(options.async_op)) {
+    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
+        session, group, "all_reduce", data.bytes, {&data},
+        [](int, int) { return absl::OkStatus(); },
+        DeviceProfiler::Begin(profiler_, session, "group all_reduce",
+                              ProfiledSite{data.device, data.stream.id}, data.bytes),
+        [count = data.count, dtype = data.tensor.dtype, op](GroupRegistry::Member& member,
+                                                            absl::Span<char* const> host) {
+          return member.AllReduce(host[0], count, dtype, op);
+        }));
+    return Done(session, data, options);
+  }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   DeviceProfiler::Work profiled =
       DeviceProfiler::Begin(profiler_, session, "group all_reduce",
@@ -223,15 +304,29 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
                                               const CommTensor& tensor, int64_t root,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
+  const auto check = [root](int, int world_size) -> absl::Status {
+    if (root < 0 || root >= world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("root rank ", root, " is out of range for world size ", world_size));
+    }
+    return absl::OkStatus();
+  };
+  if (Queues(options.async_op)) {
+    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
+        session, group, "broadcast", data.bytes, {&data}, check,
+        DeviceProfiler::Begin(profiler_, session, "group broadcast",
+                              ProfiledSite{data.device, data.stream.id}, data.bytes),
+        [bytes = data.bytes, root](GroupRegistry::Member& member, absl::Span<char* const> host) {
+          return member.Broadcast(host[0], bytes, static_cast<int>(root));
+        }));
+    return Done(session, data, options);
+  }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group broadcast", ProfiledSite{data.device, data.stream.id}, data.bytes);
   const absl::Status ran = groups_->Run(
       group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        if (root < 0 || root >= member.world_size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "root rank ", root, " is out of range for world size ", member.world_size()));
-        }
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
         if (data.bytes == 0) return absl::OkStatus();
         if (std::optional<absl::Status> on_device =
                 OnDevice(session, member, {&data},
@@ -263,15 +358,30 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "output tensor must have the same type as input tensor"));
+  const auto check = [&in, &out](int, int world_size) -> absl::Status {
+    if (out.count != in.count * static_cast<uint64_t>(world_size)) {
+      return absl::InvalidArgumentError(
+          "output tensor size must be equal to world_size times input tensor size");
+    }
+    return absl::OkStatus();
+  };
+  if (Queues(options.async_op)) {
+    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
+        session, group, "all_gather", out.bytes, {&in, &out}, check,
+        DeviceProfiler::Begin(profiler_, session, "group all_gather",
+                              ProfiledSite{out.device, out.stream.id}, out.bytes),
+        [bytes = in.bytes](GroupRegistry::Member& member, absl::Span<char* const> host) {
+          if (bytes == 0) return absl::OkStatus();
+          return member.AllGather(host[0], host[1], bytes);
+        }));
+    return Done(session, out, options);
+  }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group all_gather", ProfiledSite{out.device, out.stream.id}, out.bytes);
   const absl::Status ran = groups_->Run(
       group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        if (out.count != in.count * static_cast<uint64_t>(member.world_size())) {
-          return absl::InvalidArgumentError(
-              "output tensor size must be equal to world_size times input tensor size");
-        }
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
         if (out.bytes == 0) return absl::OkStatus();
         if (std::optional<absl::Status> on_device = OnDevice(
                 session, member, {&in, &out},
@@ -302,15 +412,39 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "input tensor must be the same type as the output tensor."));
+  const auto check = [&in, &out](int, int world_size) -> absl::Status {
+    if (in.count != out.count * static_cast<uint64_t>(world_size)) {
+      return absl::InvalidArgumentError(
+          "input tensor must be the same size as output size times world size");
+    }
+    return absl::OkStatus();
+  };
+  if (Queues(options.async_op)) {
+    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
+        session, group, "reduce_scatter", in.bytes, {&in, &out}, check,
+        DeviceProfiler::Begin(profiler_, session, "group reduce_scatter",
+                              ProfiledSite{in.device, in.stream.id}, in.bytes),
+        [in_bytes = in.bytes, out_bytes = out.bytes, count = in.count, dtype = in.tensor.dtype, op](
+            GroupRegistry::Member& member, absl::Span<char* const> host) -> absl::Status {
+          if (in_bytes == 0) return absl::OkStatus();
+          // The input is left as it was: the reduction runs on a copy.
+          char* scratch = member.Staging(in_bytes);
+          std::memcpy(scratch, host[0], in_bytes);
+          const absl::Status reduced = member.AllReduce(scratch, count, dtype, op);
+          if (reduced.ok()) {
+            std::memmove(host[1], scratch + static_cast<uint64_t>(member.rank()) * out_bytes,
+                         out_bytes);
+          }
+          return reduced;
+        }));
+    return Done(session, out, options);
+  }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group reduce_scatter", ProfiledSite{in.device, in.stream.id}, in.bytes);
   const absl::Status ran = groups_->Run(
       group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        if (in.count != out.count * static_cast<uint64_t>(member.world_size())) {
-          return absl::InvalidArgumentError(
-              "input tensor must be the same size as output size times world size");
-        }
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
         if (in.bytes == 0) return absl::OkStatus();
         if (std::optional<absl::Status> on_device =
                 OnDevice(session, member, {&in, &out},

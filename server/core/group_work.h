@@ -11,16 +11,22 @@
 // stream) where it has one on the tensor's device; else through the group's
 // host staging buffer with copies on that stream. It returns once the result
 // is in the session's memory (the transport is synchronous: its peers' work
-// is in it), before any work queued after it. Thread-safe; one collective of
-// a group runs at a time.
+// is in it), before any work queued after it. With CommOptions::async_op on
+// the host backend it returns once queued instead: the stream is held at
+// that point (DeviceBackend::HoldStream) and the group's thread runs the
+// collective in place once the work before it ran, then lets the stream go
+// on (the allocations are recorded on the stream, so a free waits for it).
+// Thread-safe; one collective of a group runs at a time, in the order called.
 
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/ids.h"
 #include "common/reduce.h"
 #include "server/backend/device_backend.h"
@@ -66,6 +72,10 @@ class GroupWork {
                                          const CommTensor& input, const CommTensor& output,
                                          ReduceOp op, const CommOptions& options);
 
+  // Whether a call with `async_op` returns once queued: where memory is
+  // host memory; elsewhere it waits.
+  bool Queues(bool async_op) const { return async_op && backend_->memory_on_host(); }
+
   // INVALID_ARGUMENT for a device this daemon does not have (a group's).
   absl::Status CheckDevice(DeviceIndex device) const { return memory_->CheckDevice(device); }
 
@@ -83,6 +93,16 @@ class GroupWork {
   // its own call, not the group's other collectives.
   absl::Status AwaitQueuedWork(const Operand& operand);
   class Memory;
+  // A queued collective on the operands' host memory, given in the order of
+  // `operands` (null for an operand of no bytes).
+  using HostCollective =
+      absl::AnyInvocable<absl::Status(GroupRegistry::Member&, absl::Span<char* const>) &&>;
+  // Holds the first operand's stream and queues `run` on the group
+  // (GroupRegistry::Queue, with `check`); it ends `profiled` when done.
+  absl::Status QueueOnHost(SessionId session, absl::string_view group, absl::string_view collective,
+                           uint64_t bytes, std::initializer_list<const Operand*> operands,
+                           absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+                           DeviceProfiler::Work profiled, HostCollective run);
   // Runs the collective on the group's device communicator when it has one
   // on the operands' device: `issue` queues it on the first operand's
   // stream with the operands' device addresses (their allocations recorded

@@ -44,11 +44,16 @@ absl::StatusOr<CommOptions> FromProto(const v1::CommOptions& options) {
                                                    kMaxCommDevicesPerRequest, " streams, not ",
                                                    options.streams_size()));
   }
+  if (options.wait() && options.async_op()) {
+    return absl::InvalidArgumentError(
+        "a collective cannot both wait and be async_op (returning once queued)");
+  }
   CommOptions out;
   for (const auto& [device, stream] : options.streams())
     out.streams.emplace_back(DeviceIndex(device), StreamId(stream));
   out.wait = options.wait();
   out.completion_event = options.completion_event();
+  out.async_op = options.async_op();
   return out;
 }
 

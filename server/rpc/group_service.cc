@@ -99,7 +99,7 @@ grpc::ServerUnaryReactor* GroupService::AllReduce(grpc::CallbackServerContext* c
                                                   v1::CommResponse* response) {
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
-      /*blocking=*/true, response,
+      /*blocking=*/!work_->Queues(request->options().async_op()), response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
@@ -113,7 +113,7 @@ grpc::ServerUnaryReactor* GroupService::Broadcast(grpc::CallbackServerContext* c
                                                   v1::CommResponse* response) {
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
-      /*blocking=*/true, response,
+      /*blocking=*/!work_->Queues(request->options().async_op()), response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
@@ -126,7 +126,7 @@ grpc::ServerUnaryReactor* GroupService::AllGather(grpc::CallbackServerContext* c
                                                   v1::CommResponse* response) {
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
-      /*blocking=*/true, response,
+      /*blocking=*/!work_->Queues(request->options().async_op()), response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor input, FromProto(request->input()));
@@ -140,7 +140,7 @@ grpc::ServerUnaryReactor* GroupService::ReduceScatter(grpc::CallbackServerContex
                                                       v1::CommResponse* response) {
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
-      /*blocking=*/true, response,
+      /*blocking=*/!work_->Queues(request->options().async_op()), response,
       [work = work_, request](SessionId session,
                               const CommOptions& options) -> absl::StatusOr<CommDone> {
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor input, FromProto(request->input()));

@@ -286,6 +286,26 @@ class GroupTest : public ::testing::Test {
     return out;
   }
 
+  // The node's allocated bytes on device 0 (of every session) once they are
+  // 0, or after 5 s.
+  static int64_t AllocatedOnDeviceSoon(const Node& node) {
+    auto observe = v1::Observe::NewStub(
+        grpc::CreateChannel("unix://" + node.socket, grpc::InsecureChannelCredentials()));
+    v1::ObserveStatsRequest request;
+    request.set_device(0);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    int64_t allocated = -1;
+    while (absl::Now() < deadline) {
+      grpc::ClientContext context;
+      v1::MemoryStats stats;
+      if (!observe->GetMemoryStats(&context, request, &stats).ok()) return -1;
+      allocated = stats.values().at("allocated_bytes.all.current");
+      if (allocated == 0) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return allocated;
+  }
+
   static TempDir* dir_;
   Node nodes_[kWorld];
 };
@@ -444,6 +464,148 @@ TEST_F(GroupTest, ShapeAndRankErrorsAreRefusedAndTheGroupServesOn) {
   EXPECT_OK(node.client->DestroyGroup("errors"));
   EXPECT_THAT(node.client->DestroyGroup("errors"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"errors\"")));
+}
+
+// async_op: each call returns once queued; the collectives run in the order
+// called, on the tensor's stream, after the work queued before them and
+// before the work queued after them (a waited collective included).
+TEST_F(GroupTest, AsyncOpCollectivesRunInStreamOrderAfterTheCallReturned) {
+  ASSERT_NO_FATAL_FAILURE(Form("queued"));
+  constexpr int64_t kCount = 20000;
+  constexpr uint64_t kBytes = 4 * kCount;
+  std::vector<std::vector<char>> a;
+  std::vector<std::vector<char>> b;
+  for (int r = 0; r < kWorld; ++r) {
+    a.push_back(RandomValues(Dtype::kFloat32, kCount, 100 + r));
+    b.push_back(RandomValues(Dtype::kInt64, kCount, 200 + r));
+  }
+  std::vector<char> sum = a[0];
+  std::vector<char> max = b[0];
+  for (int r = 1; r < kWorld; ++r) {
+    Accumulate(ReduceOp::kSum, RngDtype::kF32, sum.data(), a[r].data(), kCount);
+    Accumulate(ReduceOp::kMax, RngDtype::kI64, max.data(), b[r].data(), kCount);
+  }
+  // all_gather of the sums: every rank's part is the sum.
+  std::vector<char> gathered;
+  for (int r = 0; r < kWorld; ++r) gathered.insert(gathered.end(), sum.begin(), sum.end());
+  std::vector<absl::Duration> returned_after(kWorld);
+  OnEveryRank([&](Node& node) {
+    DeviceBuffer first = Upload(node, a[node.rank]);
+    DeviceBuffer second = Upload(node, b[node.rank]);
+    absl::StatusOr<DeviceBuffer> all = node.client->Allocate(kWorld * kBytes);
+    ASSERT_OK(all.status());
+    absl::StatusOr<Stream> stream = node.client->CreateStream(DeviceIndex(0));
+    ASSERT_OK(stream.status());
+    const CollectiveOptions queued{.streams = {*stream}, .async_op = true};
+    // The other ranks call late: rank 0's calls return before the
+    // collectives can have run.
+    if (node.rank != 0) absl::SleepFor(absl::Milliseconds(500));
+    const absl::Time start = absl::Now();
+    const TensorRef sums{&first, 0, Dtype::kFloat32, {kCount}};
+    ASSERT_OK(node.client->GroupAllReduce("queued", sums, ReduceOp::kSum, queued).status());
+    ASSERT_OK(node.client
+                  ->GroupAllReduce("queued", TensorRef{&second, 0, Dtype::kInt64, {kCount}},
+                                   ReduceOp::kMax, queued)
+                  .status());
+    absl::StatusOr<CollectiveResult> gather = node.client->GroupAllGather(
+        "queued", sums, TensorRef{&*all, 0, Dtype::kFloat32, {kWorld, kCount}},
+        CollectiveOptions{.streams = {*stream}, .completion_event = true, .async_op = true});
+    ASSERT_OK(gather.status());
+    ASSERT_TRUE(gather->completion.created());
+    returned_after[node.rank] = absl::Now() - start;
+    // A waited collective after them runs after them: a broadcast of the
+    // sums from rank 2 leaves every rank's sums as they are.
+    ASSERT_OK(
+        node.client->GroupBroadcast("queued", sums, 2, CollectiveOptions{.streams = {*stream}})
+            .status());
+    ASSERT_OK(gather->completion.Synchronize());
+    std::vector<char> out(kWorld * kBytes);
+    ASSERT_OK(
+        node.client
+            ->CopyDeviceToHost(out.data(), *all, 0, out.size(), {.stream = *stream, .wait = true})
+            .status());
+    EXPECT_TRUE(out == gathered) << "all_gather of the sums on rank " << node.rank;
+    EXPECT_TRUE(Download(node, first, kBytes) == sum) << "sum on rank " << node.rank;
+    EXPECT_TRUE(Download(node, second, 2 * kBytes) == max) << "max on rank " << node.rank;
+  });
+  EXPECT_LT(returned_after[0], absl::Milliseconds(400));
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  ASSERT_OK(groups.status());
+  EXPECT_EQ((*groups)[0].collectives, 4u);
+  EXPECT_EQ((*groups)[0].state, "ready");
+}
+
+TEST_F(GroupTest, AnAsyncOpCollectiveThatFailsBreaksTheGroupAndTheNextCallSaysWhy) {
+  ASSERT_NO_FATAL_FAILURE(Form("qkill"));
+  Kill(nodes_[2]);
+  for (int r = 0; r < 2; ++r) {
+    Node& node = nodes_[r];
+    std::vector<char> data = RandomValues(Dtype::kFloat32, 1000, r);
+    DeviceBuffer buffer = Upload(node, data);
+    const TensorRef tensor{&buffer, 0, Dtype::kFloat32, {1000}};
+    // Refused at once, before anything is queued.
+    EXPECT_THAT(node.client->GroupBroadcast("qkill", tensor, 5, {.async_op = true}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("root rank 5 is out of range for world size 3")));
+    EXPECT_THAT(
+        node.client
+            ->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.wait = true, .async_op = true})
+            .status(),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("async_op")));
+    // Queued: returns; the collective fails on the dead peer, the stream
+    // goes on, and the group's next call says why.
+    ASSERT_OK(
+        node.client->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.async_op = true}).status());
+    ASSERT_OK(node.client->Synchronize(DeviceIndex(0)));
+    EXPECT_THAT(
+        node.client->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.async_op = true}).status(),
+        StatusIs(absl::StatusCode::kFailedPrecondition,
+                 AllOf(HasSubstr("is broken; form it again"),
+                       HasSubstr(absl::StrCat("peer rank 2 (", nodes_[2].address(),
+                                              ") is unreachable")))))
+        << "rank " << r;
+  }
+}
+
+// A session that ends with an async_op collective queued: the collective
+// still takes its part (its memory stays until then), the peers get their
+// results, and then the memory is released.
+TEST_F(GroupTest, ASessionThatEndsWithAnAsyncOpCollectiveQueuedStillTakesPart) {
+  ASSERT_NO_FATAL_FAILURE(Form("left"));
+  constexpr int64_t kCount = 5000;
+  std::vector<std::vector<char>> inputs;
+  for (int r = 0; r < kWorld; ++r) inputs.push_back(RandomValues(Dtype::kInt32, kCount, 30 + r));
+  std::vector<char> expected = inputs[0];
+  for (int r = 1; r < kWorld; ++r)
+    Accumulate(ReduceOp::kSum, RngDtype::kI32, expected.data(), inputs[r].data(), kCount);
+  {
+    absl::StatusOr<std::unique_ptr<Client>> doomed =
+        Client::Connect("unix://" + nodes_[0].socket, {.client_name = "doomed"});
+    ASSERT_OK(doomed.status());
+    Node other{.socket = nodes_[0].socket, .client = *std::move(doomed)};
+    DeviceBuffer buffer = Upload(other, inputs[0]);
+    ASSERT_OK(other.client
+                  ->GroupAllReduce("left", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}},
+                                   ReduceOp::kSum, {.async_op = true})
+                  .status());
+  }  // the session ends before the peers call
+  absl::SleepFor(absl::Milliseconds(200));
+  std::vector<std::thread> peers;
+  for (int r = 1; r < kWorld; ++r) {
+    peers.emplace_back([&, r] {
+      DeviceBuffer buffer = Upload(nodes_[r], inputs[r]);
+      ASSERT_OK(nodes_[r]
+                    .client->GroupAllReduce("left", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
+                    .status());
+      EXPECT_TRUE(Download(nodes_[r], buffer, 4 * kCount) == expected) << "rank " << r;
+    });
+  }
+  for (std::thread& t : peers) t.join();
+  EXPECT_EQ(AllocatedOnDeviceSoon(nodes_[0]), 0);
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  ASSERT_OK(groups.status());
+  EXPECT_EQ((*groups)[0].state, "ready");
+  EXPECT_EQ((*groups)[0].collectives, 1u);
 }
 
 TEST_F(GroupTest, AMemberThatDoesNotCallTimesOutAndNamesNoDeadPeer) {
@@ -618,20 +780,7 @@ TEST_F(GroupTest, ASessionThatDiesInACollectiveLeavesTheGroupWhole) {
       << doomed_status.error_message();
   // Nothing of the dead session is left on rank 0's device, and the group
   // serves on.
-  auto observe = v1::Observe::NewStub(channel);
-  v1::ObserveStatsRequest request;
-  request.set_device(0);
-  v1::MemoryStats stats;
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  int64_t allocated = -1;
-  while (absl::Now() < deadline) {
-    grpc::ClientContext context;
-    ASSERT_TRUE(observe->GetMemoryStats(&context, request, &stats).ok());
-    allocated = stats.values().at("allocated_bytes.all.current");
-    if (allocated == 0) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(allocated, 0);
+  EXPECT_EQ(AllocatedOnDeviceSoon(nodes_[0]), 0);
   OnEveryRank([&](Node& node) {
     std::vector<char> data = RandomValues(Dtype::kUInt8, 64, node.rank);
     DeviceBuffer buffer = Upload(node, data);

@@ -763,6 +763,40 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::CommResponse response;
          return groups->Broadcast(me.Context().get(), request, &response);
        }},
+      {"group all_reduce both waited and async_op", grpc::StatusCode::INVALID_ARGUMENT,
+       "cannot both wait and be async_op",
+       [&] {
+         v1::GroupAllReduceRequest request;
+         request.set_group("solo");
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.set_op(v1::REDUCE_OP_SUM);
+         request.mutable_options()->set_wait(true);
+         request.mutable_options()->set_async_op(true);
+         v1::CommResponse response;
+         return groups->AllReduce(me.Context().get(), request, &response);
+       }},
+      {"async_op group broadcast from a root outside the group", grpc::StatusCode::INVALID_ARGUMENT,
+       "root rank -1 is out of range for world size 1",
+       [&] {
+         v1::GroupBroadcastRequest request;
+         request.set_group("solo");
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.set_root(-1);
+         request.mutable_options()->set_async_op(true);
+         v1::CommResponse response;
+         return groups->Broadcast(me.Context().get(), request, &response);
+       }},
+      {"async_op group all_reduce on a group this daemon is not in", grpc::StatusCode::NOT_FOUND,
+       "no group \"nope\"",
+       [&] {
+         v1::GroupAllReduceRequest request;
+         request.set_group("nope");
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.set_op(v1::REDUCE_OP_SUM);
+         request.mutable_options()->set_async_op(true);
+         v1::CommResponse response;
+         return groups->AllReduce(me.Context().get(), request, &response);
+       }},
       {"group all_gather into another dtype", grpc::StatusCode::INVALID_ARGUMENT,
        "output tensor must have the same type as input tensor",
        [&] {

@@ -162,6 +162,8 @@ class CudaBackend final : public DeviceBackend {
   }
   absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
                                               uint64_t bytes) override;
+  absl::StatusOr<StreamHold> HoldStream(BackendStream stream,
+                                        absl::AnyInvocable<void() &&> reached) override;
 
   // Expandable segments (cuda_backend_ranges.cc): where every device has
   // virtual memory management with POSIX descriptor export. A range is

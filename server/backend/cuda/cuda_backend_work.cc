@@ -333,4 +333,11 @@ absl::StatusOr<HostMemoryView> CudaBackend::AccessOnHost(DeviceIndex device, uin
                       device.value(), bytes, address));
 }
 
+absl::StatusOr<StreamHold> CudaBackend::HoldStream(BackendStream /*stream*/,
+                                                   absl::AnyInvocable<void() &&> /*reached*/) {
+  return absl::FailedPreconditionError(
+      "a cuda stream cannot wait on the daemon's host work without blocking a driver thread; "
+      "wait for the host work instead");
+}
+
 }  // namespace gpumux

@@ -153,6 +153,8 @@ class HostBackend final : public DeviceBackend {
   CollectiveEngine* collectives() override { return nullptr; }
   absl::StatusOr<HostMemoryView> AccessOnHost(DeviceIndex device, uint64_t address,
                                               uint64_t bytes) override;
+  absl::StatusOr<StreamHold> HoldStream(BackendStream stream,
+                                        absl::AnyInvocable<void() &&> reached) override;
 
  private:
   struct Segment {

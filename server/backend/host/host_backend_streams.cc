@@ -136,6 +136,19 @@ absl::Status HostBackend::Submit(HostStream& stream, BackendStream handle, HostS
   return absl::OkStatus();
 }
 
+absl::StatusOr<StreamHold> HostBackend::HoldStream(BackendStream stream,
+                                                   absl::AnyInvocable<void() &&> reached) {
+  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<HostStream> s, FindStream(stream));
+  // A plain event of the hold's own: the stream parks on its record (no
+  // worker waits) until the hold completes it.
+  auto released = std::make_shared<HostEvent>(s->device(), EventFlags{});
+  const uint64_t generation = released->Record();
+  if (!s->EnqueueWorkThenWait(std::move(reached), released, generation).ok()) {
+    return StreamNotFound(stream);  // DestroyStream raced with this call
+  }
+  return StreamHold([released, generation] { released->Complete(generation); });
+}
+
 // ---- Events ----
 
 BackendEvent HostBackend::AddEvent(std::shared_ptr<HostEvent> event) {

@@ -13,13 +13,15 @@ std::shared_ptr<HostStream> HostStream::Create(HostStreamPool& pool, DeviceIndex
   return std::shared_ptr<HostStream>(new HostStream(pool, device, priority));
 }
 
-absl::Status HostStream::Push(absl::FunctionRef<Item()> make) {
+absl::Status HostStream::Push(absl::FunctionRef<absl::InlinedVector<Item, 2>()> make) {
   bool schedule = false;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::FailedPreconditionError("stream is being destroyed");
-    queue_.push_back(make());
-    ++enqueued_;
+    for (Item& item : make()) {
+      queue_.push_back(std::move(item));
+      ++enqueued_;
+    }
     // Any other state means the stream is with the pool already, and goes
     // on to this item by itself.
     if (state_ == State::kIdle) {
@@ -32,7 +34,11 @@ absl::Status HostStream::Push(absl::FunctionRef<Item()> make) {
 }
 
 absl::Status HostStream::EnqueueFrom(absl::FunctionRef<Work()> make) {
-  return Push([&make] { return Item{make(), nullptr, 0}; });
+  return Push([&make] {
+    absl::InlinedVector<Item, 2> items;
+    items.push_back(Item{make(), nullptr, 0});
+    return items;
+  });
 }
 
 absl::Status HostStream::Enqueue(Work work) {
@@ -40,7 +46,21 @@ absl::Status HostStream::Enqueue(Work work) {
 }
 
 absl::Status HostStream::EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation) {
-  return Push([&] { return Item{nullptr, std::move(event), generation}; });
+  return Push([&] {
+    absl::InlinedVector<Item, 2> items;
+    items.push_back(Item{nullptr, std::move(event), generation});
+    return items;
+  });
+}
+
+absl::Status HostStream::EnqueueWorkThenWait(Work work, std::shared_ptr<HostEvent> event,
+                                             uint64_t generation) {
+  return Push([&] {
+    absl::InlinedVector<Item, 2> items;
+    items.push_back(Item{std::move(work), nullptr, 0});
+    items.push_back(Item{nullptr, std::move(event), generation});
+    return items;
+  });
 }
 
 bool HostStream::Query() {

@@ -20,6 +20,7 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -55,6 +56,11 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
   // given up at shutdown; see HostStreamPool). FAILED_PRECONDITION once Stop
   // was called.
   absl::Status EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation);
+  // Queues `work` and then a wait on `generation` of `event`, together:
+  // nothing another thread queues runs between them (a hold of the stream
+  // for the host: `work` says it was reached, the wait holds what follows).
+  absl::Status EnqueueWorkThenWait(Work work, std::shared_ptr<HostEvent> event,
+                                   uint64_t generation);
 
   // True when every item queued so far has finished.
   bool Query();
@@ -87,7 +93,8 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
   HostStream(HostStreamPool& pool, DeviceIndex device, int priority)
       : pool_(pool), device_(device), priority_(priority) {}
 
-  absl::Status Push(absl::FunctionRef<Item()> make);
+  // Appends what `make` returns under the stream's lock (one or two items).
+  absl::Status Push(absl::FunctionRef<absl::InlinedVector<Item, 2>()> make);
   // Called by a pool worker for a kQueued stream it took from the ready
   // queue: runs the front item, or parks the stream on its wait.
   void RunNext();
