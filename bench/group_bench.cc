@@ -319,6 +319,13 @@ int main(int argc, char** argv) {
       flags.ranks, flags.rounds, [&](int round, int r) { form(absl::StrCat("fresh", round))(r); });
   SlowestRank(flags.ranks, 0, [&](int, int r) { form("bench")(r); });
   if (failed) return Fail("forming a group failed");
+  // The fresh groups go: only the group measured keeps connections.
+  for (int round = 0; round < flags.rounds + 1; ++round) {
+    for (int r = 0; r < flags.ranks; ++r) {
+      if (!clients[r]->DestroyGroup(absl::StrCat("fresh", round)).ok())
+        return Fail("destroying a group failed");
+    }
+  }
 
   std::vector<gpumux::DeviceBuffer> buffers;
   std::vector<gpumux::DeviceBuffer> small;

@@ -25,6 +25,8 @@
 // back (the host backend's behind an interprocess event).
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -907,6 +909,45 @@ TYPED_TEST_P(DeviceBackendConformanceTest, AccessOnHostIsInPlaceOrRefused) {
   EXPECT_OK(backend.DestroyStream(*stream));
 }
 
+// HoldStream: where memory is host memory, the stream's later work waits
+// for the hold's release, and `reached` comes once the work before it ran;
+// refused elsewhere, and for an unknown stream.
+TYPED_TEST_P(DeviceBackendConformanceTest, HoldStreamHoldsLaterWorkOrIsRefused) {
+  DeviceBackend& backend = *this->backend_;
+  absl::StatusOr<BackendStream> stream = backend.CreateStream(kConformanceDevice, 0);
+  ASSERT_OK(stream);
+  if (!backend.memory_on_host()) {
+    EXPECT_THAT(backend.HoldStream(*stream, [] {}),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_OK(backend.DestroyStream(*stream));
+    return;
+  }
+  EXPECT_THAT(backend.HoldStream(BackendStream(0xdead), [] {}),
+              StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<BackendSegment> segment =
+      backend.AllocateSegment(kConformanceDevice, 2 * kConformanceMiB);
+  ASSERT_OK(segment);
+  auto reached = std::make_shared<std::atomic<bool>>(false);
+  absl::StatusOr<StreamHold> hold = backend.HoldStream(*stream, [reached] { *reached = true; });
+  ASSERT_OK(hold);
+  EXPECT_TRUE(*reached);  // nothing was queued before it
+  const std::vector<uint8_t> written = NonZeroRandomBytes(4096, 43);
+  ASSERT_OK(
+      backend.CopyHostToDevice(*stream, segment->address, written.data(), written.size(), nullptr));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_THAT(backend.QueryStream(*stream), IsOkAndHolds(false));
+  absl::StatusOr<HostMemoryView> view =
+      backend.AccessOnHost(kConformanceDevice, segment->address, written.size());
+  ASSERT_OK(view);
+  EXPECT_EQ(view->data[0], 0) << "the copy ran while the hold held the stream";
+  hold->Release();
+  ASSERT_OK(backend.SynchronizeStream(*stream));
+  EXPECT_TRUE(
+      std::equal(written.begin(), written.end(), reinterpret_cast<const uint8_t*>(view->data)));
+  EXPECT_OK(backend.ReleaseSegment(kConformanceDevice, segment->address));
+  EXPECT_OK(backend.DestroyStream(*stream));
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     DeviceBackendConformanceTest, DescribesEveryDevice, SegmentIsZeroAndSharedWithAnotherProcess,
     SegmentsDoNotOverlap, MoreThanFreeMemoryIsResourceExhausted, BadSizesAreInvalidArgument,
@@ -919,6 +960,7 @@ REGISTER_TYPED_TEST_SUITE_P(
     EventsQuerySynchronizeAndTime, ElapsedTimeNeedsTimingRecordedEvents,
     RecordingOnAnotherDevicesStreamIsInvalidArgument, InterprocessEventHandles,
     DestroyedStreamFinishesItsWork, SynchronizeDeviceWaitsForEveryStream, PinsAndUnpinsHostMemory,
-    ReduceMatchesTheHostSteps, Copy2DMovesExactlyItsRows, AccessOnHostIsInPlaceOrRefused);
+    ReduceMatchesTheHostSteps, Copy2DMovesExactlyItsRows, AccessOnHostIsInPlaceOrRefused,
+    HoldStreamHoldsLaterWorkOrIsRefused);
 
 }  // namespace gpumux::testing

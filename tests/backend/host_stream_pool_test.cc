@@ -200,6 +200,60 @@ TEST_F(HostStreamPoolTest, AParkedWaitGivesItsWorkerBack) {
   EXPECT_EQ(names.front(), "producer");
 }
 
+// EnqueueHold: `reached` once the items before it ran, the items after it
+// only once the hold's record completes; on an idle stream at once, on the
+// caller's thread; right behind another hold, on the thread that completed
+// that one's record, before Complete returns.
+TEST_F(HostStreamPoolTest, AHoldIsReachedInOrderAndHoldsWhatFollows) {
+  HostStreamPool pool(2, &give_up_);
+  std::shared_ptr<HostStream> stream = Stream(pool);
+  Trace trace;
+  auto first = std::make_shared<HostEvent>(kDev0, EventFlags{});
+  const uint64_t first_generation = first->Record();
+  std::thread::id first_reached_on;
+  ASSERT_OK(stream->EnqueueHold([&] { first_reached_on = std::this_thread::get_id(); }, first,
+                                first_generation));
+  EXPECT_EQ(first_reached_on, std::this_thread::get_id()) << "an idle stream's hold is reached";
+
+  auto second = std::make_shared<HostEvent>(kDev0, EventFlags{});
+  const uint64_t second_generation = second->Record();
+  std::atomic<bool> second_reached{false};
+  std::thread::id second_reached_on;
+  ASSERT_OK(stream->EnqueueHold(
+      [&] {
+        second_reached_on = std::this_thread::get_id();
+        second_reached = true;
+      },
+      second, second_generation));
+  ASSERT_OK(stream->Enqueue(trace.Add("after both")));
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(second_reached) << "reached while the hold before it held the stream";
+  EXPECT_FALSE(stream->Query());
+
+  first->Complete(first_generation);
+  EXPECT_TRUE(second_reached) << "not reached by the thread that released the hold before it";
+  EXPECT_EQ(second_reached_on, std::this_thread::get_id());
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_TRUE(trace.names().empty()) << "work after a hold ran before its release";
+
+  second->Complete(second_generation);
+  stream->Synchronize();
+  EXPECT_THAT(trace.names(), ElementsAre("after both"));
+
+  // Behind ordinary work: reached only once that work ran, on a worker.
+  auto gate = std::make_shared<absl::Notification>();
+  ASSERT_OK(stream->Enqueue([gate] { gate->WaitForNotification(); }));
+  auto third = std::make_shared<HostEvent>(kDev0, EventFlags{});
+  const uint64_t third_generation = third->Record();
+  absl::Notification third_reached;
+  ASSERT_OK(stream->EnqueueHold([&] { third_reached.Notify(); }, third, third_generation));
+  EXPECT_FALSE(third_reached.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  gate->Notify();
+  EXPECT_TRUE(third_reached.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  third->Complete(third_generation);
+  stream->Synchronize();
+}
+
 TEST_F(HostStreamPoolTest, AWaitOnACompletedRecordDoesNotPark) {
   HostStreamPool pool(1, &give_up_);
   auto event = std::make_shared<HostEvent>(kDev0, EventFlags{});

@@ -143,7 +143,7 @@ absl::StatusOr<StreamHold> HostBackend::HoldStream(BackendStream stream,
   // worker waits) until the hold completes it.
   auto released = std::make_shared<HostEvent>(s->device(), EventFlags{});
   const uint64_t generation = released->Record();
-  if (!s->EnqueueWorkThenWait(std::move(reached), released, generation).ok()) {
+  if (!s->EnqueueHold(std::move(reached), released, generation).ok()) {
     return StreamNotFound(stream);  // DestroyStream raced with this call
   }
   return StreamHold([released, generation] { released->Complete(generation); });

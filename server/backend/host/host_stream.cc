@@ -53,14 +53,19 @@ absl::Status HostStream::EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t 
   });
 }
 
-absl::Status HostStream::EnqueueWorkThenWait(Work work, std::shared_ptr<HostEvent> event,
-                                             uint64_t generation) {
-  return Push([&] {
+absl::Status HostStream::EnqueueHold(Work reached, std::shared_ptr<HostEvent> event,
+                                     uint64_t generation) {
+  bool reached_now = false;
+  absl::Status pushed = Push([&] {
     absl::InlinedVector<Item, 2> items;
-    items.push_back(Item{std::move(work), nullptr, 0});
+    // Nothing before it: reached already (run below, outside the lock).
+    reached_now = state_ == State::kIdle && queue_.empty();
+    if (!reached_now) items.push_back(Item{std::move(reached), nullptr, 0, /*reached=*/true});
     items.push_back(Item{nullptr, std::move(event), generation});
     return items;
   });
+  if (pushed.ok() && reached_now) std::move(reached)();
+  return pushed;
 }
 
 bool HostStream::Query() {
@@ -158,10 +163,36 @@ void HostStream::Park(std::shared_ptr<HostEvent> event, uint64_t generation) {
 }
 
 void HostStream::Resume(uint64_t park) {
+  absl::InlinedVector<Work, 1> reached;
   {
     absl::MutexLock lock(&mu_);
     if (state_ != State::kParked || parks_ != park) return;
-    wait_over_ = true;
+    if (queue_.size() < 2 || !queue_[1].reached) {
+      wait_over_ = true;
+      state_ = State::kQueued;
+    } else {
+      // The wait is over and holds come right behind it: they are reached
+      // now, on this thread (EnqueueHold).
+      state_ = State::kRunning;
+      queue_.pop_front();
+      ++completed_;
+      while (!queue_.empty() && queue_.front().reached) {
+        reached.push_back(std::move(queue_.front().work));
+        queue_.pop_front();
+      }
+    }
+  }
+  if (!reached.empty()) {
+    for (Work& work : reached) std::move(work)();
+    const size_t ran = reached.size();
+    reached.clear();
+    absl::MutexLock lock(&mu_);
+    completed_ += ran;
+    done_cv_.SignalAll();
+    if (queue_.empty()) {
+      state_ = State::kIdle;
+      return;
+    }
     state_ = State::kQueued;
   }
   pool_.Schedule(shared_from_this());

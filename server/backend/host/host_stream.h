@@ -56,11 +56,15 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
   // given up at shutdown; see HostStreamPool). FAILED_PRECONDITION once Stop
   // was called.
   absl::Status EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation);
-  // Queues `work` and then a wait on `generation` of `event`, together:
-  // nothing another thread queues runs between them (a hold of the stream
-  // for the host: `work` says it was reached, the wait holds what follows).
-  absl::Status EnqueueWorkThenWait(Work work, std::shared_ptr<HostEvent> event,
-                                   uint64_t generation);
+  // A hold of the stream for the host (HostBackend::HoldStream): `reached`
+  // runs once every item queued before it finished, and then the stream
+  // waits on `generation` of `event`; nothing another thread queues runs
+  // between the two. `reached` must be quick and must not block or call
+  // into this stream: it runs on whichever thread finds the stream there,
+  // which can be this caller (an idle stream) or the thread whose Complete
+  // ended the wait before it (a hold right behind another: its owner hears
+  // at once, with no worker woken in between).
+  absl::Status EnqueueHold(Work reached, std::shared_ptr<HostEvent> event, uint64_t generation);
 
   // True when every item queued so far has finished.
   bool Query();
@@ -79,6 +83,7 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
     Work work;
     std::shared_ptr<HostEvent> event;
     uint64_t generation = 0;
+    bool reached = false;  // `work` is a hold's `reached` (EnqueueHold)
   };
 
   // Where the stream is between the pool and its queue. It is in the pool's
@@ -100,9 +105,10 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
   void RunNext();
   // Leaves the worker until `generation` of `event` completes.
   void Park(std::shared_ptr<HostEvent> event, uint64_t generation);
-  // Ends park number `park`: the front wait is over and the stream goes back
-  // to the pool. Ignored unless the stream is still in that park (the
-  // event's waiter and the interprocess watcher may both report it).
+  // Ends park number `park`: the front wait is over, the holds' `reached`
+  // right behind it run on this thread, and the stream goes back to the
+  // pool. Ignored unless the stream is still in that park (the event's
+  // waiter and the interprocess watcher may both report it).
   void Resume(uint64_t park);
 
   HostStreamPool& pool_;
