@@ -70,8 +70,9 @@ struct CollectiveOptions {
   // otherwise returns once done; with it, it runs on the tensor's stream
   // after the work queued there before it and before the work queued after
   // it (Synchronize, or the completion event, says when it is done). Its
-  // failure then breaks the group, and the group's next call returns why.
-  // On CUDA the call still waits.
+  // failure then breaks the group, and the group's next call returns why;
+  // one still queued when its group is formed again or destroyed does not
+  // run. On CUDA the call still waits.
   bool async_op = false;
 };
 

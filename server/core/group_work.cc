@@ -55,6 +55,12 @@ absl::Status GroupWork::CheckPair(const Operand& in, const Operand& out,
   return absl::OkStatus();
 }
 
+absl::Status GroupWork::CheckWorldMultiple(uint64_t whole, uint64_t part, int world_size,
+                                           absl::string_view message) {
+  if (whole != part * static_cast<uint64_t>(world_size)) return absl::InvalidArgumentError(message);
+  return absl::OkStatus();
+}
+
 absl::Status GroupWork::AwaitQueuedWork(const Operand& operand) {
   if (operand.bytes == 0) return absl::OkStatus();
   return backend_->SynchronizeStream(operand.stream.backend);
@@ -66,14 +72,16 @@ absl::Status GroupWork::AwaitQueuedWork(const Operand& operand) {
 // buffer, with copies on the operands' streams.
 class GroupWork::Memory {
  public:
-  Memory(GroupWork& work, SessionId session, GroupRegistry::Member& member)
-      : work_(work), session_(session), member_(member) {}
+  Memory(GroupWork& work, SessionId session) : work_(work), session_(session) {}
 
   // Maps the operands' memory when it is host memory (their allocations are
-  // held meanwhile), then runs `body`.
+  // held meanwhile), then runs `body`, which takes the group's turn: so the
+  // collective holding the turn never waits for the memory books' lock,
+  // which can wait for the allocator, which can wait for a stream that a
+  // queued collective behind this one holds.
   absl::Status Run(std::initializer_list<const Operand*> operands,
-                   absl::FunctionRef<absl::Status(Memory&)> body) {
-    if (!work_.backend_->memory_on_host()) return body(*this);
+                   absl::FunctionRef<absl::Status()> body) {
+    if (!work_.backend_->memory_on_host()) return body();
     absl::InlinedVector<RangeUse, 2> ranges;
     absl::InlinedVector<const Operand*, 2> held;
     for (const Operand* operand : operands) {
@@ -89,18 +97,22 @@ class GroupWork::Memory {
                 work_.backend_->AccessOnHost(spans[i].device, spans[i].address, held[i]->bytes));
             views_.emplace_back(held[i], std::move(view));
           }
-          return body(*this);
+          return body();
         });
   }
+
+  // The member whose staging buffer Buffer and Scratch use: set once the
+  // group's turn came.
+  void Use(GroupRegistry::Member& member) { member_ = &member; }
 
   // A host buffer for `operand`: its own memory in place, else the staging
   // buffer (of at least `staging_bytes`).
   char* Buffer(const Operand& operand, uint64_t staging_bytes) {
     char* own = Own(operand);
-    return own != nullptr ? own : member_.Staging(staging_bytes);
+    return own != nullptr ? own : member_->Staging(staging_bytes);
   }
   // A host buffer of `bytes` that is no operand's memory.
-  char* Scratch(uint64_t bytes) { return member_.Staging(bytes); }
+  char* Scratch(uint64_t bytes) { return member_->Staging(bytes); }
 
   // Copies the operand's bytes to `host` (nothing when that is where they are).
   absl::Status Load(const Operand& operand, char* host) {
@@ -145,7 +157,7 @@ class GroupWork::Memory {
 
   GroupWork& work_;
   const SessionId session_;
-  GroupRegistry::Member& member_;
+  GroupRegistry::Member* member_ = nullptr;
   absl::InlinedVector<std::pair<const Operand*, HostMemoryView>, 2> views_;
 };
 
@@ -275,25 +287,27 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
   DeviceProfiler::Work profiled =
       DeviceProfiler::Begin(profiler_, session, "group all_reduce",
                             ProfiledSite{data.device, data.stream.id}, data.bytes);
-  const absl::Status ran = groups_->Run(
-      group, "all_reduce", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        if (data.bytes == 0) return absl::OkStatus();
-        if (std::optional<absl::Status> on_device =
-                OnDevice(session, member, {&data},
-                         [&](GroupCommunicator& comm, BackendStream stream,
-                             absl::Span<const DeviceSpan> spans) {
-                           return comm.AllReduce(stream, spans[0].address, spans[0].address,
-                                                 data.count, data.tensor.dtype, op);
-                         })) {
-          return *on_device;
-        }
-        return Memory(*this, session, member).Run({&data}, [&](Memory& memory) -> absl::Status {
+  Memory memory(*this, session);
+  const absl::Status ran = memory.Run({&data}, [&] {
+    return groups_->Run(
+        group, "all_reduce", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
+          if (data.bytes == 0) return absl::OkStatus();
+          if (std::optional<absl::Status> on_device =
+                  OnDevice(session, member, {&data},
+                           [&](GroupCommunicator& comm, BackendStream stream,
+                               absl::Span<const DeviceSpan> spans) {
+                             return comm.AllReduce(stream, spans[0].address, spans[0].address,
+                                                   data.count, data.tensor.dtype, op);
+                           })) {
+            return *on_device;
+          }
+          memory.Use(member);
           char* host = memory.Buffer(data, data.bytes);
           GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
           GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, data.count, data.tensor.dtype, op));
           return memory.Store(data, host);
         });
-      });
+  });
   // The group call ends when the collective did: its host time is its device time.
   DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
@@ -324,27 +338,29 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group broadcast", ProfiledSite{data.device, data.stream.id}, data.bytes);
-  const absl::Status ran = groups_->Run(
-      group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-        if (data.bytes == 0) return absl::OkStatus();
-        if (std::optional<absl::Status> on_device =
-                OnDevice(session, member, {&data},
-                         [&](GroupCommunicator& comm, BackendStream stream,
-                             absl::Span<const DeviceSpan> spans) {
-                           return comm.Broadcast(stream, spans[0].address, spans[0].address,
-                                                 data.bytes, static_cast<int>(root));
-                         })) {
-          return *on_device;
-        }
-        const bool sends = member.rank() == root;
-        return Memory(*this, session, member).Run({&data}, [&](Memory& memory) -> absl::Status {
+  Memory memory(*this, session);
+  const absl::Status ran = memory.Run({&data}, [&] {
+    return groups_->Run(
+        group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
+          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+          if (data.bytes == 0) return absl::OkStatus();
+          if (std::optional<absl::Status> on_device =
+                  OnDevice(session, member, {&data},
+                           [&](GroupCommunicator& comm, BackendStream stream,
+                               absl::Span<const DeviceSpan> spans) {
+                             return comm.Broadcast(stream, spans[0].address, spans[0].address,
+                                                   data.bytes, static_cast<int>(root));
+                           })) {
+            return *on_device;
+          }
+          const bool sends = member.rank() == root;
+          memory.Use(member);
           char* host = memory.Buffer(data, data.bytes);
           if (sends) GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
           GPUMUX_RETURN_IF_ERROR(member.Broadcast(host, data.bytes, static_cast<int>(root)));
           return sends ? absl::OkStatus() : memory.Store(data, host);
         });
-      });
+  });
   // The group call ends when the collective did: its host time is its device time.
   DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
@@ -358,12 +374,10 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "output tensor must have the same type as input tensor"));
-  const auto check = [&in, &out](int, int world_size) -> absl::Status {
-    if (out.count != in.count * static_cast<uint64_t>(world_size)) {
-      return absl::InvalidArgumentError(
-          "output tensor size must be equal to world_size times input tensor size");
-    }
-    return absl::OkStatus();
+  const auto check = [&in, &out](int, int world_size) {
+    return CheckWorldMultiple(out.count, in.count, world_size,
+                              "output tensor size must be equal to world_size times input tensor "
+                              "size");
   };
   if (Queues(options.async_op)) {
     GPUMUX_RETURN_IF_ERROR(QueueOnHost(
@@ -379,26 +393,28 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group all_gather", ProfiledSite{out.device, out.stream.id}, out.bytes);
-  const absl::Status ran = groups_->Run(
-      group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-        if (out.bytes == 0) return absl::OkStatus();
-        if (std::optional<absl::Status> on_device = OnDevice(
-                session, member, {&in, &out},
-                [&](GroupCommunicator& comm, BackendStream stream,
-                    absl::Span<const DeviceSpan> spans) {
-                  return comm.AllGather(stream, spans[0].address, spans[1].address, in.bytes);
-                })) {
-          return *on_device;
-        }
-        return Memory(*this, session, member).Run({&in, &out}, [&](Memory& memory) -> absl::Status {
+  Memory memory(*this, session);
+  const absl::Status ran = memory.Run({&in, &out}, [&] {
+    return groups_->Run(
+        group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
+          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+          if (out.bytes == 0) return absl::OkStatus();
+          if (std::optional<absl::Status> on_device = OnDevice(
+                  session, member, {&in, &out},
+                  [&](GroupCommunicator& comm, BackendStream stream,
+                      absl::Span<const DeviceSpan> spans) {
+                    return comm.AllGather(stream, spans[0].address, spans[1].address, in.bytes);
+                  })) {
+            return *on_device;
+          }
+          memory.Use(member);
           char* host = memory.Buffer(out, out.bytes);
           char* mine = host + static_cast<uint64_t>(member.rank()) * in.bytes;
           GPUMUX_RETURN_IF_ERROR(memory.Load(in, mine));
           GPUMUX_RETURN_IF_ERROR(member.AllGather(mine, host, in.bytes));
           return memory.Store(out, host);
         });
-      });
+  });
   // The group call ends when the collective did: its host time is its device time.
   DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;
@@ -412,12 +428,10 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
   GPUMUX_ASSIGN_OR_RETURN(const Operand out, Resolve(session, output, options));
   GPUMUX_RETURN_IF_ERROR(
       CheckPair(in, out, "input tensor must be the same type as the output tensor."));
-  const auto check = [&in, &out](int, int world_size) -> absl::Status {
-    if (in.count != out.count * static_cast<uint64_t>(world_size)) {
-      return absl::InvalidArgumentError(
-          "input tensor must be the same size as output size times world size");
-    }
-    return absl::OkStatus();
+  const auto check = [&in, &out](int, int world_size) {
+    return CheckWorldMultiple(in.count, out.count, world_size,
+                              "input tensor must be the same size as output size times world "
+                              "size");
   };
   if (Queues(options.async_op)) {
     GPUMUX_RETURN_IF_ERROR(QueueOnHost(
@@ -442,27 +456,29 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
       profiler_, session, "group reduce_scatter", ProfiledSite{in.device, in.stream.id}, in.bytes);
-  const absl::Status ran = groups_->Run(
-      group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-        if (in.bytes == 0) return absl::OkStatus();
-        if (std::optional<absl::Status> on_device =
-                OnDevice(session, member, {&in, &out},
-                         [&](GroupCommunicator& comm, BackendStream stream,
-                             absl::Span<const DeviceSpan> spans) {
-                           return comm.ReduceScatter(stream, spans[0].address, spans[1].address,
-                                                     out.count, out.tensor.dtype, op);
-                         })) {
-          return *on_device;
-        }
-        // The input is left as it was: the reduction runs on a copy.
-        return Memory(*this, session, member).Run({&in, &out}, [&](Memory& memory) -> absl::Status {
+  Memory memory(*this, session);
+  const absl::Status ran = memory.Run({&in, &out}, [&] {
+    return groups_->Run(
+        group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
+          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+          if (in.bytes == 0) return absl::OkStatus();
+          if (std::optional<absl::Status> on_device =
+                  OnDevice(session, member, {&in, &out},
+                           [&](GroupCommunicator& comm, BackendStream stream,
+                               absl::Span<const DeviceSpan> spans) {
+                             return comm.ReduceScatter(stream, spans[0].address, spans[1].address,
+                                                       out.count, out.tensor.dtype, op);
+                           })) {
+            return *on_device;
+          }
+          // The input is left as it was: the reduction runs on a copy.
+          memory.Use(member);
           char* host = memory.Scratch(in.bytes);
           GPUMUX_RETURN_IF_ERROR(memory.Load(in, host));
           GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, in.count, in.tensor.dtype, op));
           return memory.Store(out, host + static_cast<uint64_t>(member.rank()) * out.bytes);
         });
-      });
+  });
   // The group call ends when the collective did: its host time is its device time.
   DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
   if (!ran.ok()) return ran;

@@ -88,6 +88,10 @@ class GroupWork {
   // PyTorch's) on one device.
   static absl::Status CheckPair(const Operand& in, const Operand& out,
                                 absl::string_view type_message);
+  // INVALID_ARGUMENT `message` (PyTorch's) unless `whole` is world_size
+  // times `part` elements (all_gather's output, reduce_scatter's input).
+  static absl::Status CheckWorldMultiple(uint64_t whole, uint64_t part, int world_size,
+                                         absl::string_view message);
   // Waits for the work queued on the operand's stream so far, before the
   // group's lock is taken: a session whose stream waits long holds up only
   // its own call, not the group's other collectives.
