@@ -180,14 +180,17 @@ std::optional<absl::Status> GroupWork::OnDevice(
 }
 
 absl::StatusOr<CommDone> GroupWork::Done(SessionId session, const Operand& result,
-                                         const CommOptions& options) {
+                                         const CommOptions& options,
+                                         std::optional<EventView> created) {
   CommDone done;
   done.results.push_back(CommResult{result.tensor, std::nullopt});
   done.event_device = result.device;
   if (options.completion_event) {
-    GPUMUX_ASSIGN_OR_RETURN(
-        const EventView event,
-        streams_->CreateEvent(session, result.device, EventFlags{.interprocess = true}));
+    if (!created.has_value()) {
+      GPUMUX_ASSIGN_OR_RETURN(
+          created, streams_->CreateEvent(session, result.device, EventFlags{.interprocess = true}));
+    }
+    const EventView event = *created;
     absl::Status recorded =
         streams_->RecordEvent(session, event.id, result.device, result.stream.id);
     absl::StatusOr<std::string> handle =
@@ -201,11 +204,19 @@ absl::StatusOr<CommDone> GroupWork::Done(SessionId session, const Operand& resul
   return done;
 }
 
-absl::Status GroupWork::QueueOnHost(SessionId session, absl::string_view group,
-                                    absl::string_view collective, uint64_t bytes,
-                                    std::initializer_list<const Operand*> operands,
-                                    absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-                                    DeviceProfiler::Work profiled, HostCollective run) {
+absl::StatusOr<CommDone> GroupWork::QueueOnHost(
+    SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+    std::initializer_list<const Operand*> operands, const Operand& result,
+    const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+    DeviceProfiler::Work profiled, HostCollective run) {
+  // The completion event is made first: once the collective is queued the
+  // call must not fail, or its caller would see an error for a collective
+  // that runs.
+  std::optional<EventView> event;
+  if (options.completion_event) {
+    GPUMUX_ASSIGN_OR_RETURN(
+        event, streams_->CreateEvent(session, result.device, EventFlags{.interprocess = true}));
+  }
   // What the group's thread runs with; going (run or dropped) lets the
   // stream go on and the memory be reused.
   struct Queued {
@@ -229,7 +240,7 @@ absl::Status GroupWork::QueueOnHost(SessionId session, absl::string_view group,
     ranges.push_back(operand.range);
     held.push_back(i);
   }
-  return memory_->EnqueueOnAllocations(
+  const absl::Status enqueued = memory_->EnqueueOnAllocations(
       session, ranges, first.stream, [&](absl::Span<const DeviceSpan> spans) -> absl::Status {
         for (size_t i = 0; i < spans.size(); ++i) {
           GPUMUX_ASSIGN_OR_RETURN(HostMemoryView view,
@@ -265,6 +276,11 @@ absl::Status GroupWork::QueueOnHost(SessionId session, absl::string_view group,
               return status;
             });
       });
+  if (!enqueued.ok()) {
+    if (event.has_value()) streams_->DestroyEvent(session, event->id).IgnoreError();
+    return enqueued;
+  }
+  return Done(session, result, options, event);
 }
 
 absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_view group,
@@ -272,16 +288,15 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
   if (Queues(options.async_op)) {
-    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
-        session, group, "all_reduce", data.bytes, {&data},
+    return QueueOnHost(
+        session, group, "all_reduce", data.bytes, {&data}, data, options,
         [](int, int) { return absl::OkStatus(); },
         DeviceProfiler::Begin(profiler_, session, "group all_reduce",
                               ProfiledSite{data.device, data.stream.id}, data.bytes),
         [count = data.count, dtype = data.tensor.dtype, op](GroupRegistry::Member& member,
                                                             absl::Span<char* const> host) {
           return member.AllReduce(host[0], count, dtype, op);
-        }));
-    return Done(session, data, options);
+        });
   }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   DeviceProfiler::Work profiled =
@@ -326,14 +341,13 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
     return absl::OkStatus();
   };
   if (Queues(options.async_op)) {
-    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
-        session, group, "broadcast", data.bytes, {&data}, check,
+    return QueueOnHost(
+        session, group, "broadcast", data.bytes, {&data}, data, options, check,
         DeviceProfiler::Begin(profiler_, session, "group broadcast",
                               ProfiledSite{data.device, data.stream.id}, data.bytes),
         [bytes = data.bytes, root](GroupRegistry::Member& member, absl::Span<char* const> host) {
           return member.Broadcast(host[0], bytes, static_cast<int>(root));
-        }));
-    return Done(session, data, options);
+        });
   }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
@@ -380,15 +394,14 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
                               "size");
   };
   if (Queues(options.async_op)) {
-    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
-        session, group, "all_gather", out.bytes, {&in, &out}, check,
+    return QueueOnHost(
+        session, group, "all_gather", out.bytes, {&in, &out}, out, options, check,
         DeviceProfiler::Begin(profiler_, session, "group all_gather",
                               ProfiledSite{out.device, out.stream.id}, out.bytes),
         [bytes = in.bytes](GroupRegistry::Member& member, absl::Span<char* const> host) {
           if (bytes == 0) return absl::OkStatus();
           return member.AllGather(host[0], host[1], bytes);
-        }));
-    return Done(session, out, options);
+        });
   }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(
@@ -434,8 +447,8 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
                               "size");
   };
   if (Queues(options.async_op)) {
-    GPUMUX_RETURN_IF_ERROR(QueueOnHost(
-        session, group, "reduce_scatter", in.bytes, {&in, &out}, check,
+    return QueueOnHost(
+        session, group, "reduce_scatter", in.bytes, {&in, &out}, out, options, check,
         DeviceProfiler::Begin(profiler_, session, "group reduce_scatter",
                               ProfiledSite{in.device, in.stream.id}, in.bytes),
         [in_bytes = in.bytes, out_bytes = out.bytes, count = in.count, dtype = in.tensor.dtype, op](
@@ -450,8 +463,7 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
                          out_bytes);
           }
           return reduced;
-        }));
-    return Done(session, out, options);
+        });
   }
   GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
   DeviceProfiler::Work profiled = DeviceProfiler::Begin(

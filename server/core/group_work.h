@@ -102,11 +102,13 @@ class GroupWork {
   using HostCollective =
       absl::AnyInvocable<absl::Status(GroupRegistry::Member&, absl::Span<char* const>) &&>;
   // Holds the first operand's stream and queues `run` on the group
-  // (GroupRegistry::Queue, with `check`); it ends `profiled` when done.
-  absl::Status QueueOnHost(SessionId session, absl::string_view group, absl::string_view collective,
-                           uint64_t bytes, std::initializer_list<const Operand*> operands,
-                           absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-                           DeviceProfiler::Work profiled, HostCollective run);
+  // (GroupRegistry::Queue, with `check`); it ends `profiled` when done. The
+  // call's results: `result`, and the completion event when asked for.
+  absl::StatusOr<CommDone> QueueOnHost(
+      SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+      std::initializer_list<const Operand*> operands, const Operand& result,
+      const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
+      DeviceProfiler::Work profiled, HostCollective run);
   // Runs the collective on the group's device communicator when it has one
   // on the operands' device: `issue` queues it on the first operand's
   // stream with the operands' device addresses (their allocations recorded
@@ -118,9 +120,11 @@ class GroupWork {
       absl::FunctionRef<absl::Status(GroupCommunicator&, BackendStream,
                                      absl::Span<const DeviceSpan>)>
           issue);
-  // The result and the completion event when asked for.
+  // The result and the completion event when asked for (recorded on the
+  // result's stream; `created` when the caller made it already).
   absl::StatusOr<CommDone> Done(SessionId session, const Operand& result,
-                                const CommOptions& options);
+                                const CommOptions& options,
+                                std::optional<EventView> created = std::nullopt);
 
   GroupRegistry* groups_;
   DeviceBackend* backend_;
