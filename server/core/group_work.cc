@@ -208,7 +208,7 @@ absl::StatusOr<CommDone> GroupWork::QueueOnHost(
     SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
     std::initializer_list<const Operand*> operands, const Operand& result,
     const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-    DeviceProfiler::Work profiled, HostCollective run) {
+    absl::string_view profile_name, HostCollective run) {
   // The completion event is made first: once the collective is queued the
   // call must not fail, or its caller would see an error for a collective
   // that runs.
@@ -227,11 +227,12 @@ absl::StatusOr<CommDone> GroupWork::QueueOnHost(
     DeviceProfiler::Work profiled;
     HostCollective run;
   };
+  const Operand& first = **operands.begin();
   auto queued = std::make_unique<Queued>();
   queued->data.assign(operands.size(), nullptr);
-  queued->profiled = std::move(profiled);
+  queued->profiled = DeviceProfiler::Begin(profiler_, session, profile_name,
+                                           ProfiledSite{first.device, first.stream.id}, bytes);
   queued->run = std::move(run);
-  const Operand& first = **operands.begin();
   absl::InlinedVector<RangeUse, 2> ranges;
   absl::InlinedVector<size_t, 2> held;  // the operands `ranges` are of
   for (size_t i = 0; i < operands.size(); ++i) {
@@ -290,9 +291,7 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
   if (Queues(options.async_op)) {
     return QueueOnHost(
         session, group, "all_reduce", data.bytes, {&data}, data, options,
-        [](int, int) { return absl::OkStatus(); },
-        DeviceProfiler::Begin(profiler_, session, "group all_reduce",
-                              ProfiledSite{data.device, data.stream.id}, data.bytes),
+        [](int, int) { return absl::OkStatus(); }, "group all_reduce",
         [count = data.count, dtype = data.tensor.dtype, op](GroupRegistry::Member& member,
                                                             absl::Span<char* const> host) {
           return member.AllReduce(host[0], count, dtype, op);
@@ -342,9 +341,7 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
   };
   if (Queues(options.async_op)) {
     return QueueOnHost(
-        session, group, "broadcast", data.bytes, {&data}, data, options, check,
-        DeviceProfiler::Begin(profiler_, session, "group broadcast",
-                              ProfiledSite{data.device, data.stream.id}, data.bytes),
+        session, group, "broadcast", data.bytes, {&data}, data, options, check, "group broadcast",
         [bytes = data.bytes, root](GroupRegistry::Member& member, absl::Span<char* const> host) {
           return member.Broadcast(host[0], bytes, static_cast<int>(root));
         });
@@ -396,8 +393,7 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
   if (Queues(options.async_op)) {
     return QueueOnHost(
         session, group, "all_gather", out.bytes, {&in, &out}, out, options, check,
-        DeviceProfiler::Begin(profiler_, session, "group all_gather",
-                              ProfiledSite{out.device, out.stream.id}, out.bytes),
+        "group all_gather",
         [bytes = in.bytes](GroupRegistry::Member& member, absl::Span<char* const> host) {
           if (bytes == 0) return absl::OkStatus();
           return member.AllGather(host[0], host[1], bytes);
@@ -449,8 +445,7 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
   if (Queues(options.async_op)) {
     return QueueOnHost(
         session, group, "reduce_scatter", in.bytes, {&in, &out}, out, options, check,
-        DeviceProfiler::Begin(profiler_, session, "group reduce_scatter",
-                              ProfiledSite{in.device, in.stream.id}, in.bytes),
+        "group reduce_scatter",
         [in_bytes = in.bytes, out_bytes = out.bytes, count = in.count, dtype = in.tensor.dtype, op](
             GroupRegistry::Member& member, absl::Span<char* const> host) -> absl::Status {
           if (in_bytes == 0) return absl::OkStatus();

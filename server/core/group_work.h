@@ -102,13 +102,14 @@ class GroupWork {
   using HostCollective =
       absl::AnyInvocable<absl::Status(GroupRegistry::Member&, absl::Span<char* const>) &&>;
   // Holds the first operand's stream and queues `run` on the group
-  // (GroupRegistry::Queue, with `check`); it ends `profiled` when done. The
-  // call's results: `result`, and the completion event when asked for.
+  // (GroupRegistry::Queue, with `check`), profiled as `profile_name` from
+  // now until it ran. The call's results: `result`, and the completion event
+  // when asked for.
   absl::StatusOr<CommDone> QueueOnHost(
       SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
       std::initializer_list<const Operand*> operands, const Operand& result,
       const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-      DeviceProfiler::Work profiled, HostCollective run);
+      absl::string_view profile_name, HostCollective run);
   // Runs the collective on the group's device communicator when it has one
   // on the operands' device: `issue` queues it on the first operand's
   // stream with the operands' device addresses (their allocations recorded

@@ -13,15 +13,14 @@ std::shared_ptr<HostStream> HostStream::Create(HostStreamPool& pool, DeviceIndex
   return std::shared_ptr<HostStream>(new HostStream(pool, device, priority));
 }
 
-absl::Status HostStream::Push(absl::FunctionRef<absl::InlinedVector<Item, 2>()> make) {
+absl::Status HostStream::Push(absl::FunctionRef<void(std::deque<Item>&)> append) {
   bool schedule = false;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::FailedPreconditionError("stream is being destroyed");
-    for (Item& item : make()) {
-      queue_.push_back(std::move(item));
-      ++enqueued_;
-    }
+    const size_t before = queue_.size();
+    append(queue_);
+    enqueued_ += queue_.size() - before;
     // Any other state means the stream is with the pool already, and goes
     // on to this item by itself.
     if (state_ == State::kIdle) {
@@ -34,11 +33,7 @@ absl::Status HostStream::Push(absl::FunctionRef<absl::InlinedVector<Item, 2>()> 
 }
 
 absl::Status HostStream::EnqueueFrom(absl::FunctionRef<Work()> make) {
-  return Push([&make] {
-    absl::InlinedVector<Item, 2> items;
-    items.push_back(Item{make(), nullptr, 0});
-    return items;
-  });
+  return Push([&make](std::deque<Item>& queue) { queue.push_back(Item{make(), nullptr, 0}); });
 }
 
 absl::Status HostStream::Enqueue(Work work) {
@@ -46,23 +41,19 @@ absl::Status HostStream::Enqueue(Work work) {
 }
 
 absl::Status HostStream::EnqueueWait(std::shared_ptr<HostEvent> event, uint64_t generation) {
-  return Push([&] {
-    absl::InlinedVector<Item, 2> items;
-    items.push_back(Item{nullptr, std::move(event), generation});
-    return items;
+  return Push([&](std::deque<Item>& queue) {
+    queue.push_back(Item{nullptr, std::move(event), generation});
   });
 }
 
 absl::Status HostStream::EnqueueHold(Work reached, std::shared_ptr<HostEvent> event,
                                      uint64_t generation) {
   bool reached_now = false;
-  absl::Status pushed = Push([&] {
-    absl::InlinedVector<Item, 2> items;
+  absl::Status pushed = Push([&](std::deque<Item>& queue) {
     // Nothing before it: reached already (run below, outside the lock).
-    reached_now = state_ == State::kIdle && queue_.empty();
-    if (!reached_now) items.push_back(Item{std::move(reached), nullptr, 0, /*reached=*/true});
-    items.push_back(Item{nullptr, std::move(event), generation});
-    return items;
+    reached_now = state_ == State::kIdle && queue.empty();
+    if (!reached_now) queue.push_back(Item{std::move(reached), nullptr, 0, /*reached=*/true});
+    queue.push_back(Item{nullptr, std::move(event), generation});
   });
   if (pushed.ok() && reached_now) std::move(reached)();
   return pushed;
@@ -163,7 +154,7 @@ void HostStream::Park(std::shared_ptr<HostEvent> event, uint64_t generation) {
 }
 
 void HostStream::Resume(uint64_t park) {
-  absl::InlinedVector<Work, 1> reached;
+  Work reached;
   {
     absl::MutexLock lock(&mu_);
     if (state_ != State::kParked || parks_ != park) return;
@@ -171,23 +162,21 @@ void HostStream::Resume(uint64_t park) {
       wait_over_ = true;
       state_ = State::kQueued;
     } else {
-      // The wait is over and holds come right behind it: they are reached
-      // now, on this thread (EnqueueHold).
+      // The wait is over and a hold comes right behind it (holds are queued
+      // as a `reached` and a wait, so one at most): it is reached now, on
+      // this thread (EnqueueHold).
       state_ = State::kRunning;
       queue_.pop_front();
       ++completed_;
-      while (!queue_.empty() && queue_.front().reached) {
-        reached.push_back(std::move(queue_.front().work));
-        queue_.pop_front();
-      }
+      reached = std::move(queue_.front().work);
+      queue_.pop_front();
     }
   }
-  if (!reached.empty()) {
-    for (Work& work : reached) std::move(work)();
-    const size_t ran = reached.size();
-    reached.clear();
+  if (reached != nullptr) {
+    std::move(reached)();
+    reached = nullptr;  // its captures go before the completion shows
     absl::MutexLock lock(&mu_);
-    completed_ += ran;
+    ++completed_;
     done_cv_.SignalAll();
     if (queue_.empty()) {
       state_ = State::kIdle;

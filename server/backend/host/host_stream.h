@@ -20,7 +20,6 @@
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -98,8 +97,9 @@ class HostStream : public std::enable_shared_from_this<HostStream> {
   HostStream(HostStreamPool& pool, DeviceIndex device, int priority)
       : pool_(pool), device_(device), priority_(priority) {}
 
-  // Appends what `make` returns under the stream's lock (one or two items).
-  absl::Status Push(absl::FunctionRef<absl::InlinedVector<Item, 2>()> make);
+  // Runs `append` under the stream's lock; it appends the new items to the
+  // queue it is given.
+  absl::Status Push(absl::FunctionRef<void(std::deque<Item>&)> append);
   // Called by a pool worker for a kQueued stream it took from the ready
   // queue: runs the front item, or parks the stream on its wait.
   void RunNext();
