@@ -6,18 +6,24 @@
 //   - N plain Gloo processes (this program as children, --plain-rank) run
 //     the same ring all_reduce on host buffers of the same sizes, connected
 //     through a FileStore;
-// round by round in turn (a plain round, then a group round: on a small
-// shared machine the time of a small all_reduce drifts by several times
-// over a minute, and both sides then see the same drift), each as the
-// median over rounds of the slowest rank's time, printed as bandwidth
-// (S / time) and as the ratio group / plain. Each round times one
-// all_reduce (the group's waited call: `<size>_over_gloo`) and then
-// --queue of them back to back (`<size>_queued_over_gloo`: the group's
-// calls with async_op, then Synchronize; plain Gloo's one after the other),
-// as a training step's gradient buckets go. Also the time to form a fresh
-// group, next to a 4-byte all_reduce on an existing one.
+// round by round in turn (on a small shared machine the time of a small
+// all_reduce drifts by several times over a minute; alternating rounds, and
+// which side goes first, lets both sides see the same drift), the slowest
+// rank's time of each round.
 //
-// usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M] [--queue K]
+// Bandwidth is measured as nccl-tests and torch.distributed's users measure
+// it: a batch of all_reduces back to back, then one wait for them all (the
+// group's calls with async_op, then Synchronize; plain Gloo's one after the
+// other), as a training step's gradient buckets go. A batch moves at least
+// --batch-mib (32 calls at most, 2 at least), so that one wait's round trip
+// is a small part of it: `<size>_gbps`, and `<size>_over_gloo`, the median
+// over rounds of each round's plain time over its group time. One waited
+// call on its own (`<size>_one_call_*`) shows the fixed cost of a call
+// (its RPC), which a batch pays once. Also the time to form a fresh group,
+// next to a 4-byte all_reduce on an existing one.
+//
+// usage: gpumux_group_bench [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M]
+//                           [--batch-mib B]
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -61,7 +67,7 @@ struct Flags {
   int ranks = 2;
   int rounds = 3;
   int max_mib = 256;
-  int queue = 8;
+  int batch_mib = 64;
   // Set in a plain Gloo child.
   int plain_rank = -1;
   std::string plain_dir;
@@ -70,6 +76,20 @@ struct Flags {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// plain[i] / group[i] for every round, sorted.
+std::vector<double> Ratios(const std::vector<double>& plain, const std::vector<double>& group) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < plain.size(); ++i) ratios.push_back(plain[i] / group[i]);
+  std::sort(ratios.begin(), ratios.end());
+  return ratios;
+}
+
+// All_reduces per batch for `bytes`: enough to move --batch-mib, 2 to 32.
+int BatchCalls(uint64_t bytes, int batch_mib) {
+  const uint64_t calls = ((uint64_t{1} * batch_mib << 20) + bytes - 1) / bytes;
+  return static_cast<int>(std::clamp<uint64_t>(calls, 2, 32));
 }
 
 // 4 bytes (a call's fixed cost), then 1 MiB, 4 MiB, ... up to max_mib.
@@ -95,7 +115,7 @@ int Fail(const std::string& what) {
 
 // A plain Gloo rank: every size, rounds + 1 times (the first is warm-up),
 // each when a byte arrives on stdin: after a barrier one all_reduce, after
-// another `queue` back to back; writes each round's two times in seconds to
+// another a batch back to back; writes each round's two times in seconds to
 // stdout, one line each.
 int PlainRank(const Flags& flags) {
   gloo::transport::tcp::attr attr;
@@ -129,8 +149,8 @@ int PlainRank(const Flags& flags) {
         return std::chrono::duration<double>(Clock::now() - start).count();
       };
       const double one = timed(1);
-      const double queued = timed(flags.queue);
-      std::printf("%.9f %.9f\n", one, queued);
+      const double batch = timed(BatchCalls(bytes, flags.batch_mib));
+      std::printf("%.9f %.9f\n", one, batch);
       std::fflush(stdout);
     }
   }
@@ -145,19 +165,19 @@ struct PlainRanks {
   std::vector<FILE*> times;
 
   // One round of every rank: the slowest rank's seconds for one call and
-  // for the queue of them; false on failure.
-  bool Round(double* one, double* queued) {
+  // for a batch; false on failure.
+  bool Round(double* one, double* batch) {
     for (int fd : go) {
       if (write(fd, "g", 1) != 1) return false;
     }
     *one = 0;
-    *queued = 0;
+    *batch = 0;
     for (FILE* in : times) {
       double rank_one = 0;
-      double rank_queued = 0;
-      if (std::fscanf(in, "%lf %lf", &rank_one, &rank_queued) != 2) return false;
+      double rank_batch = 0;
+      if (std::fscanf(in, "%lf %lf", &rank_one, &rank_batch) != 2) return false;
       *one = std::max(*one, rank_one);
-      *queued = std::max(*queued, rank_queued);
+      *batch = std::max(*batch, rank_batch);
     }
     return true;
   }
@@ -217,13 +237,13 @@ int main(int argc, char** argv) {
                                                         {"ranks", &flags.ranks, 2, 8},
                                                         {"rounds", &flags.rounds, 1, 100},
                                                         {"max-mib", &flags.max_mib, 1, 1024},
-                                                        {"queue", &flags.queue, 1, 64},
+                                                        {"batch-mib", &flags.batch_mib, 1, 1024},
                                                         {"plain-rank", &flags.plain_rank, -1, 7},
                                                         {"plain-dir", &flags.plain_dir}});
   if (!parsed.ok()) {
     std::fprintf(stderr,
                  "%s\nusage: %s [--gpumuxd PATH] [--ranks N] [--rounds R] [--max-mib M] "
-                 "[--queue K]\n",
+                 "[--batch-mib B]\n",
                  std::string(parsed.message()).c_str(), argv[0]);
     return 2;
   }
@@ -262,7 +282,7 @@ int main(int argc, char** argv) {
                                        absl::StrCat("--ranks=", flags.ranks),
                                        absl::StrCat("--rounds=", flags.rounds),
                                        absl::StrCat("--max-mib=", flags.max_mib),
-                                       absl::StrCat("--queue=", flags.queue),
+                                       absl::StrCat("--batch-mib=", flags.batch_mib),
                                        absl::StrCat("--plain-rank=", r),
                                        "--plain-dir=" + dir + "/plain"};
       std::vector<char*> argv_child;
@@ -341,11 +361,11 @@ int main(int argc, char** argv) {
         &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
     if (!clients[r]->GroupAllReduce("bench", tensor).ok()) failed = true;
   };
-  // --queue all_reduces with async_op, then a wait for them all.
-  auto queued_all_reduces = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
+  // A batch of all_reduces with async_op, then a wait for them all.
+  auto batch_all_reduces = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
     const gpumux::TensorRef tensor{
         &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
-    for (int call = 0; call < flags.queue; ++call) {
+    for (int call = 0; call < BatchCalls(bytes, flags.batch_mib); ++call) {
       if (!clients[r]
                ->GroupAllReduce("bench", tensor, gpumux::ReduceOp::kSum, {.async_op = true})
                .ok())
@@ -353,60 +373,74 @@ int main(int argc, char** argv) {
     }
     if (!clients[r]->Synchronize(buffer.device()).ok()) failed = true;
   };
-  const double small_seconds =
-      SlowestRank(flags.ranks, flags.rounds, [&](int, int r) { all_reduce(r, small[r], 4); });
   std::printf("group_ranks=%d\n", flags.ranks);
-  std::printf("group_form_fresh_ms=%.2f\n", form_seconds * 1e3);
-  std::printf("group_all_reduce_4b_existing_ms=%.3f\n", small_seconds * 1e3);
-  std::printf("group_form_fresh_over_existing_all_reduce=%.1f\n", form_seconds / small_seconds);
+  for (int r = 0; r < flags.ranks; ++r) {
+    if (!clients[r]->CopyHostToDevice(small[r], 0, NonZero(1, r).data(), 4, {.wait = true}).ok())
+      return Fail("upload failed");
+  }
+  double one_call_4b = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    for (int r = 0; r < flags.ranks; ++r) {
-      std::vector<float> data = NonZero(sizes[i] / 4, r);
-      if (!clients[r]->CopyHostToDevice(buffers[r], 0, data.data(), sizes[i], {.wait = true}).ok())
-        return Fail("upload failed");
+    gpumux::DeviceBuffer* buffer = sizes[i] < 1024 ? small.data() : buffers.data();
+    if (sizes[i] >= 1024) {
+      for (int r = 0; r < flags.ranks; ++r) {
+        std::vector<float> data = NonZero(sizes[i] / 4, r);
+        if (!clients[r]
+                 ->CopyHostToDevice(buffers[r], 0, data.data(), sizes[i], {.wait = true})
+                 .ok())
+          return Fail("upload failed");
+      }
     }
-    std::vector<double> plain_times;
-    std::vector<double> group_times;
-    std::vector<double> plain_queued_times;
-    std::vector<double> group_queued_times;
+    std::vector<double> plain_one;
+    std::vector<double> group_one;
+    std::vector<double> plain_batch;
+    std::vector<double> group_batch;
     for (int round = 0; round < flags.rounds + 1; ++round) {
-      double plain_one = 0;
-      double plain_queued = 0;
-      if (!plain_ranks.Round(&plain_one, &plain_queued)) return Fail("a plain Gloo rank failed");
-      const double group_one =
-          SlowestRankOnce(flags.ranks, [&](int r) { all_reduce(r, buffers[r], sizes[i]); });
-      const double group_queued =
-          SlowestRankOnce(flags.ranks, [&](int r) { queued_all_reduces(r, buffers[r], sizes[i]); });
+      double plain_one_time = 0;
+      double plain_batch_time = 0;
+      const auto plain_round = [&] {
+        return plain_ranks.Round(&plain_one_time, &plain_batch_time);
+      };
+      // Which side goes first alternates with the rounds.
+      if (round % 2 == 0 && !plain_round()) return Fail("a plain Gloo rank failed");
+      const double group_one_time =
+          SlowestRankOnce(flags.ranks, [&](int r) { all_reduce(r, buffer[r], sizes[i]); });
+      const double group_batch_time =
+          SlowestRankOnce(flags.ranks, [&](int r) { batch_all_reduces(r, buffer[r], sizes[i]); });
+      if (round % 2 == 1 && !plain_round()) return Fail("a plain Gloo rank failed");
       if (round == 0) continue;  // warm-up
-      plain_times.push_back(plain_one);
-      group_times.push_back(group_one);
-      plain_queued_times.push_back(plain_queued);
-      group_queued_times.push_back(group_queued);
+      plain_one.push_back(plain_one_time);
+      group_one.push_back(group_one_time);
+      plain_batch.push_back(plain_batch_time);
+      group_batch.push_back(group_batch_time);
     }
     if (failed) return Fail("a group all_reduce failed");
-    const double seconds = Median(group_times);
-    const double plain = Median(plain_times);
-    const double queued = Median(group_queued_times);
-    const double plain_queued = Median(plain_queued_times);
+    const int calls = BatchCalls(sizes[i], flags.batch_mib);
+    const double group_call = Median(group_batch) / calls;
+    const double plain_call = Median(plain_batch) / calls;
     const std::string size =
         sizes[i] < (1u << 20) ? absl::StrCat(sizes[i], "b") : absl::StrCat(sizes[i] >> 20, "mib");
+    const std::string name = absl::StrCat("all_reduce_", size);
+    std::printf("group_%s_batch_calls=%d\n", name.c_str(), calls);
     if (sizes[i] < (1u << 20)) {
-      std::printf("group_all_reduce_%s_us=%.1f\n", size.c_str(), seconds * 1e6);
-      std::printf("gloo_all_reduce_%s_us=%.1f\n", size.c_str(), plain * 1e6);
-      std::printf("group_all_reduce_%s_queued_us=%.1f\n", size.c_str(), queued / flags.queue * 1e6);
-      std::printf("gloo_all_reduce_%s_queued_us=%.1f\n", size.c_str(),
-                  plain_queued / flags.queue * 1e6);
+      std::printf("group_%s_us=%.1f\n", name.c_str(), group_call * 1e6);
+      std::printf("gloo_%s_us=%.1f\n", name.c_str(), plain_call * 1e6);
     } else {
-      std::printf("group_all_reduce_%s_gbps=%.3f\n", size.c_str(), sizes[i] / seconds / 1e9);
-      std::printf("gloo_all_reduce_%s_gbps=%.3f\n", size.c_str(), sizes[i] / plain / 1e9);
-      std::printf("group_all_reduce_%s_queued_gbps=%.3f\n", size.c_str(),
-                  sizes[i] * flags.queue / queued / 1e9);
-      std::printf("gloo_all_reduce_%s_queued_gbps=%.3f\n", size.c_str(),
-                  sizes[i] * flags.queue / plain_queued / 1e9);
+      std::printf("group_%s_gbps=%.3f\n", name.c_str(), sizes[i] / group_call / 1e9);
+      std::printf("gloo_%s_gbps=%.3f\n", name.c_str(), sizes[i] / plain_call / 1e9);
     }
-    std::printf("group_all_reduce_%s_over_gloo=%.3f\n", size.c_str(), plain / seconds);
-    std::printf("group_all_reduce_%s_queued_over_gloo=%.3f\n", size.c_str(), plain_queued / queued);
+    // The rounds' spread too: the quartiles of the ratio.
+    const std::vector<double> ratios = Ratios(plain_batch, group_batch);
+    std::printf("group_%s_over_gloo=%.3f\n", name.c_str(), ratios[ratios.size() / 2]);
+    std::printf("group_%s_over_gloo_p25=%.3f\n", name.c_str(), ratios[ratios.size() / 4]);
+    std::printf("group_%s_over_gloo_p75=%.3f\n", name.c_str(), ratios[ratios.size() * 3 / 4]);
+    std::printf("group_%s_one_call_us=%.1f\n", name.c_str(), Median(group_one) * 1e6);
+    std::printf("gloo_%s_one_call_us=%.1f\n", name.c_str(), Median(plain_one) * 1e6);
+    std::printf("group_%s_one_call_over_gloo=%.3f\n", name.c_str(),
+                Median(Ratios(plain_one, group_one)));
+    if (sizes[i] < 1024) one_call_4b = Median(group_one);
   }
+  std::printf("group_form_fresh_ms=%.2f\n", form_seconds * 1e3);
+  std::printf("group_form_fresh_over_existing_all_reduce=%.1f\n", form_seconds / one_call_4b);
   if (!plain_ranks.Finish()) return Fail("a plain Gloo rank failed");
   buffers.clear();
   small.clear();
