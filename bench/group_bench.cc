@@ -65,7 +65,7 @@ using Clock = std::chrono::steady_clock;
 struct Flags {
   std::string gpumuxd;
   int ranks = 2;
-  int rounds = 3;
+  int rounds = 30;
   int max_mib = 256;
   int batch_mib = 64;
   // Set in a plain Gloo child.

@@ -33,7 +33,7 @@ declare -A not_run=(
   ["bash scripts/run.sh"]="installs Debian packages and rebuilds the tree, then runs gpumuxd in the foreground: the test starts that last step itself (build/server/gpumuxd, no flags)"
   ["bash scripts/test.sh"]="is CI itself: installs packages, rebuilds with -Werror and runs the whole suite, this test included, then the fuzzers"
   ["build/bench/gpumux_profile_bench"]="replays both traces 32 times through a daemon in each mode, plain and under gpumux bottleneck (about six minutes); cli_bottleneck_test and client_profile_test run the same paths"
-  ["build/bench/gpumux_group_bench --rounds=30"]="starts two daemons and two plain Gloo processes that move up to 256 MiB three times in each of thirty rounds (about a minute); group_test runs the same paths"
+  ["build/bench/gpumux_group_bench --rounds=60"]="starts two daemons and two plain Gloo processes that move up to 256 MiB three times in each of sixty rounds (about two minutes); group_test runs the same paths"
   ["scripts/fuzz.sh"]="builds the 15 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
   ["scripts/sanitize.sh"]="rebuilds the tree with ASan and UBSan and runs the whole suite under them (20 minutes)"
   ["scripts/chaos.sh"]="names the chaos script; its run is the next entry"
