@@ -103,7 +103,9 @@ class Client {
   absl::StatusOr<std::string> GetDeviceName(DeviceIndex device);
   // torch.cuda.get_device_properties(device); INVALID_ARGUMENT as above.
   absl::StatusOr<DeviceProperties> GetDeviceProperties(DeviceIndex device);
-  // torch.cuda.synchronize(device): waits for all work queued on the device.
+  // torch.cuda.synchronize(device): waits for all work queued on the device;
+  // then returns the session's asynchronous error there, if any, once (a
+  // group collective queued with async_op that failed or did not run).
   absl::Status Synchronize(DeviceIndex device);
   // torch.cuda.get_device_capability(device): {major, minor}; the host
   // backend's devices report {0, 0}. Absent: the current device.

@@ -74,8 +74,9 @@ class Event {
   // event.query(): true when the captured work completed, or never recorded
   // (no RPC when the event was never created).
   absl::StatusOr<bool> Query() const;
-  // event.synchronize(): returns once the captured work completed; at once
-  // when never recorded.
+  // event.synchronize(): returns once the captured work completed, with the
+  // session's asynchronous error on the device (Client::Synchronize); at
+  // once when never recorded.
   absl::Status Synchronize() const;
   // event.wait(): the calling thread's current stream of the current device
   // waits for this event; event.wait(stream): `stream` does. Never-created

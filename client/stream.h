@@ -44,7 +44,8 @@ class Stream {
 
   // stream.query(): true when all work queued so far has completed.
   absl::StatusOr<bool> Query() const;
-  // stream.synchronize(): returns once all work queued before it completed.
+  // stream.synchronize(): returns once all work queued before it completed,
+  // with the session's asynchronous error on the device (Client::Synchronize).
   absl::Status Synchronize() const;
   // stream.wait_event(event): later work here waits for the work `event`
   // captured when it was last recorded (on any device). An event never

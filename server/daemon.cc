@@ -417,7 +417,7 @@ void Daemon::State::WatchHealth() {
 absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials) {
   DeviceBackend* device = backend.get();
   const bool full = options.tcp_mode == "full";
-  tcp.device = std::make_unique<DeviceService>(device, &executor);
+  tcp.device = std::make_unique<DeviceService>(device, &executor, &sessions, streams.get());
   tcp.observe =
       std::make_unique<ObserveService>(memory.get(), streams.get(), &sessions, queries.get(),
                                        &executor, options.client_reply_timeout);
@@ -601,7 +601,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
       std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
   s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions, s.profiler.get());
   s.profile_service = std::make_unique<ProfileService>(s.profiler.get(), &s.sessions, &s.executor);
-  s.device_service = std::make_unique<DeviceService>(backend, &s.executor);
+  s.device_service =
+      std::make_unique<DeviceService>(backend, &s.executor, &s.sessions, s.streams.get());
   s.observe_service =
       std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions,
                                        s.queries.get(), &s.executor, options.client_reply_timeout);

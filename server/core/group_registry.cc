@@ -28,6 +28,7 @@ struct GroupRegistry::Group {
     std::string collective;
     uint64_t bytes = 0;
     QueuedBody body;
+    QueuedDone done;
   };
 
   GroupSpec spec;
@@ -284,7 +285,7 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
 absl::Status GroupRegistry::Queue(absl::string_view name, absl::string_view collective,
                                   uint64_t bytes,
                                   absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-                                  QueuedBody body) {
+                                  QueuedBody body, QueuedDone done) {
   const std::shared_ptr<Group> group = Find(name);
   if (group == nullptr) return NoGroup(name);
   absl::MutexLock lock(&group->order_mu);
@@ -304,7 +305,8 @@ absl::Status GroupRegistry::Queue(absl::string_view name, absl::string_view coll
   group->queued.push_back(Group::Queued{.ticket = group->next_ticket++,
                                         .collective = std::string(collective),
                                         .bytes = bytes,
-                                        .body = std::move(body)});
+                                        .body = std::move(body),
+                                        .done = std::move(done)});
   group->turn_cv.SignalAll();
   return absl::OkStatus();
 }
@@ -323,6 +325,9 @@ void GroupRegistry::ServeQueue(Group& group) {
     const absl::Status status = RunTurn(group, next.collective, next.bytes, [&](Member& member) {
       return std::move(next.body)(member);
     });
+    // Told first: what the body holds (a stream) goes on once it goes, and
+    // whoever waits for that may look for the status.
+    if (next.done) std::move(next.done)(status);
     next.body = nullptr;  // what it held (memory, a stream) goes now
     bool broken = false;
     {

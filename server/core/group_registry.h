@@ -173,16 +173,22 @@ class GroupRegistry {
                    absl::FunctionRef<absl::Status(Member&)> body);
   // What a queued collective runs once its turn came, on the group's thread.
   using QueuedBody = absl::AnyInvocable<absl::Status(Member&) &&>;
+  // Told how a queued collective ended, on the group's thread, before its
+  // body is destroyed.
+  using QueuedDone = absl::AnyInvocable<void(const absl::Status&) &&>;
   // Queues `body` to run as Run would, after every collective of the group
   // called before it (run or queued), on the group's own thread; returns at
   // once. NOT_FOUND and FAILED_PRECONDITION as Run's, checked now, and
-  // whatever `check(rank, world_size)` returns (nothing is queued then).
-  // Its later failure is Run's: logged, and where the transport failed the
-  // group breaks, so that the next collective returns why. A group formed
-  // again or destroyed first drops its queued bodies unrun (destroying them).
+  // whatever `check(rank, world_size)` returns (nothing is queued then, and
+  // `done` is not called). Its later failure is Run's: logged, and where the
+  // transport failed the group breaks, so that the next collective returns
+  // why. A group formed again or destroyed first drops its queued bodies
+  // unrun (FAILED_PRECONDITION to `done`, then destroyed); one that broke
+  // first does the same as each comes to its turn. `done` gets every queued
+  // collective's final status.
   absl::Status Queue(absl::string_view name, absl::string_view collective, uint64_t bytes,
                      absl::FunctionRef<absl::Status(int rank, int world_size)> check,
-                     QueuedBody body);
+                     QueuedBody body, QueuedDone done);
   // Closes every group (shutdown).
   void Close();
 

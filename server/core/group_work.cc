@@ -275,6 +275,18 @@ absl::StatusOr<CommDone> GroupWork::QueueOnHost(
               // after it recorded how the collective went.
               DeviceProfiler::End(std::move(queued->profiled), status.ok(), /*on_device_too=*/true);
               return status;
+            },
+            // Noted before the stream goes on: a synchronize that waited for
+            // it finds the error.
+            [streams = streams_, session, device = first.device, stream = first.stream.id,
+             collective = std::string(collective)](const absl::Status& status) {
+              if (status.ok()) return;
+              streams->NoteAsyncError(
+                  session, device,
+                  absl::Status(
+                      status.code(),
+                      absl::StrCat(collective, " queued with async_op on stream ", stream.value(),
+                                   " of device ", device.value(), " failed: ", status.message())));
             });
       });
   if (!enqueued.ok()) {

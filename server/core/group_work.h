@@ -15,7 +15,9 @@
 // the host backend it returns once queued instead: the stream is held at
 // that point (DeviceBackend::HoldStream) and the group's thread runs the
 // collective in place once the work before it ran, then lets the stream go
-// on (the allocations are recorded on the stream, so a free waits for it).
+// on (the allocations are recorded on the stream, so a free waits for it);
+// one that fails or does not run notes its error for the session's next
+// synchronize on the device (StreamManager::NoteAsyncError) before then.
 // Thread-safe; one collective of a group runs at a time, in the order called.
 
 #include <cstdint>
@@ -103,8 +105,9 @@ class GroupWork {
       absl::AnyInvocable<absl::Status(GroupRegistry::Member&, absl::Span<char* const>) &&>;
   // Holds the first operand's stream and queues `run` on the group
   // (GroupRegistry::Queue, with `check`), profiled as `profile_name` from
-  // now until it ran. The call's results: `result`, and the completion event
-  // when asked for.
+  // now until it ran; a failure, or not running, is the session's async
+  // error on the stream's device. The call's results: `result`, and the
+  // completion event when asked for.
   absl::StatusOr<CommDone> QueueOnHost(
       SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
       std::initializer_list<const Operand*> operands, const Operand& result,

@@ -41,8 +41,9 @@ absl::Status StreamManager::CheckDevice(DeviceIndex device) const {
 
 void StreamManager::AddSession(SessionId session) {
   absl::MutexLock lock(&mu_);
-  books_[session].default_streams.assign(static_cast<size_t>(backend_->device_count()),
-                                         BackendStream());
+  Books& books = books_[session];
+  books.default_streams.assign(static_cast<size_t>(backend_->device_count()), BackendStream());
+  books.async_errors.resize(static_cast<size_t>(backend_->device_count()));
 }
 
 StreamCounts StreamManager::ReleaseSession(SessionId session) {
@@ -223,7 +224,15 @@ absl::Status StreamManager::SynchronizeStream(SessionId session, DeviceIndex dev
                                                         ProfiledSite{device, resolved.id}, 0);
   absl::Status status = backend_->SynchronizeStream(resolved.backend);
   DeviceProfiler::End(std::move(profiled), status.ok());
-  return status;
+  if (!status.ok()) return status;
+  return TakeAsyncError(session, device);
+}
+
+absl::StatusOr<bool> StreamManager::TrySynchronizeStream(SessionId session, DeviceIndex device,
+                                                         StreamId stream) {
+  GPUMUX_ASSIGN_OR_RETURN(const bool done, QueryStream(session, device, stream));
+  if (done) GPUMUX_RETURN_IF_ERROR(TakeAsyncError(session, device));
+  return done;
 }
 
 absl::Status StreamManager::WaitEvent(SessionId session, DeviceIndex device, StreamId stream,
@@ -339,7 +348,47 @@ absl::Status StreamManager::SynchronizeEvent(SessionId session, EventId event) {
       DeviceProfiler::Begin(profiler_, session, "synchronize event", ProfiledSite{entry.device}, 0);
   absl::Status status = backend_->SynchronizeEvent(entry.backend);
   DeviceProfiler::End(std::move(profiled), status.ok());
-  return status;
+  if (!status.ok()) return status;
+  return TakeAsyncError(session, entry.device);
+}
+
+absl::StatusOr<bool> StreamManager::TrySynchronizeEvent(SessionId session, EventId event) {
+  GPUMUX_ASSIGN_OR_RETURN(EventEntry entry, FindEvent(session, event));
+  GPUMUX_ASSIGN_OR_RETURN(const bool done, backend_->QueryEvent(entry.backend));
+  if (done) GPUMUX_RETURN_IF_ERROR(TakeAsyncError(session, entry.device));
+  return done;
+}
+
+void StreamManager::NoteAsyncError(SessionId session, DeviceIndex device, absl::Status status) {
+  if (status.ok()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = books_.find(session);
+  if (it == books_.end()) return;
+  std::vector<AsyncError>& errors = it->second.async_errors;
+  if (device.value() < 0 || static_cast<size_t>(device.value()) >= errors.size()) return;
+  AsyncError& error = errors[static_cast<size_t>(device.value())];
+  if (error.first.ok()) {
+    error.first = std::move(status);
+  } else {
+    ++error.later;
+  }
+}
+
+absl::Status StreamManager::TakeAsyncError(SessionId session, DeviceIndex device) {
+  AsyncError error;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = books_.find(session);
+    if (it == books_.end()) return absl::OkStatus();
+    std::vector<AsyncError>& errors = it->second.async_errors;
+    if (device.value() < 0 || static_cast<size_t>(device.value()) >= errors.size())
+      return absl::OkStatus();
+    error = std::exchange(errors[static_cast<size_t>(device.value())], AsyncError());
+  }
+  if (error.later == 0) return error.first;
+  return absl::Status(error.first.code(),
+                      absl::StrCat(error.first.message(), " (", error.later,
+                                   " more queued after it on this device failed too)"));
 }
 
 absl::StatusOr<float> StreamManager::ElapsedTimeMs(SessionId session, EventId start, EventId end) {

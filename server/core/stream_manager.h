@@ -116,7 +116,12 @@ class StreamManager {
 
   // Errors as Resolve.
   absl::StatusOr<bool> QueryStream(SessionId session, DeviceIndex device, StreamId stream);
+  // Waits for the stream; then reports the session's async error on the
+  // device, if any (TakeAsyncError).
   absl::Status SynchronizeStream(SessionId session, DeviceIndex device, StreamId stream);
+  // QueryStream; when the work is done, also what SynchronizeStream would
+  // report then (so a synchronize answered without waiting reports it too).
+  absl::StatusOr<bool> TrySynchronizeStream(SessionId session, DeviceIndex device, StreamId stream);
   // stream.wait_event(event); NOT_FOUND for an unknown event.
   absl::Status WaitEvent(SessionId session, DeviceIndex device, StreamId stream, EventId event);
   // stream.wait_stream(other): an internal event recorded on `other` and waited on.
@@ -132,7 +137,11 @@ class StreamManager {
   // device Y." as PyTorch words it; errors of Resolve.
   absl::Status RecordEvent(SessionId session, EventId event, DeviceIndex device, StreamId stream);
   absl::StatusOr<bool> QueryEvent(SessionId session, EventId event);
+  // Waits for the event; then reports the session's async error on the
+  // event's device, if any (TakeAsyncError).
   absl::Status SynchronizeEvent(SessionId session, EventId event);
+  // QueryEvent, and when complete what SynchronizeEvent would report then.
+  absl::StatusOr<bool> TrySynchronizeEvent(SessionId session, EventId event);
   // FAILED_PRECONDITION with PyTorch's message when either event lacks
   // timing; INVALID_ARGUMENT for events on two devices; the backend's
   // FAILED_PRECONDITION when one was not recorded or has not completed.
@@ -145,6 +154,17 @@ class StreamManager {
   absl::StatusOr<EventView> OpenIpcHandle(SessionId session, DeviceIndex device,
                                           absl::string_view handle);
 
+  // Asynchronous errors, as CUDA reports an asynchronous launch's failure at
+  // the next synchronize: work the daemon ran for a session after its call
+  // returned (a group collective queued with async_op) that failed notes its
+  // status here, before its stream goes on; the session's next synchronize
+  // on that device (of the device, a stream or an event, once the wait is
+  // over) returns the first such error, with how many failed after it, and
+  // clears it. Nothing is kept for a session that ended.
+  void NoteAsyncError(SessionId session, DeviceIndex device, absl::Status status);
+  // The pending error of (session, device), cleared; OK when none.
+  absl::Status TakeAsyncError(SessionId session, DeviceIndex device);
+
  private:
   struct StreamEntry {
     DeviceIndex device;
@@ -155,8 +175,14 @@ class StreamManager {
     EventFlags flags;
     BackendEvent backend;
   };
+  // The first unreported asynchronous error on a device, and how many came after it.
+  struct AsyncError {
+    absl::Status first;
+    uint64_t later = 0;
+  };
   struct Books {
     std::vector<BackendStream> default_streams;  // per device; 0 until first use
+    std::vector<AsyncError> async_errors;        // per device
     absl::flat_hash_map<StreamId, StreamEntry> streams;
     absl::flat_hash_map<EventId, EventEntry> events;
   };

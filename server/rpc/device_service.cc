@@ -1,10 +1,12 @@
 #include "server/rpc/device_service.h"
 
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
 #include "server/rpc/grpc_status.h"
+#include "server/rpc/session_auth.h"
 
 namespace gpumux {
 
@@ -79,9 +81,15 @@ grpc::ServerUnaryReactor* DeviceService::Synchronize(grpc::CallbackServerContext
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   }
-  absl::Status started =
-      executor_->Run([backend = backend_, reactor, device = DeviceIndex(request->device())] {
-        reactor->Finish(ToGrpcStatus(backend->Synchronize(device)));
+  // Without a session (an observer's call) nothing is reported but the wait.
+  const absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
+  absl::Status started = executor_->Run(
+      [backend = backend_, streams = streams_, reactor, device = DeviceIndex(request->device()),
+       session = session.ok() ? std::optional<SessionId>(*session) : std::nullopt] {
+        absl::Status synchronized = backend->Synchronize(device);
+        if (synchronized.ok() && session.has_value())
+          synchronized = streams->TakeAsyncError(*session, device);
+        reactor->Finish(ToGrpcStatus(synchronized));
       });
   if (!started.ok()) reactor->Finish(ToGrpcStatus(started));  // the task was dropped unrun
   return reactor;

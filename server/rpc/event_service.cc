@@ -55,7 +55,7 @@ grpc::ServerUnaryReactor* EventService::Synchronize(grpc::CallbackServerContext*
   const EventId event(request->event());
   return ServeSynchronize(
       context, *sessions_, *executor_,
-      [&](SessionId session) { return streams_->QueryEvent(session, event); },
+      [&](SessionId session) { return streams_->TrySynchronizeEvent(session, event); },
       [streams = streams_, event](SessionId session) {
         return streams->SynchronizeEvent(session, event);
       });

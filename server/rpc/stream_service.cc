@@ -56,7 +56,7 @@ grpc::ServerUnaryReactor* StreamService::Synchronize(grpc::CallbackServerContext
   const StreamId stream = StreamOf(request->stream());
   return ServeSynchronize(
       context, *sessions_, *executor_,
-      [&](SessionId session) { return streams_->QueryStream(session, device, stream); },
+      [&](SessionId session) { return streams_->TrySynchronizeStream(session, device, stream); },
       [streams = streams_, device, stream](SessionId session) {
         return streams->SynchronizeStream(session, device, stream);
       });

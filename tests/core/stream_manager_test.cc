@@ -1,5 +1,6 @@
 // StreamManager over a HostBackend, without transport: per-session books,
-// daemon-wide ids, default streams, limits, and what ReleaseSession returns.
+// daemon-wide ids, default streams, limits, what ReleaseSession returns, and
+// asynchronous errors.
 
 #include "server/core/stream_manager.h"
 
@@ -18,6 +19,7 @@ namespace gpumux {
 namespace {
 
 using ::gpumux::testing::IsOk;
+using ::gpumux::testing::IsOkAndHolds;
 using ::gpumux::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -72,6 +74,31 @@ TEST_F(StreamManagerTest, ReleaseSessionReturnsWhatItHeldWithoutDefaultStreams) 
               StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_THAT(streams_->CreateEvent(kFirst, kDevice0, EventFlags{}),
               StatusIs(absl::StatusCode::kUnauthenticated));
+}
+
+// An asynchronous error (a queued group collective that failed) is reported
+// by the session's next synchronize on its device, stream or event alike
+// (and by one answered without waiting), once; other devices and sessions
+// see nothing.
+TEST_F(StreamManagerTest, ASynchronizeReportsTheSessionsAsyncErrorOnItsDeviceOnce) {
+  streams_->NoteAsyncError(kFirst, kDevice0, absl::UnavailableError("peer rank 2 is unreachable"));
+  EXPECT_THAT(streams_->SynchronizeStream(kFirst, kDevice1, StreamId(0)), IsOk());
+  EXPECT_THAT(streams_->SynchronizeStream(kSecond, kDevice0, StreamId(0)), IsOk());
+  EXPECT_THAT(streams_->QueryStream(kFirst, kDevice0, StreamId(0)), IsOk());  // queries do not
+  EXPECT_THAT(streams_->TrySynchronizeStream(kFirst, kDevice0, StreamId(0)),
+              StatusIs(absl::StatusCode::kUnavailable, "peer rank 2 is unreachable"));
+  EXPECT_THAT(streams_->SynchronizeStream(kFirst, kDevice0, StreamId(0)), IsOk());
+
+  absl::StatusOr<EventView> event = streams_->CreateEvent(kFirst, kDevice0, EventFlags{});
+  ASSERT_THAT(event, IsOk());
+  ASSERT_THAT(streams_->RecordEvent(kFirst, event->id, kDevice0, StreamId(0)), IsOk());
+  streams_->NoteAsyncError(kFirst, kDevice0, absl::DeadlineExceededError("timed out"));
+  streams_->NoteAsyncError(kFirst, kDevice0, absl::FailedPreconditionError("dropped"));
+  streams_->NoteAsyncError(kFirst, kDevice0, absl::FailedPreconditionError("dropped"));
+  EXPECT_THAT(streams_->SynchronizeEvent(kFirst, event->id),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "timed out (2 more queued after it on this device failed too)"));
+  EXPECT_THAT(streams_->TrySynchronizeEvent(kFirst, event->id), IsOkAndHolds(true));
 }
 
 TEST_F(StreamManagerTest, IdsAreUniqueAcrossSessionsAndPrivateToEach) {

@@ -535,7 +535,7 @@ TEST_F(GroupTest, AsyncOpCollectivesRunInStreamOrderAfterTheCallReturned) {
   EXPECT_EQ((*groups)[0].state, "ready");
 }
 
-TEST_F(GroupTest, AnAsyncOpCollectiveThatFailsBreaksTheGroupAndTheNextCallSaysWhy) {
+TEST_F(GroupTest, AFailedAsyncOpCollectiveIsReportedByTheNextSynchronize) {
   ASSERT_NO_FATAL_FAILURE(Form("qkill"));
   Kill(nodes_[2]);
   for (int r = 0; r < 2; ++r) {
@@ -552,11 +552,24 @@ TEST_F(GroupTest, AnAsyncOpCollectiveThatFailsBreaksTheGroupAndTheNextCallSaysWh
             ->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.wait = true, .async_op = true})
             .status(),
         StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("async_op")));
-    // Queued: returns; the collective fails on the dead peer, the stream
-    // goes on, and the group's next call says why.
-    ASSERT_OK(
-        node.client->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.async_op = true}).status());
-    ASSERT_OK(node.client->Synchronize(DeviceIndex(0)));
+    // Queued: returns; the collective fails on the dead peer and the stream
+    // goes on. The session's next synchronize reports it once, as
+    // torch.cuda.synchronize() or work.wait() would raise: rank 0 waits for
+    // the device, rank 1 for the collective's completion event.
+    absl::StatusOr<CollectiveResult> queued = node.client->GroupAllReduce(
+        "qkill", tensor, ReduceOp::kSum, {.completion_event = r == 1, .async_op = true});
+    ASSERT_OK(queued.status());
+    const absl::Status waited =
+        r == 0 ? node.client->Synchronize(DeviceIndex(0)) : queued->completion.Synchronize();
+    EXPECT_THAT(waited,
+                StatusIs(absl::StatusCode::kUnavailable,
+                         AllOf(HasSubstr("all_reduce queued with async_op on stream 0 of device 0 "
+                                         "failed: group \"qkill\""),
+                               HasSubstr(absl::StrCat("peer rank 2 (", nodes_[2].address(),
+                                                      ") is unreachable")))))
+        << "rank " << r;
+    ASSERT_OK(node.client->Synchronize(DeviceIndex(0)));  // reported once
+    // And the group's next call says why.
     EXPECT_THAT(
         node.client->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.async_op = true}).status(),
         StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -565,6 +578,31 @@ TEST_F(GroupTest, AnAsyncOpCollectiveThatFailsBreaksTheGroupAndTheNextCallSaysWh
                                               ") is unreachable")))))
         << "rank " << r;
   }
+}
+
+// A queued collective that times out (its peers never call) breaks the
+// group, and the one queued behind it never runs: the next synchronize
+// reports the first with the count of the second, and the stream went on.
+TEST_F(GroupTest, QueuedCollectivesLeftUnrunAreReportedToo) {
+  ASSERT_NO_FATAL_FAILURE(Form("alone", absl::Seconds(1)));
+  Node& node = nodes_[0];
+  std::vector<char> data = RandomValues(Dtype::kInt32, 100, 5);
+  DeviceBuffer buffer = Upload(node, data);
+  const TensorRef tensor{&buffer, 0, Dtype::kInt32, {100}};
+  for (int call = 0; call < 2; ++call) {
+    ASSERT_OK(
+        node.client->GroupAllReduce("alone", tensor, ReduceOp::kSum, {.async_op = true}).status());
+  }
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(node.client->Synchronize(DeviceIndex(0)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       AllOf(HasSubstr("all_reduce queued with async_op on stream 0 of device 0 "
+                                       "failed: group \"alone\" (rank 0 of 3): all_reduce failed"),
+                             HasSubstr("(1 more queued after it on this device failed too)"))));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1) + absl::Seconds(5));
+  EXPECT_OK(node.client->Synchronize(DeviceIndex(0)));
+  // Neither changed the memory.
+  EXPECT_TRUE(Download(node, buffer, data.size()) == data);
 }
 
 // A session that ends with an async_op collective queued: the collective

@@ -1,11 +1,14 @@
 // The Device service's view of device health and build facts: what
 // `gpumux devices` and operators' probes read. A backend that reports a lost
 // device (as CudaBackend does after a sticky CUDA error) stands in for a GPU.
+// And its synchronize, which reports a session's asynchronous error.
 
 #include "server/rpc/device_service.h"
 
 #include <memory>
 #include <string>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gpumux/v1/device.grpc.pb.h"
@@ -13,7 +16,10 @@
 #include "gtest/gtest.h"
 #include "server/backend/forwarding_backend.h"
 #include "server/backend/host/host_backend.h"
+#include "server/core/session_registry.h"
+#include "server/core/stream_manager.h"
 #include "server/rpc/blocking_executor.h"
+#include "server/rpc/session_auth.h"
 #include "tests/support/raw_session.h"
 
 namespace gpumux {
@@ -43,7 +49,9 @@ class DeviceServiceTest : public ::testing::Test {
     ASSERT_TRUE(host.ok()) << host.status();
     host_ = *std::move(host);
     backend_ = std::make_unique<LostDeviceBackend>(host_.get());
-    service_ = std::make_unique<DeviceService>(backend_.get(), &executor_);
+    streams_ = std::make_unique<StreamManager>(backend_.get());
+    service_ =
+        std::make_unique<DeviceService>(backend_.get(), &executor_, &sessions_, streams_.get());
     const std::string address = "unix://" + dir_.path() + "/device.sock";
     grpc::ServerBuilder builder;
     builder.AddListeningPort(address, grpc::InsecureServerCredentials());
@@ -60,6 +68,8 @@ class DeviceServiceTest : public ::testing::Test {
   std::unique_ptr<HostBackend> host_;
   std::unique_ptr<LostDeviceBackend> backend_;
   BlockingExecutor executor_;
+  SessionRegistry sessions_;
+  std::unique_ptr<StreamManager> streams_;
   std::unique_ptr<DeviceService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Device::Stub> stub_;
@@ -97,6 +107,42 @@ TEST_F(DeviceServiceTest, HostDevicesHaveNoCudaFacts) {
   EXPECT_EQ(properties.driver_version(), 0);
   EXPECT_EQ(properties.runtime_version(), 0);
   EXPECT_EQ(properties.collectives(), "copies");  // the host backend has no engine
+}
+
+// torch.cuda.synchronize() raises an earlier asynchronous failure: the
+// session's synchronize of the device reports its async error once; a call
+// of no session (an observer's) only waits.
+TEST_F(DeviceServiceTest, SynchronizeReportsTheSessionsAsyncErrorOnce) {
+  absl::StatusOr<OpenedSession> opened =
+      sessions_.Open(SessionInfo{.client_name = "sync"}, nullptr);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const SessionId session = opened->info.id;
+  streams_->AddSession(session);
+  streams_->NoteAsyncError(session, DeviceIndex(1),
+                           absl::UnavailableError("all_reduce queued with async_op failed"));
+  streams_->NoteAsyncError(session, DeviceIndex(1), absl::UnavailableError("a later one"));
+  const auto synchronize = [&](int device, bool as_session) {
+    grpc::ClientContext context;
+    if (as_session) {
+      context.AddMetadata(kSessionMetadataKey, absl::StrCat(session.value(), ":", opened->secret));
+    }
+    v1::SynchronizeRequest request;
+    request.set_device(device);
+    v1::SynchronizeResponse response;
+    return stub_->Synchronize(&context, request, &response);
+  };
+  EXPECT_TRUE(synchronize(1, /*as_session=*/false).ok());
+  EXPECT_TRUE(synchronize(0, /*as_session=*/true).ok());  // another device's
+  const grpc::Status reported = synchronize(1, /*as_session=*/true);
+  EXPECT_EQ(reported.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(reported.error_message(),
+            "all_reduce queued with async_op failed (1 more queued after it on this device "
+            "failed too)");
+  EXPECT_TRUE(synchronize(1, /*as_session=*/true).ok());  // reported once
+  // Nothing is kept for a session that ended.
+  streams_->ReleaseSession(session);
+  streams_->NoteAsyncError(session, DeviceIndex(1), absl::InternalError("after the end"));
+  EXPECT_TRUE(streams_->TakeAsyncError(session, DeviceIndex(1)).ok());
 }
 
 }  // namespace
