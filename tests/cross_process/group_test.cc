@@ -715,7 +715,11 @@ TEST_F(GroupTest, ADaemonKilledMidCollectiveIsNamedAndTheGroupFormsAgain) {
                                HasSubstr(absl::StrCat("peer rank 2 (", nodes_[2].address(),
                                                       ") is unreachable")))))
         << "rank " << r;
-    EXPECT_LT(failed_at[r] - killed_at, kTimeout) << "rank " << r;
+    // Within the group's timeout, and the probe that names the peer (at most
+    // 2 s): the kernel closing the dead daemon's connections ends a
+    // survivor's wait at once (tens of ms here), but one whose close came
+    // late on a loaded machine has waited out the timeout (CI saw 5.02 s).
+    EXPECT_LT(failed_at[r] - killed_at, kTimeout + absl::Seconds(2)) << "rank " << r;
   }
   // Broken until formed again; the listing says why.
   absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
