@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
 #include "gmock/gmock.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
