@@ -296,6 +296,28 @@ absl::StatusOr<CommDone> GroupWork::QueueOnHost(
   return Done(session, result, options, event);
 }
 
+absl::StatusOr<CommDone> GroupWork::RunWaited(
+    SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+    std::initializer_list<const Operand*> operands, const Operand& result,
+    const CommOptions& options, absl::string_view profile_name,
+    absl::FunctionRef<absl::Status(Memory&, GroupRegistry::Member&)> body) {
+  const Operand& first = **operands.begin();
+  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(first));
+  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
+      profiler_, session, profile_name, ProfiledSite{first.device, first.stream.id}, bytes);
+  Memory memory(*this, session);
+  const absl::Status ran = memory.Run(operands, [&] {
+    return groups_->Run(group, collective, bytes, [&](GroupRegistry::Member& member) {
+      memory.Use(member);
+      return body(memory, member);
+    });
+  });
+  // The group call ends when the collective did: its host time is its device time.
+  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
+  if (!ran.ok()) return ran;
+  return Done(session, result, options);
+}
+
 absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_view group,
                                               const CommTensor& tensor, ReduceOp op,
                                               const CommOptions& options) {
@@ -309,35 +331,24 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
           return member.AllReduce(host[0], count, dtype, op);
         });
   }
-  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
-  DeviceProfiler::Work profiled =
-      DeviceProfiler::Begin(profiler_, session, "group all_reduce",
-                            ProfiledSite{data.device, data.stream.id}, data.bytes);
-  Memory memory(*this, session);
-  const absl::Status ran = memory.Run({&data}, [&] {
-    return groups_->Run(
-        group, "all_reduce", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-          if (data.bytes == 0) return absl::OkStatus();
-          if (std::optional<absl::Status> on_device =
-                  OnDevice(session, member, {&data},
-                           [&](GroupCommunicator& comm, BackendStream stream,
-                               absl::Span<const DeviceSpan> spans) {
-                             return comm.AllReduce(stream, spans[0].address, spans[0].address,
-                                                   data.count, data.tensor.dtype, op);
-                           })) {
-            return *on_device;
-          }
-          memory.Use(member);
-          char* host = memory.Buffer(data, data.bytes);
-          GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
-          GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, data.count, data.tensor.dtype, op));
-          return memory.Store(data, host);
-        });
-  });
-  // The group call ends when the collective did: its host time is its device time.
-  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
-  if (!ran.ok()) return ran;
-  return Done(session, data, options);
+  return RunWaited(
+      session, group, "all_reduce", data.bytes, {&data}, data, options, "group all_reduce",
+      [&](Memory& memory, GroupRegistry::Member& member) -> absl::Status {
+        if (data.bytes == 0) return absl::OkStatus();
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&data},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.AllReduce(stream, spans[0].address, spans[0].address,
+                                                 data.count, data.tensor.dtype, op);
+                         })) {
+          return *on_device;
+        }
+        char* host = memory.Buffer(data, data.bytes);
+        GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
+        GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, data.count, data.tensor.dtype, op));
+        return memory.Store(data, host);
+      });
 }
 
 absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_view group,
@@ -358,36 +369,26 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
           return member.Broadcast(host[0], bytes, static_cast<int>(root));
         });
   }
-  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(data));
-  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
-      profiler_, session, "group broadcast", ProfiledSite{data.device, data.stream.id}, data.bytes);
-  Memory memory(*this, session);
-  const absl::Status ran = memory.Run({&data}, [&] {
-    return groups_->Run(
-        group, "broadcast", data.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-          if (data.bytes == 0) return absl::OkStatus();
-          if (std::optional<absl::Status> on_device =
-                  OnDevice(session, member, {&data},
-                           [&](GroupCommunicator& comm, BackendStream stream,
-                               absl::Span<const DeviceSpan> spans) {
-                             return comm.Broadcast(stream, spans[0].address, spans[0].address,
-                                                   data.bytes, static_cast<int>(root));
-                           })) {
-            return *on_device;
-          }
-          const bool sends = member.rank() == root;
-          memory.Use(member);
-          char* host = memory.Buffer(data, data.bytes);
-          if (sends) GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
-          GPUMUX_RETURN_IF_ERROR(member.Broadcast(host, data.bytes, static_cast<int>(root)));
-          return sends ? absl::OkStatus() : memory.Store(data, host);
-        });
-  });
-  // The group call ends when the collective did: its host time is its device time.
-  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
-  if (!ran.ok()) return ran;
-  return Done(session, data, options);
+  return RunWaited(
+      session, group, "broadcast", data.bytes, {&data}, data, options, "group broadcast",
+      [&](Memory& memory, GroupRegistry::Member& member) -> absl::Status {
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+        if (data.bytes == 0) return absl::OkStatus();
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&data},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.Broadcast(stream, spans[0].address, spans[0].address,
+                                                 data.bytes, static_cast<int>(root));
+                         })) {
+          return *on_device;
+        }
+        const bool sends = member.rank() == root;
+        char* host = memory.Buffer(data, data.bytes);
+        if (sends) GPUMUX_RETURN_IF_ERROR(memory.Load(data, host));
+        GPUMUX_RETURN_IF_ERROR(member.Broadcast(host, data.bytes, static_cast<int>(root)));
+        return sends ? absl::OkStatus() : memory.Store(data, host);
+      });
 }
 
 absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_view group,
@@ -411,35 +412,25 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
           return member.AllGather(host[0], host[1], bytes);
         });
   }
-  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
-  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
-      profiler_, session, "group all_gather", ProfiledSite{out.device, out.stream.id}, out.bytes);
-  Memory memory(*this, session);
-  const absl::Status ran = memory.Run({&in, &out}, [&] {
-    return groups_->Run(
-        group, "all_gather", out.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-          if (out.bytes == 0) return absl::OkStatus();
-          if (std::optional<absl::Status> on_device = OnDevice(
-                  session, member, {&in, &out},
-                  [&](GroupCommunicator& comm, BackendStream stream,
-                      absl::Span<const DeviceSpan> spans) {
-                    return comm.AllGather(stream, spans[0].address, spans[1].address, in.bytes);
-                  })) {
-            return *on_device;
-          }
-          memory.Use(member);
-          char* host = memory.Buffer(out, out.bytes);
-          char* mine = host + static_cast<uint64_t>(member.rank()) * in.bytes;
-          GPUMUX_RETURN_IF_ERROR(memory.Load(in, mine));
-          GPUMUX_RETURN_IF_ERROR(member.AllGather(mine, host, in.bytes));
-          return memory.Store(out, host);
-        });
-  });
-  // The group call ends when the collective did: its host time is its device time.
-  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
-  if (!ran.ok()) return ran;
-  return Done(session, out, options);
+  return RunWaited(
+      session, group, "all_gather", out.bytes, {&in, &out}, out, options, "group all_gather",
+      [&](Memory& memory, GroupRegistry::Member& member) -> absl::Status {
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+        if (out.bytes == 0) return absl::OkStatus();
+        if (std::optional<absl::Status> on_device = OnDevice(
+                session, member, {&in, &out},
+                [&](GroupCommunicator& comm, BackendStream stream,
+                    absl::Span<const DeviceSpan> spans) {
+                  return comm.AllGather(stream, spans[0].address, spans[1].address, in.bytes);
+                })) {
+          return *on_device;
+        }
+        char* host = memory.Buffer(out, out.bytes);
+        char* mine = host + static_cast<uint64_t>(member.rank()) * in.bytes;
+        GPUMUX_RETURN_IF_ERROR(memory.Load(in, mine));
+        GPUMUX_RETURN_IF_ERROR(member.AllGather(mine, host, in.bytes));
+        return memory.Store(out, host);
+      });
 }
 
 absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::string_view group,
@@ -472,36 +463,26 @@ absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::strin
           return reduced;
         });
   }
-  GPUMUX_RETURN_IF_ERROR(AwaitQueuedWork(in));
-  DeviceProfiler::Work profiled = DeviceProfiler::Begin(
-      profiler_, session, "group reduce_scatter", ProfiledSite{in.device, in.stream.id}, in.bytes);
-  Memory memory(*this, session);
-  const absl::Status ran = memory.Run({&in, &out}, [&] {
-    return groups_->Run(
-        group, "reduce_scatter", in.bytes, [&](GroupRegistry::Member& member) -> absl::Status {
-          GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
-          if (in.bytes == 0) return absl::OkStatus();
-          if (std::optional<absl::Status> on_device =
-                  OnDevice(session, member, {&in, &out},
-                           [&](GroupCommunicator& comm, BackendStream stream,
-                               absl::Span<const DeviceSpan> spans) {
-                             return comm.ReduceScatter(stream, spans[0].address, spans[1].address,
-                                                       out.count, out.tensor.dtype, op);
-                           })) {
-            return *on_device;
-          }
-          // The input is left as it was: the reduction runs on a copy.
-          memory.Use(member);
-          char* host = memory.Scratch(in.bytes);
-          GPUMUX_RETURN_IF_ERROR(memory.Load(in, host));
-          GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, in.count, in.tensor.dtype, op));
-          return memory.Store(out, host + static_cast<uint64_t>(member.rank()) * out.bytes);
-        });
-  });
-  // The group call ends when the collective did: its host time is its device time.
-  DeviceProfiler::End(std::move(profiled), ran.ok(), /*on_device_too=*/true);
-  if (!ran.ok()) return ran;
-  return Done(session, out, options);
+  return RunWaited(
+      session, group, "reduce_scatter", in.bytes, {&in, &out}, out, options, "group reduce_scatter",
+      [&](Memory& memory, GroupRegistry::Member& member) -> absl::Status {
+        GPUMUX_RETURN_IF_ERROR(check(member.rank(), member.world_size()));
+        if (in.bytes == 0) return absl::OkStatus();
+        if (std::optional<absl::Status> on_device =
+                OnDevice(session, member, {&in, &out},
+                         [&](GroupCommunicator& comm, BackendStream stream,
+                             absl::Span<const DeviceSpan> spans) {
+                           return comm.ReduceScatter(stream, spans[0].address, spans[1].address,
+                                                     out.count, out.tensor.dtype, op);
+                         })) {
+          return *on_device;
+        }
+        // The input is left as it was: the reduction runs on a copy.
+        char* host = memory.Scratch(in.bytes);
+        GPUMUX_RETURN_IF_ERROR(memory.Load(in, host));
+        GPUMUX_RETURN_IF_ERROR(member.AllReduce(host, in.count, in.tensor.dtype, op));
+        return memory.Store(out, host + static_cast<uint64_t>(member.rank()) * out.bytes);
+      });
 }
 
 }  // namespace gpumux

@@ -103,6 +103,16 @@ class GroupWork {
   // `operands` (null for an operand of no bytes).
   using HostCollective =
       absl::AnyInvocable<absl::Status(GroupRegistry::Member&, absl::Span<char* const>) &&>;
+  // A waited collective: waits for the work queued on the first operand's
+  // stream, then runs `body` in the group's turn (GroupRegistry::Run) with
+  // the operands' host memory held (Memory::Run, its staging member set),
+  // profiled as `profile_name` on that stream. The call's results:
+  // `result`, and the completion event when asked for.
+  absl::StatusOr<CommDone> RunWaited(
+      SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+      std::initializer_list<const Operand*> operands, const Operand& result,
+      const CommOptions& options, absl::string_view profile_name,
+      absl::FunctionRef<absl::Status(Memory&, GroupRegistry::Member&)> body);
   // Holds the first operand's stream and queues `run` on the group
   // (GroupRegistry::Queue, with `check`), profiled as `profile_name` from
   // now until it ran; a failure, or not running, is the session's async
