@@ -86,8 +86,8 @@ constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Obser
 constexpr int kMaxMessageBytes =
     static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
-// Why `backend` has no expandable segments.
-std::string ExpandableSegmentsUnavailable(const DeviceBackend& backend) {
+// Why `backend` has no expandable segments (only a CUDA backend can say).
+std::string ExpandableSegmentsUnavailable([[maybe_unused]] const DeviceBackend& backend) {
 #ifdef GPUMUX_HAVE_CUDA
   if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend); cuda != nullptr) {
     return std::string(cuda->expandable_segments_status().message());
@@ -96,10 +96,11 @@ std::string ExpandableSegmentsUnavailable(const DeviceBackend& backend) {
   return "it has none";
 }
 
-// `expandable_segments`: the allocator runs them (--allocator-conf).
-absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(const Daemon::Options& options,
-                                                           bool expandable_segments,
-                                                           MemoryFileTable* memory_files) {
+// `expandable_segments`: the allocator runs them (--allocator-conf); only
+// the CUDA backend needs to know.
+absl::StatusOr<std::unique_ptr<DeviceBackend>> MakeBackend(
+    const Daemon::Options& options, [[maybe_unused]] bool expandable_segments,
+    MemoryFileTable* memory_files) {
   if (options.backend != "auto" && options.backend != "host" && options.backend != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown backend '", options.backend, "': use auto, host or cuda"));
@@ -792,7 +793,7 @@ void Daemon::Shutdown(int deadline_ms) {
   s.unix_server->Wait();
   s.memory_socket->Stop();
   // Any session whose stream did not report its end in time.
-  for (const SessionInfo& info : s.sessions.List())
+  for (const SessionRecord& info : s.sessions.List())
     s.lifecycle->Close(info.id, SessionEndReason::kShutdown, "daemon shutting down");
   std::error_code ec;
   std::filesystem::remove(s.options.socket_path, ec);

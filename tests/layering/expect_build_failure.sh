@@ -16,7 +16,8 @@ if ((status == 0)); then
   echo "layering: $target builds, but it includes $header, which its layer must not reach" >&2
   exit 1
 fi
-if ! grep -q "$header: No such file or directory" <<<"$out"; then
+# gcc's words, then clang's.
+if ! grep -qE "$header: No such file or directory|'$header' file not found" <<<"$out"; then
   echo "$out" >&2
   echo "layering: $target failed for another reason than the unreachable $header" >&2
   exit 1

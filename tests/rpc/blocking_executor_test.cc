@@ -18,16 +18,18 @@ namespace {
 constexpr auto kPatience = absl::Seconds(10);
 
 TEST(BlockingExecutorTest, BlockedTasksOfOneKeyDoNotHoldBackAnother) {
-  BlockingExecutor executor(/*max_running_per_key=*/2);
+  // Before the executor, whose destructor runs the tasks still waiting,
+  // which use them.
   absl::Notification release;
   std::atomic<int> started{0};
+  absl::Notification other_ran;
+  BlockingExecutor executor(/*max_running_per_key=*/2);
   for (int i = 0; i < 10; ++i) {
     ASSERT_OK(executor.Run(1, [&] {
       started.fetch_add(1);
       release.WaitForNotification();
     }));
   }
-  absl::Notification other_ran;
   ASSERT_OK(executor.Run(2, [&] { other_ran.Notify(); }));
   EXPECT_TRUE(other_ran.WaitForNotificationWithTimeout(kPatience));
   // Key 1's admitted tasks start in their own time; once both have, no
@@ -60,10 +62,10 @@ TEST(BlockingExecutorTest, WaitingTasksRunInOrderAsTheirKeysTasksEnd) {
 
 TEST(BlockingExecutorTest, ConcurrentTasksOfDifferentKeysRunTogether) {
   constexpr int kKeys = 50;
-  BlockingExecutor executor(/*max_running_per_key=*/1);
   std::atomic<int> running{0};
   absl::Notification all_running;
   absl::Notification release;
+  BlockingExecutor executor(/*max_running_per_key=*/1);  // its tasks use the above
   for (int key = 0; key < kKeys; ++key) {
     ASSERT_OK(executor.Run(static_cast<uint64_t>(key), [&] {
       if (running.fetch_add(1) + 1 == kKeys) all_running.Notify();

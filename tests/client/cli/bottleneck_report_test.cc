@@ -34,20 +34,19 @@ struct Json {
   double number = 0;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
+  // An object's members in order: names[i] is values[i]'s. (Two vectors,
+  // as a std::pair cannot hold the incomplete Json.)
+  std::vector<std::string> names;
+  std::vector<Json> values;
 
   // The member's value; nullptr when absent or not an object.
   const Json* Find(const std::string& key) const {
-    for (const auto& [name, value] : object) {
-      if (name == key) return &value;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i] == key) return &values[i];
     }
     return nullptr;
   }
-  std::vector<std::string> Keys() const {
-    std::vector<std::string> keys;
-    for (const auto& member : object) keys.push_back(member.first);
-    return keys;
-  }
+  std::vector<std::string> Keys() const { return names; }
 };
 
 class JsonReader {
@@ -176,8 +175,8 @@ class JsonReader {
       SkipSpace();
       if (!Consume(':')) return false;
       SkipSpace();
-      out.object.emplace_back(std::move(key), Json());
-      if (!Value(out.object.back().second, depth + 1)) return false;
+      out.names.push_back(std::move(key));
+      if (!Value(out.values.emplace_back(), depth + 1)) return false;
       SkipSpace();
     } while (Consume(','));
     return Consume('}');
