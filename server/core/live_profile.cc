@@ -23,7 +23,7 @@ absl::StatusOr<SessionProfile> ProfileLiveSession(DeviceProfiler& profiler,
         "a profile keeps at most ", DeviceProfiler::kMaxCapacity, " records, not ", capacity));
   }
   std::shared_ptr<NoticeSink> sink = sessions.SinkOf(session);
-  const std::optional<SessionInfo> info = sessions.Get(session);
+  const std::optional<SessionRecord> info = sessions.Get(session);
   if (sink == nullptr || !info.has_value()) {
     return absl::NotFoundError(absl::StrCat("no session ", session.value(), " is open"));
   }

@@ -24,7 +24,7 @@ inline constexpr absl::Duration kMaxLiveProfile = absl::Hours(1);
 // the daemon stops), keeping up to `capacity` records a side (0: the
 // default), and waits up to `reply_timeout` for the client's host side
 // (asking for one only where its client records calls:
-// SessionInfo::records_host_calls).
+// SessionRecord::records_host_calls).
 // INVALID_ARGUMENT for a duration outside 1 ms .. kMaxLiveProfile or a
 // capacity above DeviceProfiler::kMaxCapacity; NOT_FOUND for a session that
 // is not open; FAILED_PRECONDITION when it is profiled already.

@@ -110,14 +110,14 @@ std::vector<SessionId> MemoryManager::PressureCandidates(SessionId session, Devi
   }
   std::optional<std::string> tenant;
   if (shortage == Shortage::kTenantLimit) {
-    std::optional<SessionInfo> info = sessions_->Get(session);
+    std::optional<SessionRecord> info = sessions_->Get(session);
     if (!info.has_value()) return {};
     tenant = info->tenant;
   }
   std::vector<SessionId> out;
   for (SessionId other : holders) {
     if (tenant.has_value()) {
-      std::optional<SessionInfo> info = sessions_->Get(other);
+      std::optional<SessionRecord> info = sessions_->Get(other);
       if (!info.has_value() || info->tenant != *tenant) continue;
     }
     const DeviceStats stats = SessionStatsWithPage(device, other);
@@ -699,18 +699,18 @@ ShareCounts MemoryManager::share_counts() const {
   return ShareCounts{.issued = tokens_issued_, .redeemed = tokens_redeemed_};
 }
 
-std::vector<SessionDeviceUsage> MemoryManager::Usage(SessionId session) const {
+std::vector<SessionDeviceBooks> MemoryManager::Usage(SessionId session) const {
   std::vector<uint64_t> imported;
   {
     absl::MutexLock lock(&mu_);
     auto it = books_.find(session);
     if (it != books_.end()) imported = it->second.imported_bytes;
   }
-  std::vector<SessionDeviceUsage> out;
+  std::vector<SessionDeviceBooks> out;
   for (int d = 0; d < allocator_.device_count(); ++d) {
     DeviceIndex device(d);
     DeviceStats stats = SessionStatsWithPage(device, session);
-    SessionDeviceUsage usage;
+    SessionDeviceBooks usage;
     usage.device = device;
     usage.allocated_bytes = static_cast<uint64_t>(stats.allocated_bytes[kAggregate].current);
     usage.reserved_bytes = static_cast<uint64_t>(stats.reserved_bytes[kAggregate].current);

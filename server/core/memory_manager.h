@@ -59,7 +59,8 @@ struct MemoryLimit {
   uint64_t bytes = 0;
 };
 
-struct SessionDeviceUsage {
+// A session's books on one device (MemoryManager::Usage).
+struct SessionDeviceBooks {
   DeviceIndex device;
   uint64_t allocated_bytes = 0;
   uint64_t reserved_bytes = 0;
@@ -277,7 +278,7 @@ class MemoryManager {
   absl::StatusOr<std::vector<SegmentSnapshot>> Snapshot(std::optional<DeviceIndex> device,
                                                         std::optional<SessionId> session) const;
   // Per device figures for the session list.
-  std::vector<SessionDeviceUsage> Usage(SessionId session) const;
+  std::vector<SessionDeviceBooks> Usage(SessionId session) const;
   ShareCounts share_counts() const;
 
   int device_count() const { return allocator_.device_count(); }

@@ -11,7 +11,7 @@
 
 namespace gpumux {
 
-absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
+absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionRecord info,
                                                      std::shared_ptr<NoticeSink> sink,
                                                      absl::string_view profile_token) {
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
@@ -36,7 +36,7 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionInfo info,
 }
 
 void SessionLifecycle::Close(SessionId id, SessionEndReason reason, absl::string_view detail) {
-  std::optional<SessionInfo> info = sessions_->Close(id);
+  std::optional<SessionRecord> info = sessions_->Close(id);
   if (!info.has_value()) return;
   absl::Time start = absl::Now();
   if (profiler_ != nullptr) profiler_->SessionEnded(id);

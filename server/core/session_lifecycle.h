@@ -56,7 +56,7 @@ class SessionLifecycle {
   // session joins that profile (DeviceProfiler::Join; a token of no open
   // profile is logged and ignored: the program runs unprofiled). Errors as
   // SessionRegistry::Open.
-  absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink,
+  absl::StatusOr<OpenedSession> Open(SessionRecord info, std::shared_ptr<NoticeSink> sink,
                                      absl::string_view profile_token = "");
 
   // Ends the session: no call authenticates as it any more, everything it

@@ -8,7 +8,7 @@ std::vector<SessionOverview> ListSessionOverviews(const SessionRegistry& session
                                                   const StreamManager& streams,
                                                   const MemoryManager& memory) {
   std::vector<SessionOverview> out;
-  for (SessionInfo& info : sessions.List()) {
+  for (SessionRecord& info : sessions.List()) {
     SessionOverview overview;
     overview.counts = streams.Counts(info.id);
     overview.devices = memory.Usage(info.id);

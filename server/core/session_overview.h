@@ -15,9 +15,9 @@
 namespace gpumux {
 
 struct SessionOverview {
-  SessionInfo info;
+  SessionRecord info;
   StreamCounts counts;
-  std::vector<SessionDeviceUsage> devices;  // MemoryManager::Usage
+  std::vector<SessionDeviceBooks> devices;  // MemoryManager::Usage
   bool stats_page = false;
   bool stats_page_rejected = false;
 };

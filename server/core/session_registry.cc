@@ -56,7 +56,7 @@ absl::Status CheckTenantName(absl::string_view tenant) {
   return CheckField("tenant", tenant);
 }
 
-absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionInfo info,
+absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionRecord info,
                                                     std::shared_ptr<NoticeSink> sink) {
   if (shutting_down()) return ShuttingDownError();
   if (absl::Status s = CheckField("client name", info.client_name); !s.ok()) return s;
@@ -125,12 +125,12 @@ absl::Status SessionRegistry::BindMemoryPeer(SessionId id, uid_t uid) {
   return absl::OkStatus();
 }
 
-std::optional<SessionInfo> SessionRegistry::Close(SessionId id) {
+std::optional<SessionRecord> SessionRegistry::Close(SessionId id) {
   std::shared_ptr<NoticeSink> sink;  // released outside the lock
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return std::nullopt;
-  SessionInfo info = std::move(it->second.info);
+  SessionRecord info = std::move(it->second.info);
   sink = std::move(it->second.sink);
   sessions_.erase(it);
   return info;
@@ -141,22 +141,22 @@ bool SessionRegistry::IsOpen(SessionId id) const {
   return sessions_.contains(id);
 }
 
-std::optional<SessionInfo> SessionRegistry::Get(SessionId id) const {
+std::optional<SessionRecord> SessionRegistry::Get(SessionId id) const {
   absl::ReaderMutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return std::nullopt;
   return it->second.info;
 }
 
-std::vector<SessionInfo> SessionRegistry::List() const {
-  std::vector<SessionInfo> out;
+std::vector<SessionRecord> SessionRegistry::List() const {
+  std::vector<SessionRecord> out;
   {
     absl::ReaderMutexLock lock(&mu_);
     out.reserve(sessions_.size());
     for (const auto& [id, entry] : sessions_) out.push_back(entry.info);
   }
   std::sort(out.begin(), out.end(),
-            [](const SessionInfo& a, const SessionInfo& b) { return a.id < b.id; });
+            [](const SessionRecord& a, const SessionRecord& b) { return a.id < b.id; });
   return out;
 }
 

@@ -27,7 +27,8 @@
 
 namespace gpumux {
 
-struct SessionInfo {
+// What the registry records of an open session.
+struct SessionRecord {
   SessionId id;
   std::string client_name;
   int64_t pid = 0;
@@ -41,7 +42,7 @@ struct SessionInfo {
 };
 
 struct OpenedSession {
-  SessionInfo info;
+  SessionRecord info;
   std::string secret;  // 32 hex digits
 };
 
@@ -64,7 +65,7 @@ class SessionRegistry {
   // INVALID_ARGUMENT for a client name, tenant or label over 256 bytes or
   // holding a control character, or more than 64 labels; RESOURCE_EXHAUSTED
   // when max_sessions are open; UNAVAILABLE once the daemon is shutting down.
-  absl::StatusOr<OpenedSession> Open(SessionInfo info, std::shared_ptr<NoticeSink> sink);
+  absl::StatusOr<OpenedSession> Open(SessionRecord info, std::shared_ptr<NoticeSink> sink);
 
   // Checks "<id>:<secret>" from request metadata. UNAUTHENTICATED when it is
   // malformed, names no open session, or the secret does not match;
@@ -78,12 +79,12 @@ class SessionRegistry {
   absl::Status BindMemoryPeer(SessionId id, uid_t uid);
 
   // Removes the session; returns its info, or nullopt if it was not open.
-  std::optional<SessionInfo> Close(SessionId id);
+  std::optional<SessionRecord> Close(SessionId id);
 
   bool IsOpen(SessionId id) const;
-  std::optional<SessionInfo> Get(SessionId id) const;
+  std::optional<SessionRecord> Get(SessionId id) const;
   // Open sessions by id.
-  std::vector<SessionInfo> List() const;
+  std::vector<SessionRecord> List() const;
 
   // The session's sink; null for a session that is not open.
   std::shared_ptr<NoticeSink> SinkOf(SessionId id) const;
@@ -105,7 +106,7 @@ class SessionRegistry {
 
  private:
   struct Entry {
-    SessionInfo info;
+    SessionRecord info;
     std::string secret;
     std::shared_ptr<NoticeSink> sink;
     std::optional<uid_t> memory_peer_uid;

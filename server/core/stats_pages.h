@@ -7,7 +7,7 @@
 // device's figures. The page is untrusted: a read that cannot get a
 // consistent copy, or figures no allocator could have (PlausibleLocalStats
 // against the daemon's own reserved bytes for the session), count as no
-// figures, and the session is flagged (logged once; SessionInfo's
+// figures, and the session is flagged (logged once; v1::SessionInfo's
 // stats_page_rejected). Thread-safe.
 
 #include <cstdint>

@@ -31,13 +31,13 @@ struct SessionRow {
 };
 
 std::vector<Label> SessionLabels(const SessionRow& row) {
-  const SessionInfo& info = row.overview->info;
+  const SessionRecord& info = row.overview->info;
   return {
       {"session", row.id},  {"client", info.client_name},         {"tenant", info.tenant},
       {"pod", row.k8s.pod}, {"namespace", row.k8s.pod_namespace}, {"container", row.k8s.container}};
 }
 
-bool HasFigures(const SessionDeviceUsage& usage) {
+bool HasFigures(const SessionDeviceBooks& usage) {
   return usage.allocated_bytes != 0 || usage.reserved_bytes != 0 ||
          usage.peak_allocated_bytes != 0 || usage.peak_reserved_bytes != 0 ||
          usage.imported_bytes != 0 || usage.limit_bytes != 0 || usage.allocations != 0;
@@ -144,29 +144,29 @@ std::string RenderMetrics(const MetricsSources& s) {
   struct UsageFamily {
     const char* name;
     const char* help;
-    uint64_t SessionDeviceUsage::*figure;
+    uint64_t SessionDeviceBooks::*figure;
   };
   const UsageFamily usage_families[] = {
       {"gpumux_session_allocated_bytes",
        "Bytes of blocks allocated to the session on the device (its allocated_bytes.all.current).",
-       &SessionDeviceUsage::allocated_bytes},
+       &SessionDeviceBooks::allocated_bytes},
       {"gpumux_session_reserved_bytes",
        "Bytes of segments reserved for the session on the device (its "
        "reserved_bytes.all.current).",
-       &SessionDeviceUsage::reserved_bytes},
+       &SessionDeviceBooks::reserved_bytes},
       {"gpumux_session_peak_allocated_bytes",
        "Most bytes allocated to the session on the device at once (its allocated_bytes.all.peak).",
-       &SessionDeviceUsage::peak_allocated_bytes},
+       &SessionDeviceBooks::peak_allocated_bytes},
       {"gpumux_session_imported_bytes",
        "Bytes of other sessions' allocations the session imported on the device.",
-       &SessionDeviceUsage::imported_bytes},
+       &SessionDeviceBooks::imported_bytes},
       {"gpumux_session_allocations", "Allocations the session holds on the device.",
-       &SessionDeviceUsage::allocations},
+       &SessionDeviceBooks::allocations},
   };
   for (const UsageFamily& family : usage_families) {
     text.Family(family.name, Type::kGauge, family.help);
     for (const SessionRow& row : rows) {
-      for (const SessionDeviceUsage& usage : row.overview->devices) {
+      for (const SessionDeviceBooks& usage : row.overview->devices) {
         if (!HasFigures(usage)) continue;
         std::vector<Label> labels = SessionLabels(row);
         const std::string gpu = absl::StrCat(usage.device.value());
@@ -178,7 +178,7 @@ std::string RenderMetrics(const MetricsSources& s) {
   text.Family("gpumux_session_memory_limit_bytes", Type::kGauge,
               "The session's memory limit on the device; absent while it has none.");
   for (const SessionRow& row : rows) {
-    for (const SessionDeviceUsage& usage : row.overview->devices) {
+    for (const SessionDeviceBooks& usage : row.overview->devices) {
       if (usage.limit_bytes == 0) continue;
       std::vector<Label> labels = SessionLabels(row);
       const std::string gpu = absl::StrCat(usage.device.value());

@@ -5,7 +5,7 @@
 namespace gpumux {
 
 void ToProto(const SessionOverview& overview, v1::SessionInfo* out) {
-  const SessionInfo& info = overview.info;
+  const SessionRecord& info = overview.info;
   out->set_session_id(info.id.value());
   out->set_client_name(info.client_name);
   out->set_pid(info.pid);
@@ -16,7 +16,7 @@ void ToProto(const SessionOverview& overview, v1::SessionInfo* out) {
   out->set_events(static_cast<uint32_t>(overview.counts.events));
   out->set_stats_page(overview.stats_page);
   out->set_stats_page_rejected(overview.stats_page_rejected);
-  for (const SessionDeviceUsage& usage : overview.devices) {
+  for (const SessionDeviceBooks& usage : overview.devices) {
     v1::SessionDeviceUsage* u = out->add_devices();
     u->set_device(usage.device.value());
     u->set_allocated_bytes(usage.allocated_bytes);

@@ -58,8 +58,8 @@ grpc::ServerUnaryReactor* ProfileService::ProfileSession(grpc::CallbackServerCon
       context, *sessions_, *executor_,
       [profiler = profiler_, sessions = sessions_, request,
        response](SessionId caller) -> absl::Status {
-        const std::optional<SessionInfo> me = sessions->Get(caller);
-        const std::optional<SessionInfo> target = sessions->Get(SessionId(request->session_id()));
+        const std::optional<SessionRecord> me = sessions->Get(caller);
+        const std::optional<SessionRecord> target = sessions->Get(SessionId(request->session_id()));
         if (me.has_value() && target.has_value() && me->tenant != target->tenant) {
           return absl::PermissionDeniedError(
               absl::StrCat("session ", request->session_id(), " belongs to tenant '",

@@ -4,8 +4,8 @@
 
 namespace gpumux {
 
-SessionInfo FromProto(const v1::OpenSessionRequest& open) {
-  SessionInfo info;
+SessionRecord FromProto(const v1::OpenSessionRequest& open) {
+  SessionRecord info;
   info.client_name = open.client_name();
   info.pid = open.pid();
   info.tenant = open.tenant();

@@ -13,7 +13,7 @@
 namespace gpumux {
 
 // Who opens the session; the registry fills in the id, tenant default and time.
-SessionInfo FromProto(const v1::OpenSessionRequest& open);
+SessionRecord FromProto(const v1::OpenSessionRequest& open);
 
 // The id, secret and tenant of `opened` (the service adds backend and version).
 void ToProto(const OpenedSession& opened, v1::SessionOpened* out);

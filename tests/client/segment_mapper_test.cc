@@ -51,7 +51,7 @@ class MemorySocketFixture : public ::testing::Test {
     ASSERT_NE(mkdtemp(dir), nullptr);
     dir_ = dir;
     absl::StatusOr<OpenedSession> opened =
-        registry_.Open(SessionInfo{.client_name = "mapper"}, std::make_shared<NoSink>());
+        registry_.Open(SessionRecord{.client_name = "mapper"}, std::make_shared<NoSink>());
     ASSERT_OK(opened);
     absl::StatusOr<std::unique_ptr<MemorySocketServer>> server =
         MemorySocketServer::Start({.path = dir_ + "/gpumux.sock.memfd"}, &registry_, &table_);

@@ -54,7 +54,7 @@ class CoreTest : public ::testing::Test {
 
   // A session opened as the Session service opens one.
   SessionId Open(absl::string_view client_name) {
-    SessionInfo info;
+    SessionRecord info;
     info.client_name = std::string(client_name);
     info.pid = 1234;
     absl::StatusOr<OpenedSession> opened =

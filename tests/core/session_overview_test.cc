@@ -35,11 +35,11 @@ TEST_F(SessionOverviewTest, JoinsWhoEachSessionIsWithItsStreamsEventsAndMemory) 
   EXPECT_EQ(b->counts.events, 1u);
   EXPECT_EQ(i->counts.streams, 0u);
   uint64_t busy_on_1 = 0;
-  for (const SessionDeviceUsage& usage : b->devices) {
+  for (const SessionDeviceBooks& usage : b->devices) {
     if (usage.device == DeviceIndex(1)) busy_on_1 = usage.allocated_bytes;
   }
   EXPECT_GE(busy_on_1, uint64_t{1} << 20);
-  for (const SessionDeviceUsage& usage : i->devices) EXPECT_EQ(usage.allocated_bytes, 0u);
+  for (const SessionDeviceBooks& usage : i->devices) EXPECT_EQ(usage.allocated_bytes, 0u);
 }
 
 TEST_F(SessionOverviewTest, EndedSessionsAreNotListed) {

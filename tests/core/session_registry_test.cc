@@ -18,7 +18,7 @@ absl::StatusOr<OpenedSession> OpenWith(SessionRegistry& registry, const std::str
                                        const std::string& tenant = "",
                                        const std::string& label_key = "",
                                        const std::string& label_value = "") {
-  SessionInfo info;
+  SessionRecord info;
   info.client_name = name;
   info.tenant = tenant;
   if (!label_key.empty()) info.labels[label_key] = label_value;

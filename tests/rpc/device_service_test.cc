@@ -113,7 +113,7 @@ TEST_F(DeviceServiceTest, HostDevicesHaveNoCudaFacts) {
 // of no session (an observer's) only waits.
 TEST_F(DeviceServiceTest, SynchronizeReportsTheSessionsAsyncErrorOnce) {
   absl::StatusOr<OpenedSession> opened =
-      sessions_.Open(SessionInfo{.client_name = "sync"}, nullptr);
+      sessions_.Open(SessionRecord{.client_name = "sync"}, nullptr);
   ASSERT_TRUE(opened.ok()) << opened.status();
   const SessionId session = opened->info.id;
   streams_->AddSession(session);

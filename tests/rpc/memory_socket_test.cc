@@ -285,7 +285,7 @@ TEST(SessionRegistryPeerTest, TheFirstFetchFixesTheSessionsUid) {
   };
   SessionRegistry registry;
   absl::StatusOr<OpenedSession> opened =
-      registry.Open(SessionInfo{.client_name = "peer"}, std::make_shared<NoSink>());
+      registry.Open(SessionRecord{.client_name = "peer"}, std::make_shared<NoSink>());
   ASSERT_OK(opened);
   const SessionId id = opened->info.id;
   EXPECT_OK(registry.BindMemoryPeer(id, 1000));
