@@ -20,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -82,7 +83,9 @@ class ClientQueries {
   // anything since: neither asked nor waited for.
   absl::flat_hash_set<SessionId> unresponsive_ ABSL_GUARDED_BY(mu_);
   uint64_t next_request_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Node-based: an asker waits on its entry by reference while others ask
+  // and insert theirs.
+  absl::node_hash_map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 // Fills the leased segments of `segments` (a snapshot of the daemon's own
