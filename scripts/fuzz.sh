@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) with clang, ASan and UBSan into
-# ./build-fuzz (or $GPUMUX_FUZZ_BUILD_DIR) and runs each for N seconds
+# Builds the libFuzzer targets (tests/fuzz) in the sanitizer build (clang,
+# ASan and UBSan: scripts/sanitize.sh's ./build-sanitize, or
+# $GPUMUX_SANITIZE_BUILD_DIR) and runs each for N seconds
 # (default 30) from its seeds and the corpus kept in the build folder.
 # Prints name=value lines per target (execs, exec/s, crashes); exits non-zero
 # when any target crashed, leaked or broke an invariant. Crash inputs and
@@ -9,7 +10,7 @@
 #   scripts/fuzz.sh [--seconds N] [--jobs N] [--build-only] [TARGET...]
 # TARGET: memory, or memory_fuzzer. --jobs: targets run at once (default:
 # the number of cores; each target is one process). --build-only builds and
-# runs nothing (scripts/test.sh builds while the tests run).
+# runs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=30
@@ -31,18 +32,10 @@ done
 if ((${#targets[@]} == 0)); then
   targets=(session device memory memory_compact observe stream event copy comm group random nvtx profile memory_socket admin)
 fi
-build=$(realpath -m "${GPUMUX_FUZZ_BUILD_DIR:-build-fuzz}")
-
-# -Wno-unknown-warning-option: clang does not know gcc's -Wshadow=local.
-# -O1 and line tables: what AddressSanitizer recommends for its stacks, and
-# a third quicker to build than RelWithDebInfo's -O2 -g.
-sanitize="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  "-DCMAKE_C_FLAGS=$sanitize" "-DCMAKE_CXX_FLAGS=$sanitize -Wno-unknown-warning-option" \
-  -DGPUMUX_FUZZ=ON -DGPUMUX_WITH_CUDA=OFF -DGPUMUX_BUILD_TESTS=OFF -DGPUMUX_BUILD_BENCH=OFF >/dev/null
+# The sanitizer build (scripts/sanitize-config.sh), which holds the tests too.
+source scripts/sanitize-config.sh
+build=$sanitize_build
+configure_sanitize_build
 cmake --build "$build" -j "${GPUMUX_JOBS:-$(nproc)}" --target "${targets[@]/%/_fuzzer}"
 if ((build_only)); then exit 0; fi
 

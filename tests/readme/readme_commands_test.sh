@@ -35,7 +35,7 @@ declare -A not_run=(
   ["build/bench/gpumux_profile_bench"]="replays both traces 32 times through a daemon in each mode, plain and under gpumux bottleneck (about six minutes); cli_bottleneck_test and client_profile_test run the same paths"
   ["build/bench/gpumux_group_bench --rounds=60"]="starts two daemons and two plain Gloo processes that move up to 256 MiB three times in each of sixty rounds (about two minutes); group_test runs the same paths"
   ["scripts/fuzz.sh"]="builds the 15 libFuzzer targets with clang, ASan and UBSan and runs each for 30 s (CI runs it from scripts/test.sh)"
-  ["scripts/sanitize.sh"]="rebuilds the tree with ASan and UBSan and runs the whole suite under them (20 minutes)"
+  ["scripts/sanitize.sh"]="builds the tree again with clang, ASan and UBSan and runs the whole suite under it (CI runs it from scripts/test.sh)"
   ["scripts/chaos.sh"]="names the chaos script; its run is the next entry"
   ["scripts/chaos.sh --kills 1000"]="1,000 kills 50-250 ms apart take several minutes; the ctest chaos test runs the same code with 50"
   ["scripts/gpu-check"]="names the script; its two commands are in the GPU check block"
