@@ -8,7 +8,7 @@ every session of the daemon.
 import warnings as _warnings
 
 from . import _C
-from . import _device_index, _lazy_client, default_address
+from ._core import _device_index, _lazy_client, default_address
 
 __all__ = [
     "allocate", "import_buffer", "observe", "empty_cache", "memory_stats", "memory_summary",

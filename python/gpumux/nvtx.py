@@ -3,7 +3,7 @@ timeline (ranges nest per thread)."""
 
 from contextlib import contextmanager
 
-from . import _lazy_client
+from ._core import _lazy_client
 
 __all__ = ["mark", "range_push", "range_pop", "range"]
 

@@ -4,7 +4,7 @@ States are bytes (16: seed then offset, little-endian u64); set_rng_state
 also takes a torch ByteTensor or anything with the buffer protocol.
 """
 
-from . import _device_index, _lazy_client
+from ._core import _device_index, _lazy_client
 
 __all__ = ["get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
            "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"]

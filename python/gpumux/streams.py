@@ -10,7 +10,7 @@ destroyed when dropped.
 import threading as _threading
 
 from . import _C
-from . import _device_index, _lazy_client
+from ._core import _device_index, _lazy_client
 
 __all__ = ["Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
            "set_stream"]

@@ -85,13 +85,13 @@ ClientPtr& DefaultClientSlot() {
   return *client;
 }
 
-// The default connection, made by gpumux._lazy_client() when there is none.
+// The default connection, made by gpumux._core._lazy_client() when there is none.
 ClientPtr DefaultClient() {
   if (ClientPtr client = DefaultClientSlot(); client != nullptr) return client;
-  return py::module_::import("gpumux").attr("_lazy_client")().cast<ClientPtr>();
+  return py::module_::import("gpumux._core").attr("_lazy_client")().cast<ClientPtr>();
 }
 
-// A device argument as gpumux._device_index reads it; plain indices here.
+// A device argument as gpumux._core._device_index reads it; plain indices here.
 std::optional<int32_t> DeviceArgument(const py::object& device) {
   if (device.is_none()) return std::nullopt;
   if (PyLong_CheckExact(device.ptr())) {
@@ -100,7 +100,7 @@ std::optional<int32_t> DeviceArgument(const py::object& device) {
       return static_cast<int32_t>(index);
     PyErr_Clear();  // an overflow: _device_index says what is wrong
   }
-  return py::module_::import("gpumux").attr("_device_index")(device).cast<int32_t>();
+  return py::module_::import("gpumux._core").attr("_device_index")(device).cast<int32_t>();
 }
 
 }  // namespace
