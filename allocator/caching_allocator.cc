@@ -134,6 +134,14 @@ std::optional<AllocationResult> CachingAllocator::TryAllocateCached(DeviceIndex 
   return devices_[device.value()]->TryAllocateCached(client, stream, size);
 }
 
+absl::StatusOr<AllocationResult> CachingAllocator::AllocateDuringCapture(DeviceIndex device,
+                                                                         ClientId client,
+                                                                         StreamId stream,
+                                                                         uint64_t size) {
+  GPUMUX_RETURN_IF_ERROR(CheckRequest(device, size));
+  return devices_[device.value()]->AllocateDuringCapture(client, stream, size);
+}
+
 absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, ClientId client,
                                                          StreamId stream, uint64_t size,
                                                          bool small_pool, bool count_oom) {

@@ -207,6 +207,15 @@ class CachingAllocator {
   std::optional<AllocationResult> TryAllocateCached(DeviceIndex device, ClientId client,
                                                     StreamId stream, uint64_t size);
 
+  // Allocate while `stream` captures a CUDA graph (PyTorch skips
+  // process_events then: querying an event is illegal during a capture): a
+  // block from `client`'s cache for `stream`, with no backend call at all
+  // (no pending free retired, no garbage collection, no new segment, no
+  // cache released); FAILED_PRECONDITION when the cache holds none that
+  // fits. Other errors as Allocate's.
+  absl::StatusOr<AllocationResult> AllocateDuringCapture(DeviceIndex device, ClientId client,
+                                                         StreamId stream, uint64_t size);
+
   // PyTorch's free: allocation, allocated_bytes and oversize_allocations drop
   // now. Without stream uses and `wait_for` events the block returns to its
   // pool at once and coalesces with free neighbours (free_block). Otherwise

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "allocator/oom_message.h"
 #include "allocator/stat_updates.h"
 #include "common/status_macros.h"
@@ -120,6 +121,27 @@ std::optional<AllocationResult> DeviceAllocator::TryAllocateCached(ClientId clie
   std::optional<AllocationResult> result = TryAllocateCachedLocked(client, stream, size);
   mu_.Unlock();
   return result;
+}
+
+absl::StatusOr<AllocationResult> DeviceAllocator::AllocateDuringCapture(ClientId client,
+                                                                        StreamId stream,
+                                                                        uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  Request r;
+  r.client = ClientLocked(client);
+  r.stream = stream;
+  r.size = RoundSize(size, options_);
+  r.is_small = r.size <= kSmallSize;
+  StreamPools& pools = r.client->PoolsFor(stream);
+  r.pool = r.is_small ? &pools.small : &pools.large;
+  r.block = GetFreeBlockLocked(r);
+  if (r.block == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no cached block of ", r.size, " bytes for stream ", stream.value(),
+                     " on GPU ", device_.value(), ", and none can be made during a capture"));
+  }
+  PublishOnExit publish(this);
+  return AllocFoundBlockLocked(r, size);
 }
 
 // Allocate's path through a cached block, where it ends without a backend

@@ -76,6 +76,8 @@ class DeviceAllocator {
                                          ReleasedSegments* released);
   std::optional<AllocationResult> TryAllocateCached(ClientId client, StreamId stream,
                                                     uint64_t size);
+  absl::StatusOr<AllocationResult> AllocateDuringCapture(ClientId client, StreamId stream,
+                                                         uint64_t size);
   void CountOom(ClientId client);
   void Free(absl::Span<const uint64_t> addresses, absl::Span<const BackendEvent> wait_for,
             ReleasedSegments* released);

@@ -24,7 +24,9 @@
 #include "client/client_impl.h"
 #include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
+#include "client/cuda_local_streams.h"
 #include "client/grpc_status.h"
+#include "client/host_local_streams.h"
 #include "client/proto_conversion.h"
 #include "common/default_address.h"
 #include "common/memory_socket.h"
@@ -124,11 +126,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(absl::string_view addres
     impl.memory_files_ =
         std::make_unique<MemoryFileFetcher>(MemorySocketPath(*path), impl.credentials_);
   }
-  GPUMUX_RETURN_IF_ERROR(impl.StartLocalAllocation(options.allocation));
+  GPUMUX_RETURN_IF_ERROR(impl.StartLocalAllocation(options.allocation, options.local_streams));
   return client;
 }
 
-absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
+absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode,
+                                                std::shared_ptr<LocalStreams> streams) {
   if (mode == AllocationMode::kDefault) {
     const char* env = std::getenv("GPUMUX_ALLOCATION");
     const absl::string_view value = env == nullptr ? "" : env;
@@ -157,8 +160,16 @@ absl::Status Client::Impl::StartLocalAllocation(AllocationMode mode) {
     GPUMUX_ASSIGN_OR_RETURN(DeviceProperties properties, self_.GetDeviceProperties(DeviceIndex(d)));
     total_memory.push_back(properties.total_memory);
   }
-  auto local =
-      std::make_unique<LocalAllocator>(*this, device_count, std::move(total_memory), options);
+  if (streams == nullptr && self_.backend() == "cuda") {
+    // Null in a build without CUDA, which maps no CUDA memory either: its
+    // blocks are only used through the daemon.
+    streams = MakeCudaLocalStreams([this](DeviceIndex device) { return PciBusId(device); });
+    cuda_local_streams_ = streams != nullptr;
+  }
+  if (streams == nullptr) streams = std::make_shared<HostLocalStreams>();
+  local_streams_ = std::move(streams);
+  auto local = std::make_unique<LocalAllocator>(*this, local_streams_.get(), device_count,
+                                                std::move(total_memory), options);
   GPUMUX_RETURN_IF_ERROR(AttachStatsPage(*local, device_count));
   absl::MutexLock lock(&answers_mu_);
   local_ = std::move(local);
@@ -446,7 +457,9 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
     // A cached block asks the daemon nothing, so the session's end is
     // checked here: the leases of an ended session are no longer its.
     GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
-    GPUMUX_ASSIGN_OR_RETURN(LocalBlock block, impl_->local_->Allocate(device, stream.id(), size));
+    const LocalStream pool = impl_->PoolStream(options, stream);
+    GPUMUX_ASSIGN_OR_RETURN(LocalBlock block,
+                            impl_->local_->Allocate(device, pool, stream.id(), size));
     return impl_->LocalBuffer(block, device, size);
   }
   v1::AllocateRequest request;
@@ -486,15 +499,22 @@ std::optional<DeviceBuffer> Client::TryAllocateCached(uint64_t size, DeviceIndex
   }
   absl::StatusOr<Stream> stream = impl_->ResolveStream(options.stream, device, "the allocation");
   if (!stream.ok()) return std::nullopt;
-  std::optional<LocalBlock> block = impl_->local_->TryAllocateCached(device, stream->id(), size);
+  std::optional<LocalBlock> block =
+      impl_->local_->TryAllocateCached(device, impl_->PoolStream(options, *stream), size);
   if (!block.has_value()) return std::nullopt;
   return impl_->LocalBuffer(*block, device, size);
+}
+
+LocalStream Client::Impl::PoolStream(const AllocateOptions& options, const Stream& stream) const {
+  if (options.local_stream.has_value()) return *options.local_stream;
+  if (cuda_local_streams_) return CurrentCudaLocalStream();
+  return LocalStream(stream.id().value());
 }
 
 bool Client::TryFree(DeviceBuffer& buffer) {
   GPUMUX_PROFILED("Client::TryFree");
   if (!buffer.valid() || buffer.client_ != this || !buffer.local_) return false;
-  if (!impl_->local_->TryFree(buffer.device(), buffer.address(), buffer.cuda_device_)) return false;
+  if (!impl_->local_->TryFree(buffer.device(), buffer.address())) return false;
   buffer.Detach();
   return true;
 }
@@ -512,6 +532,7 @@ DeviceBuffer Client::Impl::LocalBuffer(const LocalBlock& block, DeviceIndex devi
   info.offset = block.offset;
   info.cuda_device = block.cuda_device;
   info.local = true;
+  info.local_stream = block.stream;
   return DeviceBuffer(&self_, info, block.data);
 }
 
@@ -566,8 +587,9 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
   if (buffer.local_) {
     const DeviceIndex device = buffer.device();
     const uint64_t address = buffer.address();
+    const LocalStream stream = buffer.local_stream_;
     buffer.Detach();
-    impl_->FreeLocal(device, address, cuda_device);
+    impl_->FreeLocal(device, address, stream);
     return absl::OkStatus();
   }
   FreeBatch free;
@@ -606,9 +628,9 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     }
     const DeviceIndex device = buffer.device();
     const uint64_t address = buffer.address();
-    const int cuda_device = buffer.cuda_device_;
+    const LocalStream stream = buffer.local_stream_;
     buffer.Detach();
-    impl_->local_->Free(device, address, cuda_device, absl::MakeSpan(completed));
+    impl_->local_->Free(device, address, stream, absl::MakeSpan(completed));
     return absl::OkStatus();
   }
   v1::FreeRequest request;
@@ -645,7 +667,13 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
           absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
     }
     GPUMUX_RETURN_IF_ERROR(impl_->CheckKnownStream(stream));
-    impl_->local_->RecordStream(buffer.device(), buffer.address(), stream.id());
+    // Work on a gpumux stream is the daemon's, waited for through its
+    // events. On the host backend a block's pool is its gpumux stream, so
+    // that one orders its own reuse (PyTorch's recordStream ignores the
+    // allocation stream); on CUDA the pool is a CUDA stream, which orders
+    // nothing the daemon queues.
+    impl_->local_->RecordDaemonWork(buffer.device(), buffer.address(), stream.id(),
+                                    /*even_allocation_stream=*/impl_->cuda_local_streams_);
     return absl::OkStatus();
   }
   impl_->FlushFreesBeforeCall();
@@ -656,6 +684,21 @@ absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stre
   return impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->RecordStream(context, request, &response);
   });
+}
+
+absl::Status Client::RecordStream(const DeviceBuffer& buffer, LocalStream stream) {
+  GPUMUX_PROFILED("Client::RecordStream");
+  if (!buffer.valid()) {
+    return absl::InvalidArgumentError("cannot record a stream on an empty DeviceBuffer");
+  }
+  if (buffer.client_ != this) {
+    return absl::NotFoundError(
+        absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
+  }
+  if (buffer.local_) {
+    impl_->local_->RecordStream(buffer.device(), buffer.address(), buffer.local_stream_, stream);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Client::FlushFrees() { return impl_->frees_.Flush(); }
@@ -672,8 +715,8 @@ void Client::Impl::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_dev
   } while (!frees_.Enqueue(id, fence, device));
 }
 
-void Client::Impl::FreeLocal(DeviceIndex device, uint64_t address, int cuda_device) {
-  local_->Free(device, address, cuda_device);
+void Client::Impl::FreeLocal(DeviceIndex device, uint64_t address, LocalStream stream) {
+  local_->Free(device, address, stream);
 }
 
 absl::StatusOr<uint64_t> Client::Impl::WireOffset(const DeviceBuffer& buffer, uint64_t offset,

@@ -222,6 +222,15 @@ class Client {
   // of another Client or on another device than the buffer; NOT_FOUND for a
   // foreign allocation or an unknown stream.
   absl::Status RecordStream(const DeviceBuffer& buffer, const Stream& stream);
+  // tensor.record_stream(stream) for a stream of this process (a CUDA
+  // stream, LocalStream's key its cudaStream_t): after `buffer` is freed its
+  // block is not reused before the work queued on `stream` by then
+  // completed, which an event recorded there at the free tells; the free
+  // does not wait. For a block of the local allocator; a daemon-side one
+  // (daemon mode, shareable) waits on its free fence instead, and this only
+  // checks `buffer`. INVALID_ARGUMENT for an empty buffer, NOT_FOUND for one
+  // of another Client.
+  absl::Status RecordStream(const DeviceBuffer& buffer, LocalStream stream);
   // Sends the queued frees now (other memory calls do this first anyway).
   absl::Status FlushFrees();
 

@@ -87,12 +87,16 @@ class Client::Impl {
   // Local allocation mode: starts the local allocator when `mode` (resolved
   // against GPUMUX_ALLOCATION) asks for it and this connection can map
   // leases. INVALID_ARGUMENT for a GPUMUX_ALLOCATION it does not know.
-  absl::Status StartLocalAllocation(AllocationMode mode);
+  // `streams`: ClientOptions::local_streams.
+  absl::Status StartLocalAllocation(AllocationMode mode, std::shared_ptr<LocalStreams> streams);
   // Maps the session's stats page (Memory.GetStatsPage) for `local` to
   // publish its figures on.
   absl::Status AttachStatsPage(LocalAllocator& local, int device_count);
   // Frees a block of the local allocator (DeviceBuffer's destructor, Free).
-  void FreeLocal(DeviceIndex device, uint64_t address, int cuda_device);
+  void FreeLocal(DeviceIndex device, uint64_t address, LocalStream stream);
+  // The stream whose pool serves a local allocation (AllocateOptions::
+  // local_stream) on gpumux stream `stream`.
+  LocalStream PoolStream(const AllocateOptions& options, const Stream& stream) const;
   // The DeviceBuffer of a block of the local allocator.
   DeviceBuffer LocalBuffer(const LocalBlock& block, DeviceIndex device, uint64_t size);
   // The daemon's offset for `offset` into `buffer` (its offset in the lease
@@ -222,6 +226,10 @@ class Client::Impl {
   // local_, and while local_ is set or reset (the thread runs from before
   // Connect sets it until after ~Client resets it).
   absl::Mutex answers_mu_;
+  // The streams of this process's own work (ClientOptions::local_streams,
+  // or made at Connect); whether they are CUDA's. Set before local_.
+  std::shared_ptr<LocalStreams> local_streams_;
+  bool cuda_local_streams_ = false;
   // Set at Connect in local allocation mode; null in daemon mode. Read
   // without answers_mu_ on every other path: those run between.
   std::unique_ptr<LocalAllocator> local_;

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/time/time.h"
 #include "client/channel_security.h"
+#include "client/local_streams.h"
 #include "client/stream.h"
 #include "common/ids.h"
 
@@ -70,6 +72,13 @@ struct ClientOptions {
   // address ignores it. Over TCP nothing is mapped into this process:
   // DeviceBuffer::data() is null and host copies go inline in the messages.
   ChannelSecurity security;
+  // The streams this process's own device work runs on, by which local
+  // allocation orders the reuse of memory (local_streams.h). Null: its CUDA
+  // streams on a CUDA daemon (CUDA builds), streams that are always idle on
+  // the host backend. Host streams that lag (HostLocalStreams) emulate a
+  // GPU running behind the CPU: what `gpumux replay --emulate-gpu-lag` and
+  // the tests give.
+  std::shared_ptr<LocalStreams> local_streams;
 };
 
 struct AllocateOptions {
@@ -80,6 +89,12 @@ struct AllocateOptions {
   // reuses blocks per stream); it must be on the allocation's device.
   // Absent: the calling thread's current stream of that device.
   std::optional<Stream> stream;
+  // The stream of this process the block's work runs on, whose pool serves
+  // it in local allocation mode (PyTorch passes its current CUDA stream):
+  // the block is reused on that stream at once after it is freed. Absent:
+  // the calling thread's current CUDA stream (SetCurrentCudaStream) on a
+  // CUDA daemon; on the host backend, the gpumux stream above (its id).
+  std::optional<LocalStream> local_stream;
 };
 
 struct EmptyCacheOptions {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <string>
 #include <thread>
@@ -202,17 +203,55 @@ absl::StatusOr<std::unique_ptr<MappedSegment>> OpenCudaPagedMapping(uint64_t siz
 
 namespace {
 
+// An interprocess event of a free fence and its handle.
 struct Fence {
   cudaEvent_t event = nullptr;
   std::string handle;
 };
 
-// One event per (device, stream id), for the life of the process.
+// Free fences are pooled per CUDA device: each free records its own event,
+// so the daemon's wait for it ends when the GPU has run the work queued
+// before that free, not before every later one. An event is reused once
+// its record completed: the daemon may still look at it then, and sees a
+// later record, which only delays the reuse of that block, never hastens
+// it.
+struct FencePool {
+  std::deque<Fence> recorded;  // oldest first
+  std::vector<Fence> idle;
+};
+
 ABSL_CONST_INIT absl::Mutex fences_mu(absl::kConstInit);
-absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>& Fences()
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
-  static auto* fences = new absl::flat_hash_map<std::pair<int, unsigned long long>, Fence>();
-  return *fences;
+absl::flat_hash_map<int, FencePool>& FencePools() ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
+  static auto* pools = new absl::flat_hash_map<int, FencePool>();
+  return *pools;
+}
+
+// A fence event of `pool` to record: an idle one, the oldest recorded one
+// when its work completed, or a new one.
+cudaError_t TakeFence(FencePool& pool, Fence* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fences_mu) {
+  if (pool.idle.empty() && !pool.recorded.empty() &&
+      cudaEventQuery(pool.recorded.front().event) == cudaSuccess) {
+    pool.idle.push_back(pool.recorded.front());
+    pool.recorded.pop_front();
+  }
+  ResetCudaError();  // cudaErrorNotReady is no error
+  if (!pool.idle.empty()) {
+    *out = pool.idle.back();
+    pool.idle.pop_back();
+    return cudaSuccess;
+  }
+  cudaEvent_t event = nullptr;
+  cudaIpcEventHandle_t handle;
+  cudaError_t error =
+      cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming);
+  if (error == cudaSuccess) error = cudaIpcGetEventHandle(&handle, event);
+  if (error != cudaSuccess) {
+    if (event != nullptr) cudaEventDestroy(event);
+    return error;
+  }
+  out->event = event;
+  out->handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -221,8 +260,8 @@ void WaitForFreeFences() {
   std::vector<cudaEvent_t> events;
   {
     absl::MutexLock lock(&fences_mu);
-    for (const auto& [key, fence] : Fences()) {
-      if (fence.event != nullptr) events.push_back(fence.event);
+    for (const auto& [device, pool] : FencePools()) {
+      for (const Fence& fence : pool.recorded) events.push_back(fence.event);
     }
   }
   for (cudaEvent_t event : events) {
@@ -232,12 +271,7 @@ void WaitForFreeFences() {
   }
 }
 
-namespace {
-
-// Records the fence of the calling thread's current stream on `cuda_device`
-// into `fence`; false when there is nothing to wait for (a stream capturing
-// a graph, or a failed record, after which the device was synchronized).
-bool RecordFence(int cuda_device, Fence* out) {
+std::string RecordFreeFence(int cuda_device) {
   CudaDeviceScope scope(cuda_device);
   const cudaStream_t stream = t_current_stream;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -251,63 +285,30 @@ bool RecordFence(int cuda_device, Fence* out) {
         "gpumux: a buffer freed while CUDA device {}'s current stream is capturing a graph gets no "
         "fence",
         cuda_device);
-    return false;
+    return "";
   }
-  unsigned long long stream_id = 0;
   cudaError_t error = scope.status();
-  if (error == cudaSuccess) error = cudaStreamGetId(stream, &stream_id);
   Fence fence;
   if (error == cudaSuccess) {
     absl::MutexLock lock(&fences_mu);
-    Fence& slot = Fences()[{cuda_device, stream_id}];
-    if (slot.event == nullptr) {
-      cudaEvent_t event = nullptr;
-      cudaIpcEventHandle_t handle;
-      error = cudaEventCreateWithFlags(&event, cudaEventInterprocess | cudaEventDisableTiming);
-      if (error == cudaSuccess) error = cudaIpcGetEventHandle(&handle, event);
+    FencePool& pool = FencePools()[cuda_device];
+    error = TakeFence(pool, &fence);
+    if (error == cudaSuccess) {
+      error = cudaEventRecord(fence.event, stream);
       if (error == cudaSuccess) {
-        slot.event = event;
-        slot.handle.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
-      } else if (event != nullptr) {
-        cudaEventDestroy(event);
+        pool.recorded.push_back(fence);
+      } else {
+        pool.idle.push_back(fence);
       }
     }
-    fence = slot;
-    if (error == cudaSuccess) error = cudaEventRecord(fence.event, stream);
   }
-  if (error == cudaSuccess) {
-    *out = fence;
-    return true;
-  }
+  if (error == cudaSuccess) return fence.handle;
   // Without a fence the memory may be reused only once this device is idle.
   spdlog::warn(
       "gpumux: cannot fence a free on CUDA device {} ({}); synchronizing the device instead",
       cuda_device, CudaStatus(error, "recording the free fence").ToString());
   cudaDeviceSynchronize();
-  return false;
-}
-
-}  // namespace
-
-std::string RecordFreeFence(int cuda_device) {
-  Fence fence;
-  return RecordFence(cuda_device, &fence) ? fence.handle : std::string();
-}
-
-std::function<bool()> RecordLocalFreeFence(int cuda_device) {
-  Fence fence;
-  if (!RecordFence(cuda_device, &fence)) return nullptr;
-  // The stream's one fence event: a later record of it completes after this
-  // one, so its query never says done too early.
-  return [event = fence.event, cuda_device] {
-    const cudaError_t e = cudaEventQuery(event);
-    if (e == cudaSuccess) return true;
-    if (CudaNotReady(e)) return false;
-    ResetCudaError();
-    spdlog::warn("gpumux: {} on CUDA device {}; the block counts as free",
-                 CudaStatus(e, "querying a free fence").ToString(), cuda_device);
-    return true;
-  };
+  return "";
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
 #include "client/cuda_ipc_mapping.h"
+#include "client/cuda_local_streams.h"
 #include "client/local_event.h"
 
 namespace gpumux {
@@ -23,13 +24,18 @@ bool CudaDeviceVisible() { return false; }
 
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
 
-std::function<bool()> RecordLocalFreeFence(int /*cuda_device*/) { return nullptr; }
-
 void WaitForFreeFences() {}
 absl::StatusOr<void*> CurrentCublasHandle(absl::string_view /*pci_bus_id*/) {
   return absl::FailedPreconditionError("current_blas_handle needs a CUDA-enabled client build");
 }
 
 std::unique_ptr<LocalEvent> OpenCudaLocalEvent(absl::string_view /*handle*/) { return nullptr; }
+
+std::unique_ptr<LocalStreams> MakeCudaLocalStreams(
+    std::function<absl::StatusOr<std::string>(DeviceIndex)> /*pci_bus_id*/) {
+  return nullptr;
+}
+
+LocalStream CurrentCudaLocalStream() { return LocalStream(0); }
 
 }  // namespace gpumux

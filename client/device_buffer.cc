@@ -1,10 +1,10 @@
 #include "client/device_buffer.h"
-#include "client/host_profiler.h"
 
 #include <utility>
 
 #include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 
 namespace gpumux {
 
@@ -20,7 +20,8 @@ DeviceBuffer::DeviceBuffer(Client* client, const Info& info, void* data)
       offset_(info.offset),
       cuda_device_(info.cuda_device),
       local_(info.local),
-      lease_(info.lease) {}
+      lease_(info.lease),
+      local_stream_(info.local_stream) {}
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : client_(std::exchange(other.client_, nullptr)),
@@ -34,7 +35,8 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
       offset_(other.offset_),
       cuda_device_(other.cuda_device_),
       local_(other.local_),
-      lease_(other.lease_) {}
+      lease_(other.lease_),
+      local_stream_(other.local_stream_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this == &other) return *this;
@@ -51,6 +53,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   cuda_device_ = other.cuda_device_;
   local_ = other.local_;
   lease_ = other.lease_;
+  local_stream_ = other.local_stream_;
   return *this;
 }
 
@@ -70,7 +73,7 @@ void DeviceBuffer::Reset() {
   Client* client = client_;
   if (local_) {
     Detach();
-    client->impl_->FreeLocal(device_, address_, cuda_device_);
+    client->impl_->FreeLocal(device_, address_, local_stream_);
     return;
   }
   client->impl_->EnqueueFree(Detach(), device_, cuda_device_);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "client/local_streams.h"
 #include "common/ids.h"
 
 namespace gpumux {
@@ -74,7 +75,8 @@ class DeviceBuffer {
     // memory or no mapping.
     int cuda_device = -1;
     bool local = false;
-    AllocationId lease;  // a local block's lease
+    AllocationId lease;        // a local block's lease
+    LocalStream local_stream;  // and its pool's stream
   };
 
   DeviceBuffer(Client* client, const Info& info, void* data);
@@ -98,6 +100,8 @@ class DeviceBuffer {
   bool local_ = false;
   // The lease a local block lies in: how the daemon names its memory.
   AllocationId lease_;
+  // The stream of this process whose pool a local block came from.
+  LocalStream local_stream_;
 };
 
 }  // namespace gpumux
