@@ -30,6 +30,30 @@ T* ValueOrNull(const absl::StatusOr<T*>& result) {
   return *result;
 }
 
+// Writes `text` into `buf` as snprintf does (at most len - 1 characters
+// and a NUL; nothing for len 0) and returns its full length; -1 and the
+// last error when it failed, or does not fit an int.
+int WriteText(const char* function, const absl::StatusOr<std::string>& text, char* buf,
+              size_t len) {
+  if (!Check(text.status())) return -1;
+  if (text->size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    Check(absl::OutOfRangeError(absl::StrCat(function, ": the text takes ", text->size(),
+                                             " bytes, more than an int counts")));
+    return -1;
+  }
+  if (len > 0) {
+    if (buf == nullptr) {
+      Check(absl::InvalidArgumentError(
+          absl::StrCat(function, ": buf is NULL but len is ", len, "; pass len 0 to measure")));
+      return -1;
+    }
+    const size_t n = text->size() < len - 1 ? text->size() : len - 1;
+    std::memcpy(buf, text->data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(text->size());
+}
+
 }  // namespace
 
 extern "C" {
@@ -75,24 +99,31 @@ int gpumux_last_error_code(void) { return gpumux::c_abi::LastErrorCode(); }
 
 int gpumux_memory_stats_json(int device, char* buf, size_t len) {
   ClearLastError();
-  absl::StatusOr<std::string> json = ProcessAllocator::Get().MemoryStatsJson(device);
-  if (!Check(json.status())) return -1;
-  if (json->size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    Check(absl::OutOfRangeError(absl::StrCat("gpumux_memory_stats_json: the stats take ",
-                                             json->size(), " bytes, more than an int counts")));
-    return -1;
-  }
-  if (len > 0) {
-    if (buf == nullptr) {
-      Check(absl::InvalidArgumentError(absl::StrCat(
-          "gpumux_memory_stats_json: buf is NULL but len is ", len, "; pass len 0 to measure")));
-      return -1;
-    }
-    const size_t n = json->size() < len - 1 ? json->size() : len - 1;
-    std::memcpy(buf, json->data(), n);
-    buf[n] = '\0';
-  }
-  return static_cast<int>(json->size());
+  return WriteText("gpumux_memory_stats_json", ProcessAllocator::Get().MemoryStatsJson(device), buf,
+                   len);
+}
+
+int gpumux_memory_snapshot_json(char* buf, size_t len) {
+  ClearLastError();
+  return WriteText("gpumux_memory_snapshot_json", ProcessAllocator::Get().MemorySnapshotJson(), buf,
+                   len);
+}
+
+int gpumux_reset_peak_memory_stats(int device) {
+  ClearLastError();
+  return Check(ProcessAllocator::Get().ResetPeakStats(device)) ? 0 : -1;
+}
+
+int gpumux_reset_accumulated_memory_stats(int device) {
+  ClearLastError();
+  return Check(ProcessAllocator::Get().ResetAccumulatedStats(device)) ? 0 : -1;
+}
+
+const char* gpumux_backend(void) {
+  ClearLastError();
+  absl::StatusOr<const char*> backend = ProcessAllocator::Get().Backend();
+  if (!Check(backend.status())) return nullptr;
+  return *backend;
 }
 
 }  // extern "C"

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/memory_snapshot_json.h"
 #include "common/default_address.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
@@ -13,14 +14,20 @@
 #ifdef GPUMUX_CLIENT_HAS_CUDA
 #include <cuda_runtime_api.h>
 
+#include "client/cuda_free_fence.h"
 #include "client/cuda_interop.h"
-#include "common/cuda_status.h"
 #endif
 
 namespace gpumux::c_abi {
 namespace {
 
 std::string Pointer(const void* ptr) { return absl::StrFormat("%p", ptr); }
+
+// A stream argument (a cudaStream_t; any value on the host backend) as the
+// key of the process's stream it names.
+LocalStream LocalStreamOf(const void* stream) {
+  return LocalStream(reinterpret_cast<uintptr_t>(stream));
+}
 
 absl::Status NotAllocatedHere(absl::string_view function, const void* ptr) {
   return absl::NotFoundError(absl::StrCat(function, Pointer(ptr),
@@ -100,9 +107,13 @@ absl::StatusOr<void*> ProcessAllocator::Malloc(uint64_t size, int device, void* 
   if (size == 0) return nullptr;
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
   GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_malloc", device));
-  // The calling thread's current gpumux stream of the device: a cudaStream_t
-  // names no daemon stream.
-  GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client->Allocate(size, DeviceIndex(device)));
+  // The block comes from `stream`'s pool; a lease it needs is on the
+  // calling thread's current gpumux stream of the device (a cudaStream_t
+  // names no daemon stream).
+  AllocateOptions options;
+  options.local_stream = LocalStreamOf(stream);
+  GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer,
+                          client->Allocate(size, DeviceIndex(device), options));
   void* data = buffer.data();
   if (data == nullptr) {
     client->Release(std::move(buffer));
@@ -162,33 +173,50 @@ absl::Status ProcessAllocator::Free(void* ptr, uint64_t size, int device, void* 
     new DeviceBuffer(std::move(entry.buffer));
     return absl::OkStatus();
   }
-  if (stream != entry.stream) entry.recorded_streams.push_back(entry.stream);
-  return Release(*client, std::move(entry), stream);
+  // PyTorch frees on the allocation's stream; another one used it too.
+  if (stream != entry.stream) GPUMUX_RETURN_IF_ERROR(Record(*client, entry, stream));
+  return Release(*client, std::move(entry));
 }
 
-absl::Status ProcessAllocator::Release(Client& client, Entry entry, void* free_stream) {
-  absl::Status status;
+absl::Status ProcessAllocator::Record(Client& client, Entry& entry, void* stream) {
+  if (entry.buffer.local()) return client.RecordStream(entry.buffer, LocalStreamOf(stream));
+  if (stream == entry.stream) return absl::OkStatus();
+  for (void* recorded : entry.recorded_streams) {
+    if (recorded == stream) return absl::OkStatus();
+  }
+  entry.recorded_streams.push_back(stream);
+  return absl::OkStatus();
+}
+
+absl::Status ProcessAllocator::Release(Client& client, Entry entry) {
+  if (entry.buffer.local()) {
+    // Back to its stream's pool now; its allocator records events on the
+    // streams recorded for it.
+    client.Release(std::move(entry.buffer));
+    return absl::OkStatus();
+  }
 #ifdef GPUMUX_CLIENT_HAS_CUDA
   if (cuda_backend_) {
-    // The free fence covers one CUDA stream, the one the block is freed on;
-    // the others record_stream named are waited for here. (Waiting for them
-    // without blocking needs a fence per stream in libgpumux.)
+    // The daemon reuses the block once a fence on each stream that used it
+    // completed: the allocation's (Free adds the calling thread's current
+    // stream's) and each recorded one. Nobody waits here.
+    std::vector<std::string> fences;
     for (void* other : entry.recorded_streams) {
-      if (other == free_stream) continue;
-      absl::Status synced = CudaStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(other)),
-                                       absl::StrCat("gpumux_free: waiting for the work on stream ",
-                                                    Pointer(other), " that used the block"));
-      if (status.ok()) status = synced;
+      CudaStreamGuard on(static_cast<cudaStream_t>(other));
+      if (std::string fence = RecordFreeFence(entry.buffer.cuda_device()); !fence.empty()) {
+        fences.push_back(std::move(fence));
+      }
     }
-    CudaStreamGuard on(static_cast<cudaStream_t>(free_stream));
-    client.Release(std::move(entry.buffer));
-    return status;
+    CudaStreamGuard on(static_cast<cudaStream_t>(entry.stream));
+    if (fences.empty()) {
+      client.Release(std::move(entry.buffer));  // batched, with its fence
+      return absl::OkStatus();
+    }
+    return client.Free(std::move(entry.buffer), fences);
   }
-#else
-  (void)free_stream;
 #endif
   client.Release(std::move(entry.buffer));
-  return status;
+  return absl::OkStatus();
 }
 
 absl::Status ProcessAllocator::EmptyCache() {
@@ -235,18 +263,13 @@ absl::StatusOr<void*> ProcessAllocator::BaseAllocation(void* ptr, size_t* size) 
 
 absl::Status ProcessAllocator::RecordStream(void* ptr, void* stream) {
   GPUMUX_RETURN_IF_ERROR(Connected().status());
+  Client* client = connected_.load(std::memory_order_acquire);
   absl::MutexLock lock(&table_mu_);
   auto it = table_.find(ptr);
-  if (it == table_.end()) return NotAllocatedHere("gpumux_record_stream: ", ptr);
-  // On the host backend no CUDA stream touches the memory: nothing to keep.
-  if (!cuda_backend_) return absl::OkStatus();
-  Entry& entry = it->second;
-  if (stream == entry.stream) return absl::OkStatus();
-  for (void* recorded : entry.recorded_streams) {
-    if (recorded == stream) return absl::OkStatus();
+  if (it == table_.end() || client == nullptr) {
+    return NotAllocatedHere("gpumux_record_stream: ", ptr);
   }
-  entry.recorded_streams.push_back(stream);
-  return absl::OkStatus();
+  return Record(*client, it->second, stream);
 }
 
 absl::StatusOr<std::string> ProcessAllocator::MemoryStatsJson(int device) {
@@ -261,6 +284,29 @@ absl::StatusOr<std::string> ProcessAllocator::MemoryStatsJson(int device) {
   }
   json.EndObject();
   return json.str();
+}
+
+absl::StatusOr<std::string> ProcessAllocator::MemorySnapshotJson() {
+  GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
+  GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, client->MemorySnapshot());
+  return gpumux::MemorySnapshotJson(segments);
+}
+
+absl::Status ProcessAllocator::ResetPeakStats(int device) {
+  GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
+  GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_reset_peak_memory_stats", device));
+  return client->ResetPeakMemoryStats(DeviceIndex(device));
+}
+
+absl::Status ProcessAllocator::ResetAccumulatedStats(int device) {
+  GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
+  GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_reset_accumulated_memory_stats", device));
+  return client->ResetAccumulatedMemoryStats(DeviceIndex(device));
+}
+
+absl::StatusOr<const char*> ProcessAllocator::Backend() {
+  GPUMUX_RETURN_IF_ERROR(Connected().status());
+  return cuda_backend_ ? "cuda" : "host";
 }
 
 void ProcessAllocator::Shutdown() {

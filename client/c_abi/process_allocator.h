@@ -47,6 +47,11 @@ class ProcessAllocator {
   absl::StatusOr<void*> BaseAllocation(void* ptr, size_t* size);
   absl::Status RecordStream(void* ptr, void* stream);
   absl::StatusOr<std::string> MemoryStatsJson(int device);
+  absl::StatusOr<std::string> MemorySnapshotJson();
+  absl::Status ResetPeakStats(int device);
+  absl::Status ResetAccumulatedStats(int device);
+  // "cuda" or "host", as long as the process lives.
+  absl::StatusOr<const char*> Backend();
 
   // Frees every live pointer and ends the session (the atexit handler).
   // Idempotent.
@@ -56,9 +61,12 @@ class ProcessAllocator {
   // One pointer handed out.
   struct Entry {
     DeviceBuffer buffer;
-    // The stream gpumux_malloc was given, and those gpumux_record_stream
-    // named (CUDA streams; each once).
+    // The stream gpumux_malloc was given: the block's pool in local
+    // allocation mode.
     void* stream = nullptr;
+    // A daemon-side block's (GPUMUX_ALLOCATION=daemon): the other streams
+    // gpumux_record_stream named, each fenced at the free. A local block's
+    // allocator keeps them itself.
     std::vector<void*> recorded_streams;
   };
 
@@ -67,10 +75,11 @@ class ProcessAllocator {
   // The connected client, connecting first if need be.
   absl::StatusOr<Client*> Connected();
   absl::Status CheckDevice(absl::string_view function, int device) const;
+  // `stream` used `entry`'s block (record_stream).
+  absl::Status Record(Client& client, Entry& entry, void* stream);
   // Gives `entry`'s block back, its reuse ordered after the work queued on
-  // `free_stream` and on the streams recorded on it. A CUDA error waiting
-  // for those is returned, after the block went back anyway.
-  absl::Status Release(Client& client, Entry entry, void* free_stream);
+  // its stream and on the streams recorded on it, without waiting for any.
+  absl::Status Release(Client& client, Entry entry);
 
   // Serializes connecting, and Shutdown against it.
   absl::Mutex connect_mu_;

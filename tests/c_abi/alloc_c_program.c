@@ -48,6 +48,10 @@ static struct {
   __typeof__(&gpumux_last_error) last_error;
   __typeof__(&gpumux_last_error_code) last_error_code;
   __typeof__(&gpumux_memory_stats_json) memory_stats_json;
+  __typeof__(&gpumux_memory_snapshot_json) memory_snapshot_json;
+  __typeof__(&gpumux_reset_peak_memory_stats) reset_peak_memory_stats;
+  __typeof__(&gpumux_reset_accumulated_memory_stats) reset_accumulated_memory_stats;
+  __typeof__(&gpumux_backend) backend;
 } api;
 
 static void* Symbol(void* library, const char* name) {
@@ -83,6 +87,10 @@ static void Load(const char* path) {
   LOAD(last_error, gpumux_last_error);
   LOAD(last_error_code, gpumux_last_error_code);
   LOAD(memory_stats_json, gpumux_memory_stats_json);
+  LOAD(memory_snapshot_json, gpumux_memory_snapshot_json);
+  LOAD(reset_peak_memory_stats, gpumux_reset_peak_memory_stats);
+  LOAD(reset_accumulated_memory_stats, gpumux_reset_accumulated_memory_stats);
+  LOAD(backend, gpumux_backend);
 }
 
 static int StartsWith(const char* text, const char* prefix) {
@@ -240,6 +248,57 @@ static void BadInputs(void) {
   printf("bad inputs refused\n");
 }
 
+/* PyTorch's pools are per stream: the stream argument keys them (the local
+ * allocator's; the daemon's are per gpumux stream). */
+static void PoolsPerStream(void) {
+  const char* mode = getenv("GPUMUX_ALLOCATION");
+  if (mode != NULL && strcmp(mode, "daemon") == 0) return;
+  void* const stream_a = (void*)(uintptr_t)0x1000;
+  void* const stream_b = (void*)(uintptr_t)0x2000;
+  void* a = api.malloc(MiB, 0, stream_a);
+  CHECK(a != NULL, "malloc on stream a");
+  api.free(a, MiB, 0, stream_a);
+  void* b = api.malloc(MiB, 0, stream_b);
+  CHECK(b != NULL && b != a, "stream b took stream a's block %p", a);
+  void* again = api.malloc(MiB, 0, stream_a);
+  CHECK(again == a, "stream a's block %p came back as %p", a, again);
+  /* Another stream used it: nothing waits at the free. */
+  api.record_stream(again, stream_b);
+  CHECK(api.last_error()[0] == '\0', "record_stream on stream b");
+  api.free(again, MiB, 0, stream_a);
+  CHECK(api.last_error()[0] == '\0', "free after record_stream");
+  api.free(b, MiB, 0, stream_b);
+  CHECK(api.last_error()[0] == '\0', "free on stream b");
+  printf("pools per stream\n");
+}
+
+/* The statistics PyTorch's own functions report while gpumux is its allocator. */
+static void StatsForPyTorch(void) {
+  const char* backend = api.backend();
+  CHECK(backend != NULL && strcmp(backend, "host") == 0, "backend %s", backend);
+  CHECK(api.reset_peak_memory_stats(1) == 0, "reset_peak_memory_stats(1)");
+  void* block = api.malloc(3 * MiB, 1, NULL);
+  CHECK(block != NULL, "malloc(3 MiB, 1)");
+  char snapshot[65536];
+  const int n = api.memory_snapshot_json(snapshot, sizeof(snapshot));
+  CHECK(n > 0 && (size_t)n < sizeof(snapshot), "memory_snapshot_json: %d", n);
+  CHECK(snapshot[0] == '[' && Contains(snapshot, "\"requested_size\": 3145728") &&
+            Contains(snapshot, "\"state\": \"active_allocated\""),
+        "the snapshot lists the block: %.200s", snapshot);
+  api.free(block, 3 * MiB, 1, NULL);
+  CHECK(Stat(1, "allocated_bytes.all.peak") == 3 * MiB, "peak since the reset: %lld",
+        Stat(1, "allocated_bytes.all.peak"));
+  CHECK(api.reset_peak_memory_stats(1) == 0, "reset_peak_memory_stats(1) again");
+  CHECK(Stat(1, "allocated_bytes.all.peak") == 0, "peak after the second reset: %lld",
+        Stat(1, "allocated_bytes.all.peak"));
+  CHECK(api.reset_accumulated_memory_stats(1) == 0, "reset_accumulated_memory_stats(1)");
+  CHECK(Stat(1, "allocation.all.allocated") == 0, "allocations counted after the reset: %lld",
+        Stat(1, "allocation.all.allocated"));
+  CHECK(api.reset_peak_memory_stats(9) == -1 && api.last_error_code() == 3,
+        "reset_peak_memory_stats(9)");
+  printf("statistics for PyTorch\n");
+}
+
 static void MemoryFraction(void) {
   api.set_memory_fraction(1.5, 0);
   CHECK(strcmp(api.last_error(), "Invalid fraction value: 1.5. Allowed range: 0~1") == 0,
@@ -347,6 +406,8 @@ int main(int argc, char** argv) {
   CHECK(api.last_error()[0] == '\0', "init(2)");
   AllocateWriteReadFree();
   BadInputs();
+  PoolsPerStream();
+  StatsForPyTorch();
   MemoryFraction();
   Threads();
   /* Left allocated: the library frees them at exit. */

@@ -173,15 +173,19 @@ TEST(CAbiSymbolsTest, ExportsOnlyTheGpumuxFunctions) {
     exported.push_back(name);
   }
   ASSERT_EQ(pclose(nm), 0);
-  const std::vector<std::string> expected = {"gpumux_base_allocation",
+  const std::vector<std::string> expected = {"gpumux_backend",
+                                             "gpumux_base_allocation",
                                              "gpumux_empty_cache",
                                              "gpumux_free",
                                              "gpumux_init",
                                              "gpumux_last_error",
                                              "gpumux_last_error_code",
                                              "gpumux_malloc",
+                                             "gpumux_memory_snapshot_json",
                                              "gpumux_memory_stats_json",
                                              "gpumux_record_stream",
+                                             "gpumux_reset_accumulated_memory_stats",
+                                             "gpumux_reset_peak_memory_stats",
                                              "gpumux_set_memory_fraction"};
   std::sort(exported.begin(), exported.end());
   EXPECT_EQ(exported, expected);

@@ -32,11 +32,11 @@ extern "C" {
 #define GPUMUX_ALLOC_API
 #endif
 
-/* PyTorch's alloc: `size` bytes on `device`, on the calling thread's current
- * gpumux stream of that device. A raw cudaStream_t cannot name a gpumux
- * stream (those are the daemon's, named by ids), so `stream` (NULL: the
- * default stream) does not choose the pool; on the CUDA backend it is where
- * gpumux_free later records the block's free fence. Returns the memory, as
+/* PyTorch's alloc: `size` bytes on `device` for work on `stream` (a
+ * cudaStream_t; NULL: the default stream), from that stream's pool, as
+ * PyTorch's allocator keeps one per stream: a block freed on its stream is
+ * reused there at once, before the GPU ran the work that used it, since
+ * that stream runs its work in order. Returns the memory, as
  * this process sees it: a device pointer on the CUDA backend, a host mapping
  * on the host backend. Size 0 returns NULL and is no error (as cudaMalloc-like
  * allocators do). NULL and the last error: device out of range
@@ -47,8 +47,11 @@ extern "C" {
 GPUMUX_ALLOC_API void* gpumux_malloc(size_t size, int device, void* stream);
 
 /* PyTorch's free, with the size, device and stream given to gpumux_malloc.
- * The block's reuse waits for the work queued by now on `stream` (CUDA
- * backend) and on every stream gpumux_record_stream named. NULL is a no-op.
+ * Nothing waits: the block goes back to its stream's pool at once, and is
+ * handed out on another stream, or returned to gpumuxd, only after the work
+ * queued by now on its stream and on every stream gpumux_record_stream (or
+ * a `stream` other than the allocation's here) named completed. NULL is a
+ * no-op.
  * A pointer gpumux_malloc did not return, or one freed already, is left
  * alone with the last error "Trying to free a pointer not allocated here:
  * ..." (PyTorch's text; NOT_FOUND). A size or device other than the
@@ -82,11 +85,10 @@ GPUMUX_ALLOC_API void gpumux_set_memory_fraction(double fraction, int device);
 GPUMUX_ALLOC_API void* gpumux_base_allocation(void* ptr, size_t* size);
 
 /* set_record_stream_fn (tensor.record_stream): the block at `ptr` is used by
- * work on the CUDA stream `stream`, so its free waits for the work queued
- * there by the time of the free (on the CUDA backend: the free synchronizes
- * with that stream before giving the block back). On the host backend no
- * CUDA stream can touch the memory and only `ptr` is checked. NOT_FOUND for
- * an unknown pointer. */
+ * work on the CUDA stream `stream`, so its reuse after the free waits for
+ * the work queued there by the time of the free: the free records an event
+ * on `stream` and returns (PyTorch's insert_events), it does not wait.
+ * NOT_FOUND for an unknown pointer. */
 GPUMUX_ALLOC_API void gpumux_record_stream(void* ptr, void* stream);
 
 /* The calling thread's last error: "" when the last call succeeded. The text
@@ -105,6 +107,24 @@ GPUMUX_ALLOC_API int gpumux_last_error_code(void);
  * it was cut short; -1 and the last error when the stats cannot be had (a
  * device out of range is INVALID_ARGUMENT). */
 GPUMUX_ALLOC_API int gpumux_memory_stats_json(int device, char* buf, size_t len);
+
+/* torch.cuda.memory_snapshot() of this process's session: a JSON array of
+ * its segments on every device, with PyTorch's keys (and gpumux's:
+ * session_id, segment_id, shareable, leased), written into `buf` as
+ * gpumux_memory_stats_json writes. */
+GPUMUX_ALLOC_API int gpumux_memory_snapshot_json(char* buf, size_t len);
+
+/* torch.cuda.reset_peak_memory_stats(device) and
+ * reset_accumulated_memory_stats(device) of this process's session: 0, or
+ * -1 and the last error (a device out of range is INVALID_ARGUMENT). */
+GPUMUX_ALLOC_API int gpumux_reset_peak_memory_stats(int device);
+GPUMUX_ALLOC_API int gpumux_reset_accumulated_memory_stats(int device);
+
+/* The daemon's backend, "cuda" or "host" (whose memory is host memory,
+ * which no CUDA kernel can use): connects first if need be. NULL and the
+ * last error when no daemon answers. The text lives as long as the
+ * process. */
+GPUMUX_ALLOC_API const char* gpumux_backend(void);
 
 #ifdef __cplusplus
 }
