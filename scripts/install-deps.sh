@@ -11,7 +11,7 @@ packages=(
   libcpp-httplib-dev libgloo-dev
   prometheus curl
   python3 python3-grpcio python3-grpc-tools
-  python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch
+  python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch libtorch-dev
   clang libclang-rt-14-dev clang-format
   libncurses-dev tmux
   yamllint python3-kubernetes systemd
