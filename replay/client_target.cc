@@ -10,12 +10,16 @@ namespace gpumux {
 ClientReplayTarget::ClientReplayTarget(Client& client, DeviceIndex device)
     : client_(client), device_(device) {}
 
+ClientReplayTarget::ClientReplayTarget(Client& client, DeviceIndex device, LocalStreams* streams,
+                                       absl::Duration lag)
+    : client_(client), device_(device), streams_(streams), lag_(lag) {}
+
 absl::StatusOr<uint64_t> ClientReplayTarget::Allocate(uint64_t size, uint64_t stream) {
   AllocateOptions options;
   options.stream = Stream(client_, device_, StreamId(stream));
   GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client_.Allocate(size, device_, options));
   const uint64_t handle = buffer.id().value();
-  live_.insert_or_assign(handle, std::move(buffer));
+  live_.insert_or_assign(handle, Live{std::move(buffer), stream});
   return handle;
 }
 
@@ -24,7 +28,11 @@ absl::Status ClientReplayTarget::Free(uint64_t handle) {
   if (it == live_.end()) {
     return absl::NotFoundError(absl::StrCat("replay handle ", handle, " is not live"));
   }
-  client_.Release(std::move(it->second));
+  if (streams_ != nullptr) {
+    // The kernels that used the memory, still running when it is freed.
+    GPUMUX_RETURN_IF_ERROR(streams_->EnqueueWork(device_, LocalStream(it->second.stream), lag_));
+  }
+  client_.Release(std::move(it->second.buffer));
   live_.erase(it);
   return absl::OkStatus();
 }

@@ -10,8 +10,10 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "client/device_buffer.h"
+#include "client/local_streams.h"
 #include "replay/trace_replay.h"
 
 namespace gpumux {
@@ -20,6 +22,11 @@ class ClientReplayTarget final : public ReplayTarget {
  public:
   // `client` must outlive this target. Allocations go to `device`.
   ClientReplayTarget(Client& client, DeviceIndex device);
+  // Emulates a GPU running behind the CPU: before each free, work that
+  // completes `lag` later is queued on the allocation's stream of `streams`
+  // (the client's LocalStreams, which must outlive this target; the host
+  // backend's, where a trace stream's id is its key).
+  ClientReplayTarget(Client& client, DeviceIndex device, LocalStreams* streams, absl::Duration lag);
 
   // The handle is the allocation id. Trace streams are passed through: 0 is
   // the session's default stream; others must exist in the daemon (NOT_FOUND).
@@ -30,9 +37,16 @@ class ClientReplayTarget final : public ReplayTarget {
   absl::StatusOr<std::map<std::string, int64_t>> Stats() override;
 
  private:
+  struct Live {
+    DeviceBuffer buffer;
+    uint64_t stream = 0;
+  };
+
   Client& client_;
   const DeviceIndex device_;
-  absl::flat_hash_map<uint64_t, DeviceBuffer> live_;
+  LocalStreams* const streams_ = nullptr;
+  const absl::Duration lag_;
+  absl::flat_hash_map<uint64_t, Live> live_;
 };
 
 }  // namespace gpumux

@@ -32,7 +32,7 @@ inline constexpr char kProfileUsage[] =
     "N]\n";
 inline constexpr char kReplayUsage[] =
     "gpumux replay TRACE.csv.gz [--address A] [--repeat N] [--device N]\n"
-    "              [--allocator-conf TEXT]\n";
+    "              [--allocator-conf TEXT] [--emulate-gpu-lag DURATION|Nops]\n";
 
 // Runs a program with libgpumux's profiler on and reports where its time
 // went, host side and device side (torch.utils.bottleneck's report).
