@@ -38,7 +38,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ccache dpkg-dev file \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
-      libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev libssl-dev libcpp-httplib-dev libgloo-dev \
+      libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev libssl-dev libmicrohttpd-dev libgloo-dev \
       libncurses-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY . /src

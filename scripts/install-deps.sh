@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libabsl-dev libspdlog-dev libfmt-dev zlib1g-dev libssl-dev openssl
   libgtest-dev libgmock-dev
-  libcpp-httplib-dev libgloo-dev
+  libcpp-httplib-dev libmicrohttpd-dev libgloo-dev
   prometheus curl
   python3 python3-grpcio python3-grpc-tools
   python3-dev pybind11-dev libdlpack-dev python3-pytest python3-numpy python3-torch libtorch-dev

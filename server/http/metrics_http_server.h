@@ -1,31 +1,54 @@
 #pragma once
 
 // MetricsHttpServer: gpumuxd's HTTP listener (--metrics-listen), served by
-// cpp-httplib: GET /metrics (Prometheus's text format), /healthz (200 while
-// the daemon runs) and /readyz (200 when every device is healthy and the
-// gRPC server serves, 503 with the reason otherwise). HEAD works as GET.
-// Any other method is 405 with Allow: GET, HEAD; any other path 404; a
-// header line over 8 KiB or a request URI over 8 KiB 400 or 414 (cpp-httplib's
-// limits); GET and HEAD bodies are never read. A few threads serve it, apart from the
-// gRPC servers', and each connection may idle or stall for 2 s at most, so
-// no HTTP client holds up anything else for long.
+// libmicrohttpd: GET /metrics (Prometheus's text format), /healthz (200
+// while the daemon runs and its listeners accept) and /readyz (200 when
+// every device is healthy and the gRPC server serves, 503 with the reason
+// otherwise). HEAD works as GET. Any other method is 405 with Allow: GET,
+// HEAD (400 for a method that is not an HTTP token); any other path 404;
+// Range is ignored (the whole page, 200).
+//
+// An unauthenticated port must not be able to hurt the daemon, so every
+// request is bounded (Limits): its head (request line and headers, bytes
+// and therefore lines) by the connection's memory, answered 431 or 414
+// beyond it; its head must arrive within a deadline from the connection's
+// start or its previous answer, or the connection is closed; an idle
+// connection closes; connections are capped, per peer address and in all.
+// Connections wait on epoll, not on threads, so slow clients do not hold
+// up the probes (Kubernetes gives them 1 s).
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
-namespace httplib {
-class Server;
-}
+struct MHD_Daemon;
 
 namespace gpumux {
 
 class MetricsHttpServer {
  public:
+  struct Limits {
+    // Connections open at once, in all and from one peer address (more are
+    // closed at once).
+    unsigned int max_connections = 512;
+    unsigned int max_connections_per_address = 128;
+    // The memory a connection may use for its request's head: request
+    // line and headers, their lines included (libmicrohttpd's connection
+    // memory limit).
+    size_t max_request_head_bytes = 32 << 10;
+    // From a connection's start, or its previous answer, to its next
+    // request's complete head.
+    absl::Duration request_deadline = absl::Seconds(5);
+    // A connection that sends nothing this long closes (whole seconds).
+    absl::Duration idle_timeout = absl::Seconds(5);
+    // Threads that read requests and build the pages.
+    unsigned int threads = 4;
+  };
   struct Options {
     // HOST:PORT (IPv6 as "[ADDR]:PORT"); port 0 picks a free port.
     std::string address;
@@ -33,6 +56,7 @@ class MetricsHttpServer {
     std::function<std::string()> metrics;
     // OK when ready; otherwise /readyz answers 503 with the message.
     std::function<absl::Status()> ready;
+    Limits limits;
   };
 
   // INVALID_ARGUMENT for a bad address, UNAVAILABLE when it cannot bind.
@@ -42,16 +66,20 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
-  // Stops accepting and waits for the requests under way. Idempotent.
+  // Stops accepting, closes the connections and waits for the pages under
+  // way. Idempotent.
   void Stop();
   int port() const { return port_; }
 
  private:
+  // Answers the requests and keeps their deadlines (metrics_http_server.cc).
+  class Listener;
+
   explicit MetricsHttpServer(Options options);
 
   const Options options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<Listener> listener_;
+  MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };
 

@@ -1,18 +1,28 @@
 // The daemon's HTTP listener against a real in-process daemon on a real
 // port: what /metrics says of devices, sessions and calls equals what the
 // daemon's other views say, series of ended sessions disappear, and bad
-// HTTP gets its status while the daemon serves on.
+// HTTP gets its status while the daemon serves on; hostile clients (header
+// floods, slow heads, many connections, range amplification) cannot grow
+// the daemon or keep the probes out.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/client.h"
+#include "common/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -65,33 +75,61 @@ class MetricsTest : public testing::DaemonClientTest {
     return {{"gpu", absl::StrCat(gpu)}, {"session", absl::StrCat(c.session_id().value())}};
   }
 
-  // Sends a raw request and returns the status line.
-  std::string RawRequest(const std::string& request) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // A connection to the HTTP port whose reads and writes give up after 10 s.
+  UniqueFd Connect() {
+    UniqueFd fd(socket(AF_INET, SOCK_STREAM, 0));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(daemon().metrics_port()));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd);
-      return "connect failed";
+    if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ADD_FAILURE() << "connect to the HTTP port failed";
+      return UniqueFd();
     }
-    size_t sent = 0;
-    while (sent < request.size()) {
-      const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;  // the server may answer and close before reading it all
+    const timeval timeout{10, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    return fd;
+  }
+
+  // Sends all of `bytes`, or as much as the server takes before it closes.
+  static bool SendAll(int fd, absl::string_view bytes) {
+    for (size_t sent = 0; sent < bytes.size();) {
+      const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
       sent += static_cast<size_t>(n);
     }
-    // Up to the status line: the server may keep the connection for a next
-    // request.
+    return true;
+  }
+
+  // What the server sends on `fd` until it closes it (or 10 s pass).
+  static std::string ReadToEnd(int fd) {
+    std::string reply;
+    char buffer[4096];
+    for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
+      reply.append(buffer, static_cast<size_t>(n));
+    }
+    return reply;
+  }
+
+  // The status line of the reply on `fd`: read up to it, since the server
+  // may keep the connection for a next request.
+  static std::string StatusLine(int fd) {
     std::string reply;
     char buffer[4096];
     for (ssize_t n; reply.find("\r\n") == std::string::npos &&
                     (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
       reply.append(buffer, static_cast<size_t>(n));
     }
-    close(fd);
     return reply.substr(0, reply.find("\r\n"));
+  }
+
+  // Sends a raw request and returns the status line.
+  std::string RawRequest(const std::string& request) {
+    UniqueFd fd = Connect();
+    if (!fd.valid()) return "connect failed";
+    SendAll(fd.get(), request);  // the server may answer and close before reading it all
+    return StatusLine(fd.get());
   }
 };
 
@@ -271,18 +309,131 @@ TEST_F(MetricsTest, BadRequestsGetTheirStatusAndTheDaemonServesOn) {
   // A header line of 64 KiB, a URI of 64 KiB, garbage, an unknown method.
   EXPECT_EQ(RawRequest(absl::StrCat("GET /metrics HTTP/1.1\r\nConnection: close\r\nX-Big: ",
                                     std::string(64 << 10, 'a'), "\r\n\r\n")),
-            "HTTP/1.1 400 Bad Request");
+            "HTTP/1.1 431 Request Header Fields Too Large");
   EXPECT_EQ(RawRequest(absl::StrCat("GET /", std::string(64 << 10, 'a'),
                                     " HTTP/1.1\r\nConnection: close\r\n\r\n")),
             "HTTP/1.1 414 URI Too Long");
   EXPECT_EQ(RawRequest("\x01\x02\x03 garbage\r\n\r\n"), "HTTP/1.1 400 Bad Request");
   EXPECT_EQ(RawRequest("BREW /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"),
-            "HTTP/1.1 400 Bad Request");
+            "HTTP/1.1 405 Method Not Allowed");
   // Still serving, HTTP and gRPC.
   httplib::Result metrics = Http().Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   EXPECT_THAT(client().Allocate(kMiB), IsOk());
+}
+
+// Endless header lines, each under any per-line limit: the request is
+// refused once its head outgrows the connection's memory, long before the
+// client has sent 16 MiB (it used to take gigabytes of the daemon's memory).
+TEST_F(MetricsTest, AHeaderFloodIsRefusedEarly) {
+  UniqueFd fd = Connect();
+  ASSERT_TRUE(fd.valid());
+  ASSERT_TRUE(SendAll(fd.get(), "GET /metrics HTTP/1.1\r\nHost: x\r\n"));
+  const std::string line = absl::StrCat("X-Flood: ", std::string(1000, 'a'), "\r\n");
+  size_t sent = 0;
+  while (sent < (16u << 20) && SendAll(fd.get(), line)) sent += line.size();
+  EXPECT_LT(sent, 16u << 20) << "the server read 16 MiB of headers";
+  shutdown(fd.get(), SHUT_WR);
+  const std::string reply = ReadToEnd(fd.get());
+  if (!reply.empty()) {  // the reply may be lost to the reset of unread data
+    EXPECT_EQ(reply.substr(0, reply.find("\r\n")), "HTTP/1.1 431 Request Header Fields Too Large");
+  }
+  httplib::Result health = Http().Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// Range is ignored: 2,700 ranges of the whole page in 8 KiB get the page
+// once (it used to be sent 2,700 times, 330x the page).
+TEST_F(MetricsTest, RangeIsIgnored) {
+  httplib::Client http = Http();
+  httplib::Result plain = http.Get("/metrics");
+  ASSERT_TRUE(plain);
+  std::string ranges = "bytes=0-";
+  for (int i = 1; i < 2700; ++i) ranges += ",0-";
+  httplib::Result ranged = http.Get("/metrics", {{"Range", ranges}});
+  ASSERT_TRUE(ranged);
+  EXPECT_EQ(ranged->status, 200);
+  EXPECT_FALSE(ranged->has_header("Content-Range"));
+  EXPECT_LT(ranged->body.size(), 2 * plain->body.size() + 4096);
+}
+
+// 64 connections trickling their heads a byte a second do not hold up the
+// probes (Kubernetes' default timeout, 1 s), and each is closed once its
+// head is 5 s overdue.
+TEST_F(MetricsTest, SlowHeadsDoNotHoldUpProbesAndMeetTheDeadline) {
+  std::vector<UniqueFd> slow;
+  for (int i = 0; i < 64; ++i) {
+    slow.push_back(Connect());
+    ASSERT_TRUE(slow.back().valid());
+    ASSERT_TRUE(SendAll(slow.back().get(), "G"));
+  }
+  const absl::Time start = absl::Now();
+  std::atomic<bool> done{false};
+  std::atomic<int> closed{0};
+  std::thread trickle([&] {
+    std::vector<bool> open(slow.size(), true);
+    while (!done.load() && closed.load() < static_cast<int>(slow.size())) {
+      for (size_t i = 0; i < slow.size(); ++i) {
+        if (open[i] && !SendAll(slow[i].get(), "E")) {
+          open[i] = false;
+          closed.fetch_add(1);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  });
+  httplib::Client probe("127.0.0.1", daemon().metrics_port());
+  probe.set_connection_timeout(1, 0);
+  probe.set_read_timeout(1, 0);
+  int answered = 0;
+  for (int i = 0; i < 12; ++i) {
+    httplib::Result health = probe.Get("/healthz");
+    if (health && health->status == 200) ++answered;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_EQ(answered, 12);
+  // A shut-down socket fails the second send after it at the latest.
+  while (closed.load() < static_cast<int>(slow.size()) && absl::Now() - start < absl::Seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  done.store(true);
+  trickle.join();
+  EXPECT_EQ(closed.load(), 64);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// One address opens at most 128 connections; the next is closed at once and
+// the probes still get through once those close.
+TEST_F(MetricsTest, ConnectionsPerAddressAreCapped) {
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 128; ++i) {
+    held.push_back(Connect());
+    ASSERT_TRUE(held.back().valid());
+  }
+  // libmicrohttpd accepts in its own time: once it has the 128 (idle, so
+  // kept for 5 s), a 129th is closed unanswered.
+  bool refused = false;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(3);
+       !refused && absl::Now() < deadline;) {
+    UniqueFd over = Connect();
+    ASSERT_TRUE(over.valid());
+    SendAll(over.get(), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    refused = ReadToEnd(over.get()).empty();
+    if (!refused) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(refused) << "a 129th connection from one address was served";
+  held.clear();
+  // libmicrohttpd counts the closes in its own time.
+  int status = 0;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       status != 200 && absl::Now() < deadline;) {
+    httplib::Result health = Http().Get("/healthz");
+    status = health ? health->status : 0;
+    if (status != 200) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(status, 200);
 }
 
 }  // namespace
