@@ -151,6 +151,11 @@ absl::StatusOr<AllocationResult> CachingAllocator::Lease(DeviceIndex device, Cli
         absl::StrCat("cannot lease a segment of ", size, " bytes on GPU ", device.value(),
                      ": a segment's size is a multiple of 2 MiB (", kRoundLarge, " bytes)"));
   }
+  if (small_pool && size != kSmallBuffer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot lease a small-pool segment of ", size, " bytes on GPU ", device.value(),
+        ": small-pool segments are 2 MiB (", kSmallBuffer, " bytes), as PyTorch's are"));
+  }
   ReleasedSegments released;
   absl::StatusOr<AllocationResult> result =
       devices_[device.value()]->Lease(client, stream, size, small_pool, count_oom, &released);

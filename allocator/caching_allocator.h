@@ -191,7 +191,7 @@ class CachingAllocator {
   // active, requested bytes) do not. Free of its address returns it, after
   // the work RecordStream named, like any block. Errors as Allocate, plus
   // INVALID_ARGUMENT for a size that is not a multiple of 2 MiB (PyTorch's
-  // segment sizes all are).
+  // segment sizes all are), or a small-pool one that is not 2 MiB.
   absl::StatusOr<AllocationResult> Lease(DeviceIndex device, ClientId client, StreamId stream,
                                          uint64_t size, bool small_pool, bool count_oom = true);
   // One more OOM of `client` on `device` (num_ooms), for a refusal made

@@ -286,11 +286,12 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
   v1::SessionClientMessage answer_message;
   answer_message.mutable_cache_released()->set_request_id(1);
   const std::string good_handle(64, '\x01');
-  auto lease = [&](int32_t on_device, uint64_t size, uint64_t stream = 0) {
+  auto lease = [&](int32_t on_device, uint64_t size, uint64_t stream = 0, bool small = false) {
     v1::LeaseRequest request;
     request.set_device(on_device);
     request.set_size(size);
     request.set_stream(stream);
+    request.set_small_pool(small);
     v1::AllocateResponse response;
     return me.memory().Lease(me.Context().get(), request, &response);
   };
@@ -317,6 +318,8 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return lease(0, 0); }},
       {"lease not a segment size", grpc::StatusCode::INVALID_ARGUMENT, "multiple of 2 MiB",
        [&] { return lease(0, 4096); }},
+      {"small-pool lease of 20 MiB", grpc::StatusCode::INVALID_ARGUMENT,
+       "small-pool segments are 2 MiB", [&] { return lease(0, 20u << 20, 0, true); }},
       {"lease above device memory", grpc::StatusCode::INVALID_ARGUMENT, "total capacity",
        [&] { return lease(0, 66u << 20); }},
       {"lease near 2^64", grpc::StatusCode::INVALID_ARGUMENT, "more than 1EB",
