@@ -14,6 +14,11 @@ namespace gpumux {
 absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionRecord info,
                                                      std::shared_ptr<NoticeSink> sink,
                                                      absl::string_view profile_token) {
+  if (profile_token.size() > kMaxProfileTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the profile token is ", profile_token.size(),
+                                                   " bytes; at most ", kMaxProfileTokenBytes,
+                                                   " are allowed (Profile.Start gives 32)"));
+  }
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
   memory_->AddSession(opened->info.id, opened->info.tenant);

@@ -52,10 +52,14 @@ class SessionLifecycle {
         nvtx_(nvtx),
         profiler_(profiler) {}
 
+  // The longest profile token taken (tokens are 32 hex digits).
+  static constexpr size_t kMaxProfileTokenBytes = 256;
+
   // Registers the session and starts its books; with a `profile_token`, the
   // session joins that profile (DeviceProfiler::Join; a token of no open
   // profile is logged and ignored: the program runs unprofiled). Errors as
-  // SessionRegistry::Open.
+  // SessionRegistry::Open, and INVALID_ARGUMENT for a token over
+  // kMaxProfileTokenBytes.
   absl::StatusOr<OpenedSession> Open(SessionRecord info, std::shared_ptr<NoticeSink> sink,
                                      absl::string_view profile_token = "");
 

@@ -16,6 +16,8 @@ absl::Status SessionClosedError(SessionId session) {
 namespace {
 
 constexpr size_t kMaxFieldBytes = 256;
+// Linux's PID_MAX_LIMIT: no process id is larger.
+constexpr int64_t kMaxPid = int64_t{1} << 22;
 constexpr size_t kMaxLabels = 64;
 constexpr size_t kSecretBytes = 16;
 
@@ -61,6 +63,11 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionRecord info,
   if (shutting_down()) return ShuttingDownError();
   if (absl::Status s = CheckField("client name", info.client_name); !s.ok()) return s;
   if (absl::Status s = CheckField("tenant", info.tenant); !s.ok()) return s;
+  if (info.pid < 0 || info.pid > kMaxPid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pid ", info.pid, " is no process id: give the client's pid, in [1, ", kMaxPid,
+                     "], or 0 when it is unknown"));
+  }
   if (info.labels.size() > kMaxLabels) {
     return absl::InvalidArgumentError(
         absl::StrCat(info.labels.size(), " labels given; at most ", kMaxLabels, " are allowed"));

@@ -63,7 +63,8 @@ class SessionRegistry {
 
   // Registers a session. `sink` receives its notices until Close.
   // INVALID_ARGUMENT for a client name, tenant or label over 256 bytes or
-  // holding a control character, or more than 64 labels; RESOURCE_EXHAUSTED
+  // holding a control character, more than 64 labels, or a pid outside
+  // [0, 2^22] (0: unknown); RESOURCE_EXHAUSTED
   // when max_sessions are open; UNAVAILABLE once the daemon is shutting down.
   absl::StatusOr<OpenedSession> Open(SessionRecord info, std::shared_ptr<NoticeSink> sink);
 

@@ -44,8 +44,24 @@ TEST(SessionRegistryTest, RefusesControlCharactersInNamesTenantsAndLabels) {
                        "31m"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("label 'pod' holds control character U+009B")));
-  // Printable UTF-8 is fine, including U+00A0 and up.
-  EXPECT_OK(OpenWith(registry, "tr\xc3\xa4iner \xe2\x9c\x93",
+  // Bidirectional overrides and isolates (Trojan Source) would show a name
+  // other than the one it is in `gpumux sessions`, `tenants` and `top`.
+  EXPECT_THAT(OpenWith(registry,
+                       "trainer\xe2\x80\xae"
+                       "0-dop"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("client name holds control character U+202E at byte 7")));
+  EXPECT_THAT(OpenWith(registry, "ok", "team\xe2\x81\xa6-a"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tenant holds control character U+2066 at byte 4")));
+  EXPECT_THAT(OpenWith(registry, "ok", "", "pod", "x\xe2\x80\x8f"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("label 'pod' holds control character U+200F")));
+  EXPECT_THAT(OpenWith(registry, "\xd8\x9c"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("U+061C at byte 0")));
+  // Printable UTF-8 is fine, including U+00A0 and up, and the punctuation
+  // beside the bidirectional characters (U+2014, U+2030).
+  EXPECT_OK(OpenWith(registry, "tr\xc3\xa4iner \xe2\x9c\x93 \xe2\x80\x94 \xe2\x80\xb0",
                      "team-\xc2\xa0"
                      "a",
                      "pod", "web-0"));

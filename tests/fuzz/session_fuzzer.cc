@@ -38,20 +38,22 @@ const FuzzService& TargetService() {
   static const FuzzService service(
       Session::service_full_name(),
       {
-          FuzzMethod{"Open", &CallOpen,
-                     SerializeSeeds(
-                         v1::SessionClientMessage(),
-                         {"open { client_name: 'fuzz-open' pid: 1 }",
-                          "open { client_name: 'a' tenant: 'team' labels { key: 'k' value: 'v' } }",
-                          "open { client_name: 'p' profile_token: '0123456789abcdef' "
-                          "records_host_calls: true }",
-                          "host_profile { window_id: 1 records { functions { name: 'Allocate' "
-                          "calls: 2 } } }",
-                          "", "open { }", "cache_released { request_id: 1 }",
-                          "lease_blocks { request_id: 1 last: true segments { device: 0 "
-                          "address: 4096 blocks { address: 4096 size: 512 state: 'inactive' } } }",
-                          "lease_blocks { request_id: 18446744073709551615 segments { device: -1 "
-                          "blocks { size: 0 state: 'borrowed' } } }"})},
+          FuzzMethod{
+              "Open", &CallOpen,
+              SerializeSeeds(
+                  v1::SessionClientMessage(),
+                  {"open { client_name: 'fuzz-open' pid: 1 }", "open { client_name: 'x' pid: -1 }",
+                   "open { client_name: 'trainer\\342\\200\\256' }",
+                   "open { client_name: 'a' tenant: 'team' labels { key: 'k' value: 'v' } }",
+                   "open { client_name: 'p' profile_token: '0123456789abcdef' "
+                   "records_host_calls: true }",
+                   "host_profile { window_id: 1 records { functions { name: 'Allocate' "
+                   "calls: 2 } } }",
+                   "", "open { }", "cache_released { request_id: 1 }",
+                   "lease_blocks { request_id: 1 last: true segments { device: 0 "
+                   "address: 4096 blocks { address: 4096 size: 512 state: 'inactive' } } }",
+                   "lease_blocks { request_id: 18446744073709551615 segments { device: -1 "
+                   "blocks { size: 0 state: 'borrowed' } } }"})},
           Unary<Session>("Ping", &Session::Stub::Ping, {""}),
       });
   return service;

@@ -256,12 +256,15 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     v1::PingResponse response;
     return stub->Ping(&context, v1::PingRequest(), &response);
   };
-  auto open_with = [&](const std::string& name) {
+  auto open_with = [&](const std::string& name, int64_t pid = 1,
+                       const std::string& profile_token = "") {
     auto stub = v1::Session::NewStub(channel);
     grpc::ClientContext context;
     auto stream = stub->Open(&context);
     v1::SessionClientMessage open;
     open.mutable_open()->set_client_name(name);
+    open.mutable_open()->set_pid(pid);
+    open.mutable_open()->set_profile_token(profile_token);
     stream->Write(open);
     stream->WritesDone();
     v1::SessionServerMessage reply;
@@ -465,6 +468,16 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        }},
       {"control character in the client name", grpc::StatusCode::INVALID_ARGUMENT,
        "control character U+001B", [&] { return open_with("evil\x1b[31m"); }},
+      {"bidirectional override in the client name", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+202E", [&] { return open_with("trainer\xe2\x80\xae"
+                                                                "0-dop"); }},
+      {"a negative pid", grpc::StatusCode::INVALID_ARGUMENT, "pid -1 is no process id",
+       [&] { return open_with("ok", -1); }},
+      {"a pid over Linux's limit", grpc::StatusCode::INVALID_ARGUMENT,
+       "pid 4194305 is no process id", [&] { return open_with("ok", (1 << 22) + 1); }},
+      {"a 1 MiB profile token", grpc::StatusCode::INVALID_ARGUMENT,
+       "the profile token is 1048576 bytes; at most 256",
+       [&] { return open_with("ok", 1, std::string(1 << 20, 't')); }},
       {"client name over 256 bytes", grpc::StatusCode::INVALID_ARGUMENT, "at most 256",
        [&] { return open_with(std::string(300, 'n')); }},
       {"an answer before `open`", grpc::StatusCode::INVALID_ARGUMENT,
