@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/printable_text.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {
@@ -15,7 +16,10 @@ absl::Status CheckMessage(absl::string_view message) {
                                                    " bytes; at most ", NvtxRanges::kMaxMessageBytes,
                                                    " are allowed"));
   }
-  return absl::OkStatus();
+  // Shown in profiles and `gpumux bottleneck`'s report, and cut short at a
+  // NUL by C consumers.
+  return CheckPrintable("NVTX message", message,
+                        "it is printed in profiles and reports, so it must be printable");
 }
 
 }  // namespace

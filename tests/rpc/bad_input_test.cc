@@ -893,6 +893,22 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          return me.random().ManualSeed(me.Context().get(), request, &response);
        }},
       // NVTX
+      {"NVTX mark holding a NUL", grpc::StatusCode::INVALID_ARGUMENT,
+       "NVTX message holds control character U+0000 at byte 4",
+       [&] {
+         v1::NvtxMessage message;
+         message.set_message(std::string("step\0forged", 11));
+         v1::NvtxMarkResponse response;
+         return me.nvtx().Mark(me.Context().get(), message, &response);
+       }},
+      {"NVTX range with an ANSI escape", grpc::StatusCode::INVALID_ARGUMENT,
+       "control character U+001B",
+       [&] {
+         v1::NvtxMessage message;
+         message.set_message("fwd\x1b[2J");
+         v1::NvtxDepth depth;
+         return me.nvtx().RangePush(me.Context().get(), message, &depth);
+       }},
       {"range_pop with no range open", grpc::StatusCode::FAILED_PRECONDITION,
        "no NVTX range is open",
        [&] {
