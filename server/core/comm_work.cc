@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/request_limits.h"
@@ -336,6 +337,13 @@ absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, Sessio
                                               " does not fit allocation ", tensor.id.value(),
                                               " of ", view.requested_size, " bytes"));
   }
+  // A tensor with memory is where its memory is: `device` is for tensors
+  // without elements (0, the proto's default, reads as unset).
+  if (tensor.device.value() != 0 && tensor.device != view.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a tensor of allocation ", tensor.id.value(), " is on its memory's device ",
+        view.device.value(), ", not on the device ", tensor.device.value(), " it names"));
+  }
   return view.device;
 }
 
@@ -369,6 +377,14 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name
   // Streams, one per device taking part.
   std::vector<ResolvedStream> streams;
   streams.reserve(plan.devices().size());
+  // Every stream named is checked, also where its device takes no part.
+  for (const auto& [named_device, stream] : options.streams) {
+    if (absl::c_linear_search(plan.devices(), named_device)) continue;
+    GPUMUX_RETURN_IF_ERROR(memory_->CheckDevice(named_device));
+    if (stream.value() != 0) {
+      GPUMUX_RETURN_IF_ERROR(streams_->Resolve(session, named_device, stream).status());
+    }
+  }
   for (DeviceIndex device : plan.devices()) {
     StreamId id(0);
     for (const auto& [named_device, stream] : options.streams) {
@@ -558,6 +574,11 @@ absl::StatusOr<CommDone> CommWork::Broadcast(SessionId session, const CommTensor
   }
   GPUMUX_RETURN_IF_ERROR(CheckTensorCount(out.has_value() ? out->size() + 1 : 1));
   if (devices.has_value()) GPUMUX_RETURN_IF_ERROR(CheckDeviceCount(devices->size()));
+  // PyTorch reads devices[0] unchecked (undefined behaviour for none).
+  if (devices.has_value() && devices->empty()) {
+    return absl::InvalidArgumentError(
+        "broadcast needs at least one device in 'devices', the source tensor's first");
+  }
   GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex source, DeviceOf(session, tensor));
   GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
   Plan plan(source);

@@ -636,6 +636,25 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] { return broadcast(tensor(mine.allocation_id(), {4}), {-1}); }},
       {"broadcast on another session's stream", grpc::StatusCode::NOT_FOUND, "not found",
        [&] { return broadcast(tensor(mine.allocation_id(), {4}), {1}, true, their_stream); }},
+      {"broadcast to an empty device list", grpc::StatusCode::INVALID_ARGUMENT,
+       "broadcast needs at least one device in 'devices'",
+       [&] { return broadcast(tensor(mine.allocation_id(), {4}), {}); }},
+      {"broadcast with a stream for device 99", grpc::StatusCode::INVALID_ARGUMENT, "device 99",
+       [&] {
+         v1::BroadcastRequest request;
+         *request.mutable_tensor() = tensor(mine.allocation_id(), {4});
+         request.mutable_devices()->add_devices(1);
+         (*request.mutable_options()->mutable_streams())[99] = 1;
+         v1::CommResponse response;
+         return me.comm().Broadcast(me.Context().get(), request, &response);
+       }},
+      {"a tensor naming another device than its memory's", grpc::StatusCode::INVALID_ARGUMENT,
+       "is on its memory's device 0, not on the device 1 it names",
+       [&] {
+         v1::Tensor named = tensor(mine.allocation_id(), {4});
+         named.set_device(1);
+         return broadcast(named, {1});
+       }},
       {"broadcast_coalesced without devices", grpc::StatusCode::INVALID_ARGUMENT,
        "at least one device",
        [&] {
