@@ -32,7 +32,7 @@ std::optional<std::string> AdminTarget(absl::string_view address) {
 
 class Admin::Impl {
  public:
-  explicit Impl(absl::string_view address) {
+  explicit Impl(absl::string_view address) : given_(address) {
     std::optional<std::string> target = AdminTarget(address);
     if (!target.has_value()) {
       address_ = std::string(address);
@@ -53,9 +53,11 @@ class Admin::Impl {
     }
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return FromGrpcStatus(call(&context), address_);
+    // Named as the caller gave it; gRPC's detail names the admin socket.
+    return FromGrpcStatus(call(&context), given_);
   }
 
+  const std::string given_;
   std::string address_;
   std::unique_ptr<v1::Admin::Stub> stub_;
 };
@@ -127,6 +129,23 @@ absl::StatusOr<SessionProfile> Admin::ProfileSession(SessionId session, absl::Du
       },
       duration + kAdminCallTimeout));
   return FromProto(response);
+}
+
+absl::StatusOr<ReleasedCache> Admin::EmptyCache(std::optional<DeviceIndex> device) {
+  v1::AdminEmptyCacheRequest request;
+  if (device.has_value()) {
+    request.set_device(device->value());
+  } else {
+    request.set_all_devices(true);
+  }
+  v1::AdminEmptyCacheResponse response;
+  GPUMUX_RETURN_IF_ERROR(impl_->CallDaemon([&](grpc::ClientContext* context) {
+    return impl_->stub_->EmptyCache(context, request, &response);
+  }));
+  ReleasedCache released;
+  released.released_bytes = response.released_bytes();
+  released.released_segments = response.released_segments();
+  return released;
 }
 
 }  // namespace gpumux

@@ -1,8 +1,9 @@
 #pragma once
 
 // libgpumux's operator surface that changes the daemon's policy: tenant
-// memory limits and ending sessions (gpumux.v1.Admin), for the gpumux CLI's
-// tenants, tenant-limit and kill-session. The daemon serves it on its admin socket, next to its
+// memory limits, ending sessions and emptying every session's cache
+// (gpumux.v1.Admin), for the gpumux CLI's tenants, tenant-limit,
+// kill-session and empty-cache. The daemon serves it on its admin socket, next to its
 // Unix socket, and only to root and its own user (by the connection's peer credentials): anyone
 // else gets PERMISSION_DENIED. It opens no session.
 //
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/client_options.h"
 #include "client/tenant_info.h"
 #include "common/default_address.h"
 #include "common/ids.h"
@@ -57,6 +59,11 @@ class Admin {
   // Client::ProfileSession, which profiles only its own tenant's).
   absl::StatusOr<SessionProfile> ProfileSession(SessionId session, absl::Duration duration,
                                                 uint64_t capacity = 0);
+  // torch.cuda.empty_cache() for every session on `device` (every device
+  // when nullopt): the daemon's caches and what local clients cache in their
+  // processes (asked, and waited for up to gpumuxd's --client-reply-timeout).
+  // INVALID_ARGUMENT for a device out of range.
+  absl::StatusOr<ReleasedCache> EmptyCache(std::optional<DeviceIndex> device = std::nullopt);
 
  private:
   class Impl;

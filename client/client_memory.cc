@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/admin.h"
 #include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
@@ -181,13 +182,20 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
     local = impl_->local_->EmptyCache(options.device);  // its leases leave with the flush
   }
   impl_->FlushFreesBeforeCall();
+  if (options.all_sessions) {
+    // Every other session's cache, this one's daemon-side cache with them.
+    GPUMUX_ASSIGN_OR_RETURN(ReleasedCache result,
+                            Admin(impl_->address_).EmptyCache(options.device));
+    result.released_bytes += local.released_bytes;
+    result.released_segments += local.released_segments;
+    return result;
+  }
   v1::EmptyCacheRequest request;
   if (options.device.has_value()) {
     request.set_device(options.device->value());
   } else {
     request.set_all_devices(true);
   }
-  request.set_all_sessions(options.all_sessions);
   v1::EmptyCacheResponse response;
   GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
     return impl_->memory_stub_->EmptyCache(context, request, &response);

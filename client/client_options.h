@@ -100,8 +100,10 @@ struct AllocateOptions {
 struct EmptyCacheOptions {
   // Absent: every device.
   std::optional<DeviceIndex> device;
-  // Release the cached segments of every session, not just this one's (an
-  // operator's action).
+  // Release the cached segments of every session, not just this one's: an
+  // operator's action, served on the daemon's admin socket (Admin::EmptyCache)
+  // to root and gpumuxd's own user only; PERMISSION_DENIED for anyone else,
+  // INVALID_ARGUMENT over TCP.
   bool all_sessions = false;
 };
 

@@ -609,7 +609,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                        s.queries.get(), &s.executor, options.client_reply_timeout);
   const std::string admin_path = AdminSocketPath(options.socket_path);
   s.admin_service = std::make_unique<AdminService>(s.memory.get(), s.lifecycle.get(),
-                                                   s.profiler.get(), &s.sessions, &s.executor);
+                                                   s.profiler.get(), &s.sessions, s.queries.get(),
+                                                   &s.executor, options.client_reply_timeout);
   s.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
       "gpumux.v1.Admin serves only root and gpumuxd's own uid ", geteuid(),
       " (the peer credentials of this connection to ", admin_path, " are another user's)"));

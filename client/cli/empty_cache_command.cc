@@ -1,12 +1,13 @@
-// empty-cache: the operator's torch.cuda.empty_cache() for the whole daemon.
-// Memory.EmptyCache needs a session, so this opens a short one.
+// empty-cache: the operator's torch.cuda.empty_cache() for the whole daemon,
+// on its admin socket (root or gpumuxd's user).
 
 #include <limits>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "client/admin.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
-#include "client/client.h"
 #include "common/byte_size.h"
 
 namespace gpumux {
@@ -24,15 +25,9 @@ int RunEmptyCache(const CommandContext& context, const std::vector<std::string>&
   }
   if (!status.ok()) return UsageError(context, status.message(), kEmptyCacheUsage);
 
-  ClientOptions client_options;
-  client_options.client_name = "gpumux empty-cache";
-  client_options.security = context.security;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(context.address, client_options);
-  if (!client.ok()) return ReportError(context, client.status());
-  EmptyCacheOptions options;
-  options.all_sessions = true;
-  if (parsed->Has("device")) options.device = DeviceIndex(static_cast<int32_t>(*device));
-  absl::StatusOr<ReleasedCache> result = (*client)->EmptyCache(options);
+  std::optional<DeviceIndex> target;
+  if (parsed->Has("device")) target = DeviceIndex(static_cast<int32_t>(*device));
+  absl::StatusOr<ReleasedCache> result = Admin(context.address).EmptyCache(target);
   if (!result.ok()) return ReportError(context, result.status());
   if (result->released_segments == 0) {
     *context.out << "released nothing: no cached segment was free\n";

@@ -1,6 +1,7 @@
 #include "server/rpc/admin_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/core/empty_every_cache.h"
 #include "server/rpc/admin_proto.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/profile_service.h"
@@ -64,6 +65,43 @@ grpc::ServerUnaryReactor* AdminService::ProfileSession(grpc::CallbackServerConte
   return reactor;
 }
 
+grpc::ServerUnaryReactor* AdminService::EmptyCache(grpc::CallbackServerContext* context,
+                                                   const v1::AdminEmptyCacheRequest* request,
+                                                   v1::AdminEmptyCacheResponse* response) {
+  std::optional<DeviceIndex> device;
+  switch (request->target_case()) {
+    case v1::AdminEmptyCacheRequest::kDevice:
+      device = DeviceIndex(request->device());
+      break;
+    case v1::AdminEmptyCacheRequest::kAllDevices:
+      if (!request->all_devices()) {
+        return FinishWith(
+            context, absl::InvalidArgumentError("all_devices must be true when set; name a device "
+                                                "otherwise"));
+      }
+      break;
+    case v1::AdminEmptyCacheRequest::TARGET_NOT_SET:
+      return FinishWith(context, absl::InvalidArgumentError("name a device, or all_devices: true"));
+  }
+  // Waits for local clients' answers: not on a gRPC thread.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status started = executor_->Run([this, reactor, device, response] {
+    absl::StatusOr<EmptyCacheResult> released =
+        EmptyEveryCache(*memory_, *queries_, device, absl::Now() + reply_timeout_);
+    if (released.ok()) {
+      response->set_released_bytes(released->released_bytes);
+      response->set_released_segments(released->released_segments);
+      spdlog::info(
+          "an operator emptied every session's cache on {}: {} bytes in {} segments",
+          device.has_value() ? absl::StrCat("GPU ", device->value()) : std::string("every device"),
+          released->released_bytes, released->released_segments);
+    }
+    reactor->Finish(ToGrpcStatus(released.status()));
+  });
+  if (!started.ok()) reactor->Finish(ToGrpcStatus(started));  // the task was dropped unrun
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* AdminDenyService::Deny(grpc::CallbackServerContext* context) const {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, reason_));
@@ -91,6 +129,12 @@ grpc::ServerUnaryReactor* AdminDenyService::KillSession(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* AdminDenyService::ProfileSession(
     grpc::CallbackServerContext* context, const v1::ProfileSessionRequest* /*request*/,
     v1::ProfileSessionResponse* /*response*/) {
+  return Deny(context);
+}
+
+grpc::ServerUnaryReactor* AdminDenyService::EmptyCache(
+    grpc::CallbackServerContext* context, const v1::AdminEmptyCacheRequest* /*request*/,
+    v1::AdminEmptyCacheResponse* /*response*/) {
   return Deny(context);
 }
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/time/time.h"
 #include "gpumux/v1/admin.grpc.pb.h"
+#include "server/core/client_queries.h"
 #include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_lifecycle.h"
@@ -20,14 +22,18 @@ namespace gpumux {
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
-  // All must outlive the service.
+  // All must outlive the service. EmptyCache waits up to `reply_timeout`
+  // for local clients to return their caches.
   AdminService(MemoryManager* memory, SessionLifecycle* lifecycle, DeviceProfiler* profiler,
-               const SessionRegistry* sessions, BlockingExecutor* executor)
+               const SessionRegistry* sessions, ClientQueries* queries, BlockingExecutor* executor,
+               absl::Duration reply_timeout)
       : memory_(memory),
         lifecycle_(lifecycle),
         profiler_(profiler),
         sessions_(sessions),
-        executor_(executor) {}
+        queries_(queries),
+        executor_(executor),
+        reply_timeout_(reply_timeout) {}
 
   grpc::ServerUnaryReactor* SetTenantLimit(grpc::CallbackServerContext* context,
                                            const v1::SetTenantLimitRequest* request,
@@ -41,13 +47,18 @@ class AdminService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ProfileSession(grpc::CallbackServerContext* context,
                                            const v1::ProfileSessionRequest* request,
                                            v1::ProfileSessionResponse* response) override;
+  grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context,
+                                       const v1::AdminEmptyCacheRequest* request,
+                                       v1::AdminEmptyCacheResponse* response) override;
 
  private:
   MemoryManager* memory_;
   SessionLifecycle* lifecycle_;
   DeviceProfiler* profiler_;
   const SessionRegistry* sessions_;
+  ClientQueries* queries_;
   BlockingExecutor* executor_;
+  const absl::Duration reply_timeout_;
 };
 
 // Every Admin method answered PERMISSION_DENIED with `reason`: on the main
@@ -69,6 +80,9 @@ class AdminDenyService final : public v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* ProfileSession(grpc::CallbackServerContext* context,
                                            const v1::ProfileSessionRequest* request,
                                            v1::ProfileSessionResponse* response) override;
+  grpc::ServerUnaryReactor* EmptyCache(grpc::CallbackServerContext* context,
+                                       const v1::AdminEmptyCacheRequest* request,
+                                       v1::AdminEmptyCacheResponse* response) override;
 
  private:
   grpc::ServerUnaryReactor* Deny(grpc::CallbackServerContext* context) const;

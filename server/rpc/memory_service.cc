@@ -136,42 +136,20 @@ grpc::ServerUnaryReactor* MemoryService::EmptyCache(grpc::CallbackServerContext*
                                                     v1::EmptyCacheResponse* response) {
   const std::optional<DeviceIndex> device =
       OptionalDevice(!request->all_devices(), request->device());
-  const bool all_sessions = request->all_sessions();
-  auto empty = [this, device, all_sessions, response](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(EmptyCacheResult result,
-                            memory_->EmptyCache(session, device, all_sessions));
-    response->set_released_bytes(response->released_bytes() + result.released_bytes);
-    response->set_released_segments(response->released_segments() + result.released_segments);
+  if (request->all_sessions()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(absl::PermissionDeniedError(
+        "emptying every session's cache is an operator's action: Admin.EmptyCache on the admin "
+        "socket (gpumux empty-cache, as root or gpumuxd's user)")));
+    return reactor;
+  }
+  return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
+    GPUMUX_ASSIGN_OR_RETURN(const EmptyCacheResult result,
+                            memory_->EmptyCache(session, device, /*all_sessions=*/false));
+    response->set_released_bytes(result.released_bytes);
+    response->set_released_segments(result.released_segments);
     return absl::OkStatus();
-  };
-  if (!all_sessions) return ServeSessionCall(context, *sessions_, empty);
-  // Every session's cache includes what local clients cache in their own
-  // processes: they are asked to return it (as under pressure), and what
-  // left the device's books counts as released.
-  return ServeBlockingSessionCall(
-      context, *sessions_, *executor_,
-      [this, device, empty, response](SessionId session) -> absl::Status {
-        if (device.has_value()) GPUMUX_RETURN_IF_ERROR(memory_->CheckDevice(*device));
-        for (int d = 0; d < memory_->device_count(); ++d) {
-          const DeviceIndex on(d);
-          if (device.has_value() && *device != on) continue;
-          const std::vector<SessionId> holders =
-              memory_->PressureCandidates(session, on, Shortage::kDevice);
-          if (holders.empty()) continue;
-          GPUMUX_ASSIGN_OR_RETURN(const DeviceStats before, memory_->GetStats(on, std::nullopt));
-          queries_->ReleaseCached(holders, on, absl::Now() + reply_timeout_);
-          GPUMUX_ASSIGN_OR_RETURN(const DeviceStats after, memory_->GetStats(on, std::nullopt));
-          auto drop = [](const StatArray& was, const StatArray& is) {
-            const int64_t less = was[kAggregate].current - is[kAggregate].current;
-            return static_cast<uint64_t>(std::max<int64_t>(less, 0));
-          };
-          response->set_released_bytes(response->released_bytes() +
-                                       drop(before.reserved_bytes, after.reserved_bytes));
-          response->set_released_segments(response->released_segments() +
-                                          drop(before.segment, after.segment));
-        }
-        return empty(session);
-      });
+  });
 }
 
 grpc::ServerUnaryReactor* MemoryService::GetStats(grpc::CallbackServerContext* context,

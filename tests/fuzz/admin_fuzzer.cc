@@ -2,7 +2,7 @@
 // limits of any tenant (the harness's session is tenant "session-1") on any
 // device, the tenant list, and kills of any session but the harness's own
 // (whose end every later input would read as a failure), and live profiles
-// of any session for up to 20 ms.
+// of any session for up to 20 ms, and every session's cache emptied.
 
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "tests/fuzz/fuzz_service.h"
@@ -33,6 +33,9 @@ const FuzzService& TargetService() {
                 return request.session_id() == FuzzFixture::kSession;
               }),
           ProfileSessionMethod<Admin>(),
+          Unary<Admin>("EmptyCache", &Admin::Stub::EmptyCache,
+                       {"device: 0", "all_devices: true", "all_devices: false", "device: -1",
+                        "device: 99", ""}),
       });
   return service;
 }

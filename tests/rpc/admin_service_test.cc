@@ -1,7 +1,8 @@
 // gpumux.v1.Admin against a real gpumuxd child: tenant limits from the flag
 // (repeated and comma-separated) and at run time, enforced on the tenant's
-// sessions together, listed with their figures; and who may call it: only
-// root and gpumuxd's own uid on the admin socket, never the main socket.
+// sessions together, listed with their figures; emptying every session's
+// cache; and who may call it: only root and gpumuxd's own uid on the admin
+// socket, never the main socket.
 
 #include <grp.h>
 #include <sys/stat.h>
@@ -147,6 +148,61 @@ TEST(AdminServiceTest, OnlyOperatorsOnTheAdminSocketMayCallIt) {
   EXPECT_EQ(Find(ListTenants(*admin), "pod"), nullptr);
   EXPECT_TRUE(SetLimit(*admin, "pod", 0, kMiB).ok());
   EXPECT_NE(Find(ListTenants(*admin), "pod"), nullptr);
+  EXPECT_EQ(daemon.Stop(), 0);
+}
+
+// Emptying every session's cache is an operator's action: a session of
+// another tenant, of any uid, used to release a victim's whole cache with
+// Memory.EmptyCache(all_sessions).
+TEST(AdminServiceTest, EmptyingEveryCacheIsAnOperatorsAction) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a child as nobody";
+  DaemonProcess daemon({"--host-devices=1", "--socket-group=nogroup"});
+  RawSession victim(daemon.channel(), "victim", "team-a");
+  v1::Allocation held;
+  ASSERT_TRUE(victim.Allocate(0, 40 * kMiB, &held).ok());
+  ASSERT_TRUE(victim.Free({held.allocation_id()}).ok());  // cached, 40 MiB
+  auto reserved = [&] {
+    return ListTenants(*AdminStub(daemon)).tenants(0).devices(0).reserved_bytes();
+  };
+  ASSERT_EQ(reserved(), 40 * kMiB);
+
+  // Another tenant's session on the main socket is refused, and says where
+  // the operator's action is.
+  RawSession other(daemon.channel(), "other", "team-b");
+  v1::EmptyCacheRequest request;
+  request.set_all_devices(true);
+  request.set_all_sessions(true);
+  v1::EmptyCacheResponse response;
+  grpc::Status refused = other.memory().EmptyCache(other.Context().get(), request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("Admin.EmptyCache on the admin socket"));
+  // So is the CLI run as nobody.
+  const std::string dir = std::filesystem::path(daemon.socket_path()).parent_path();
+  ASSERT_EQ(chmod(dir.c_str(), 0711), 0);
+  const std::string cli = TestBinary(std::string(GPUMUX_BINARY_DIR) + "/client/cli/gpumux");
+  const ShellRun nobody = RunProgram({cli, "--address", daemon.address(), "empty-cache"}, 65534);
+  EXPECT_EQ(nobody.exit_code, 1) << nobody.output;
+  EXPECT_THAT(nobody.output, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_EQ(reserved(), 40 * kMiB);
+
+  // Bad targets, then root's call releases it.
+  auto admin = AdminStub(daemon);
+  auto empty = [&](const v1::AdminEmptyCacheRequest& target, v1::AdminEmptyCacheResponse* out) {
+    grpc::ClientContext context;
+    return admin->EmptyCache(&context, target, out);
+  };
+  v1::AdminEmptyCacheResponse released;
+  EXPECT_EQ(empty(v1::AdminEmptyCacheRequest(), &released).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::AdminEmptyCacheRequest bad;
+  bad.set_all_devices(false);
+  EXPECT_EQ(empty(bad, &released).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bad.set_device(7);
+  EXPECT_EQ(empty(bad, &released).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  const ShellRun root = RunProgram({cli, "--address", daemon.address(), "empty-cache"});
+  EXPECT_EQ(root.exit_code, 0) << root.output;
+  EXPECT_THAT(root.output, HasSubstr("released 41943040 bytes (40.00 MiB) in 1 segment"));
+  EXPECT_EQ(reserved(), 0u);
   EXPECT_EQ(daemon.Stop(), 0);
 }
 

@@ -444,6 +444,40 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::EmptyCacheResponse response;
          return me.memory().EmptyCache(me.Context().get(), request, &response);
        }},
+      {"empty_cache of every session from a session", grpc::StatusCode::PERMISSION_DENIED,
+       "an operator's action",
+       [&] {
+         v1::EmptyCacheRequest request;
+         request.set_all_devices(true);
+         request.set_all_sessions(true);
+         v1::EmptyCacheResponse response;
+         return me.memory().EmptyCache(me.Context().get(), request, &response);
+       }},
+      {"Admin.EmptyCache of a device out of range", grpc::StatusCode::INVALID_ARGUMENT,
+       "device 3",
+       [&] {
+         v1::AdminEmptyCacheRequest request;
+         request.set_device(3);
+         v1::AdminEmptyCacheResponse response;
+         grpc::ClientContext context;
+         return admin->EmptyCache(&context, request, &response);
+       }},
+      {"Admin.EmptyCache without a target", grpc::StatusCode::INVALID_ARGUMENT,
+       "name a device, or all_devices: true",
+       [&] {
+         v1::AdminEmptyCacheResponse response;
+         grpc::ClientContext context;
+         return admin->EmptyCache(&context, v1::AdminEmptyCacheRequest(), &response);
+       }},
+      {"Admin.EmptyCache on the main socket", grpc::StatusCode::PERMISSION_DENIED,
+       "connect to the admin socket",
+       [&] {
+         v1::AdminEmptyCacheRequest request;
+         request.set_all_devices(true);
+         v1::AdminEmptyCacheResponse response;
+         grpc::ClientContext context;
+         return main_socket_admin->EmptyCache(&context, request, &response);
+       }},
       {"quota overrun", grpc::StatusCode::RESOURCE_EXHAUSTED, "CUDA out of memory",
        [&] {
          if (grpc::Status s = limit(0.25); !s.ok()) return s;  // 16 MiB
