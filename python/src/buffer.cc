@@ -481,6 +481,13 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
            })
       .def("__repr__", [](const Buffer& self) {
         if (!self.memory.valid()) return std::string("<gpumux.Buffer freed>");
+        // A local block's id is the client's own (top bit set): its address
+        // names it.
+        if (self.memory.local()) {
+          return absl::StrCat("<gpumux.Buffer ", self.memory.size(), " bytes on device ",
+                              self.memory.device().value(), ", local block at 0x",
+                              absl::Hex(self.memory.address()), ">");
+        }
         return absl::StrCat("<gpumux.Buffer ", self.memory.size(), " bytes on device ",
                             self.memory.device().value(), ", allocation ", self.memory.id().value(),
                             ">");

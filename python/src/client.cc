@@ -61,11 +61,36 @@ ClientPtr Connect(const std::string& address, const std::string& client_name,
   return ShareClient(std::move(client));
 }
 
+// `nbytes` as a byte count: an int (or anything with __index__) in
+// [0, 2**64). TypeError for anything else, gpumux.InvalidArgumentError (a
+// ValueError) for a negative or too large one, in place of pybind11's
+// signature dump.
+uint64_t ByteCount(const py::handle& nbytes) {
+  py::object index = py::reinterpret_borrow<py::object>(nbytes);
+  if (!PyLong_Check(nbytes.ptr())) {
+    if (!PyIndex_Check(nbytes.ptr())) {
+      throw py::type_error(
+          absl::StrCat("nbytes must be an int, not ", Py_TYPE(nbytes.ptr())->tp_name));
+    }
+    index = py::reinterpret_steal<py::object>(PyNumber_Index(nbytes.ptr()));
+    if (!index) throw py::error_already_set();
+  }
+  const unsigned long long bytes = PyLong_AsUnsignedLongLong(index.ptr());
+  if (bytes == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    RaiseStatus(absl::InvalidArgumentError(absl::StrCat(
+        "nbytes must be a byte count in [0, 2**64), not ", py::str(index).cast<std::string>())));
+  }
+  return bytes;
+}
+
 // torch.empty(nbytes, dtype=uint8) without the tensor. A block the cache
 // holds is taken with the GIL held (nothing waits); anything more (a lease,
 // the daemon's allocation, an error to report) runs without it.
-std::unique_ptr<Buffer> AllocateBuffer(ClientPtr c, uint64_t nbytes, std::optional<int32_t> device,
-                                       const py::object& stream, bool shareable) {
+std::unique_ptr<Buffer> AllocateBuffer(ClientPtr c, const py::handle& size,
+                                       std::optional<int32_t> device, const py::object& stream,
+                                       bool shareable) {
+  const uint64_t nbytes = ByteCount(size);
   // None: the calling thread's current device (no second call from Python).
   const DeviceIndex on(device ? *device : c->CurrentDevice().value());
   AllocateOptions options;
@@ -190,7 +215,8 @@ void BindClient(py::module_& module) {
   });
   module.def(
       "allocate",
-      [](uint64_t nbytes, const py::object& device, const py::object& stream, bool shareable) {
+      [](const py::object& nbytes, const py::object& device, const py::object& stream,
+         bool shareable) {
         return AllocateBuffer(DefaultClient(), nbytes, DeviceArgument(device), stream, shareable);
       },
       py::arg("nbytes"), py::arg("device") = py::none(), py::arg("stream") = py::none(),
@@ -264,8 +290,8 @@ Event and reference to the Client are gone, or when the process dies.
            })
       .def(
           "allocate",
-          [](ClientPtr c, uint64_t nbytes, std::optional<int32_t> device, const py::object& stream,
-             bool shareable) {
+          [](ClientPtr c, const py::object& nbytes, std::optional<int32_t> device,
+             const py::object& stream, bool shareable) {
             return AllocateBuffer(std::move(c), nbytes, device, stream, shareable);
           },
           py::arg("nbytes"), py::arg("device") = py::none(), py::arg("stream") = py::none(),

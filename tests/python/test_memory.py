@@ -1,7 +1,12 @@
 """Buffers, sharing, and torch.cuda's memory statistics, against a real daemon."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
+import numpy
 import pytest
 
 import gpumux
@@ -59,10 +64,24 @@ def test_bad_sizes(daemon):
     assert isinstance(error.value, ValueError)
     with pytest.raises(gpumux.InvalidArgumentError, match="total capacity of 1073741824 bytes"):
         gpumux.allocate(1 << 40)
-    with pytest.raises(TypeError):
+    # Precise errors, not pybind11's dump of the signature.
+    with pytest.raises(gpumux.InvalidArgumentError,
+                       match=r"nbytes must be a byte count in \[0, 2\*\*64\), not -1$"):
         gpumux.allocate(-1)
-    with pytest.raises(TypeError):
+    with pytest.raises(gpumux.InvalidArgumentError, match=r"not 18446744073709551616$"):
+        gpumux.allocate(1 << 64)
+    with pytest.raises(gpumux.InvalidArgumentError, match=r"not -1$"):
+        gpumux.default_client().allocate(-1)
+    with pytest.raises(TypeError, match=r"^nbytes must be an int, not str$"):
         gpumux.allocate("1024")
+    with pytest.raises(TypeError, match=r"^nbytes must be an int, not float$"):
+        gpumux.allocate(1024.0)
+    assert gpumux.allocate(numpy.int64(1024)).nbytes == 1024  # anything with __index__
+
+
+def test_a_local_block_prints_its_address(daemon):
+    buffer = gpumux.allocate(MiB)
+    assert repr(buffer) == f"<gpumux.Buffer {MiB} bytes on device 0, local block at 0x{buffer.address:x}>"
 
 
 def test_out_of_memory_carries_pytorchs_message(daemon):
