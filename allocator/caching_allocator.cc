@@ -59,6 +59,8 @@ const char* BlockStateName(BlockState state) {
       return "active_allocated";
     case BlockState::kActivePendingFree:
       return "active_pending_free";
+    case BlockState::kUnknown:
+      return "unknown";
     case BlockState::kInactive:
       break;
   }

@@ -77,12 +77,17 @@ struct AllocationResult {
 
 // kActivePendingFree: freed, but waiting for events (other streams' work);
 // it counts as active, not as allocated, and is not yet reusable.
-enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive };
+// kUnknown: only in snapshots, the one block spanning a leased segment whose
+// client did not give its blocks (SegmentSnapshot::blocks_unavailable), so
+// that PyTorch's tools, which want each segment's blocks to sum to its size,
+// read it; it counts as neither active nor allocated.
+enum class BlockState { kActiveAllocated, kActivePendingFree, kInactive, kUnknown };
 
 // PyTorch's snapshot name of a state: "active_allocated",
-// "active_pending_free" or "inactive".
+// "active_pending_free" or "inactive"; "unknown" for kUnknown.
 const char* BlockStateName(BlockState state);
-// The state BlockStateName names; nullopt for any other string.
+// The state BlockStateName names, kUnknown excepted (a client's answer
+// cannot be unknown); nullopt for any other string.
 std::optional<BlockState> ParseBlockState(absl::string_view name);
 
 struct BlockSnapshot {

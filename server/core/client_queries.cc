@@ -141,27 +141,35 @@ void FillLeaseBlocks(const absl::flat_hash_map<SessionId, std::vector<SegmentSna
   for (SegmentSnapshot& segment : segments) {
     if (!segment.leased) continue;
     const SessionId session(segment.client.value());
+    // Why the blocks are not known, or empty when they are.
+    std::string unavailable;
+    const SegmentSnapshot* answer = nullptr;
     if (!answers.contains(session)) {
-      segment.blocks_unavailable =
-          absl::StrCat("blocks unavailable: session ", session.value(),
-                       "'s client did not answer within ", absl::FormatDuration(timeout));
-      continue;
+      unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
+                                 "'s client did not answer within ", absl::FormatDuration(timeout));
+    } else if (auto it = listed.find(
+                   std::make_tuple(session.value(), segment.device.value(), segment.address));
+               it == listed.end()) {
+      unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
+                                 "'s client did not list this lease");
+    } else if (std::string wrong = CheckTiling(segment, *it->second); !wrong.empty()) {
+      unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
+                                 "'s client described this lease wrongly: ", wrong);
+    } else {
+      answer = it->second;
     }
-    auto it =
-        listed.find(std::make_tuple(session.value(), segment.device.value(), segment.address));
-    if (it == listed.end()) {
-      segment.blocks_unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
-                                                "'s client did not list this lease");
-      continue;
-    }
-    const SegmentSnapshot& answer = *it->second;
-    if (std::string wrong = CheckTiling(segment, answer); !wrong.empty()) {
-      segment.blocks_unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
-                                                "'s client described this lease wrongly: ", wrong);
+    if (answer == nullptr) {
+      // One block of unknown state spans it: PyTorch's tools want a
+      // segment's blocks to add up to its size.
+      segment.blocks_unavailable = std::move(unavailable);
+      segment.blocks.assign(1, BlockSnapshot{.address = segment.address,
+                                             .size = segment.total_size,
+                                             .state = BlockState::kUnknown,
+                                             .client = segment.client});
       continue;
     }
     segment.blocks.clear();
-    for (const BlockSnapshot& b : answer.blocks) {
+    for (const BlockSnapshot& b : answer->blocks) {
       BlockSnapshot& block = segment.blocks.emplace_back(b);
       block.client = block.state == BlockState::kInactive ? ClientId(0) : segment.client;
       if (block.state == BlockState::kInactive) continue;

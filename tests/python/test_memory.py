@@ -209,6 +209,37 @@ def test_observer_sees_every_session(daemon):
     del held
 
 
+def test_a_stopped_clients_leases_read_in_pytorchs_memory_viz(daemon):
+    """A client that cannot answer (stopped) leaves its leases' blocks
+    unknown: one block of state "unknown" spans each, so PyTorch's own
+    torch.cuda._memory_viz, which wants a segment's blocks to add up to its
+    size, reads the snapshot (it used to fail an assertion)."""
+    from torch.cuda import _memory_viz
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, gpumux\n"
+         "held = gpumux.allocate(3 << 20)\n"
+         "print(gpumux.default_client().session_id, flush=True)\n"
+         "sys.stdin.read()\n"],
+        env=daemon.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        session = int(child.stdout.readline())
+        os.kill(child.pid, signal.SIGSTOP)
+        segments = gpumux.observe().memory_snapshot(session=session)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0
+    assert segments
+    for segment in segments:
+        assert segment["blocks_unavailable"]
+        assert "did not answer within 500ms" in segment["blocks_unavailable_reason"]
+        assert [(b["state"], b["size"]) for b in segment["blocks"]] == [
+            ("unknown", segment["total_size"])]
+    stats = _memory_viz.stats(segments)
+    assert stats["unknown"].value == sum(s["total_size"] for s in segments)
+
+
 def test_ipc_collect(daemon):
     buffer = gpumux.allocate(MiB)
     del buffer
