@@ -1,6 +1,7 @@
 #include "common/memory_stats.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace gpumux {
 namespace {
@@ -79,22 +80,51 @@ const std::vector<std::string>& MemoryStatsKeys() {
   return *keys;
 }
 
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return b < 0 ? INT64_MIN : INT64_MAX;
+  return sum;
+}
+
 namespace {
 
 void AddStat(Stat& into, const Stat& from) {
-  into.current += from.current;
-  into.peak += from.peak;
-  into.allocated += from.allocated;
-  into.freed += from.freed;
+  into.current = SaturatingAdd(into.current, from.current);
+  into.peak = SaturatingAdd(into.peak, from.peak);
+  into.allocated = SaturatingAdd(into.allocated, from.allocated);
+  into.freed = SaturatingAdd(into.freed, from.freed);
 }
 
 void AddArray(StatArray& into, const StatArray& from) {
   for (size_t i = 0; i < into.size(); ++i) AddStat(into[i], from[i]);
 }
 
+bool InRange(int64_t figure) { return figure >= 0 && figure <= kMaxLocalFigure; }
+
+bool PlausibleStat(const Stat& s) {
+  return InRange(s.current) && InRange(s.peak) && InRange(s.allocated) && InRange(s.freed) &&
+         s.current <= s.peak;
+}
+
+// Each pool's figures plausible, and `all` their sum.
 bool PlausibleArray(const StatArray& a) {
   for (const Stat& s : a) {
-    if (s.current < 0 || s.current > s.peak) return false;
+    if (!PlausibleStat(s)) return false;
+  }
+  const Stat& all = a[kAggregate];
+  const Stat& small = a[kSmallPool];
+  const Stat& large = a[kLargePool];
+  return all.current == small.current + large.current &&
+         all.allocated == small.allocated + large.allocated &&
+         all.freed == small.freed + large.freed && all.peak <= small.peak + large.peak &&
+         all.peak >= std::max(small.peak, large.peak);
+}
+
+// At most one block per 512 bytes (PyTorch's smallest block), pool by pool.
+bool BlocksFit(const StatArray& blocks, const StatArray& bytes) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i].current > bytes[i].current / 512 || blocks[i].peak > bytes[i].peak / 512)
+      return false;
   }
   return true;
 }
@@ -112,10 +142,10 @@ DeviceStats MergeLocalStats(const DeviceStats& daemon, const DeviceStats& local)
                             {&out.requested_bytes, &local.requested_bytes}}) {
     AddArray(*into, *from);
   }
-  out.num_alloc_retries += local.num_alloc_retries;
-  out.num_ooms += local.num_ooms;
+  out.num_alloc_retries = SaturatingAdd(out.num_alloc_retries, local.num_alloc_retries);
+  out.num_ooms = SaturatingAdd(out.num_ooms, local.num_ooms);
   AddStat(out.oversize_allocations, local.oversize_allocations);
-  out.num_sync_all_streams += local.num_sync_all_streams;
+  out.num_sync_all_streams = SaturatingAdd(out.num_sync_all_streams, local.num_sync_all_streams);
   return out;
 }
 
@@ -126,11 +156,39 @@ bool PlausibleLocalStats(const DeviceStats& stats, int64_t reserved) {
         &stats.inactive_split_bytes, &stats.requested_bytes}) {
     if (!PlausibleArray(*a)) return false;
   }
+  if (!PlausibleStat(stats.oversize_allocations) || !PlausibleStat(stats.oversize_segments) ||
+      !InRange(stats.num_alloc_retries) || !InRange(stats.num_ooms) ||
+      !InRange(stats.num_sync_all_streams)) {
+    return false;
+  }
+  if (!BlocksFit(stats.allocation, stats.allocated_bytes) ||
+      !BlocksFit(stats.active, stats.active_bytes) ||
+      !BlocksFit(stats.inactive_split, stats.inactive_split_bytes)) {
+    return false;
+  }
   const int64_t active = stats.active_bytes[kAggregate].current;
   return stats.allocated_bytes[kAggregate].current <= active && active <= reserved &&
          stats.requested_bytes[kAggregate].current <= active &&
-         stats.reserved_bytes[kAggregate].current <= reserved && stats.num_alloc_retries >= 0 &&
-         stats.num_ooms >= 0 && stats.num_sync_all_streams >= 0;
+         stats.inactive_split_bytes[kAggregate].current <= reserved &&
+         stats.reserved_bytes[kAggregate].current <= reserved;
+}
+
+DeviceStats RetiredLocalStats(const DeviceStats& local) {
+  DeviceStats out = local;
+  for (StatArray* array :
+       {&out.allocation, &out.segment, &out.active, &out.inactive_split, &out.allocated_bytes,
+        &out.reserved_bytes, &out.active_bytes, &out.inactive_split_bytes, &out.requested_bytes}) {
+    for (Stat& stat : *array) {
+      stat.freed = SaturatingAdd(stat.freed, stat.current);
+      stat.current = 0;
+    }
+  }
+  for (Stat* stat : {&out.oversize_allocations, &out.oversize_segments}) {
+    stat->freed = SaturatingAdd(stat->freed, stat->current);
+    stat->current = 0;
+  }
+  ForEachLocalPeak(out, [](int64_t& peak) { peak = 0; });
+  return out;
 }
 
 }  // namespace gpumux

@@ -69,14 +69,69 @@ std::vector<std::pair<std::string, int64_t>> FlattenMemoryStats(const DeviceStat
 // max_split_size) are the daemon's, which leases and shareable allocations
 // both count in; every other figure is the daemon's plus the client's own
 // allocator's (`local`). A peak of the sum is at most the sum of the peaks,
-// so the summed peaks are exact while one side is idle.
+// so the summed peaks are exact while one side is idle. Sums saturate at
+// INT64_MAX.
 DeviceStats MergeLocalStats(const DeviceStats& daemon, const DeviceStats& local);
 
+// The largest figure a client may publish: 2^53 (no allocator counts that
+// many allocations or bytes).
+inline constexpr int64_t kMaxLocalFigure = int64_t{1} << 53;
+
 // Whether `stats` could be a real allocator's figures for a session the
-// daemon knows `reserved` bytes of segments of: no negative current value,
-// no current above its peak, and no more allocated, active or requested
-// bytes than reserved. Judges what a client publishes (common/stats_page.h).
+// daemon knows `reserved` bytes of segments of: every figure in
+// [0, kMaxLocalFigure]; no current above its peak; each stat's `all` the sum
+// of its two pools (current, allocated, freed; its peak between the larger
+// pool's and their sum); no more allocated, active, requested or
+// inactive-split bytes than reserved; no more blocks than those bytes hold
+// (512 bytes at least each). Judges what a client publishes
+// (common/stats_page.h).
 bool PlausibleLocalStats(const DeviceStats& stats, int64_t reserved);
+
+// Calls `visit(field)` on each figure of a session's local stats that
+// MergeLocalStats adds and that only grows until the client resets it: the
+// allocated and freed counts of every merged stat, num_alloc_retries,
+// num_ooms and num_sync_all_streams.
+template <typename Visit>
+void ForEachLocalCounter(DeviceStats& stats, Visit visit);
+// ... and each peak that MergeLocalStats adds.
+template <typename Visit>
+void ForEachLocalPeak(DeviceStats& stats, Visit visit);
+
+// What an ended session's local figures leave in its device's: its counters
+// as they were, nothing current (what it held was reclaimed, so counted as
+// freed) and no peak (the device's peaks keep their own floor,
+// server/core/stats_pages.h).
+DeviceStats RetiredLocalStats(const DeviceStats& local);
+
+// a + b, INT64_MAX where that overflows (figures are never negative).
+int64_t SaturatingAdd(int64_t a, int64_t b);
+
+template <typename Visit>
+void ForEachLocalCounter(DeviceStats& stats, Visit visit) {
+  for (StatArray* array :
+       {&stats.allocation, &stats.active, &stats.inactive_split, &stats.allocated_bytes,
+        &stats.active_bytes, &stats.inactive_split_bytes, &stats.requested_bytes}) {
+    for (Stat& stat : *array) {
+      visit(stat.allocated);
+      visit(stat.freed);
+    }
+  }
+  visit(stats.oversize_allocations.allocated);
+  visit(stats.oversize_allocations.freed);
+  visit(stats.num_alloc_retries);
+  visit(stats.num_ooms);
+  visit(stats.num_sync_all_streams);
+}
+
+template <typename Visit>
+void ForEachLocalPeak(DeviceStats& stats, Visit visit) {
+  for (StatArray* array :
+       {&stats.allocation, &stats.active, &stats.inactive_split, &stats.allocated_bytes,
+        &stats.active_bytes, &stats.inactive_split_bytes, &stats.requested_bytes}) {
+    for (Stat& stat : *array) visit(stat.peak);
+  }
+  visit(stats.oversize_allocations.peak);
+}
 
 // The 122 keys alone, sorted.
 const std::vector<std::string>& MemoryStatsKeys();

@@ -621,11 +621,11 @@ absl::StatusOr<DeviceStats> MemoryManager::GetStats(DeviceIndex device,
     for (SessionId with_page : pages_->Sessions()) {
       const int64_t reserved =
           allocator_.GetClientStats(device, with_page).reserved_bytes[kAggregate].current;
-      if (std::optional<DeviceStats> local = pages_->Read(with_page, device, reserved)) {
-        stats = MergeLocalStats(stats, *local);
+      if (std::optional<StatsPageFigures> local = pages_->Read(with_page, device, reserved)) {
+        stats = MergeLocalStats(stats, local->device);
       }
     }
-    return stats;
+    return pages_->Settle(device, stats);
   }
   if (!sessions_->IsOpen(*session)) {
     return absl::NotFoundError(absl::StrCat("session ", session->value(), " not found"));
@@ -650,9 +650,9 @@ std::vector<TenantUsage> MemoryManager::ListTenants() const {
 DeviceStats MemoryManager::SessionStatsWithPage(DeviceIndex device, SessionId session) const {
   DeviceStats stats = allocator_.GetClientStats(device, session);
   if (pages_ == nullptr) return stats;
-  std::optional<DeviceStats> local =
+  std::optional<StatsPageFigures> local =
       pages_->Read(session, device, stats.reserved_bytes[kAggregate].current);
-  return local.has_value() ? MergeLocalStats(stats, *local) : stats;
+  return local.has_value() ? MergeLocalStats(stats, local->session) : stats;
 }
 
 absl::StatusOr<StatsPageInfo> MemoryManager::GetStatsPage(SessionId session) {

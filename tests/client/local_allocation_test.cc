@@ -190,6 +190,42 @@ TEST_F(LocalAllocationTest, AStatsPageOfGarbageChangesNoOtherSessionsFigures) {
   EXPECT_OK(other->MemoryStats(DeviceIndex(0)).status());
 }
 
+// The device's counters never go back: not when a client resets its own,
+// nor when a local-mode session ends (Prometheus reads a counter that falls
+// as a reset); nor do its peaks.
+TEST_F(LocalAllocationTest, TheDevicesCountersOutliveTheSessionsThatCounted) {
+  std::unique_ptr<Client> other = ConnectAnother(Local());
+  ASSERT_NE(other, nullptr);
+  ASSERT_OK(other->SetPerProcessMemoryFraction(0.1, DeviceIndex(0)));  // 6.4 of 64 MiB
+  absl::StatusOr<DeviceBuffer> held = other->Allocate(kMiB / 2);
+  ASSERT_OK(held);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(absl::IsResourceExhausted(other->Allocate(60 * kMiB).status()));
+  }
+  EXPECT_EQ(DeviceStat("num_ooms"), 3);
+  const int64_t allocations = DeviceStat("allocation.all.allocated");
+  const int64_t peak = DeviceStat("allocated_bytes.all.peak");
+  EXPECT_GE(allocations, 1);
+  EXPECT_GE(peak, static_cast<int64_t>(kMiB / 2));
+  // The client resets its own: its figures restart, the device's do not.
+  ASSERT_OK(other->ResetAccumulatedMemoryStats(DeviceIndex(0)));
+  ASSERT_OK(other->ResetPeakMemoryStats(DeviceIndex(0)));
+  EXPECT_EQ(other->MemoryStats(DeviceIndex(0))->at("num_ooms"), 0);
+  EXPECT_EQ(DeviceStat("num_ooms"), 3);
+  EXPECT_EQ(DeviceStat("allocation.all.allocated"), allocations);
+  // Counted again after the reset, on top of what was.
+  EXPECT_TRUE(absl::IsResourceExhausted(other->Allocate(60 * kMiB).status()));
+  EXPECT_EQ(DeviceStat("num_ooms"), 4);
+  // The session ends holding its block: reclaimed, it counts as freed.
+  held = DeviceBuffer();
+  other.reset();
+  EXPECT_EQ(DeviceStat("num_ooms"), 4);
+  EXPECT_EQ(DeviceStat("allocation.all.allocated"), allocations);
+  EXPECT_EQ(DeviceStat("allocation.all.freed"), allocations);
+  EXPECT_EQ(DeviceStat("allocated_bytes.all.current"), 0);
+  EXPECT_GE(DeviceStat("allocated_bytes.all.peak"), peak);
+}
+
 TEST_F(LocalAllocationTest, EmptyCacheReturnsWhollyFreeLeases) {
   {
     absl::StatusOr<DeviceBuffer> a = client().Allocate(12 * kMiB);

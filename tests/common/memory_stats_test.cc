@@ -156,5 +156,94 @@ TEST(DeviceStatsTest, ResetPeakLowersEveryPeakToCurrent) {
   EXPECT_EQ(stats.num_device_free, 5);
 }
 
+// A local allocator's figures after it allocated `blocks` blocks of 1 MiB
+// in the large pool of a lease of `reserved` bytes.
+DeviceStats Allocated(int64_t blocks, int64_t reserved) {
+  DeviceStats stats;
+  for (StatType type : {kAggregate, kLargePool}) {
+    for (int64_t i = 0; i < blocks; ++i) {
+      stats.allocation[type].Increase(1);
+      stats.active[type].Increase(1);
+      stats.allocated_bytes[type].Increase(1 << 20);
+      stats.active_bytes[type].Increase(1 << 20);
+      stats.requested_bytes[type].Increase(1 << 20);
+    }
+    stats.segment[type].Increase(1);
+    stats.reserved_bytes[type].Increase(reserved);
+  }
+  return stats;
+}
+
+TEST(PlausibleLocalStatsTest, TakesWhatAnAllocatorPublishes) {
+  EXPECT_TRUE(PlausibleLocalStats(DeviceStats{}, 0));
+  DeviceStats stats = Allocated(4, 20 << 20);
+  EXPECT_TRUE(PlausibleLocalStats(stats, 20 << 20));
+  stats.ResetAccumulated();
+  EXPECT_TRUE(PlausibleLocalStats(stats, 20 << 20));
+  stats.ResetPeak();
+  EXPECT_TRUE(PlausibleLocalStats(stats, 20 << 20));
+  stats.num_ooms = kMaxLocalFigure;
+  EXPECT_TRUE(PlausibleLocalStats(stats, 20 << 20));
+}
+
+// What an attack published, each refused: figures that would have moved the
+// device's (and other sessions') figures beyond the session's own leases.
+TEST(PlausibleLocalStatsTest, RefusesFiguresNoAllocatorHas) {
+  const int64_t reserved = 20 << 20;
+  auto refused = [&](auto lie) {
+    DeviceStats stats = Allocated(4, reserved);
+    lie(stats);
+    return !PlausibleLocalStats(stats, reserved);
+  };
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.num_ooms = INT64_MAX; }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.num_alloc_retries = -1; }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.allocation[kAggregate].allocated = INT64_MAX; }));
+  // 10^15 blocks in 4 MiB.
+  EXPECT_TRUE(refused([](DeviceStats& s) {
+    for (StatType t : {kAggregate, kLargePool}) {
+      s.allocation[t].current = s.allocation[t].peak = 1'000'000'000'000'000;
+    }
+  }));
+  // 10^18 bytes in the large pool, 4 MiB in all.
+  EXPECT_TRUE(refused([](DeviceStats& s) {
+    s.allocated_bytes[kLargePool].current = s.allocated_bytes[kLargePool].peak =
+        1'000'000'000'000'000'000;
+  }));
+  // Pools that do not add up, in each of current, allocated, freed, peak.
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.active[kSmallPool].Increase(1); }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.requested_bytes[kAggregate].freed += 512; }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.allocated_bytes[kAggregate].peak = 1 << 30; }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.inactive_split_bytes[kAggregate].current = 1; }));
+  EXPECT_TRUE(refused([](DeviceStats& s) {
+    for (StatType t : {kAggregate, kLargePool}) s.inactive_split_bytes[t].Increase(21 << 20);
+  }));
+  EXPECT_TRUE(refused([](DeviceStats& s) { s.oversize_allocations.current = 1; }));
+}
+
+TEST(MergeLocalStatsTest, SumsSaturate) {
+  DeviceStats daemon;
+  daemon.num_ooms = INT64_MAX - 1;
+  daemon.allocation[kAggregate].allocated = INT64_MAX;
+  DeviceStats local;
+  local.num_ooms = 5;
+  local.allocation[kAggregate].allocated = 1;
+  const DeviceStats merged = MergeLocalStats(daemon, local);
+  EXPECT_EQ(merged.num_ooms, INT64_MAX);
+  EXPECT_EQ(merged.allocation[kAggregate].allocated, INT64_MAX);
+  EXPECT_EQ(SaturatingAdd(1, 2), 3);
+}
+
+TEST(RetiredLocalStatsTest, KeepsCountersAndCountsWhatWasHeldAsFreed) {
+  DeviceStats stats = Allocated(3, 20 << 20);
+  stats.num_ooms = 2;
+  const DeviceStats retired = RetiredLocalStats(stats);
+  EXPECT_EQ(retired.num_ooms, 2);
+  EXPECT_EQ(retired.allocation[kAggregate].current, 0);
+  EXPECT_EQ(retired.allocation[kAggregate].peak, 0);
+  EXPECT_EQ(retired.allocation[kAggregate].allocated, 3);
+  EXPECT_EQ(retired.allocation[kAggregate].freed, 3);
+  EXPECT_EQ(retired.allocated_bytes[kLargePool].freed, 3 << 20);
+}
+
 }  // namespace
 }  // namespace gpumux
