@@ -47,7 +47,12 @@ ClientQueries::Pending ClientQueries::AskAndWait(absl::Span<const SessionId> ses
     request = next_request_++;
     Pending& pending = pending_[request];
     for (SessionId session : sessions) {
-      if (unresponsive_.contains(session)) continue;
+      if (unresponsive_.contains(session)) {
+        pending.missing[session] =
+            "was not asked: it let an earlier question pass its deadline and has answered "
+            "nothing since";
+        continue;
+      }
       pending.waiting.insert(session);
       asked.push_back(session);
     }
@@ -80,14 +85,15 @@ size_t ClientQueries::ReleaseCached(absl::Span<const SessionId> sessions, Device
       .answered;
 }
 
-absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> ClientQueries::LeaseBlocks(
-    absl::Span<const SessionId> sessions, absl::Time deadline) {
+ClientQueries::LeaseBlocksAnswers ClientQueries::LeaseBlocks(absl::Span<const SessionId> sessions,
+                                                             absl::Time deadline) {
   if (sessions.empty()) return {};
   Pending pending = AskAndWait(
       sessions, deadline, [](NoticeSink& sink, uint64_t request) { sink.AskLeaseBlocks(request); });
   // Answers still in parts at the deadline are incomplete: drop them.
   for (SessionId session : pending.waiting) pending.blocks.erase(session);
-  return std::move(pending.blocks);
+  return LeaseBlocksAnswers{.blocks = std::move(pending.blocks),
+                            .missing = std::move(pending.missing)};
 }
 
 void ClientQueries::OnCacheReleased(SessionId session, uint64_t request) {
@@ -113,6 +119,9 @@ void ClientQueries::OnLeaseBlocks(SessionId session, uint64_t request,
     // unanswered, and nothing more of it is kept.
     pending.blocks.erase(session);
     pending.waiting.erase(session);
+    pending.missing[session] =
+        absl::StrCat("answered too much: over ", kMaxAnswerSegments, " segments or ",
+                     kMaxAnswerBlocks, " blocks, so its answer was dropped");
     return;
   }
   for (SegmentSnapshot& segment : segments) answer.push_back(std::move(segment));
@@ -130,11 +139,11 @@ void ClientQueries::OnSessionClosed(SessionId session) {
   }
 }
 
-void FillLeaseBlocks(const absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>>& answers,
-                     absl::Duration timeout, std::vector<SegmentSnapshot>& segments) {
+void FillLeaseBlocks(const ClientQueries::LeaseBlocksAnswers& answers, absl::Duration timeout,
+                     std::vector<SegmentSnapshot>& segments) {
   // The answers' segments by (session, device, address).
   absl::flat_hash_map<std::tuple<uint64_t, int32_t, uint64_t>, const SegmentSnapshot*> listed;
-  for (const auto& [session, answer] : answers) {
+  for (const auto& [session, answer] : answers.blocks) {
     for (const SegmentSnapshot& s : answer)
       listed.emplace(std::make_tuple(session.value(), s.device.value(), s.address), &s);
   }
@@ -144,7 +153,10 @@ void FillLeaseBlocks(const absl::flat_hash_map<SessionId, std::vector<SegmentSna
     // Why the blocks are not known, or empty when they are.
     std::string unavailable;
     const SegmentSnapshot* answer = nullptr;
-    if (!answers.contains(session)) {
+    if (auto why = answers.missing.find(session); why != answers.missing.end()) {
+      unavailable =
+          absl::StrCat("blocks unavailable: session ", session.value(), "'s client ", why->second);
+    } else if (!answers.blocks.contains(session)) {
       unavailable = absl::StrCat("blocks unavailable: session ", session.value(),
                                  "'s client did not answer within ", absl::FormatDuration(timeout));
     } else if (auto it = listed.find(

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -47,12 +48,19 @@ class ClientQueries {
   size_t ReleaseCached(absl::Span<const SessionId> sessions, DeviceIndex device,
                        absl::Time deadline);
 
+  // What a blocks question got.
+  struct LeaseBlocksAnswers {
+    // Per session that answered completely and within the bounds above, the
+    // segments it listed (device, address and blocks only: nothing else in
+    // them is read).
+    absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> blocks;
+    // Why a session has none where it is not that its client did not answer
+    // by the deadline: "was not asked: ..." or "answered too much: ...".
+    absl::flat_hash_map<SessionId, std::string> missing;
+  };
   // Asks each of `sessions` for the blocks of its leases and waits as
-  // ReleaseCached does. Returns, per session that answered completely and
-  // within the bounds above, the segments it listed (device, address and
-  // blocks only: nothing else in them is read).
-  absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> LeaseBlocks(
-      absl::Span<const SessionId> sessions, absl::Time deadline);
+  // ReleaseCached does.
+  LeaseBlocksAnswers LeaseBlocks(absl::Span<const SessionId> sessions, absl::Time deadline);
 
   // A client's answers, from its session stream. Answers nobody waits for
   // (late, repeated, never asked) are dropped, but show the client alive.
@@ -70,6 +78,8 @@ class ClientQueries {
     // For a blocks question: the answers so far, complete or not.
     absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> blocks;
     absl::flat_hash_map<SessionId, size_t> block_counts;
+    // Sessions without an answer for another reason than time, and why.
+    absl::flat_hash_map<SessionId, std::string> missing;
   };
 
   // Registers a question to `sessions`, asks each through `ask` (skipping
@@ -94,10 +104,10 @@ class ClientQueries {
 // segment exactly, in address order, each a multiple of 512 bytes with a
 // known state and a requested size within it. The segment's allocated,
 // active and requested sizes are summed here from the blocks, never taken
-// from the client. A leased segment without a usable answer keeps no blocks
-// and gets `blocks_unavailable`, which says why; `timeout` is how long the
-// clients were given.
-void FillLeaseBlocks(const absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>>& answers,
-                     absl::Duration timeout, std::vector<SegmentSnapshot>& segments);
+// from the client. A leased segment without a usable answer gets
+// `blocks_unavailable`, which says why (`timeout` is how long the clients
+// were given), and one block of unknown state spanning it.
+void FillLeaseBlocks(const ClientQueries::LeaseBlocksAnswers& answers, absl::Duration timeout,
+                     std::vector<SegmentSnapshot>& segments);
 
 }  // namespace gpumux

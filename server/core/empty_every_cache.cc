@@ -31,7 +31,7 @@ absl::StatusOr<EmptyCacheResult> EmptyEveryCache(MemoryManager& memory, ClientQu
         memory.PressureCandidates(kOperator, on, Shortage::kDevice);
     if (holders.empty()) continue;
     GPUMUX_ASSIGN_OR_RETURN(const DeviceStats before, memory.GetStats(on, std::nullopt));
-    queries.ReleaseCached(holders, on, deadline);
+    memory.AskToRelease(on, holders, [&] { queries.ReleaseCached(holders, on, deadline); });
     GPUMUX_ASSIGN_OR_RETURN(const DeviceStats after, memory.GetStats(on, std::nullopt));
     released.released_bytes += Drop(before.reserved_bytes, after.reserved_bytes);
     released.released_segments += Drop(before.segment, after.segment);

@@ -66,6 +66,7 @@ void MemoryManager::AddSession(SessionId session, const std::string& tenant) {
   SessionBooks& books = books_[session];
   books.imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
   books.leases.assign(static_cast<size_t>(allocator_.device_count()), 0);
+  books.fruitless.assign(static_cast<size_t>(allocator_.device_count()), std::nullopt);
 }
 
 absl::Status MemoryManager::SetTenantLimit(const std::string& tenant,
@@ -120,9 +121,16 @@ std::vector<SessionId> MemoryManager::PressureCandidates(SessionId session, Devi
       std::optional<SessionRecord> info = sessions_->Get(other);
       if (!info.has_value() || info->tenant != *tenant) continue;
     }
-    const DeviceStats stats = SessionStatsWithPage(device, other);
-    if (stats.reserved_bytes[kAggregate].current > stats.allocated_bytes[kAggregate].current)
-      out.push_back(other);
+    const CacheFigures figures = CacheFiguresOf(device, other);
+    if (figures.reserved <= figures.allocated) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      auto books = books_.find(other);
+      if (books == books_.end()) continue;
+      // Nothing to give when last asked, and nothing changed since.
+      if (books->second.fruitless[static_cast<size_t>(device.value())] == figures) continue;
+    }
+    out.push_back(other);
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -645,6 +653,29 @@ std::vector<TenantUsage> MemoryManager::ListTenants() const {
     usage.allocated_bytes = allocated;
   }
   return tenants;
+}
+
+void MemoryManager::AskToRelease(DeviceIndex device, absl::Span<const SessionId> holders,
+                                 absl::FunctionRef<void()> ask) {
+  std::vector<CacheFigures> before;
+  before.reserve(holders.size());
+  for (SessionId holder : holders) before.push_back(CacheFiguresOf(device, holder));
+  ask();
+  for (size_t i = 0; i < holders.size(); ++i) {
+    const CacheFigures after = CacheFiguresOf(device, holders[i]);
+    if (after.reserved < before[i].reserved) continue;  // it gave something back
+    absl::MutexLock lock(&mu_);
+    auto books = books_.find(holders[i]);
+    if (books != books_.end()) books->second.fruitless[static_cast<size_t>(device.value())] = after;
+  }
+}
+
+MemoryManager::CacheFigures MemoryManager::CacheFiguresOf(DeviceIndex device,
+                                                          SessionId session) const {
+  const DeviceStats stats = SessionStatsWithPage(device, session);
+  return CacheFigures{.reserved = stats.reserved_bytes[kAggregate].current,
+                      .allocated = stats.allocated_bytes[kAggregate].current,
+                      .active = stats.active_bytes[kAggregate].current};
 }
 
 DeviceStats MemoryManager::SessionStatsWithPage(DeviceIndex device, SessionId session) const {

@@ -173,8 +173,18 @@ class MemoryManager {
   // `session`'s tenant for its tenant's limit, none for its own limit, whose
   // relief is its own cache). Cached: reserved over allocated by their stats
   // pages, or any lease at all for a session without a page.
+  // A session asked before that returned nothing is left out until its
+  // figures on `device` change (AskToRelease).
   std::vector<SessionId> PressureCandidates(SessionId session, DeviceIndex device,
                                             Shortage shortage) const;
+  // Runs `ask`, which asks `holders` (PressureCandidates) to return their
+  // cached leases on `device` and waits for their answers, and notes each
+  // holder whose reserved bytes there did not drop: PressureCandidates leaves
+  // it out until its reserved, allocated or active bytes there change. A
+  // holder with nothing wholly free, which answers late or not at all, then
+  // costs the deadline once, not at every allocation of every other session.
+  void AskToRelease(DeviceIndex device, absl::Span<const SessionId> holders,
+                    absl::FunctionRef<void()> ask);
   // Checks every id, then frees them all: INVALID_ARGUMENT for more than
   // kMaxFreeIds ids or kMaxWaitEventHandles handles, an id named twice or a
   // handle that is not kIpcEventHandleBytes long; NOT_FOUND for an id that
@@ -301,9 +311,19 @@ class MemoryManager {
     Block* block = nullptr;
     bool imported = false;
   };
+  // What AskToRelease compares: a session's figures on one device.
+  struct CacheFigures {
+    int64_t reserved = 0;
+    int64_t allocated = 0;
+    int64_t active = 0;
+    bool operator==(const CacheFigures&) const = default;
+  };
   struct SessionBooks {
     absl::flat_hash_set<AllocationId> ids;
-    std::vector<uint32_t> leases;          // per device: live leases
+    std::vector<uint32_t> leases;  // per device: live leases
+    // Per device: its figures when asked to return its cache it returned
+    // nothing; not asked again while they are the same.
+    std::vector<std::optional<CacheFigures>> fruitless;
     std::vector<uint64_t> imported_bytes;  // per device
     // Allocate and Free calls between their books and the allocator now,
     // and HoldAllocations' uses; ReleaseSession waits for them.
@@ -364,6 +384,7 @@ class MemoryManager {
   void OnPagesUnmapped(DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size);
   // The session's daemon-side stats on `device` merged with its page's.
   DeviceStats SessionStatsWithPage(DeviceIndex device, SessionId session) const;
+  CacheFigures CacheFiguresOf(DeviceIndex device, SessionId session) const;
 
   DeviceBackend* backend_;
   const Limits limits_;

@@ -55,7 +55,9 @@ grpc::ServerUnaryReactor* MemoryService::ServeRelievingPressure(
   // Waiting for other processes must not hold a gRPC thread.
   FinishOnExecutor(reactor, *sessions_, *executor_, *session,
                    [this, device, holders = std::move(holders), attempt, fill](SessionId s) {
-                     queries_->ReleaseCached(holders, device, absl::Now() + reply_timeout_);
+                     memory_->AskToRelease(device, holders, [&] {
+                       queries_->ReleaseCached(holders, device, absl::Now() + reply_timeout_);
+                     });
                      absl::StatusOr<AllocationView> retried = attempt(s, /*first=*/false);
                      if (!retried.ok()) return retried.status();
                      fill(*retried);

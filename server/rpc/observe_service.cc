@@ -77,7 +77,7 @@ grpc::ServerUnaryReactor* ObserveService::GetMemorySnapshot(
   std::vector<SessionId> ask(leasing.begin(), leasing.end());
   absl::Status started =
       executor_->Run([this, reactor, response, device, session, ask = std::move(ask)] {
-        const absl::flat_hash_map<SessionId, std::vector<SegmentSnapshot>> answers =
+        const ClientQueries::LeaseBlocksAnswers answers =
             queries_->LeaseBlocks(ask, absl::Now() + reply_timeout_);
         // The books as they are now, after the answers: a lease returned
         // meanwhile is gone from both.

@@ -212,7 +212,8 @@ TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
   EXPECT_EQ(Stat(*client, "num_ooms"), 1);
 
   // Another process's snapshot does not hang either: the stopped client's
-  // leases are there, marked.
+  // leases are there, marked. It is not even asked: it let the pressure
+  // question pass its deadline.
   Observer observer(daemon.address());
   const SessionId stopped = SessionNamed(observer, "cache");
   start = Clock::now();
@@ -232,7 +233,8 @@ TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
     EXPECT_EQ(segment.allocated_size, 0u);
     EXPECT_EQ(segment.blocks_unavailable_reason,
               absl::StrCat("blocks unavailable: session ", stopped.value(),
-                           "'s client did not answer within 500ms"));
+                           "'s client was not asked: it let an earlier question pass its deadline "
+                           "and has answered nothing since"));
   }
 
   // Woken, the client answers late: its cache comes back all the same.

@@ -167,8 +167,8 @@ TEST_F(SessionAnswersTest, LiesMarkOnlyTheLiarsLeasesAndTheDaemonServesOn) {
   EXPECT_FALSE(segment->blocks_unavailable());
   EXPECT_EQ(segment->allocated_size(), 4096u);
 
-  // A liar that answers nothing is marked by the deadline; an answer past
-  // the bounds is as good as none.
+  // An answer past the bounds is as good as none, and says so (it used to
+  // read as no answer within the deadline).
   snapshot = SnapshotAnswering(liar, [&](uint64_t request) {
     v1::SessionClientMessage huge = Answer(request, gap, {});
     v1::SnapshotSegment* first = huge.mutable_lease_blocks()->mutable_segments(0);
@@ -179,9 +179,78 @@ TEST_F(SessionAnswersTest, LiesMarkOnlyTheLiarsLeasesAndTheDaemonServesOn) {
   ASSERT_NE(segment, nullptr);
   EXPECT_EQ(segment->blocks_unavailable_reason(),
             absl::StrCat("blocks unavailable: session ", liar.id(),
+                         "'s client answered too much: over 65536 segments or 4194304 blocks, so "
+                         "its answer was dropped"));
+  // One block of unknown state spans the lease, for PyTorch's tools.
+  ASSERT_EQ(segment->blocks_size(), 1);
+  EXPECT_EQ(segment->blocks(0).state(), "unknown");
+  EXPECT_EQ(segment->blocks(0).size(), segment->total_size());
+
+  // A liar that answers nothing is marked by the deadline, and then not
+  // asked until it answers something; each reason is its own.
+  snapshot = SnapshotAnswering(liar, [](uint64_t) {});
+  segment = Find(snapshot, gap.address());
+  ASSERT_NE(segment, nullptr);
+  EXPECT_EQ(segment->blocks_unavailable_reason(),
+            absl::StrCat("blocks unavailable: session ", liar.id(),
                          "'s client did not answer within 300ms"));
+  v1::MemorySnapshot unasked;
+  {
+    auto observe = v1::Observe::NewStub(channel_);
+    grpc::ClientContext context;
+    ASSERT_TRUE(observe->GetMemorySnapshot(&context, v1::ObserveSnapshotRequest(), &unasked).ok());
+  }
+  segment = Find(unasked, gap.address());
+  ASSERT_NE(segment, nullptr);
+  EXPECT_EQ(segment->blocks_unavailable_reason(),
+            absl::StrCat("blocks unavailable: session ", liar.id(),
+                         "'s client was not asked: it let an earlier question pass its deadline "
+                         "and has answered nothing since"));
   EXPECT_TRUE(liar.Ping().ok());
   EXPECT_TRUE(bystander.Ping().ok());
+}
+
+// A holder asked to return its cache that gave nothing back is not asked
+// again until its figures change: one that answered just inside the
+// deadline, with nothing, used to delay every allocation of every other
+// session by that much, every time.
+TEST_F(SessionAnswersTest, AHolderThatGaveNothingIsNotAskedAgainUntilItsFiguresChange) {
+  RawSession holder(channel_, "holder");
+  RawSession requester(channel_, "requester");
+  Lease(holder);  // 2 MiB cached, nothing of it given back below
+  v1::Allocation most;
+  ASSERT_TRUE(requester.Allocate(0, 60 << 20, &most).ok());  // 2 of 64 MiB left
+  // The next release question the holder reads (on another thread: it
+  // blocks), answered with nothing given back.
+  auto answer_next_question = [&] {
+    return std::async(std::launch::async, [&] {
+      v1::SessionServerMessage notice;
+      while (holder.ReadNotice(&notice) && !notice.has_release_cached()) {
+      }
+      v1::SessionClientMessage answer;
+      answer.mutable_cache_released()->set_request_id(notice.release_cached().request_id());
+      holder.Send(answer);
+      return notice.release_cached().request_id();
+    });
+  };
+  auto first = answer_next_question();
+  v1::Allocation refused;
+  EXPECT_EQ(requester.Allocate(0, 4 << 20, &refused).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const uint64_t asked = first.get();
+  ASSERT_NE(asked, 0u);
+  // Refused again without asking it: its figures are as they were.
+  EXPECT_EQ(requester.Allocate(0, 4 << 20, &refused).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Its figures change (a second lease, the last 2 MiB): asked again, by the
+  // very next question (had the refusal above asked it, this would be the
+  // one after).
+  Lease(holder);
+  auto second = answer_next_question();
+  EXPECT_EQ(requester.Allocate(0, 4 << 20, &refused).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(second.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(second.get(), asked + 1);
 }
 
 }  // namespace
