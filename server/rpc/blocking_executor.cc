@@ -31,6 +31,13 @@ absl::Status BlockingExecutor::Run(uint64_t key, Task task) {
   absl::MutexLock lock(&mu_);
   Key& state = keys_[key];
   if (state.admitted >= max_running_per_key_) {
+    const size_t most = key == kNoSession ? max_waiting_per_key_ / 4 : max_waiting_per_key_;
+    if (state.waiting.size() >= most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          key == kNoSession ? "calls without a session" : "this session's blocking calls", ": ",
+          max_running_per_key_, " run and ", most,
+          " wait already, the most allowed; retry once some have ended"));
+    }
     state.waiting.push_back(std::move(task));  // admitted when one of its tasks ends
     return absl::OkStatus();
   }

@@ -11,7 +11,11 @@
 // the peak number of concurrently running tasks) until idle for
 // `idle_timeout`, and number at most `max_threads` in all
 // (gpumuxd --blocking-threads): past it tasks queue for a free worker, so
-// the daemon's threads are bounded, not counted per session. Thread-safe.
+// the daemon's threads are bounded, not counted per session. The tasks of a
+// key waiting for one of its own to end are bounded too
+// (`max_waiting_per_key`; a quarter of it for the tasks of no session, which
+// anyone reaching the observe port may send): past it a task is refused, so
+// no caller can grow the daemon's memory with calls that wait. Thread-safe.
 
 #include <cstddef>
 #include <cstdint>
@@ -32,20 +36,24 @@ namespace gpumux {
 class BlockingExecutor {
  public:
   static constexpr size_t kDefaultMaxThreads = 512;
+  static constexpr size_t kDefaultMaxWaitingPerKey = 1024;
   explicit BlockingExecutor(size_t max_running_per_key = 64,
                             size_t max_threads = kDefaultMaxThreads,
-                            absl::Duration idle_timeout = absl::Seconds(2))
+                            absl::Duration idle_timeout = absl::Seconds(2),
+                            size_t max_waiting_per_key = kDefaultMaxWaitingPerKey)
       : max_running_per_key_(max_running_per_key),
         max_threads_(max_threads),
-        idle_timeout_(idle_timeout) {}
+        idle_timeout_(idle_timeout),
+        max_waiting_per_key_(max_waiting_per_key) {}
   // Runs every task, queued or waiting for its key, then joins the workers.
   ~BlockingExecutor();
   BlockingExecutor(const BlockingExecutor&) = delete;
   BlockingExecutor& operator=(const BlockingExecutor&) = delete;
 
   // Key: the session the task serves (its id). RESOURCE_EXHAUSTED, with the
-  // task dropped unrun, only when it needs a worker, none exists and the
-  // system refuses a new thread (a pids or thread limit).
+  // task dropped unrun, when its key has as many tasks waiting as allowed,
+  // or when it needs a worker, none exists and the system refuses a new
+  // thread (a pids or thread limit).
   absl::Status Run(uint64_t key, absl::AnyInvocable<void() &&> task);
   // A task of no session (Device.Synchronize): all such tasks share one key.
   absl::Status Run(absl::AnyInvocable<void() &&> task) { return Run(kNoSession, std::move(task)); }
@@ -67,6 +75,7 @@ class BlockingExecutor {
   const size_t max_running_per_key_;
   const size_t max_threads_;
   const absl::Duration idle_timeout_;
+  const size_t max_waiting_per_key_;
   mutable absl::Mutex mu_;
   std::deque<std::pair<uint64_t, Task>> queue_ ABSL_GUARDED_BY(mu_);  // admitted, not started
   absl::flat_hash_map<uint64_t, Key> keys_ ABSL_GUARDED_BY(mu_);      // keys with admitted tasks

@@ -9,11 +9,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 
 namespace gpumux {
 namespace {
+
+using ::gpumux::testing::StatusIs;
+using ::testing::HasSubstr;
 
 constexpr auto kPatience = absl::Seconds(10);
 
@@ -122,6 +126,38 @@ TEST(BlockingExecutorTest, IdleWorkersLeaveAndLaterTasksStillRun) {
   absl::Notification again;
   ASSERT_OK(executor.Run(1, [&] { again.Notify(); }));
   EXPECT_TRUE(again.WaitForNotificationWithTimeout(kPatience));
+}
+
+// The tasks waiting for their key's are bounded: 20,000 session-less
+// Device.Synchronize calls from the observe port used to queue 446 MB.
+TEST(BlockingExecutorTest, WaitingTasksAreBoundedPerKey) {
+  absl::Notification release;
+  std::atomic<int> ran{0};
+  {
+    BlockingExecutor executor(/*max_running_per_key=*/2, /*max_threads=*/8,
+                              /*idle_timeout=*/absl::Seconds(2), /*max_waiting_per_key=*/8);
+    auto blocked = [&] {
+      release.WaitForNotification();
+      ran.fetch_add(1);
+    };
+    // A session's key: 2 run, 8 wait, the 11th is refused.
+    for (int i = 0; i < 10; ++i) ASSERT_OK(executor.Run(1, blocked));
+    EXPECT_THAT(executor.Run(1, blocked),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("this session's blocking calls: 2 run and 8 "
+                                   "wait already, the most allowed")));
+    // No session: a quarter as many may wait.
+    for (int i = 0; i < 4; ++i) ASSERT_OK(executor.Run(blocked));
+    EXPECT_THAT(executor.Run(blocked),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("calls without a session: 2 run and 2 wait")));
+    // Other keys are untouched.
+    absl::Notification other;
+    ASSERT_OK(executor.Run(2, [&] { other.Notify(); }));
+    EXPECT_TRUE(other.WaitForNotificationWithTimeout(kPatience));
+    release.Notify();
+  }
+  EXPECT_EQ(ran.load(), 14);
 }
 
 }  // namespace
