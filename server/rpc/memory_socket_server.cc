@@ -136,11 +136,11 @@ void MemorySocketServer::Run() {
             break;
           }
           if (connections.size() >= options_.max_connections) {
-            connections_refusal_
-                .Refuse(
-                    absl::StrCat("memory socket: ", connections.size(),
-                                 " connections are open, the most it serves; closing a new one"))
-                .IgnoreError();
+            // Told why before it is closed: its first request reads this.
+            const absl::Status refused = connections_refusal_.Refuse(
+                absl::StrCat("memory socket: ", connections.size(),
+                             " connections are open, the most it serves; retry once some close"));
+            SendFds(socket.get(), FormatMemoryReply(refused, 0), {}).IgnoreError();
             continue;
           }
           if (getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
@@ -182,6 +182,9 @@ bool MemorySocketServer::ServeRequests(Connection& connection) {
       if (!absl::IsOutOfRange(request.status())) {
         spdlog::debug("memory socket: closing a connection of pid {}: {}", connection.peer.pid,
                       request.status().ToString());
+        // A message cut short (too many descriptors, too long): the peer is
+        // told why before the connection closes.
+        SendFds(connection.socket.get(), FormatMemoryReply(request.status(), 0), {}).IgnoreError();
       }
       return false;
     }

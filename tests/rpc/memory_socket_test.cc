@@ -177,11 +177,55 @@ TEST_F(MemorySocketTest, AnOversizedRequestClosesOnlyItsConnection) {
   const std::string huge(kMaxPassedPayload + 100, 'x');
   ASSERT_EQ(send(socket.fd(), huge.data(), huge.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(huge.size()));
-  char reply[16];
-  EXPECT_EQ(recv(socket.fd(), reply, sizeof(reply), 0), 0) << "the connection stayed open";
+  // Told why, then closed.
+  absl::StatusOr<PassedMessage> reply = ReceiveFds(socket.fd());
+  ASSERT_OK(reply);
+  uint64_t size = 0;
+  EXPECT_THAT(ParseMemoryReply(reply->payload, &size),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("was cut short")));
+  char byte;
+  EXPECT_EQ(recv(socket.fd(), &byte, 1, 0), 0) << "the connection stayed open";
   RawMemorySocket next(MemoryPath());
   ASSERT_TRUE(next.connected());
   EXPECT_OK(next.Ask(FormatMemoryRequest(session.credentials(), a.segment_handle().data())));
+}
+
+// 200 descriptors on one request (past what a request's control buffer
+// takes): they are closed, the peer is told why, and the connection closes.
+TEST_F(MemorySocketTest, ARequestWithTooManyDescriptorsIsAnsweredAndClosed) {
+  RawMemorySocket socket(MemoryPath());
+  ASSERT_TRUE(socket.connected());
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  std::vector<int> fds(200, pipe_fds[0]);
+  const std::string payload = "gmxmem1 x y";
+  iovec io{const_cast<char*>(payload.data()), payload.size()};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * fds.size());
+  ASSERT_EQ(sendmsg(socket.fd(), &message, MSG_NOSIGNAL), static_cast<ssize_t>(payload.size()));
+  close(pipe_fds[0]);
+  absl::StatusOr<PassedMessage> reply = ReceiveFds(socket.fd());
+  ASSERT_OK(reply);
+  uint64_t size = 0;
+  EXPECT_THAT(
+      ParseMemoryReply(reply->payload, &size),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("16 descriptors was cut short")));
+  char byte;
+  EXPECT_EQ(recv(socket.fd(), &byte, 1, 0), 0) << "the connection stayed open";
+  // Every copy the daemon received is closed: the pipe has no reader.
+  signal(SIGPIPE, SIG_IGN);
+  EXPECT_EQ(write(pipe_fds[1], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  close(pipe_fds[1]);
 }
 
 TEST_F(MemorySocketTest, AStagingBufferIsItsSessionsAlone) {
