@@ -34,6 +34,7 @@
 #include "common/memory_socket.h"
 #include "server/core/client_queries.h"
 #include "server/core/comm_work.h"
+#include "server/core/device_profiler.h"
 #include "server/core/device_work.h"
 #include "server/core/group_device.h"
 #include "server/core/group_registry.h"
@@ -70,6 +71,7 @@
 #include "server/rpc/stream_service.h"
 #include "server/rpc/tcp_credentials.h"
 #include "server/rpc/tcp_deny_service.h"
+#include "server/rpc/unserved_method_service.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -231,6 +233,47 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
 }
 
 // Every service whose calls /metrics counts.
+// The services of `names`, then gRPC's health and reflection, which every
+// server has.
+std::vector<std::string> WithGrpcServices(std::vector<std::string> names) {
+  names.push_back("grpc.health.v1.Health");
+  names.push_back("grpc.reflection.v1alpha.ServerReflection");
+  return names;
+}
+
+constexpr const char* kRendezvousWhere =
+    "the TCP listener in its full mode (gpumuxd --listen, --tcp-mode=full), where the daemons of "
+    "a group meet";
+
+// The main socket's answer to a call of no service of its own.
+std::unique_ptr<UnservedMethodService> UnixUnserved() {
+  std::vector<std::string> names(std::begin(kServiceNames), std::end(kServiceNames));
+  names.push_back("gpumux.v1.Profile");
+  return std::make_unique<UnservedMethodService>(
+      "the Unix socket", WithGrpcServices(std::move(names)),
+      absl::flat_hash_map<std::string, std::string>{{"gpumux.v1.Rendezvous", kRendezvousWhere}});
+}
+
+// The full TCP listener's.
+std::unique_ptr<UnservedMethodService> TcpUnserved() {
+  std::vector<std::string> names(std::begin(kServiceNames), std::end(kServiceNames));
+  names.push_back("gpumux.v1.Rendezvous");
+  return std::make_unique<UnservedMethodService>(
+      "the TCP listener", WithGrpcServices(std::move(names)),
+      absl::flat_hash_map<std::string, std::string>{
+          {"gpumux.v1.Profile", "the daemon's Unix socket"}});
+}
+
+// The admin socket's (both of its servers).
+std::unique_ptr<UnservedMethodService> AdminUnserved() {
+  absl::flat_hash_map<std::string, std::string> elsewhere;
+  for (const char* name : kServiceNames) elsewhere[name] = "the daemon's main Unix socket";
+  elsewhere["gpumux.v1.Profile"] = "the daemon's main Unix socket";
+  elsewhere["gpumux.v1.Rendezvous"] = kRendezvousWhere;
+  return std::make_unique<UnservedMethodService>(
+      "the admin socket", WithGrpcServices({"gpumux.v1.Admin"}), std::move(elsewhere));
+}
+
 std::vector<std::string> CountedServices() {
   std::vector<std::string> services(std::begin(kServiceNames), std::end(kServiceNames));
   services.push_back("gpumux.v1.Admin");
@@ -357,6 +400,11 @@ struct Daemon::State {
   std::unique_ptr<grpc::Server> admin_server;            // operators' connections
   std::unique_ptr<grpc::Server> admin_refusal_server;    // everyone else's
   TcpDenyService tcp_deny_service;
+  // What each server answers a call of no service it has (one per server).
+  std::unique_ptr<UnservedMethodService> unix_unserved = UnixUnserved();
+  std::unique_ptr<UnservedMethodService> tcp_unserved = TcpUnserved();
+  std::unique_ptr<UnservedMethodService> admin_unserved = AdminUnserved();
+  std::unique_ptr<UnservedMethodService> admin_refusal_unserved = AdminUnserved();
   std::unique_ptr<grpc::Server> unix_server;
   std::unique_ptr<grpc::Server> tcp_server;
   int tcp_port = 0;
@@ -453,6 +501,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
     }
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
     builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    builder.RegisterCallbackGenericService(tcp_unserved.get());
   } else {
     builder.RegisterCallbackGenericService(&tcp_deny_service);
   }
@@ -501,6 +550,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (options.client_reply_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--client-reply-timeout must be positive");
   }
+  if (options.snapshot_answer_reuse < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--snapshot-answer-reuse must not be negative");
+  }
+  if (options.profile_memory < 4 * DeviceProfiler::kRecordBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--profile-memory must be at least ",
+                                                   4 * DeviceProfiler::kRecordBytes,
+                                                   " bytes: a record for each session's quarter"));
+  }
   for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
     if (absl::Status status = CheckTenantName(limit.tenant); !status.ok()) {
       return absl::InvalidArgumentError(
@@ -531,7 +588,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   State& s = *state;
   DeviceBackend* backend = s.backend.get();
   s.sessions.set_max_sessions(options.max_sessions);
-  s.profiler = std::make_unique<DeviceProfiler>(backend);
+  s.profiler = std::make_unique<DeviceProfiler>(backend, options.profile_memory);
   s.streams = std::make_unique<StreamManager>(
       backend,
       StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events},
@@ -585,7 +642,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get(),
                                                    s.profiler.get());
-  s.queries = std::make_unique<ClientQueries>(&s.sessions);
+  s.queries = std::make_unique<ClientQueries>(&s.sessions, options.snapshot_answer_reuse);
   s.session_service = std::make_unique<SessionService>(
       s.lifecycle.get(), &s.sessions, s.queries.get(), backend->name(),
       s.memory->allocator().options().conf, s.profiler.get());
@@ -625,11 +682,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   // The admin servers listen nowhere: the admin socket hands them each
   // connection by descriptor, after reading its peer's credentials. Before
   // the main socket, so that a daemon answering there serves Admin too.
-  for (auto [service, server] : {std::pair<grpc::Service*, std::unique_ptr<grpc::Server>*>{
-                                     s.admin_service.get(), &s.admin_server},
-                                 {s.admin_refusal.get(), &s.admin_refusal_server}}) {
+  for (auto [service, unserved, server] :
+       {std::tuple<grpc::Service*, UnservedMethodService*, std::unique_ptr<grpc::Server>*>{
+            s.admin_service.get(), s.admin_unserved.get(), &s.admin_server},
+        {s.admin_refusal.get(), s.admin_refusal_unserved.get(), &s.admin_refusal_server}}) {
     grpc::ServerBuilder builder;
     builder.RegisterService(service);
+    builder.RegisterCallbackGenericService(unserved);
     builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
     *server = builder.BuildAndStart();
     if (*server == nullptr) {
@@ -663,6 +722,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.RegisterService(s.nvtx_service.get());
   unix_builder.RegisterService(s.profile_service.get());
   unix_builder.RegisterService(s.unix_admin_refusal.get());
+  unix_builder.RegisterCallbackGenericService(s.unix_unserved.get());
   unix_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);

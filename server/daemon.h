@@ -94,6 +94,15 @@ class Daemon {
     // return its cached leases for another session's allocation, or to list
     // its blocks for a snapshot. Must be positive.
     absl::Duration client_reply_timeout = absl::Seconds(1);
+    // How long a client's list of its blocks serves further snapshots
+    // (gpumuxd --snapshot-answer-reuse): snapshots asked for in a loop, from
+    // the observe port too, ask each client at most once per this. 0: ask at
+    // every snapshot.
+    absl::Duration snapshot_answer_reuse = absl::Milliseconds(250);
+    // The memory every open profile's records may take together
+    // (gpumuxd --profile-memory); the profiles of one session a quarter of
+    // it (DeviceProfiler).
+    uint64_t profile_memory = uint64_t{1} << 30;
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in

@@ -76,6 +76,12 @@ ABSL_FLAG(absl::Duration, client_reply_timeout, absl::Seconds(1),
           "how long to wait for a client that allocates locally to answer the daemon: to return "
           "its cached leases for another session (memory pressure), or to list its blocks for a "
           "snapshot");
+ABSL_FLAG(std::string, profile_memory, "1GiB",
+          "the memory every open profile's records may take together; one session's profiles a "
+          "quarter of it");
+ABSL_FLAG(absl::Duration, snapshot_answer_reuse, absl::Milliseconds(250),
+          "how long a local-allocating client's list of its blocks serves further snapshots, so "
+          "that snapshots in a loop ask it at most once per this; 0 asks at every snapshot");
 ABSL_FLAG(std::string, tenant_memory_limit, "",
           "TENANT=SIZE[,TENANT=SIZE...]: a byte limit on all sessions of each tenant together, on "
           "every device (repeatable; SIZE as for --host-device-memory; gpumux tenant-limit changes "
@@ -207,6 +213,13 @@ int main(int argc, char** argv) {
                  std::string(memory.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<uint64_t> profile_memory =
+      gpumux::ParseByteSize(absl::GetFlag(FLAGS_profile_memory));
+  if (!profile_memory.ok()) {
+    std::fprintf(stderr, "gpumuxd: --profile-memory: %s\n",
+                 std::string(profile_memory.status().message()).c_str());
+    return 2;
+  }
   absl::StatusOr<std::vector<gpumux::Daemon::Options::TenantMemoryLimit>> tenant_limits =
       gpumux::ParseTenantMemoryLimits(absl::GetFlag(FLAGS_tenant_memory_limit));
   if (!tenant_limits.ok()) {
@@ -238,6 +251,8 @@ int main(int argc, char** argv) {
   options.blocking_threads = absl::GetFlag(FLAGS_blocking_threads);
   options.tenant_memory_limits = *std::move(tenant_limits);
   options.client_reply_timeout = absl::GetFlag(FLAGS_client_reply_timeout);
+  options.snapshot_answer_reuse = absl::GetFlag(FLAGS_snapshot_answer_reuse);
+  options.profile_memory = *profile_memory;
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.

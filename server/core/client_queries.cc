@@ -85,15 +85,60 @@ size_t ClientQueries::ReleaseCached(absl::Span<const SessionId> sessions, Device
       .answered;
 }
 
-ClientQueries::LeaseBlocksAnswers ClientQueries::LeaseBlocks(absl::Span<const SessionId> sessions,
-                                                             absl::Time deadline) {
+ClientQueries::LeaseBlocksAnswers ClientQueries::LeaseBlocks(
+    absl::Span<const SessionId> sessions, absl::Time deadline,
+    absl::FunctionRef<uint64_t(SessionId)> version) {
   if (sessions.empty()) return {};
+  // Read before asking: an allocation meanwhile makes the answer stale.
+  absl::flat_hash_map<SessionId, uint64_t> versions;
+  for (SessionId session : sessions) versions[session] = version(session);
+  LeaseBlocksAnswers answers;
+  std::vector<SessionId> ask;
+  {
+    absl::MutexLock lock(&mu_);
+    // One question out at a time: its answers serve the askers behind it.
+    auto free = [this] { return !blocks_question_out_; };  // called under mu_
+    if (!mu_.AwaitWithDeadline(absl::Condition(&free), deadline)) {
+      for (SessionId session : sessions) {
+        answers.missing[session] = "was not asked: another snapshot's question was still out";
+      }
+      return answers;
+    }
+    const absl::Time now = absl::Now();
+    for (auto it = answered_.begin(); it != answered_.end();) {
+      if (now - it->second.at >= answer_reuse_) {
+        answered_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    for (SessionId session : sessions) {
+      auto it = answered_.find(session);
+      if (it != answered_.end() && it->second.version == versions[session]) {
+        answers.blocks[session] = it->second.segments;
+      } else {
+        ask.push_back(session);
+      }
+    }
+    if (ask.empty()) return answers;
+    blocks_question_out_ = true;
+  }
   Pending pending = AskAndWait(
-      sessions, deadline, [](NoticeSink& sink, uint64_t request) { sink.AskLeaseBlocks(request); });
+      ask, deadline, [](NoticeSink& sink, uint64_t request) { sink.AskLeaseBlocks(request); });
   // Answers still in parts at the deadline are incomplete: drop them.
   for (SessionId session : pending.waiting) pending.blocks.erase(session);
-  return LeaseBlocksAnswers{.blocks = std::move(pending.blocks),
-                            .missing = std::move(pending.missing)};
+  absl::MutexLock lock(&mu_);
+  blocks_question_out_ = false;
+  const absl::Time now = absl::Now();
+  for (auto& [session, segments] : pending.blocks) {
+    // Kept at most answer_reuse_ (each LeaseBlocks drops older ones), so a
+    // session that ended meanwhile leaves nothing for long.
+    if (answer_reuse_ > absl::ZeroDuration())
+      answered_[session] = Answered{segments, now, versions[session]};
+    answers.blocks[session] = std::move(segments);
+  }
+  for (auto& [session, why] : pending.missing) answers.missing[session] = std::move(why);
+  return answers;
 }
 
 void ClientQueries::OnCacheReleased(SessionId session, uint64_t request) {
@@ -134,6 +179,7 @@ void ClientQueries::OnLeaseBlocks(SessionId session, uint64_t request,
 void ClientQueries::OnSessionClosed(SessionId session) {
   absl::MutexLock lock(&mu_);
   unresponsive_.erase(session);
+  answered_.erase(session);
   for (auto& [request, pending] : pending_) {
     if (pending.waiting.erase(session) > 0) pending.blocks.erase(session);
   }

@@ -11,7 +11,12 @@
 // something (late answers count), so a stalled client costs one deadline,
 // not one per question. Answers are matched
 // by (request id, session), so a client can only answer what it was asked.
-// Thread-safe.
+// A client's complete list of its blocks serves the snapshots that follow
+// within `answer_reuse` while its figures show no allocation or free since,
+// and one blocks question is out at a time (later askers wait for it and
+// use its answers): snapshots in a loop, which anyone reaching the observe
+// port may ask for, cost a busy client one answer per `answer_reuse`, not
+// one per snapshot. Thread-safe.
 
 #include <cstdint>
 #include <optional>
@@ -22,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -40,7 +46,9 @@ class ClientQueries {
   static constexpr size_t kMaxAnswerBlocks = 1 << 22;
 
   // `sessions` must outlive this.
-  explicit ClientQueries(const SessionRegistry* sessions) : sessions_(sessions) {}
+  explicit ClientQueries(const SessionRegistry* sessions,
+                         absl::Duration answer_reuse = absl::ZeroDuration())
+      : sessions_(sessions), answer_reuse_(answer_reuse) {}
 
   // Asks each of `sessions` to return its wholly free cached leases on
   // `device` and waits until each answered or ended, or until `deadline`.
@@ -59,8 +67,13 @@ class ClientQueries {
     absl::flat_hash_map<SessionId, std::string> missing;
   };
   // Asks each of `sessions` for the blocks of its leases and waits as
-  // ReleaseCached does.
-  LeaseBlocksAnswers LeaseBlocks(absl::Span<const SessionId> sessions, absl::Time deadline);
+  // ReleaseCached does. A session that answered completely within
+  // `answer_reuse`, when `version` (a figure that changes with each of its
+  // allocations and frees, MemoryManager::BlocksVersion) is as it was then,
+  // is not asked again: that answer serves. Call without locks `version`
+  // takes.
+  LeaseBlocksAnswers LeaseBlocks(absl::Span<const SessionId> sessions, absl::Time deadline,
+                                 absl::FunctionRef<uint64_t(SessionId)> version);
 
   // A client's answers, from its session stream. Answers nobody waits for
   // (late, repeated, never asked) are dropped, but show the client alive.
@@ -88,7 +101,16 @@ class ClientQueries {
   Pending AskAndWait(absl::Span<const SessionId> sessions, absl::Time deadline, Ask ask);
 
   const SessionRegistry* sessions_;
+  const absl::Duration answer_reuse_;
   absl::Mutex mu_;
+  // The last complete blocks answer of each session, and when it came.
+  struct Answered {
+    std::vector<SegmentSnapshot> segments;
+    absl::Time at;
+    uint64_t version = 0;  // the session's BlocksVersion when asked
+  };
+  absl::flat_hash_map<SessionId, Answered> answered_ ABSL_GUARDED_BY(mu_);
+  bool blocks_question_out_ ABSL_GUARDED_BY(mu_) = false;
   // Sessions that let a question pass its deadline and have not answered
   // anything since: neither asked nor waited for.
   absl::flat_hash_set<SessionId> unresponsive_ ABSL_GUARDED_BY(mu_);

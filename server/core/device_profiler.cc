@@ -59,6 +59,7 @@ struct DeviceProfiler::Profile {
   uint64_t id = 0;
   std::string token;
   std::optional<SessionId> owner;  // none: a window
+  SessionId charged;               // whose budget its records count in: owner, or the window's
   uint64_t capacity = 0;
 
   absl::Mutex mu;
@@ -75,7 +76,33 @@ struct DeviceProfiler::Profile {
   std::optional<HostProfile> host ABSL_GUARDED_BY(mu);
 };
 
-DeviceProfiler::DeviceProfiler(DeviceBackend* backend) : backend_(backend) {}
+DeviceProfiler::DeviceProfiler(DeviceBackend* backend, uint64_t max_bytes)
+    : backend_(backend),
+      max_records_(max_bytes / kRecordBytes),
+      max_records_per_session_(max_bytes / 4 / kRecordBytes) {}
+
+bool DeviceProfiler::TakeRecord(SessionId session) {
+  absl::MutexLock lock(&held_mu_);
+  uint64_t& mine = held_by_[session];
+  if (held_ >= max_records_ || mine >= max_records_per_session_) {
+    if (mine == 0) held_by_.erase(session);
+    return false;
+  }
+  ++held_;
+  ++mine;
+  return true;
+}
+
+void DeviceProfiler::ReturnRecords(SessionId session, uint64_t count) {
+  if (count == 0) return;
+  absl::MutexLock lock(&held_mu_);
+  auto it = held_by_.find(session);
+  if (it == held_by_.end()) return;
+  const uint64_t returned = std::min(count, it->second);
+  it->second -= returned;
+  held_ -= returned;
+  if (it->second == 0) held_by_.erase(it);
+}
 
 DeviceProfiler::~DeviceProfiler() {
   absl::MutexLock lock(&mu_);
@@ -103,6 +130,7 @@ absl::StatusOr<DeviceProfiler::Started> DeviceProfiler::Start(SessionId owner, u
   profile->id = next_id_++;
   profile->token = RandomHex(16);
   profile->owner = owner;
+  profile->charged = owner;
   profiles_.emplace(profile->id, profile);
   return Started{profile->id, profile->token};
 }
@@ -149,6 +177,7 @@ absl::StatusOr<uint64_t> DeviceProfiler::BeginWindow(SessionId session, uint64_t
         "session ", session.value(), " is being profiled already; profile it once that ends"));
   }
   profile->id = next_id_++;
+  profile->charged = session;
   {
     absl::MutexLock profile_lock(&profile->mu);
     profile->sessions.push_back(session);
@@ -395,13 +424,26 @@ void DeviceProfiler::EndWork(Work work, bool ran, bool on_device_too) {
     absl::MutexLock lock(&p.mu);
     if (p.ended) {
       evicted.push_back(std::move(entry));
+    } else if (!TakeRecord(p.charged)) {
+      // Over the memory bound: the oldest gives way, or this is dropped.
+      ++p.dropped_work;
+      if (p.work.empty()) {
+        evicted.push_back(std::move(entry));
+      } else {
+        evicted.push_back(std::move(p.work.front()));
+        p.work.pop_front();
+        p.work.push_back(std::move(entry));
+      }
     } else {
       p.work.push_back(std::move(entry));
+      uint64_t returned = 0;
       while (p.work.size() > p.capacity) {
         evicted.push_back(std::move(p.work.front()));
         p.work.pop_front();
         ++p.dropped_work;
+        ++returned;
       }
+      ReturnRecords(p.charged, returned);
     }
   }
   for (const Profile::Entry& e : evicted) {
@@ -427,14 +469,26 @@ void DeviceProfiler::RangePopped(SessionId session, int depth) {
   std::vector<Profile::OpenRange>& open = profile->open_ranges[session];
   if (depth < 0 || static_cast<size_t>(depth) >= open.size()) return;  // pushed before the window
   open.resize(static_cast<size_t>(depth) + 1);
-  profile->ranges.push_back(NvtxRangeRecord{std::move(open.back().message), session.value(),
-                                            static_cast<uint32_t>(depth), open.back().start_ns,
-                                            ProfileClockNanos()});
+  NvtxRangeRecord range{std::move(open.back().message), session.value(),
+                        static_cast<uint32_t>(depth), open.back().start_ns, ProfileClockNanos()};
   open.pop_back();
+  if (profile->ended) return;
+  if (!TakeRecord(profile->charged)) {
+    // Over the memory bound: the oldest gives way, or this is dropped.
+    ++profile->dropped_ranges;
+    if (profile->ranges.empty()) return;
+    profile->ranges.pop_front();
+    profile->ranges.push_back(std::move(range));
+    return;
+  }
+  profile->ranges.push_back(std::move(range));
+  uint64_t returned = 0;
   while (profile->ranges.size() > profile->capacity) {
     profile->ranges.pop_front();
     ++profile->dropped_ranges;
+    ++returned;
   }
+  ReturnRecords(profile->charged, returned);
 }
 
 DeviceProfiler::CallScope::CallScope(uint64_t call_id) : previous_(current_call) {
@@ -452,6 +506,7 @@ DeviceProfile DeviceProfiler::Collect(Profile& profile) {
   {
     absl::MutexLock lock(&profile.mu);
     profile.ended = true;
+    ReturnRecords(profile.charged, profile.work.size() + profile.ranges.size());
     work.swap(profile.work);
     clocks = profile.clocks;
     out.dropped_work = profile.dropped_work;

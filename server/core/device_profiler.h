@@ -12,7 +12,11 @@
 //     and Finish collects them;
 //   - a window on one live session (`gpumux profile`): BeginWindow/EndWindow.
 // Records are bounded (the newest `capacity` kept; the rest counted as
-// dropped). With nothing profiled, recording costs one relaxed load.
+// dropped), and so is the memory they take, estimated at kRecordBytes a
+// record: `max_bytes` for every open profile together and a quarter of it
+// for the profiles charged to one session (its own, or the windows on it).
+// A record past either bound displaces its profile's oldest, or is dropped.
+// With nothing profiled, recording costs one relaxed load.
 // Thread-safe.
 
 #include <atomic>
@@ -48,9 +52,13 @@ class DeviceProfiler {
   static constexpr uint64_t kDefaultCapacity = uint64_t{1} << 16;
   static constexpr uint64_t kMaxCapacity = uint64_t{1} << 24;
   static constexpr int kMaxProfilesPerSession = 64;
+  // The daemon's memory a kept record takes, a bound of what was measured
+  // (529 bytes a work record, with its events and the deque's share).
+  static constexpr uint64_t kRecordBytes = 600;
+  static constexpr uint64_t kDefaultMaxBytes = uint64_t{1} << 30;
 
   // `backend` must outlive this object.
-  explicit DeviceProfiler(DeviceBackend* backend);
+  explicit DeviceProfiler(DeviceBackend* backend, uint64_t max_bytes = kDefaultMaxBytes);
   ~DeviceProfiler();
   DeviceProfiler(const DeviceProfiler&) = delete;
   DeviceProfiler& operator=(const DeviceProfiler&) = delete;
@@ -156,11 +164,22 @@ class DeviceProfiler {
   DeviceProfile Collect(Profile& profile);
   void ReleaseEvents(Profile& profile);
   absl::StatusOr<std::shared_ptr<Profile>> NewProfile(uint64_t capacity);
+  // Counts one more record kept for `session` when both bounds allow it.
+  bool TakeRecord(SessionId session) ABSL_LOCKS_EXCLUDED(held_mu_);
+  // `count` records of `session` are kept no more.
+  void ReturnRecords(SessionId session, uint64_t count) ABSL_LOCKS_EXCLUDED(held_mu_);
   Work BeginWork(SessionId session, absl::string_view name, const ProfiledSite& site,
                  uint64_t bytes);
   void EndWork(Work work, bool ran, bool on_device_too);
 
   DeviceBackend* const backend_;
+  const uint64_t max_records_;              // all profiles together
+  const uint64_t max_records_per_session_;  // the profiles charged to one session
+  // Records kept by open profiles, in all and per charged session. Taken
+  // after a profile's mu.
+  absl::Mutex held_mu_;
+  uint64_t held_ ABSL_GUARDED_BY(held_mu_) = 0;
+  absl::flat_hash_map<SessionId, uint64_t> held_by_ ABSL_GUARDED_BY(held_mu_);
   // Sessions profiled now: the hot path's one check.
   std::atomic<int> profiled_sessions_{0};
   absl::Mutex mu_;

@@ -655,6 +655,18 @@ std::vector<TenantUsage> MemoryManager::ListTenants() const {
   return tenants;
 }
 
+uint64_t MemoryManager::BlocksVersion(SessionId session) const {
+  uint64_t version = 0;
+  for (int d = 0; d < allocator_.device_count(); ++d) {
+    const DeviceStats stats = SessionStatsWithPage(DeviceIndex(d), session);
+    for (const StatArray* counted : {&stats.allocation, &stats.active, &stats.segment}) {
+      version += static_cast<uint64_t>((*counted)[kAggregate].allocated) +
+                 static_cast<uint64_t>((*counted)[kAggregate].freed);
+    }
+  }
+  return version;
+}
+
 void MemoryManager::AskToRelease(DeviceIndex device, absl::Span<const SessionId> holders,
                                  absl::FunctionRef<void()> ask) {
   std::vector<CacheFigures> before;

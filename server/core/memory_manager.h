@@ -167,6 +167,11 @@ class MemoryManager {
   // count_oom false stands.
   void CountOom(SessionId session, DeviceIndex device) { allocator_.CountOom(device, session); }
 
+  // A figure that changes with each allocation and free of `session`, on
+  // any device, as its books and its stats page show them
+  // (ClientQueries::LeaseBlocks reuses an answer while it stays).
+  uint64_t BlocksVersion(SessionId session) const;
+
   // Memory pressure across processes: the sessions other than `session`
   // whose clients allocate locally and hold cached leases on `device` that
   // could relieve `shortage` (every such session for a full device, those of

@@ -78,7 +78,8 @@ grpc::ServerUnaryReactor* ObserveService::GetMemorySnapshot(
   absl::Status started =
       executor_->Run([this, reactor, response, device, session, ask = std::move(ask)] {
         const ClientQueries::LeaseBlocksAnswers answers =
-            queries_->LeaseBlocks(ask, absl::Now() + reply_timeout_);
+            queries_->LeaseBlocks(ask, absl::Now() + reply_timeout_,
+                                  [this](SessionId s) { return memory_->BlocksVersion(s); });
         // The books as they are now, after the answers: a lease returned
         // meanwhile is gone from both.
         absl::StatusOr<std::vector<SegmentSnapshot>> now = memory_->Snapshot(device, session);

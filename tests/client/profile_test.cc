@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
+#include "server/core/device_profiler.h"
 #include "tests/client/client_test_support.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -148,6 +149,44 @@ TEST_F(ProfileTest, AWireClientGetsItsDeviceSideWithoutAHostSide) {
   ASSERT_OK(live.status());
   EXPECT_FALSE(live->host.has_value());
   EXPECT_THAT(live->host_missing, HasSubstr("does not record its calls"));
+}
+
+class BoundedProfileTest : public DaemonClientTest {
+ protected:
+  // 40 records' worth: 10 for one session's profiles.
+  BoundedProfileTest()
+      : DaemonClientTest(Options{
+            {.profile_memory = 40 * DeviceProfiler::kRecordBytes}, OfTenant("team-a"), true}) {}
+};
+
+// A profile's records take at most its session's share of --profile-memory
+// (a profile of 16,777,216 records, 64 per session, could take 8 GiB): past
+// it, the newest displace the oldest and count as dropped.
+TEST_F(BoundedProfileTest, ASessionsProfilesKeepItsShareOfTheMemoryAtMost) {
+  std::unique_ptr<Client> worker = ConnectAnother(OfTenant("team-a"));
+  ASSERT_NE(worker, nullptr);
+  absl::StatusOr<DeviceBuffer> buffer = worker->Allocate(1 << 20);
+  ASSERT_OK(buffer.status());
+  const std::vector<char> data(64, 'x');
+  std::atomic<bool> done{false};
+  std::atomic<int> copies{0};
+  std::thread copier([&] {
+    while (!done.load()) {
+      CopyOptions wait;
+      wait.wait = true;
+      ASSERT_OK(worker->CopyHostToDevice(*buffer, 0, data.data(), data.size(), wait));
+      copies.fetch_add(1);
+    }
+  });
+  while (copies.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  absl::StatusOr<SessionProfile> live =
+      client().ProfileSession(worker->session_id(), absl::Milliseconds(500));
+  done = true;
+  copier.join();
+  ASSERT_OK(live.status());
+  // Hundreds of copies in the window; ten kept, the newest.
+  EXPECT_EQ(live->device.work.size(), 10u);
+  EXPECT_GT(live->device.dropped_work, 10u);
 }
 
 TEST_F(ProfileTest, AProgramsProfileIsItsStartersToFinish) {

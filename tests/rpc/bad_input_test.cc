@@ -3,11 +3,14 @@
 // wrong, and the daemon keeps serving everyone afterwards with nothing leaked.
 // Every new RPC adds its bad inputs here.
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/admin_socket.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/comm.grpc.pb.h"
@@ -20,6 +23,7 @@
 #include "gpumux/v1/random.grpc.pb.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/stream_calls.h"
 #include "tests/support/raw_session.h"
@@ -62,6 +66,25 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
     return (stub == nullptr ? admin.get() : stub)->SetTenantLimit(&context, request, &response);
   };
   auto main_socket_admin = v1::Admin::NewStub(channel);
+  const auto admin_channel = grpc::CreateChannel("unix://" + AdminSocketPath(daemon.socket_path()),
+                                                 grpc::InsecureChannelCredentials());
+  // A unary call of `method` by name, with an empty message, on `on`.
+  auto call_by_name = [](const std::shared_ptr<grpc::Channel>& on, const std::string& method) {
+    grpc::GenericStub generic(on);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice nothing("");
+    grpc::ByteBuffer request(&nothing, 1);
+    grpc::ByteBuffer reply;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
   auto kill = [&](uint64_t session, const std::string& reason, v1::Admin::Stub* stub = nullptr) {
     v1::KillSessionRequest request;
     request.set_session_id(session);
@@ -945,6 +968,28 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
          v1::ManualSeedResponse response;
          return me.random().ManualSeed(me.Context().get(), request, &response);
        }},
+      // Calls of no service the socket has: where, or what, instead of a bare
+      // UNIMPLEMENTED.
+      {"a Rendezvous call on the Unix socket", grpc::StatusCode::FAILED_PRECONDITION,
+       "gpumux.v1.Rendezvous is not served on the Unix socket: it is served on the TCP listener "
+       "in its full mode",
+       [&] {
+         auto rendezvous = v1::Rendezvous::NewStub(channel);
+         grpc::ClientContext context;
+         v1::RendezvousJoinResponse response;
+         return rendezvous->Join(&context, v1::RendezvousJoinRequest(), &response);
+       }},
+      {"an unknown service", grpc::StatusCode::UNIMPLEMENTED,
+       "gpumuxd has no method '/gpumux.v1.NoSuch/Method' on the Unix socket, which serves "
+       "gpumux.v1.Session, gpumux.v1.Device",
+       [&] { return call_by_name(channel, "/gpumux.v1.NoSuch/Method"); }},
+      {"an unknown method of a served service", grpc::StatusCode::UNIMPLEMENTED,
+       "gpumuxd has no method '/gpumux.v1.Memory/Steal'",
+       [&] { return call_by_name(channel, "/gpumux.v1.Memory/Steal"); }},
+      {"Memory on the admin socket", grpc::StatusCode::FAILED_PRECONDITION,
+       "gpumux.v1.Memory is not served on the admin socket: it is served on the daemon's main "
+       "Unix socket",
+       [&] { return call_by_name(admin_channel, "/gpumux.v1.Memory/Allocate"); }},
       // NVTX
       {"NVTX mark holding a NUL", grpc::StatusCode::INVALID_ARGUMENT,
        "NVTX message holds control character U+0000 at byte 4",

@@ -25,6 +25,7 @@ class SessionAnswersTest : public DaemonTest {
   Daemon::Options Options() override {
     Daemon::Options options = DaemonTest::Options();
     options.client_reply_timeout = absl::Milliseconds(300);
+    options.snapshot_answer_reuse = absl::ZeroDuration();  // every snapshot asks
     return options;
   }
 
@@ -251,6 +252,57 @@ TEST_F(SessionAnswersTest, AHolderThatGaveNothingIsNotAskedAgainUntilItsFiguresC
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   ASSERT_EQ(second.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(second.get(), asked + 1);
+}
+
+class SnapshotAnswerReuseTest : public SessionAnswersTest {
+ protected:
+  Daemon::Options Options() override {
+    Daemon::Options options = SessionAnswersTest::Options();
+    options.snapshot_answer_reuse = absl::Seconds(30);
+    return options;
+  }
+};
+
+// Snapshots in a loop (four callers on the observe port used to cut a
+// client's allocation rate to a quarter) ask a client again only once it
+// allocated or freed since its answer.
+TEST_F(SnapshotAnswerReuseTest, AnAnswerServesUntilTheClientAllocates) {
+  RawSession client(channel_, "client");
+  const v1::Allocation lease = Lease(client);
+  const uint64_t a = lease.address();
+  const auto honest = [&](uint64_t request) {
+    client.Send(Answer(request, lease,
+                       {Block(a, 1 << 20, "active_allocated", 1000000),
+                        Block(a + (1 << 20), 1 << 20, "inactive")}));
+  };
+  SnapshotAnswering(client, honest);
+  // Not asked (nobody would answer): the answer serves, blocks and all.
+  for (int i = 0; i < 3; ++i) {
+    v1::MemorySnapshot again;
+    auto observe = v1::Observe::NewStub(channel_);
+    grpc::ClientContext context;
+    ASSERT_TRUE(observe->GetMemorySnapshot(&context, v1::ObserveSnapshotRequest(), &again).ok());
+    const v1::SnapshotSegment* segment = Find(again, a);
+    ASSERT_NE(segment, nullptr);
+    EXPECT_FALSE(segment->blocks_unavailable()) << segment->blocks_unavailable_reason();
+    EXPECT_EQ(segment->blocks_size(), 2);
+  }
+  // A new lease: asked again.
+  const v1::Allocation second = Lease(client);
+  v1::MemorySnapshot fresh = SnapshotAnswering(client, [&](uint64_t request) {
+    v1::SessionClientMessage both = Answer(request, lease, {Block(a, 2 << 20, "inactive")});
+    *both.mutable_lease_blocks()->add_segments() =
+        Answer(request, second, {Block(second.address(), 2 << 20, "inactive")})
+            .lease_blocks()
+            .segments(0);
+    client.Send(both);
+  });
+  const v1::SnapshotSegment* segment = Find(fresh, a);
+  ASSERT_NE(segment, nullptr);
+  EXPECT_EQ(segment->blocks_size(), 1);
+  segment = Find(fresh, second.address());
+  ASSERT_NE(segment, nullptr);
+  EXPECT_FALSE(segment->blocks_unavailable()) << segment->blocks_unavailable_reason();
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ void InProcessDaemon::Start() {
   daemon_options.host_device_memory = options_.device_memory;
   daemon_options.metrics_listen_address = options_.metrics_listen;
   daemon_options.allocator_conf = options_.allocator_conf;
+  if (options_.profile_memory != 0) daemon_options.profile_memory = options_.profile_memory;
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(daemon_options);
   if (!daemon.ok()) {
     ADD_FAILURE() << "cannot start the daemon: " << daemon.status();

@@ -27,6 +27,8 @@ class InProcessDaemon {
     std::string metrics_listen;
     // Daemon::Options::allocator_conf (PYTORCH_CUDA_ALLOC_CONF syntax).
     std::string allocator_conf;
+    // Daemon::Options::profile_memory; 0 leaves the daemon's default.
+    uint64_t profile_memory = 0;
   };
 
   // Serving when this returns; the test fails (ADD_FAILURE) when it cannot start.
