@@ -550,6 +550,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (options.client_reply_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--client-reply-timeout must be positive");
   }
+  if (options.memory_socket_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--memory-socket-idle-timeout must be positive");
+  }
   if (options.snapshot_answer_reuse < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--snapshot-answer-reuse must not be negative");
   }
@@ -751,7 +754,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   }
   absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
       MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path),
-                                  .group = socket_gid},
+                                  .group = socket_gid,
+                                  .idle_timeout = options.memory_socket_idle_timeout},
       &s.sessions, &s.memory_files);
   if (!memory_socket.ok()) {
     s.unix_server->Shutdown();

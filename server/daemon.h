@@ -103,6 +103,9 @@ class Daemon {
     // (gpumuxd --profile-memory); the profiles of one session a quarter of
     // it (DeviceProfiler).
     uint64_t profile_memory = uint64_t{1} << 30;
+    // A memory socket connection that sends nothing this long is closed
+    // (gpumuxd --memory-socket-idle-timeout); clients connect again.
+    absl::Duration memory_socket_idle_timeout = absl::Seconds(30);
   };
 
   // INVALID_ARGUMENT for bad options (a listen address without a port in

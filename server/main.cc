@@ -76,6 +76,9 @@ ABSL_FLAG(absl::Duration, client_reply_timeout, absl::Seconds(1),
           "how long to wait for a client that allocates locally to answer the daemon: to return "
           "its cached leases for another session (memory pressure), or to list its blocks for a "
           "snapshot");
+ABSL_FLAG(absl::Duration, memory_socket_idle_timeout, absl::Seconds(30),
+          "a memory socket connection that sends nothing this long is closed (clients connect "
+          "again); one uid may hold 1024 connections");
 ABSL_FLAG(std::string, profile_memory, "1GiB",
           "the memory every open profile's records may take together; one session's profiles a "
           "quarter of it");
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
   options.client_reply_timeout = absl::GetFlag(FLAGS_client_reply_timeout);
   options.snapshot_answer_reuse = absl::GetFlag(FLAGS_snapshot_answer_reuse);
   options.profile_memory = *profile_memory;
+  options.memory_socket_idle_timeout = absl::GetFlag(FLAGS_memory_socket_idle_timeout);
 
   // Signals are taken synchronously by this thread; every thread the daemon
   // starts inherits the blocked mask.

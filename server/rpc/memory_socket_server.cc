@@ -7,13 +7,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
@@ -30,6 +33,7 @@ constexpr int kEventsPerWait = 64;
 struct MemorySocketServer::Connection {
   UniqueFd socket;
   ucred peer{};
+  absl::Time last_request;  // or its accept
 };
 
 absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(
@@ -105,15 +109,28 @@ void MemorySocketServer::Stop() {
 
 void MemorySocketServer::Run() {
   absl::flat_hash_map<int, std::unique_ptr<Connection>> connections;
+  absl::flat_hash_map<uid_t, size_t> per_uid;
+  const auto close_connection = [&](int fd) {
+    auto it = connections.find(fd);
+    if (it == connections.end()) return;
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    if (--per_uid[it->second->peer.uid] == 0) per_uid.erase(it->second->peer.uid);
+    connections.erase(it);
+  };
+  // Idle connections are looked for a few times per idle_timeout.
+  const int sweep_ms = static_cast<int>(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(options_.idle_timeout / 4), 10, 1000));
+  absl::Time next_sweep = absl::Now() + absl::Milliseconds(sweep_ms);
   epoll_event events[kEventsPerWait];
   while (true) {
-    const int ready = epoll_wait(epoll_.get(), events, kEventsPerWait, -1);
+    const int ready = epoll_wait(epoll_.get(), events, kEventsPerWait, sweep_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
       spdlog::error("memory socket: epoll_wait: {}; no more shared memory is handed out",
                     std::strerror(errno));
       return;
     }
+    const absl::Time now = absl::Now();
     for (int i = 0; i < ready; ++i) {
       const int fd = events[i].data.fd;
       if (fd == stop_event_.get()) return;  // `connections` close with it
@@ -135,17 +152,26 @@ void MemorySocketServer::Run() {
               std::this_thread::sleep_for(std::chrono::milliseconds(10));
             break;
           }
-          if (connections.size() >= options_.max_connections) {
-            // Told why before it is closed: its first request reads this.
-            const absl::Status refused = connections_refusal_.Refuse(
-                absl::StrCat("memory socket: ", connections.size(),
-                             " connections are open, the most it serves; retry once some close"));
-            SendFds(socket.get(), FormatMemoryReply(refused, 0), {}).IgnoreError();
-            continue;
-          }
           if (getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
             spdlog::warn("memory socket: SO_PEERCRED: {}; closing the connection",
                          std::strerror(errno));
+            continue;
+          }
+          // Told why before it is closed: its first request reads this.
+          absl::Status refused;
+          if (connections.size() >= options_.max_connections) {
+            refused = connections_refusal_.Refuse(
+                absl::StrCat("memory socket: ", connections.size(),
+                             " connections are open, the most it serves; retry once some close"));
+          } else if (per_uid[peer.uid] >= options_.max_connections_per_uid) {
+            refused = connections_refusal_.Refuse(absl::StrCat(
+                "memory socket: uid ", peer.uid, " has ", per_uid[peer.uid],
+                " connections open, the most one user may; close some (idle ones close after ",
+                absl::FormatDuration(options_.idle_timeout), ")"));
+          }
+          if (!refused.ok()) {
+            if (per_uid[peer.uid] == 0) per_uid.erase(peer.uid);
+            SendFds(socket.get(), FormatMemoryReply(refused, 0), {}).IgnoreError();
             continue;
           }
           epoll_event event{};
@@ -157,19 +183,25 @@ void MemorySocketServer::Run() {
                 .IgnoreError();
             continue;
           }
+          ++per_uid[peer.uid];
           const int key = socket.get();
-          connections[key] = std::make_unique<Connection>(Connection{std::move(socket), peer});
+          connections[key] = std::make_unique<Connection>(Connection{std::move(socket), peer, now});
         }
         continue;
       }
       auto it = connections.find(fd);
       if (it == connections.end()) continue;
+      it->second->last_request = now;
       const bool hung_up = (events[i].events & (EPOLLHUP | EPOLLERR)) != 0;
-      if (hung_up || !ServeRequests(*it->second)) {
-        epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-        connections.erase(it);
-      }
+      if (hung_up || !ServeRequests(*it->second)) close_connection(fd);
     }
+    if (now < next_sweep) continue;
+    next_sweep = now + absl::Milliseconds(sweep_ms);
+    std::vector<int> idle;
+    for (const auto& [fd, connection] : connections) {
+      if (now - connection->last_request >= options_.idle_timeout) idle.push_back(fd);
+    }
+    for (int fd : idle) close_connection(fd);
   }
 }
 

@@ -10,8 +10,11 @@
 // the peer's uid (SO_PEERCRED, SessionRegistry::BindMemoryPeer:
 // PERMISSION_DENIED), the key (MemoryFileTable::Find: NOT_FOUND,
 // PERMISSION_DENIED). A connection that breaks the protocol (a message the
-// size limits cut, a reply it does not read) is closed; one beyond
-// max_connections is closed at once with a rate-limited log line.
+// size limits cut, a reply it does not read) is told why and closed; one
+// beyond max_connections, or beyond max_connections_per_uid of its peer's
+// uid, is told why and closed at once (with a rate-limited log line); one
+// idle for idle_timeout is closed (a client connects again when it next
+// needs to), so idle connections cannot hold every other client out.
 
 #include <sys/types.h>
 
@@ -22,6 +25,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/unique_fd.h"
 #include "server/backend/memory_file_table.h"
 #include "server/core/limit_refusal.h"
@@ -38,6 +42,8 @@ class MemorySocketServer {
     // Owner group of the socket (mode 0660), as for the gRPC socket.
     std::optional<gid_t> group;
     size_t max_connections = 8192;
+    size_t max_connections_per_uid = 1024;
+    absl::Duration idle_timeout = absl::Seconds(30);
   };
 
   // Binds, listens and starts serving. UNAVAILABLE when the socket cannot

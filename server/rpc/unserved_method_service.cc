@@ -44,10 +44,10 @@ grpc::ServerGenericBidiReactor* UnservedMethodService::CreateReactor(
         grpc::StatusCode::FAILED_PRECONDITION,
         absl::StrCat(service, " is not served on ", listener_, ": it is served on ", it->second)));
   }
-  return new Answer(grpc::Status(
-      grpc::StatusCode::UNIMPLEMENTED,
-      absl::StrCat("gpumuxd has no method '", absl::CHexEscape(method.substr(0, 256)), "' on ",
-                   listener_, ", which serves ", services_)));
+  return new Answer(
+      grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                   absl::StrCat("gpumuxd has no method '", absl::CHexEscape(method.substr(0, 256)),
+                                "' on ", listener_, ", which serves ", services_)));
 }
 
 }  // namespace gpumux

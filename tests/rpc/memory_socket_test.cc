@@ -7,17 +7,21 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
@@ -226,6 +230,59 @@ TEST_F(MemorySocketTest, ARequestWithTooManyDescriptorsIsAnsweredAndClosed) {
   EXPECT_EQ(write(pipe_fds[1], &byte, 1), -1);
   EXPECT_EQ(errno, EPIPE);
   close(pipe_fds[1]);
+}
+
+class MemorySocketIdleTest : public MemorySocketTest {
+ protected:
+  Daemon::Options Options() override {
+    Daemon::Options options = MemorySocketTest::Options();
+    options.memory_socket_idle_timeout = absl::Milliseconds(200);
+    return options;
+  }
+};
+
+// 8,192 idle connections used to lock every other client out of its
+// memory: idle ones close, and the client's fetcher connects again.
+TEST_F(MemorySocketIdleTest, IdleConnectionsCloseAndClientsConnectAgain) {
+  RawSession session(channel_, "idle");
+  v1::Allocation a;
+  ASSERT_TRUE(session.Allocate(0, 4096, &a).ok());
+  RawMemorySocket idle(MemoryPath());
+  ASSERT_TRUE(idle.connected());
+  MemoryFileFetcher fetcher(MemoryPath(), session.credentials());
+  ASSERT_OK(fetcher.Fetch(a.segment_handle().data(), a.segment_size()).status());
+  // Closed once idle for 200 ms (the sweep runs every 50 ms).
+  char byte;
+  const timeval patience{10, 0};
+  setsockopt(idle.fd(), SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  EXPECT_EQ(recv(idle.fd(), &byte, 1, 0), 0) << "the idle connection stayed open";
+  absl::SleepFor(absl::Milliseconds(400));
+  // The fetcher's connection closed too; it connects again.
+  EXPECT_OK(fetcher.Fetch(a.segment_handle().data(), a.segment_size()).status());
+}
+
+// One uid holds at most 1,024 connections; the next is told why.
+TEST_F(MemorySocketTest, OneUidHoldsAtMost1024Connections) {
+  // The caps follow the descriptors the daemon keeps for connections.
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max < 16384) GTEST_SKIP() << "needs a descriptor limit of 16,384 at least";
+  std::vector<std::unique_ptr<RawMemorySocket>> held;
+  for (int i = 0; i < 1024; ++i) {
+    held.push_back(std::make_unique<RawMemorySocket>(MemoryPath()));
+    ASSERT_TRUE(held.back()->connected());
+  }
+  RawMemorySocket over(MemoryPath());
+  ASSERT_TRUE(over.connected());
+  absl::StatusOr<PassedMessage> reply = ReceiveFds(over.fd());
+  ASSERT_OK(reply);
+  uint64_t size = 0;
+  EXPECT_THAT(ParseMemoryReply(reply->payload, &size),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("uid ", geteuid(),
+                                              " has 1024 connections open, the most one user "
+                                              "may"))));
+  held.clear();
 }
 
 TEST_F(MemorySocketTest, AStagingBufferIsItsSessionsAlone) {
