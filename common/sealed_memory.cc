@@ -6,14 +6,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 namespace {
@@ -127,12 +131,62 @@ MemoryMapping& MemoryMapping::operator=(MemoryMapping&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+// The budget and the count of open memory files (SetMemoryFileBudget).
+std::atomic<size_t> memory_file_budget{std::numeric_limits<size_t>::max()};
+std::atomic<size_t> open_memory_files{0};
+absl::Mutex budget_reason_mu;
+std::string& BudgetReason() {
+  static std::string* reason = new std::string;
+  return *reason;
+}
+
+}  // namespace
+
+void SetMemoryFileBudget(size_t budget, absl::string_view why) {
+  absl::MutexLock lock(&budget_reason_mu);
+  BudgetReason() = std::string(why);
+  memory_file_budget.store(budget);
+}
+
+size_t OpenMemoryFiles() { return open_memory_files.load(); }
+
+absl::StatusOr<SealedMemory::Counted> SealedMemory::Counted::Take(absl::string_view what) {
+  const size_t budget = memory_file_budget.load();
+  size_t open = open_memory_files.load();
+  do {
+    if (open >= budget) {
+      absl::MutexLock lock(&budget_reason_mu);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no memory file for ", what, ": ", open, " are open, the most this process may hold (",
+          BudgetReason(), "); memory already handed out must be freed first"));
+    }
+  } while (!open_memory_files.compare_exchange_weak(open, open + 1));
+  Counted counted;
+  counted.held_ = true;
+  return counted;
+}
+
+SealedMemory::Counted::~Counted() {
+  if (held_) open_memory_files.fetch_sub(1);
+}
+
+SealedMemory::Counted& SealedMemory::Counted::operator=(Counted&& other) noexcept {
+  if (this != &other) {
+    if (held_) open_memory_files.fetch_sub(1);
+    held_ = std::exchange(other.held_, false);
+  }
+  return *this;
+}
+
 absl::StatusOr<SealedMemory> SealedMemory::Create(absl::string_view name, uint64_t size) {
   if (size == 0 || size > kMaxBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("shared memory of ", size, " bytes: the size must be 1 byte to 1 TiB"));
   }
   const std::string label(name);
+  GPUMUX_ASSIGN_OR_RETURN(Counted counted, Counted::Take(label));
   // Backing more than the machine (or the cgroup) has would not fail
   // cleanly: the kernel would reclaim, then kill. Refuse it up front.
   if (const std::optional<uint64_t> available =
@@ -154,7 +208,7 @@ absl::StatusOr<SealedMemory> SealedMemory::Create(absl::string_view name, uint64
   if (fcntl(fd.get(), F_ADD_SEALS, kSizeSeals | F_SEAL_SEAL) != 0) {
     return SystemCallError(errno, absl::StrCat("sealing ", label));
   }
-  return SealedMemory(std::move(fd), size);
+  return SealedMemory(std::move(fd), size, std::move(counted));
 }
 
 absl::StatusOr<SealedMemory> SealedMemory::Adopt(UniqueFd fd, uint64_t expected_size) {
@@ -173,7 +227,8 @@ absl::StatusOr<SealedMemory> SealedMemory::Adopt(UniqueFd fd, uint64_t expected_
     return absl::InvalidArgumentError(absl::StrCat("the memory file has ", st.st_size,
                                                    " bytes, not the ", expected_size, " expected"));
   }
-  return SealedMemory(std::move(fd), expected_size);
+  GPUMUX_ASSIGN_OR_RETURN(Counted counted, Counted::Take("a memory file received"));
+  return SealedMemory(std::move(fd), expected_size, std::move(counted));
 }
 
 absl::StatusOr<MemoryMapping> SealedMemory::Map(bool writable) const {

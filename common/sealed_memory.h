@@ -12,8 +12,10 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -84,19 +86,32 @@ class AddressReservation {
   uint64_t size_ = 0;
 };
 
+// The memory files (SealedMemory, created or adopted) this process may hold
+// open at once: gpumuxd sets it from its descriptor limit, keeping the rest
+// for connections and accepts, so no client can make it run out of
+// descriptors by having it create files (each interprocess event, segment,
+// staging buffer and stats page of the host backend holds one). `why` says
+// where the number comes from, for the refusal's message. Unlimited until
+// set.
+void SetMemoryFileBudget(size_t budget, absl::string_view why);
+// The memory files this process holds open now.
+size_t OpenMemoryFiles();
+
 class SealedMemory {
  public:
   // A new memory file of `size` bytes (1 byte to 1 TiB), zero-filled, backed
   // and sealed. `name` shows in /proc/<pid>/fd and /proc/<pid>/maps only.
   // RESOURCE_EXHAUSTED when the memory is not there: more than MemAvailable
   // or the cgroup's headroom (checked first for files of 1 MiB and more, so
-  // the kernel is not pushed to reclaim or kill for them), fallocate's ENOSPC or ENOMEM, or a
-  // descriptor limit; INVALID_ARGUMENT for a bad size.
+  // the kernel is not pushed to reclaim or kill for them), fallocate's ENOSPC or ENOMEM, the
+  // memory file budget (SetMemoryFileBudget) or a descriptor limit; INVALID_ARGUMENT for a bad
+  // size.
   static absl::StatusOr<SealedMemory> Create(absl::string_view name, uint64_t size);
 
   // A descriptor received from another process: INVALID_ARGUMENT unless it is
   // a memory file of exactly `expected_size` bytes sealed against shrinking
-  // and growing, so mapping it can never fault later. Takes ownership.
+  // and growing, so mapping it can never fault later; RESOURCE_EXHAUSTED past
+  // the memory file budget. Takes ownership.
   static absl::StatusOr<SealedMemory> Adopt(UniqueFd fd, uint64_t expected_size);
 
   SealedMemory(SealedMemory&&) = default;
@@ -109,7 +124,25 @@ class SealedMemory {
   absl::StatusOr<MemoryMapping> Map(bool writable = true) const;
 
  private:
-  SealedMemory(UniqueFd fd, uint64_t size) : fd_(std::move(fd)), size_(size) {}
+  // One memory file counted against the budget, while it lives.
+  class Counted {
+   public:
+    // RESOURCE_EXHAUSTED past the budget, naming `what`.
+    static absl::StatusOr<Counted> Take(absl::string_view what);
+    Counted() = default;
+    ~Counted();
+    Counted(Counted&& other) noexcept : held_(std::exchange(other.held_, false)) {}
+    Counted& operator=(Counted&& other) noexcept;
+    Counted(const Counted&) = delete;
+    Counted& operator=(const Counted&) = delete;
+
+   private:
+    bool held_ = false;
+  };
+
+  SealedMemory(UniqueFd fd, uint64_t size, Counted counted)
+      : counted_(std::move(counted)), fd_(std::move(fd)), size_(size) {}
+  Counted counted_;
   UniqueFd fd_;
   uint64_t size_ = 0;
 };

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "allocator/allocator_config.h"
 #include "common/byte_size.h"
 #include "common/host_port.h"
+#include "common/sealed_memory.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -284,15 +286,30 @@ std::vector<std::string> CountedServices() {
 }
 
 // Every segment, staging buffer and interprocess event of the host backend
-// holds a descriptor: the soft limit goes up to the hard one.
-void RaiseDescriptorLimit() {
+// holds a descriptor: the soft limit goes up to the hard one. Memory files
+// then get what it leaves after a quarter (2,048 at least) kept for
+// connections and accepts: a client that has the daemon create files
+// (20,000 interprocess events) is refused before the listeners run out of
+// descriptors, which made gRPC's stop accepting for good. Returns the
+// descriptors kept.
+uint64_t BudgetDescriptors() {
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
-  const rlim_t was = limit.rlim_cur;
-  limit.rlim_cur = limit.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    spdlog::warn("cannot raise the descriptor limit from {}: {}", was, std::strerror(errno));
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    const rlim_t was = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      spdlog::warn("cannot raise the descriptor limit from {}: {}", was, std::strerror(errno));
+      limit.rlim_cur = was;
+    }
   }
+  const uint64_t have = limit.rlim_cur == RLIM_INFINITY
+                            ? uint64_t{1} << 20
+                            : std::max<uint64_t>(static_cast<uint64_t>(limit.rlim_cur), 256);
+  const uint64_t kept = std::min(have / 2, std::max<uint64_t>(2048, have / 4));
+  SetMemoryFileBudget(have - kept, absl::StrCat("gpumuxd's descriptor limit ", have, " less ", kept,
+                                                " kept for connections"));
+  spdlog::info("descriptors: {} for memory files, {} kept for connections", have - kept, kept);
+  return kept;
 }
 
 absl::Status PrepareSocketPath(const std::string& path) {
@@ -575,7 +592,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   if (!options.socket_group.empty()) {
     GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
   }
-  RaiseDescriptorLimit();
+  const uint64_t connection_descriptors = BudgetDescriptors();
   GPUMUX_ASSIGN_OR_RETURN(
       state->backend,
       MakeBackend(options, allocator_options.expandable_segments, &state->memory_files));
@@ -755,6 +772,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
       MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path),
                                   .group = socket_gid,
+                                  // Half of the descriptors kept for connections at most.
+                                  .max_connections = static_cast<size_t>(
+                                      std::min<uint64_t>(8192, connection_descriptors / 2)),
+                                  .max_connections_per_uid = static_cast<size_t>(
+                                      std::min<uint64_t>(1024, connection_descriptors / 4)),
                                   .idle_timeout = options.memory_socket_idle_timeout},
       &s.sessions, &s.memory_files);
   if (!memory_socket.ok()) {

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "common/fd_passing.h"
@@ -126,6 +127,31 @@ TEST(FdPassingTest, LimitsAndTheEndOfTheSocket) {
   EXPECT_TRUE(got->fds.empty());
   a.Reset();
   EXPECT_THAT(ReceiveFds(b.get()), StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("closed")));
+}
+
+// The memory file budget refuses past it, says where it comes from, and
+// lets files in again as others close.
+TEST(MemoryFileBudgetTest, RefusesPastTheBudgetUntilFilesClose) {
+  const size_t open = OpenMemoryFiles();
+  SetMemoryFileBudget(open + 2, "two more, for the test");
+  {
+    absl::StatusOr<SealedMemory> first = SealedMemory::Create("first", 4096);
+    absl::StatusOr<SealedMemory> second = SealedMemory::Create("second", 4096);
+    ASSERT_OK(first);
+    ASSERT_OK(second);
+    EXPECT_EQ(OpenMemoryFiles(), open + 2);
+    EXPECT_THAT(SealedMemory::Create("third", 4096),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         HasSubstr("no memory file for third: " + std::to_string(open + 2) +
+                                   " are open, the most this process may hold (two more, for "
+                                   "the test)")));
+    // A moved file counts once.
+    SealedMemory moved = *std::move(first);
+    EXPECT_EQ(OpenMemoryFiles(), open + 2);
+  }
+  EXPECT_EQ(OpenMemoryFiles(), open);
+  EXPECT_OK(SealedMemory::Create("again", 4096).status());
+  SetMemoryFileBudget(std::numeric_limits<size_t>::max(), "unlimited");
 }
 
 }  // namespace

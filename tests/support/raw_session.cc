@@ -44,7 +44,10 @@ absl::StatusOr<SealedMemory> FetchMemory(const WireSession& session, const std::
   return fetcher.Fetch(key, size);
 }
 
-DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
+DaemonProcess::DaemonProcess(const std::vector<std::string>& args)
+    : DaemonProcess(args, RLIM_INFINITY) {}
+
+DaemonProcess::DaemonProcess(const std::vector<std::string>& args, rlim_t descriptor_limit) {
   socket_ = dir_.path() + "/gpumux.sock";
   std::vector<std::string> argv_storage = {
       TestBinary(std::string(GPUMUX_BINARY_DIR) + "/server/gpumuxd"), "--socket=" + socket_,
@@ -52,6 +55,10 @@ DaemonProcess::DaemonProcess(const std::vector<std::string>& args) {
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
+    if (descriptor_limit != RLIM_INFINITY) {
+      const rlimit limit{descriptor_limit, descriptor_limit};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+    }
     std::vector<char*> argv;
     for (std::string& a : argv_storage) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -4,6 +4,7 @@
 // RPC tests check the wire contract itself (wire_session.h, with a test
 // failure when it cannot open); and a gpumuxd child process.
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -47,6 +48,9 @@ class DaemonProcess {
   // Starts GPUMUX_BINARY_DIR/server/gpumuxd with `args` plus --socket in a
   // temporary directory, and waits until it answers.
   explicit DaemonProcess(const std::vector<std::string>& args);
+  // The same with the child's RLIMIT_NOFILE at `descriptor_limit`, soft and
+  // hard.
+  DaemonProcess(const std::vector<std::string>& args, rlim_t descriptor_limit);
   ~DaemonProcess();
 
   pid_t pid() const { return pid_; }
