@@ -129,13 +129,7 @@ absl::StatusOr<AllocationResult> DeviceAllocator::AllocateDuringCapture(ClientId
   absl::MutexLock lock(&mu_);
   Request r;
   r.client = ClientLocked(client);
-  r.stream = stream;
-  r.size = RoundSize(size, options_);
-  r.is_small = r.size <= kSmallSize;
-  StreamPools& pools = r.client->PoolsFor(stream);
-  r.pool = r.is_small ? &pools.small : &pools.large;
-  r.block = GetFreeBlockLocked(r);
-  if (r.block == nullptr) {
+  if (FindCachedBlockLocked(r, stream, size) == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("no cached block of ", r.size, " bytes for stream ", stream.value(),
                      " on GPU ", device_.value(), ", and none can be made during a capture"));
@@ -155,15 +149,19 @@ std::optional<AllocationResult> DeviceAllocator::TryAllocateCachedLocked(ClientI
   Request r;
   r.client = ClientLocked(client);
   if (GcEnabledFor(r.client)) return std::nullopt;
+  if (FindCachedBlockLocked(r, stream, size) == nullptr) return std::nullopt;
+  PublishOnExit publish(this);
+  return AllocFoundBlockLocked(r, size);
+}
+
+Block* DeviceAllocator::FindCachedBlockLocked(Request& r, StreamId stream, uint64_t size) {
   r.stream = stream;
   r.size = RoundSize(size, options_);
   r.is_small = r.size <= kSmallSize;
   StreamPools& pools = r.client->PoolsFor(stream);
   r.pool = r.is_small ? &pools.small : &pools.large;
   r.block = GetFreeBlockLocked(r);
-  if (r.block == nullptr) return std::nullopt;
-  PublishOnExit publish(this);
-  return AllocFoundBlockLocked(r, size);
+  return r.block;
 }
 
 Block* DeviceAllocator::GetFreeBlockLocked(Request& r) {

@@ -150,6 +150,10 @@ class DeviceAllocator {
 
   // malloc's steps, in PyTorch's order.
   Block* GetFreeBlockLocked(Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills `r` (its client set) for `size` bytes on `stream` and looks in
+  // that stream's pool for a free block: r.block, or null.
+  Block* FindCachedBlockLocked(Request& r, StreamId stream, uint64_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status NewSegmentWithRetriesLocked(Request& r, ReleasedSegments* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AllocBlockLocked(Request& r, bool is_retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

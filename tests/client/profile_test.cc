@@ -40,6 +40,32 @@ class ProfileTest : public DaemonClientTest {
   ProfileTest() : DaemonClientTest(Options{{}, OfTenant("team-a"), true}) {}
 };
 
+// `worker` copies `bytes` of `data` into `buffer`, waiting for each, until
+// stopped; `copies` counts them.
+class Copier {
+ public:
+  Copier(Client& worker, const DeviceBuffer& buffer, const std::vector<char>& data, uint64_t bytes)
+      : thread_([&, bytes] {
+          while (!done_.load()) {
+            CopyOptions wait;
+            wait.wait = true;
+            ASSERT_OK(worker.CopyHostToDevice(buffer, 0, data.data(), bytes, wait));
+            copies_.fetch_add(1);
+          }
+        }) {}
+  ~Copier() { Stop(); }
+  void Stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int copies() const { return copies_.load(); }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<int> copies_{0};
+  std::thread thread_;
+};
+
 // The device records of `profile` whose copies moved `bytes`.
 int CopiesOf(const DeviceProfile& profile, uint64_t bytes) {
   int n = 0;
@@ -61,25 +87,15 @@ TEST_F(ProfileTest, ALiveWindowHoldsOnlyTheWorkQueuedInIt) {
 
   // The worker copies kDuring bytes until the window is over; what it
   // queued before carries kBefore.
-  std::atomic<bool> done{false};
-  std::atomic<int> copies{0};
-  std::thread copier([&] {
-    while (!done.load()) {
-      CopyOptions wait;
-      wait.wait = true;
-      ASSERT_OK(worker->CopyHostToDevice(buffer, 0, data.data(), kDuring, wait));
-      copies.fetch_add(1);
-    }
-  });
+  Copier copier(*worker, buffer, data, kDuring);
   absl::StatusOr<SessionProfile> live =
       client().ProfileSession(worker->session_id(), absl::Milliseconds(300));
-  done = true;
-  copier.join();
+  copier.Stop();
   ASSERT_OK(live.status());
 
   EXPECT_EQ(CopiesOf(live->device, kBefore), 0);
   EXPECT_GT(CopiesOf(live->device, kDuring), 0);
-  EXPECT_LE(CopiesOf(live->device, kDuring), copies.load());
+  EXPECT_LE(CopiesOf(live->device, kDuring), copier.copies());
   for (const DeviceWorkRecord& work : live->device.work) {
     EXPECT_EQ(work.session, worker->session_id().value()) << work.name;
     EXPECT_GE(work.host_start_ns, live->start_ns) << work.name;
@@ -168,21 +184,11 @@ TEST_F(BoundedProfileTest, ASessionsProfilesKeepItsShareOfTheMemoryAtMost) {
   absl::StatusOr<DeviceBuffer> buffer = worker->Allocate(1 << 20);
   ASSERT_OK(buffer.status());
   const std::vector<char> data(64, 'x');
-  std::atomic<bool> done{false};
-  std::atomic<int> copies{0};
-  std::thread copier([&] {
-    while (!done.load()) {
-      CopyOptions wait;
-      wait.wait = true;
-      ASSERT_OK(worker->CopyHostToDevice(*buffer, 0, data.data(), data.size(), wait));
-      copies.fetch_add(1);
-    }
-  });
-  while (copies.load() == 0) absl::SleepFor(absl::Milliseconds(1));
+  Copier copier(*worker, *buffer, data, data.size());
+  while (copier.copies() == 0) absl::SleepFor(absl::Milliseconds(1));
   absl::StatusOr<SessionProfile> live =
       client().ProfileSession(worker->session_id(), absl::Milliseconds(500));
-  done = true;
-  copier.join();
+  copier.Stop();
   ASSERT_OK(live.status());
   // Hundreds of copies in the window; ten kept, the newest.
   EXPECT_EQ(live->device.work.size(), 10u);
