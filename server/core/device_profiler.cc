@@ -76,6 +76,40 @@ struct DeviceProfiler::Profile {
   std::optional<HostProfile> host ABSL_GUARDED_BY(mu);
 };
 
+namespace {
+
+// Adds `record` to a profile's `kept` records within `capacity`. `counted`:
+// the memory bound let one more record in; else the oldest gives way, or
+// `record` itself where there is none. What leaves goes to `evicted`, each
+// counted in `dropped`. Returns how many counted records left, to give back
+// to the bound.
+template <typename Record>
+uint64_t KeepRecord(std::deque<Record>& kept, Record record, uint64_t capacity, bool counted,
+                    uint64_t& dropped, std::vector<Record>& evicted) {
+  if (!counted) {
+    ++dropped;
+    if (kept.empty()) {
+      evicted.push_back(std::move(record));
+      return 0;
+    }
+    evicted.push_back(std::move(kept.front()));
+    kept.pop_front();
+    kept.push_back(std::move(record));
+    return 0;
+  }
+  kept.push_back(std::move(record));
+  uint64_t left = 0;
+  while (kept.size() > capacity) {
+    evicted.push_back(std::move(kept.front()));
+    kept.pop_front();
+    ++dropped;
+    ++left;
+  }
+  return left;
+}
+
+}  // namespace
+
 DeviceProfiler::DeviceProfiler(DeviceBackend* backend, uint64_t max_bytes)
     : backend_(backend),
       max_records_(max_bytes / kRecordBytes),
@@ -424,26 +458,9 @@ void DeviceProfiler::EndWork(Work work, bool ran, bool on_device_too) {
     absl::MutexLock lock(&p.mu);
     if (p.ended) {
       evicted.push_back(std::move(entry));
-    } else if (!TakeRecord(p.charged)) {
-      // Over the memory bound: the oldest gives way, or this is dropped.
-      ++p.dropped_work;
-      if (p.work.empty()) {
-        evicted.push_back(std::move(entry));
-      } else {
-        evicted.push_back(std::move(p.work.front()));
-        p.work.pop_front();
-        p.work.push_back(std::move(entry));
-      }
     } else {
-      p.work.push_back(std::move(entry));
-      uint64_t returned = 0;
-      while (p.work.size() > p.capacity) {
-        evicted.push_back(std::move(p.work.front()));
-        p.work.pop_front();
-        ++p.dropped_work;
-        ++returned;
-      }
-      ReturnRecords(p.charged, returned);
+      ReturnRecords(p.charged, KeepRecord(p.work, std::move(entry), p.capacity,
+                                          TakeRecord(p.charged), p.dropped_work, evicted));
     }
   }
   for (const Profile::Entry& e : evicted) {
@@ -473,22 +490,10 @@ void DeviceProfiler::RangePopped(SessionId session, int depth) {
                         static_cast<uint32_t>(depth), open.back().start_ns, ProfileClockNanos()};
   open.pop_back();
   if (profile->ended) return;
-  if (!TakeRecord(profile->charged)) {
-    // Over the memory bound: the oldest gives way, or this is dropped.
-    ++profile->dropped_ranges;
-    if (profile->ranges.empty()) return;
-    profile->ranges.pop_front();
-    profile->ranges.push_back(std::move(range));
-    return;
-  }
-  profile->ranges.push_back(std::move(range));
-  uint64_t returned = 0;
-  while (profile->ranges.size() > profile->capacity) {
-    profile->ranges.pop_front();
-    ++profile->dropped_ranges;
-    ++returned;
-  }
-  ReturnRecords(profile->charged, returned);
+  std::vector<NvtxRangeRecord> evicted;
+  ReturnRecords(profile->charged,
+                KeepRecord(profile->ranges, std::move(range), profile->capacity,
+                           TakeRecord(profile->charged), profile->dropped_ranges, evicted));
 }
 
 DeviceProfiler::CallScope::CallScope(uint64_t call_id) : previous_(current_call) {
