@@ -90,6 +90,15 @@ constexpr const char* kTcpServiceNames[] = {"gpumux.v1.Device", "gpumux.v1.Obser
 constexpr int kMaxMessageBytes =
     static_cast<int>(DeviceWork::kMaxInlineBytes + (uint64_t{1} << 20));
 
+// gRPC refuses a call whose metadata passes its limit (8 KiB by default) by
+// dropping the whole connection, which ends every session of the process on
+// it as crashed. Under this larger one such a call reaches the services,
+// which refuse it alone (a gpumux-session value is 53 bytes at most).
+void LimitCallMetadata(grpc::ServerBuilder& builder) {
+  constexpr int kMaxMetadataBytes = 256 << 10;
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+}
+
 // Why `backend` has no expandable segments (only a CUDA backend can say).
 std::string ExpandableSegmentsUnavailable([[maybe_unused]] const DeviceBackend& backend) {
 #ifdef GPUMUX_HAVE_CUDA
@@ -519,6 +528,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
     builder.SetMaxSendMessageSize(kMaxMessageBytes);
     builder.RegisterCallbackGenericService(tcp_unserved.get());
+    LimitCallMetadata(builder);
   } else {
     builder.RegisterCallbackGenericService(&tcp_deny_service);
   }
@@ -710,6 +720,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     builder.RegisterService(service);
     builder.RegisterCallbackGenericService(unserved);
     builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
+    LimitCallMetadata(builder);
     *server = builder.BuildAndStart();
     if (*server == nullptr) {
       return absl::UnavailableError("cannot start the admin service's gRPC server");
@@ -746,6 +757,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   unix_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
   unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  LimitCallMetadata(unix_builder);
   s.unix_server = unix_builder.BuildAndStart();
   if (s.unix_server == nullptr) {
     if (s.tcp_server != nullptr) s.tcp_server->Shutdown();

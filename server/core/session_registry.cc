@@ -20,6 +20,8 @@ constexpr size_t kMaxFieldBytes = 256;
 constexpr int64_t kMaxPid = int64_t{1} << 22;
 constexpr size_t kMaxLabels = 64;
 constexpr size_t kSecretBytes = 16;
+// "<session id>:<secret>": 20 digits at most, a colon, 32 hex digits.
+constexpr size_t kMaxCredentialBytes = 20 + 1 + 2 * kSecretBytes;
 
 // Names and labels are printed in operators' tables and in the daemon's log:
 // a control character there (an ANSI escape, a newline forging a log line)
@@ -100,6 +102,12 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionRecord info,
 
 absl::StatusOr<SessionId> SessionRegistry::Authenticate(absl::string_view credentials) const {
   if (shutting_down()) return ShuttingDownError();
+  if (credentials.size() > kMaxCredentialBytes) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("gpumux-session metadata is ", credentials.size(),
+                     " bytes; Session.Open's credentials \"<session id>:<secret>\" are at most ",
+                     kMaxCredentialBytes));
+  }
   size_t colon = credentials.find(':');
   uint64_t id = 0;
   if (colon == absl::string_view::npos || !absl::SimpleAtoi(credentials.substr(0, colon), &id)) {

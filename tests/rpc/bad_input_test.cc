@@ -523,6 +523,11 @@ TEST(BadInputTest, EachGetsItsExactStatusAndTheDaemonKeepsServing) {
        [&] {
          return with_metadata(std::to_string(me.id()) + ":00000000000000000000000000000000");
        }},
+      // gRPC's default limit on a call's metadata is 8 KiB; past it the
+      // connection dropped, and with it every session of the process on it.
+      {"8 KiB session metadata", grpc::StatusCode::UNAUTHENTICATED,
+       "gpumux-session metadata is 8192 bytes",
+       [&] { return with_metadata(std::string(8192, '7')); }},
       {"control character in the client name", grpc::StatusCode::INVALID_ARGUMENT,
        "control character U+001B", [&] { return open_with("evil\x1b[31m"); }},
       {"bidirectional override in the client name", grpc::StatusCode::INVALID_ARGUMENT,
