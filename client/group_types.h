@@ -51,6 +51,8 @@ struct DaemonGroupInfo {
   absl::Duration form_time;
   DeviceIndex device;                // FormGroupOptions::device
   bool device_communicator = false;  // NCCL on `device` (every member has it)
+  std::string tenant;                // whose group it is; "" for sessions opened without a tenant
+  SessionId owner;                   // the session that formed it (the group ends with it)
 };
 
 }  // namespace gpumux

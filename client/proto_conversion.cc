@@ -176,6 +176,8 @@ DaemonGroupInfo FromProto(const v1::GroupInfo& proto) {
   info.form_time = absl::Milliseconds(proto.form_ms());
   info.device = DeviceIndex(proto.device());
   info.device_communicator = proto.device_communicator();
+  info.tenant = proto.tenant();
+  info.owner = SessionId(proto.owner_session_id());
   return info;
 }
 

@@ -671,7 +671,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                              s.streams.get(), s.profiler.get());
   s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
                                                    s.staging.get(), s.rng.get(), s.nvtx.get(),
-                                                   s.profiler.get());
+                                                   s.profiler.get(), s.groups.get());
   s.queries = std::make_unique<ClientQueries>(&s.sessions, options.snapshot_answer_reuse);
   s.session_service = std::make_unique<SessionService>(
       s.lifecycle.get(), &s.sessions, s.queries.get(), backend->name(),

@@ -21,16 +21,17 @@ std::string Members(const DaemonGroupInfo& group) {
 
 std::string FormatGroupsTable(const std::vector<DaemonGroupInfo>& groups) {
   if (groups.empty()) return "no groups\n";
-  TextTable table(
-      {"NAME", "RANK", "ROUND", "STATE", "MEMBERS", "COLLECTIVES", "BYTES", "FORMED", "FORM TIME"});
-  for (size_t column : {2, 5, 6, 8}) table.AlignRight(column);
+  TextTable table({"NAME", "TENANT", "SESSION", "RANK", "ROUND", "STATE", "MEMBERS", "COLLECTIVES",
+                   "BYTES", "FORMED", "FORM TIME"});
+  for (size_t column : {2, 4, 7, 8, 10}) table.AlignRight(column);
   std::string errors;
   for (const DaemonGroupInfo& group : groups) {
-    table.AddRow({group.name, absl::StrCat(group.rank, "/", group.world_size),
-                  absl::StrCat(group.generation), group.state, Members(group),
-                  absl::StrCat(group.collectives), FormatTorchSize(group.bytes),
-                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", group.formed_at, absl::UTCTimeZone()),
-                  absl::StrFormat("%.1f ms", absl::ToDoubleMilliseconds(group.form_time))});
+    table.AddRow(
+        {group.name, group.tenant.empty() ? "-" : group.tenant, absl::StrCat(group.owner.value()),
+         absl::StrCat(group.rank, "/", group.world_size), absl::StrCat(group.generation),
+         group.state, Members(group), absl::StrCat(group.collectives), FormatTorchSize(group.bytes),
+         absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", group.formed_at, absl::UTCTimeZone()),
+         absl::StrFormat("%.1f ms", absl::ToDoubleMilliseconds(group.form_time))});
     if (!group.error.empty()) absl::StrAppend(&errors, group.name, ": ", group.error, "\n");
   }
   return table.Render() + errors;
@@ -43,6 +44,10 @@ std::string FormatGroupsJson(const std::vector<DaemonGroupInfo>& groups) {
     json.BeginObject();
     json.Key("name");
     json.String(group.name);
+    json.Key("tenant");
+    json.String(group.tenant);
+    json.Key("owner_session_id");
+    json.Uint(group.owner.value());
     json.Key("world_size");
     json.Int(group.world_size);
     json.Key("rank");

@@ -39,7 +39,7 @@ std::string EngineKey(int rank) { return absl::StrCat("device-engine/", rank); }
 absl::StatusOr<std::unique_ptr<GroupTransport>> AddDeviceCommunicator(
     std::unique_ptr<GroupTransport> host, CollectiveEngine* engine, RendezvousPoint& rendezvous,
     const GroupSpec& spec, uint64_t generation) {
-  const std::string& name = spec.name;
+  const std::string name = RendezvousName(GroupRef{spec.tenant, spec.name});
   GPUMUX_RETURN_IF_ERROR(
       rendezvous.Set(name, generation, EngineKey(spec.rank), engine != nullptr ? "1" : "0"));
   bool everyone = engine != nullptr;

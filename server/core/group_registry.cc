@@ -4,6 +4,7 @@
 #include <deque>
 #include <future>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,22 @@ constexpr size_t kProbeBatch = 64;
 constexpr absl::Duration kMaxProbeTime = absl::Seconds(2);
 // A group keeps its staging buffer between collectives up to this size.
 constexpr size_t kMaxKeptStaging = size_t{256} << 20;
+
+}  // namespace
+
+std::string RendezvousName(GroupRef group) {
+  if (group.tenant.empty()) return std::string(group.name);
+  return absl::StrCat(group.name, "@", group.tenant);
+}
+
+std::string GroupLabel(GroupRef group) {
+  if (group.tenant.empty()) return absl::StrCat("group \"", group.name, "\"");
+  return absl::StrCat("group \"", group.name, "\" of tenant '", group.tenant, "'");
+}
+
+namespace {
+
+GroupRef RefOf(const GroupSpec& spec) { return GroupRef{spec.tenant, spec.name}; }
 
 }  // namespace
 
@@ -135,8 +152,8 @@ absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
   }
   if (spec.rank != 0 && spec.rendezvous_address.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", spec.rank, " of group \"", spec.name,
-                     "\" needs the rendezvous address: rank 0's daemon's HOST:PORT"));
+        absl::StrCat("rank ", spec.rank, " of ", GroupLabel(RefOf(spec)),
+                     " needs the rendezvous address: rank 0's daemon's HOST:PORT"));
   }
   if (spec.timeout <= absl::ZeroDuration() || spec.timeout > kMaxGroupTimeout) {
     return absl::InvalidArgumentError(absl::StrCat("a group timeout is positive and at most ",
@@ -144,23 +161,26 @@ absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
   }
   if (spec.rank == 0 && spec.world_size > 1 && !hooks_.serves_rendezvous) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "rank 0 of group \"", spec.name, "\" (world size ", spec.world_size,
+        "rank 0 of ", GroupLabel(RefOf(spec)), " (world size ", spec.world_size,
         ") serves the rendezvous to the other daemons: start gpumuxd with --listen and "
         "--tcp-mode=full (TLS and the group's token)"));
   }
+  const std::string key = RendezvousName(RefOf(spec));
   // A group of the same name ends first: its members are forming anew.
   std::shared_ptr<Group> old;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::UnavailableError("the daemon is shutting down");
-    auto it = groups_.find(spec.name);
+    auto it = groups_.find(key);
     if (it != groups_.end()) {
       old = std::move(it->second);
       groups_.erase(it);
     } else if (groups_.size() >= kMaxGroups) {
       return absl::ResourceExhaustedError(absl::StrCat("this daemon is in ", kMaxGroups,
-                                                       " groups already: destroy one to form \"",
-                                                       spec.name, "\""));
+                                                       " groups already: destroy one to form ",
+                                                       GroupLabel(RefOf(spec))));
+    } else if (absl::Status share = CheckTenantShareLocked(spec); !share.ok()) {
+      return share;
     }
   }
   if (old != nullptr) old->CloseTransport();
@@ -176,14 +196,14 @@ absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
     rendezvous = remote.get();
   }
   absl::StatusOr<RendezvousRound> round =
-      rendezvous->Join(spec.name, spec.world_size, spec.rank, hooks_.own_address(), spec.timeout);
+      rendezvous->Join(key, spec.world_size, spec.rank, hooks_.own_address(), spec.timeout);
   if (!round.ok()) return round.status();
   absl::StatusOr<std::unique_ptr<GroupTransport>> transport =
       hooks_.connect_transport(*rendezvous, spec, round->generation);
   if (!transport.ok()) {
     return absl::Status(
         transport.status().code(),
-        absl::StrCat("group \"", spec.name, "\" (rank ", spec.rank, " of ", spec.world_size,
+        absl::StrCat(GroupLabel(RefOf(spec)), " (rank ", spec.rank, " of ", spec.world_size,
                      ", round ", round->generation,
                      "): connecting the members failed: ", transport.status().message()));
   }
@@ -205,31 +225,63 @@ absl::StatusOr<GroupInfoView> GroupRegistry::Form(const GroupSpec& spec) {
       group->CloseTransport();
       return absl::UnavailableError("the daemon is shutting down");
     }
-    std::shared_ptr<Group>& slot = groups_[spec.name];
+    std::shared_ptr<Group>& slot = groups_[key];
     // Formed concurrently by another call: the newer one stays.
     if (slot != nullptr) old = std::move(slot);
     slot = group;
   }
   if (old != nullptr) old->CloseTransport();
-  spdlog::info("group \"{}\": rank {} of {}, round {}, formed in {}", spec.name, spec.rank,
-               spec.world_size, view.generation, absl::FormatDuration(view.form_time));
+  spdlog::info("{}: rank {} of {}, round {}, formed in {} by session {}", GroupLabel(RefOf(spec)),
+               spec.rank, spec.world_size, view.generation, absl::FormatDuration(view.form_time),
+               spec.owner.value());
   return view;
 }
 
-absl::Status GroupRegistry::Destroy(absl::string_view name) {
+absl::Status GroupRegistry::CheckTenantShareLocked(const GroupSpec& spec) const {
+  size_t held = 0;
+  for (const auto& [key, group] : groups_) held += group->spec.tenant == spec.tenant ? 1 : 0;
+  if (held < kMaxGroupsPerTenant) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(spec.tenant.empty() ? std::string("sessions without a tenant")
+                                       : absl::StrCat("tenant '", spec.tenant, "'"),
+                   " hold ", held, " groups, a tenant's share of this daemon's ", kMaxGroups,
+                   ": destroy one to form ", GroupLabel(RefOf(spec))));
+}
+
+absl::Status GroupRegistry::Destroy(GroupRef ref) {
   std::shared_ptr<Group> group;
   {
     absl::MutexLock lock(&mu_);
-    auto it = groups_.find(name);
+    auto it = groups_.find(RendezvousName(ref));
     if (it == groups_.end()) {
-      return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+      return absl::NotFoundError(absl::StrCat("this daemon is in no ", GroupLabel(ref)));
     }
     group = std::move(it->second);
     groups_.erase(it);
   }
   group->CloseTransport();
-  spdlog::info("group \"{}\": destroyed", std::string(name));
+  spdlog::info("{}: destroyed", GroupLabel(ref));
   return absl::OkStatus();
+}
+
+void GroupRegistry::SessionEnded(SessionId session) {
+  std::vector<std::shared_ptr<Group>> ended;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      if (it->second->spec.owner == session) {
+        ended.push_back(std::move(it->second));
+        groups_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const std::shared_ptr<Group>& group : ended) {
+    group->CloseTransport();
+    spdlog::info("{}: ended with session {}, which formed it", GroupLabel(RefOf(group->spec)),
+                 session.value());
+  }
 }
 
 std::vector<GroupInfoView> GroupRegistry::List() const {
@@ -242,35 +294,36 @@ std::vector<GroupInfoView> GroupRegistry::List() const {
   views.reserve(groups.size());
   for (const auto& group : groups) views.push_back(View(*group));
   std::sort(views.begin(), views.end(), [](const GroupInfoView& a, const GroupInfoView& b) {
-    return a.spec.name < b.spec.name;
+    return std::tie(a.spec.tenant, a.spec.name) < std::tie(b.spec.tenant, b.spec.name);
   });
   return views;
 }
 
-std::shared_ptr<GroupRegistry::Group> GroupRegistry::Find(absl::string_view name) const {
+std::shared_ptr<GroupRegistry::Group> GroupRegistry::Find(GroupRef group) const {
+  const std::string key = RendezvousName(group);
   absl::MutexLock lock(&mu_);
-  auto it = groups_.find(name);
+  auto it = groups_.find(key);
   return it == groups_.end() ? nullptr : it->second;
 }
 
 namespace {
 
-absl::Status NoGroup(absl::string_view name) {
-  return absl::NotFoundError(absl::StrCat("this daemon is in no group \"", name, "\""));
+absl::Status NoGroup(GroupRef group) {
+  return absl::NotFoundError(absl::StrCat("this daemon is in no ", GroupLabel(group)));
 }
-absl::Status GroupClosed(absl::string_view name) {
+absl::Status GroupClosed(GroupRef group) {
   return absl::FailedPreconditionError(
-      absl::StrCat("group \"", name, "\" was formed again or destroyed during the call"));
+      absl::StrCat(GroupLabel(group), " was formed again or destroyed during the call"));
 }
-absl::Status GroupBroken(absl::string_view name, absl::string_view error) {
+absl::Status GroupBroken(GroupRef group, absl::string_view error) {
   return absl::FailedPreconditionError(
-      absl::StrCat("group \"", name, "\" is broken; form it again. It broke with: ", error));
+      absl::StrCat(GroupLabel(group), " is broken; form it again. It broke with: ", error));
 }
 
 }  // namespace
 
-absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collective,
-                                uint64_t bytes, absl::FunctionRef<absl::Status(Member&)> body) {
+absl::Status GroupRegistry::Run(GroupRef name, absl::string_view collective, uint64_t bytes,
+                                absl::FunctionRef<absl::Status(Member&)> body) {
   const std::shared_ptr<Group> group = Find(name);
   if (group == nullptr) return NoGroup(name);
   {
@@ -282,8 +335,7 @@ absl::Status GroupRegistry::Run(absl::string_view name, absl::string_view collec
   return status;
 }
 
-absl::Status GroupRegistry::Queue(absl::string_view name, absl::string_view collective,
-                                  uint64_t bytes,
+absl::Status GroupRegistry::Queue(GroupRef name, absl::string_view collective, uint64_t bytes,
                                   absl::FunctionRef<absl::Status(int rank, int world_size)> check,
                                   QueuedBody body, QueuedDone done) {
   const std::shared_ptr<Group> group = Find(name);
@@ -335,7 +387,7 @@ void GroupRegistry::ServeQueue(Group& group) {
       broken = group.broken;  // RunTurn logged why
     }
     if (!status.ok() && !broken) {
-      spdlog::warn("group \"{}\": a queued {} failed: {}", group.spec.name, next.collective,
+      spdlog::warn("{}: a queued {} failed: {}", GroupLabel(RefOf(group.spec)), next.collective,
                    std::string(status.message()));
     }
     group.EndTurn();
@@ -344,7 +396,7 @@ void GroupRegistry::ServeQueue(Group& group) {
 
 absl::Status GroupRegistry::RunTurn(Group& group, absl::string_view collective, uint64_t bytes,
                                     absl::FunctionRef<absl::Status(Member&)> body) {
-  const std::string& name = group.spec.name;
+  const GroupRef name = RefOf(group.spec);
   absl::MutexLock run(&group.run_mu);
   if (group.closed) return GroupClosed(name);
   {
@@ -384,7 +436,7 @@ absl::Status GroupRegistry::RunTurn(Group& group, absl::string_view collective, 
 absl::Status GroupRegistry::Diagnose(const Group& group, absl::string_view collective,
                                      const absl::Status& failure) const {
   const std::string what =
-      absl::StrCat("group \"", group.spec.name, "\" (rank ", group.spec.rank, " of ",
+      absl::StrCat(GroupLabel(RefOf(group.spec)), " (rank ", group.spec.rank, " of ",
                    group.spec.world_size, "): ", collective, " failed");
   std::vector<const GroupMemberInfo*> peers;
   for (const GroupMemberInfo& member : group.members) {

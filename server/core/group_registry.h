@@ -11,9 +11,14 @@
 // peers (each member daemon is probed at its address), so that a dead or
 // unreachable peer is named, with UNAVAILABLE, and its transport is closed at
 // once, which ends the other members' waits on this one; every later
-// collective of the group is FAILED_PRECONDITION until it is formed again. Groups do not
-// belong to sessions; they end when formed again, destroyed, or at Close().
-// Thread-safe.
+// collective of the group is FAILED_PRECONDITION until it is formed again.
+//
+// A group belongs to the tenant of the session that formed it: its name is
+// one in that tenant's namespace (sessions opened without a tenant share
+// one), on this daemon and at the rendezvous, so another tenant can neither
+// find it nor join its rounds, and a tenant holds at most
+// kMaxGroupsPerTenant. It ends when formed again, destroyed, when the
+// session that formed it ends, or at Close(). Thread-safe.
 
 #include <cstdint>
 #include <functional>
@@ -29,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/ids.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "server/backend/collective_engine.h"
@@ -58,6 +64,11 @@ class GroupTransport {
 
 struct GroupSpec {
   std::string name;
+  // The namespace of `name`: the forming session's tenant, "" for a session
+  // opened without one.
+  std::string tenant;
+  // The session that formed it: the group ends with it.
+  SessionId owner;
   int world_size = 1;
   int rank = 0;
   std::string rendezvous_address;
@@ -66,6 +77,20 @@ struct GroupSpec {
   // every member has one (NCCL); tensors elsewhere go through host memory.
   DeviceIndex device;
 };
+
+// A group as a session names it: a name in its tenant's namespace.
+struct GroupRef {
+  absl::string_view tenant;  // "": sessions opened without a tenant
+  absl::string_view name;
+};
+
+// What the members of a group meet under at the rendezvous, on every
+// daemon: the name, with "@<tenant>" after it for a tenant's group (a group
+// name has no '@').
+std::string RendezvousName(GroupRef group);
+// `group "NAME"`, with ` of tenant 'TENANT'` for a tenant's group: how
+// messages name it.
+std::string GroupLabel(GroupRef group);
 
 struct GroupInfoView {
   GroupSpec spec;
@@ -103,18 +128,23 @@ class GroupRegistry {
   GroupRegistry(RendezvousStore* store, Hooks hooks) : store_(store), hooks_(std::move(hooks)) {}
   ~GroupRegistry();
 
-  // At most this many groups at once.
+  // At most this many groups at once, and of one tenant (sessions without
+  // a tenant count as one) a quarter of them.
   static constexpr size_t kMaxGroups = 256;
+  static constexpr size_t kMaxGroupsPerTenant = kMaxGroups / 4;
 
   // Joins and connects; replaces a group of the same name (closed first).
   // INVALID_ARGUMENT for a bad name, rank or world size, or no rendezvous
   // address on a rank other than 0; FAILED_PRECONDITION for rank 0 of more
   // than one where the rendezvous is not served; RESOURCE_EXHAUSTED past
-  // kMaxGroups; what the rendezvous and the transport return otherwise
-  // (nothing is kept then).
+  // kMaxGroups or kMaxGroupsPerTenant; what the rendezvous and the
+  // transport return otherwise (nothing is kept then).
   absl::StatusOr<GroupInfoView> Form(const GroupSpec& spec);
   // NOT_FOUND for a group this daemon is not in.
-  absl::Status Destroy(absl::string_view name);
+  absl::Status Destroy(GroupRef group);
+  // Destroys the groups `session` formed (it ended).
+  void SessionEnded(SessionId session);
+  // Every group, by tenant and name.
   std::vector<GroupInfoView> List() const;
 
   // What a collective of a group runs with: its rank, world size, the
@@ -169,7 +199,7 @@ class GroupRegistry {
   // FAILED_PRECONDITION for a broken one; otherwise `body`'s status, and
   // when a transport call failed the group breaks and the status names the
   // unreachable peers (see above).
-  absl::Status Run(absl::string_view name, absl::string_view collective, uint64_t bytes,
+  absl::Status Run(GroupRef group, absl::string_view collective, uint64_t bytes,
                    absl::FunctionRef<absl::Status(Member&)> body);
   // What a queued collective runs once its turn came, on the group's thread.
   using QueuedBody = absl::AnyInvocable<absl::Status(Member&) &&>;
@@ -186,7 +216,7 @@ class GroupRegistry {
   // unrun (FAILED_PRECONDITION to `done`, then destroyed); one that broke
   // first does the same as each comes to its turn. `done` gets every queued
   // collective's final status.
-  absl::Status Queue(absl::string_view name, absl::string_view collective, uint64_t bytes,
+  absl::Status Queue(GroupRef group, absl::string_view collective, uint64_t bytes,
                      absl::FunctionRef<absl::Status(int rank, int world_size)> check,
                      QueuedBody body, QueuedDone done);
   // Closes every group (shutdown).
@@ -194,7 +224,7 @@ class GroupRegistry {
 
  private:
   struct Group;
-  std::shared_ptr<Group> Find(absl::string_view name) const;
+  std::shared_ptr<Group> Find(GroupRef group) const;
   // Runs `body` on `group` now (the caller has the group's turn).
   absl::Status RunTurn(Group& group, absl::string_view collective, uint64_t bytes,
                        absl::FunctionRef<absl::Status(Member&)> body);
@@ -204,10 +234,14 @@ class GroupRegistry {
   absl::Status Diagnose(const Group& group, absl::string_view collective,
                         const absl::Status& failure) const;
   static GroupInfoView View(const Group& group);
+  // RESOURCE_EXHAUSTED when spec's tenant holds kMaxGroupsPerTenant.
+  absl::Status CheckTenantShareLocked(const GroupSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RendezvousStore* store_;
   const Hooks hooks_;
   mutable absl::Mutex mu_;
+  // By RendezvousName.
   absl::flat_hash_map<std::string, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };

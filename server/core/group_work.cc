@@ -205,7 +205,7 @@ absl::StatusOr<CommDone> GroupWork::Done(SessionId session, const Operand& resul
 }
 
 absl::StatusOr<CommDone> GroupWork::QueueOnHost(
-    SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+    SessionId session, GroupRef group, absl::string_view collective, uint64_t bytes,
     std::initializer_list<const Operand*> operands, const Operand& result,
     const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
     absl::string_view profile_name, HostCollective run) {
@@ -297,7 +297,7 @@ absl::StatusOr<CommDone> GroupWork::QueueOnHost(
 }
 
 absl::StatusOr<CommDone> GroupWork::RunWaited(
-    SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+    SessionId session, GroupRef group, absl::string_view collective, uint64_t bytes,
     std::initializer_list<const Operand*> operands, const Operand& result,
     const CommOptions& options, absl::string_view profile_name,
     absl::FunctionRef<absl::Status(Memory&, GroupRegistry::Member&)> body) {
@@ -318,7 +318,7 @@ absl::StatusOr<CommDone> GroupWork::RunWaited(
   return Done(session, result, options);
 }
 
-absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_view group,
+absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, GroupRef group,
                                               const CommTensor& tensor, ReduceOp op,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
@@ -351,7 +351,7 @@ absl::StatusOr<CommDone> GroupWork::AllReduce(SessionId session, absl::string_vi
       });
 }
 
-absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_view group,
+absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, GroupRef group,
                                               const CommTensor& tensor, int64_t root,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand data, Resolve(session, tensor, options));
@@ -391,7 +391,7 @@ absl::StatusOr<CommDone> GroupWork::Broadcast(SessionId session, absl::string_vi
       });
 }
 
-absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_view group,
+absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, GroupRef group,
                                               const CommTensor& input, const CommTensor& output,
                                               const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand in, Resolve(session, input, options));
@@ -433,7 +433,7 @@ absl::StatusOr<CommDone> GroupWork::AllGather(SessionId session, absl::string_vi
       });
 }
 
-absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, absl::string_view group,
+absl::StatusOr<CommDone> GroupWork::ReduceScatter(SessionId session, GroupRef group,
                                                   const CommTensor& input, const CommTensor& output,
                                                   ReduceOp op, const CommOptions& options) {
   GPUMUX_ASSIGN_OR_RETURN(const Operand in, Resolve(session, input, options));

@@ -57,22 +57,19 @@ class GroupWork {
   // the session's, OUT_OF_RANGE for a tensor that does not fit its
   // allocation, INVALID_ARGUMENT for a bad shape, a tensor past kMaxBytes, or
   // a stream on another device. Results: the tensor written (the output).
-  absl::StatusOr<CommDone> AllReduce(SessionId session, absl::string_view group,
-                                     const CommTensor& tensor, ReduceOp op,
-                                     const CommOptions& options);
+  absl::StatusOr<CommDone> AllReduce(SessionId session, GroupRef group, const CommTensor& tensor,
+                                     ReduceOp op, const CommOptions& options);
   // INVALID_ARGUMENT for a root outside the group.
-  absl::StatusOr<CommDone> Broadcast(SessionId session, absl::string_view group,
-                                     const CommTensor& tensor, int64_t root,
-                                     const CommOptions& options);
+  absl::StatusOr<CommDone> Broadcast(SessionId session, GroupRef group, const CommTensor& tensor,
+                                     int64_t root, const CommOptions& options);
   // `output` holds world_size times `input`'s elements, of its dtype, on its
   // device (INVALID_ARGUMENT otherwise, with PyTorch's messages).
-  absl::StatusOr<CommDone> AllGather(SessionId session, absl::string_view group,
-                                     const CommTensor& input, const CommTensor& output,
-                                     const CommOptions& options);
+  absl::StatusOr<CommDone> AllGather(SessionId session, GroupRef group, const CommTensor& input,
+                                     const CommTensor& output, const CommOptions& options);
   // `input` holds world_size times `output`'s elements, likewise.
-  absl::StatusOr<CommDone> ReduceScatter(SessionId session, absl::string_view group,
-                                         const CommTensor& input, const CommTensor& output,
-                                         ReduceOp op, const CommOptions& options);
+  absl::StatusOr<CommDone> ReduceScatter(SessionId session, GroupRef group, const CommTensor& input,
+                                         const CommTensor& output, ReduceOp op,
+                                         const CommOptions& options);
 
   // Whether a call with `async_op` returns once queued: where memory is
   // host memory; elsewhere it waits.
@@ -109,7 +106,7 @@ class GroupWork {
   // profiled as `profile_name` on that stream. The call's results:
   // `result`, and the completion event when asked for.
   absl::StatusOr<CommDone> RunWaited(
-      SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+      SessionId session, GroupRef group, absl::string_view collective, uint64_t bytes,
       std::initializer_list<const Operand*> operands, const Operand& result,
       const CommOptions& options, absl::string_view profile_name,
       absl::FunctionRef<absl::Status(Memory&, GroupRegistry::Member&)> body);
@@ -119,7 +116,7 @@ class GroupWork {
   // error on the stream's device. The call's results: `result`, and the
   // completion event when asked for.
   absl::StatusOr<CommDone> QueueOnHost(
-      SessionId session, absl::string_view group, absl::string_view collective, uint64_t bytes,
+      SessionId session, GroupRef group, absl::string_view collective, uint64_t bytes,
       std::initializer_list<const Operand*> operands, const Operand& result,
       const CommOptions& options, absl::FunctionRef<absl::Status(int rank, int world_size)> check,
       absl::string_view profile_name, HostCollective run);

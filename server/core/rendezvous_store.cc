@@ -6,6 +6,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/core/session_registry.h"
 
 namespace gpumux {
 namespace {
@@ -28,6 +30,13 @@ absl::Status CheckGroupName(absl::string_view name) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckRendezvousName(absl::string_view name) {
+  const size_t at = name.find('@');
+  if (at == absl::string_view::npos) return CheckGroupName(name);
+  GPUMUX_RETURN_IF_ERROR(CheckGroupName(name.substr(0, at)));
+  return CheckTenantName(name.substr(at + 1));
 }
 
 absl::Status CheckGroupRank(int64_t world_size, int64_t rank) {
@@ -61,7 +70,7 @@ void RendezvousStore::Close() {
 absl::StatusOr<RendezvousRound> RendezvousStore::Join(absl::string_view group, int world_size,
                                                       int rank, absl::string_view address,
                                                       absl::Duration timeout) {
-  if (absl::Status status = CheckGroupName(group); !status.ok()) return status;
+  if (absl::Status status = CheckRendezvousName(group); !status.ok()) return status;
   if (absl::Status status = CheckGroupRank(world_size, rank); !status.ok()) return status;
   if (address.size() > kMaxKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("a member address has at most ", kMaxKeyBytes,

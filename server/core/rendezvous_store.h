@@ -40,6 +40,9 @@ inline constexpr absl::Duration kMaxGroupTimeout = absl::Hours(1);
 // INVALID_ARGUMENT unless `name` is 1 to kMaxGroupNameLength characters of
 // [A-Za-z0-9._-].
 absl::Status CheckGroupName(absl::string_view name);
+// What a member joins a round under (RendezvousName): a group name, or
+// "NAME@TENANT" for a tenant's group; INVALID_ARGUMENT otherwise.
+absl::Status CheckRendezvousName(absl::string_view name);
 // INVALID_ARGUMENT unless 1 <= world_size <= kMaxGroupWorldSize and
 // 0 <= rank < world_size.
 absl::Status CheckGroupRank(int64_t world_size, int64_t rank);

@@ -45,6 +45,8 @@ void SessionLifecycle::Close(SessionId id, SessionEndReason reason, absl::string
   if (!info.has_value()) return;
   absl::Time start = absl::Now();
   if (profiler_ != nullptr) profiler_->SessionEnded(id);
+  // The groups it formed end (waiting for a collective of theirs that runs).
+  if (groups_ != nullptr) groups_->SessionEnded(id);
   // Memory first: its pending frees wait on work queued on the session's
   // streams, which still completes after they are destroyed.
   ReleaseSummary r = memory_->ReleaseSession(id);

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/core/device_profiler.h"
+#include "server/core/group_registry.h"
 #include "server/core/memory_manager.h"
 #include "server/core/notice_sink.h"
 #include "server/core/nvtx_ranges.h"
@@ -40,17 +41,19 @@ struct SessionCounts {
 
 class SessionLifecycle {
  public:
-  // All must outlive this object; `profiler` may be null (no profiles).
+  // All must outlive this object; `profiler` may be null (no profiles),
+  // `groups` too (no groups end with their sessions).
   SessionLifecycle(SessionRegistry* sessions, MemoryManager* memory, StreamManager* streams,
                    StagingBuffers* staging, RngGenerators* rng, NvtxRanges* nvtx,
-                   DeviceProfiler* profiler = nullptr)
+                   DeviceProfiler* profiler = nullptr, GroupRegistry* groups = nullptr)
       : sessions_(sessions),
         memory_(memory),
         streams_(streams),
         staging_(staging),
         rng_(rng),
         nvtx_(nvtx),
-        profiler_(profiler) {}
+        profiler_(profiler),
+        groups_(groups) {}
 
   // The longest profile token taken (tokens are 32 hex digits).
   static constexpr size_t kMaxProfileTokenBytes = 256;
@@ -84,6 +87,7 @@ class SessionLifecycle {
   RngGenerators* rng_;
   NvtxRanges* nvtx_;
   DeviceProfiler* profiler_;
+  GroupRegistry* groups_;
   std::atomic<uint64_t> opened_{0};
   std::array<std::atomic<uint64_t>, kSessionEndReasons> ended_{};
   std::atomic<uint64_t> reclaimed_allocated_bytes_{0};

@@ -93,7 +93,8 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionRecord info,
                      "); retry later or ask the operator to raise it"));
   }
   info.id = SessionId(next_id_++);
-  if (info.tenant.empty()) info.tenant = absl::StrCat("session-", info.id.value());
+  info.tenant_named = !info.tenant.empty();
+  if (!info.tenant_named) info.tenant = absl::StrCat("session-", info.id.value());
   info.opened = absl::Now();
   opened.info = info;
   sessions_.emplace(info.id, Entry{std::move(info), opened.secret, std::move(sink)});
@@ -161,6 +162,13 @@ std::optional<SessionRecord> SessionRegistry::Get(SessionId id) const {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return std::nullopt;
   return it->second.info;
+}
+
+absl::StatusOr<std::string> SessionRegistry::NamedTenantOf(SessionId id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return SessionClosedError(id);
+  return NamedTenant(it->second.info);
 }
 
 std::vector<SessionRecord> SessionRegistry::List() const {

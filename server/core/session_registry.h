@@ -34,6 +34,9 @@ struct SessionRecord {
   int64_t pid = 0;
   // Never empty: a session opened without one is its own tenant "session-<id>".
   std::string tenant;
+  // Whether the session named its tenant when it opened (else `tenant` is
+  // its own "session-<id>").
+  bool tenant_named = false;
   std::map<std::string, std::string> labels;
   absl::Time opened;
   // Its client library records its calls for a live profile
@@ -53,6 +56,14 @@ absl::Status SessionClosedError(SessionId session);
 // A tenant name as sessions and tenant limits take it: INVALID_ARGUMENT for
 // an empty one, one over 256 bytes or one holding a control character.
 absl::Status CheckTenantName(absl::string_view tenant);
+
+// The tenant a session named when it opened, or "" for one opened without:
+// the namespace of the groups it forms and names, and whose shares of the
+// daemon-wide budgets it draws on (sessions opened without a tenant share
+// one namespace and one share).
+inline std::string NamedTenant(const SessionRecord& session) {
+  return session.tenant_named ? session.tenant : std::string();
+}
 
 class SessionRegistry {
  public:
@@ -84,6 +95,9 @@ class SessionRegistry {
 
   bool IsOpen(SessionId id) const;
   std::optional<SessionRecord> Get(SessionId id) const;
+  // NamedTenant of an open session; UNAUTHENTICATED "session N is closed"
+  // otherwise.
+  absl::StatusOr<std::string> NamedTenantOf(SessionId id) const;
   // Open sessions by id.
   std::vector<SessionRecord> List() const;
 

@@ -189,7 +189,8 @@ absl::StatusOr<std::unique_ptr<GroupTransport>> GlooTransports::Connect(Rendezvo
     }
     device = device_;
   }
-  RoundStore store(rendezvous, spec.name, generation, spec.timeout);
+  RoundStore store(rendezvous, RendezvousName(GroupRef{spec.tenant, spec.name}), generation,
+                   spec.timeout);
   absl::Status connected = CallGloo([&] { context->connectFullMesh(store, device); });
   if (!connected.ok()) return connected;
   return std::make_unique<GlooTransport>(std::move(context), spec.timeout);

@@ -1,5 +1,6 @@
 #include "server/rpc/group_service.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/serve_collective.h"
 #include "server/rpc/serve_session_call.h"
+#include "server/rpc/session_auth.h"
 
 namespace gpumux {
 namespace {
@@ -51,6 +53,8 @@ void ToProto(const GroupInfoView& view, v1::GroupInfo* info) {
   info->set_form_ms(absl::ToDoubleMilliseconds(view.form_time));
   info->set_device(view.spec.device.value());
   info->set_device_communicator(view.device_communicator);
+  info->set_tenant(view.spec.tenant);
+  info->set_owner_session_id(view.spec.owner.value());
 }
 
 grpc::ServerUnaryReactor* GroupService::FormGroup(grpc::CallbackServerContext* context,
@@ -58,13 +62,17 @@ grpc::ServerUnaryReactor* GroupService::FormGroup(grpc::CallbackServerContext* c
                                                   v1::GroupInfo* response) {
   return ServeBlockingSessionCall(
       context, *sessions_, *executor_,
-      [groups = groups_, work = work_, request, response](SessionId) -> absl::Status {
+      [groups = groups_, work = work_, sessions = sessions_, request,
+       response](SessionId session) -> absl::Status {
         GPUMUX_ASSIGN_OR_RETURN(const absl::Duration timeout, GroupTimeout(request->timeout_ms()));
         const DeviceIndex device(request->device());
         GPUMUX_RETURN_IF_ERROR(work->CheckDevice(device));
+        GPUMUX_ASSIGN_OR_RETURN(std::string tenant, sessions->NamedTenantOf(session));
         GPUMUX_ASSIGN_OR_RETURN(
             const GroupInfoView view,
             groups->Form(GroupSpec{.name = request->name(),
+                                   .tenant = std::move(tenant),
+                                   .owner = session,
                                    .world_size = request->world_size(),
                                    .rank = request->rank(),
                                    .rendezvous_address = request->rendezvous_address(),
@@ -79,17 +87,34 @@ grpc::ServerUnaryReactor* GroupService::DestroyGroup(grpc::CallbackServerContext
                                                      const v1::DestroyGroupRequest* request,
                                                      v1::DestroyGroupResponse*) {
   // It waits for a running collective of the group.
-  return ServeBlockingSessionCall(context, *sessions_, *executor_,
-                                  [groups = groups_, request](SessionId) -> absl::Status {
-                                    return groups->Destroy(request->name());
-                                  });
+  return ServeBlockingSessionCall(
+      context, *sessions_, *executor_,
+      [groups = groups_, sessions = sessions_, request](SessionId session) -> absl::Status {
+        GPUMUX_ASSIGN_OR_RETURN(const std::string tenant, sessions->NamedTenantOf(session));
+        return groups->Destroy(GroupRef{tenant, request->name()});
+      });
 }
 
 grpc::ServerUnaryReactor* GroupService::ListGroups(grpc::CallbackServerContext* context,
                                                    const v1::ListGroupsRequest*,
                                                    v1::ListGroupsResponse* response) {
-  for (const GroupInfoView& view : groups_->List()) ToProto(view, response->add_groups());
+  // A session sees its tenant's groups; a call of no session (an operator's
+  // `gpumux groups`, as Observe shows every session) sees every group.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::optional<std::string> tenant;
+  if (context->client_metadata().count(kSessionMetadataKey) != 0) {
+    absl::StatusOr<SessionId> session = AuthenticateCall(*context, *sessions_);
+    absl::StatusOr<std::string> named =
+        session.ok() ? sessions_->NamedTenantOf(*session) : session.status();
+    if (!named.ok()) {
+      reactor->Finish(ToGrpcStatus(named.status()));
+      return reactor;
+    }
+    tenant = *std::move(named);
+  }
+  for (const GroupInfoView& view : groups_->List()) {
+    if (!tenant.has_value() || view.spec.tenant == *tenant) ToProto(view, response->add_groups());
+  }
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -100,11 +125,12 @@ grpc::ServerUnaryReactor* GroupService::AllReduce(grpc::CallbackServerContext* c
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
       /*blocking=*/!work_->Queues(request->options().async_op()), response,
-      [work = work_, request](SessionId session,
-                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+      [work = work_, sessions = sessions_, request](
+          SessionId session, const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const std::string tenant, sessions->NamedTenantOf(session));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
         GPUMUX_ASSIGN_OR_RETURN(const ReduceOp op, FromProto(request->op()));
-        return work->AllReduce(session, request->group(), tensor, op, options);
+        return work->AllReduce(session, GroupRef{tenant, request->group()}, tensor, op, options);
       });
 }
 
@@ -114,10 +140,12 @@ grpc::ServerUnaryReactor* GroupService::Broadcast(grpc::CallbackServerContext* c
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
       /*blocking=*/!work_->Queues(request->options().async_op()), response,
-      [work = work_, request](SessionId session,
-                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+      [work = work_, sessions = sessions_, request](
+          SessionId session, const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const std::string tenant, sessions->NamedTenantOf(session));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor tensor, FromProto(request->tensor()));
-        return work->Broadcast(session, request->group(), tensor, request->root(), options);
+        return work->Broadcast(session, GroupRef{tenant, request->group()}, tensor, request->root(),
+                               options);
       });
 }
 
@@ -127,11 +155,12 @@ grpc::ServerUnaryReactor* GroupService::AllGather(grpc::CallbackServerContext* c
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
       /*blocking=*/!work_->Queues(request->options().async_op()), response,
-      [work = work_, request](SessionId session,
-                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+      [work = work_, sessions = sessions_, request](
+          SessionId session, const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const std::string tenant, sessions->NamedTenantOf(session));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor input, FromProto(request->input()));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor output, FromProto(request->output()));
-        return work->AllGather(session, request->group(), input, output, options);
+        return work->AllGather(session, GroupRef{tenant, request->group()}, input, output, options);
       });
 }
 
@@ -141,12 +170,14 @@ grpc::ServerUnaryReactor* GroupService::ReduceScatter(grpc::CallbackServerContex
   return ServeCollective(
       context, *sessions_, *executor_, request->options(),
       /*blocking=*/!work_->Queues(request->options().async_op()), response,
-      [work = work_, request](SessionId session,
-                              const CommOptions& options) -> absl::StatusOr<CommDone> {
+      [work = work_, sessions = sessions_, request](
+          SessionId session, const CommOptions& options) -> absl::StatusOr<CommDone> {
+        GPUMUX_ASSIGN_OR_RETURN(const std::string tenant, sessions->NamedTenantOf(session));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor input, FromProto(request->input()));
         GPUMUX_ASSIGN_OR_RETURN(const CommTensor output, FromProto(request->output()));
         GPUMUX_ASSIGN_OR_RETURN(const ReduceOp op, FromProto(request->op()));
-        return work->ReduceScatter(session, request->group(), input, output, op, options);
+        return work->ReduceScatter(session, GroupRef{tenant, request->group()}, input, output, op,
+                                   options);
       });
 }
 

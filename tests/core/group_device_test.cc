@@ -26,6 +26,9 @@
 namespace gpumux {
 namespace {
 
+// The group every test forms, of sessions opened without a tenant.
+constexpr GroupRef kGroup{.tenant = "", .name = "g"};
+
 using ::gpumux::testing::StatusIs;
 
 // What a member's engine was asked.
@@ -285,14 +288,14 @@ TEST_F(GroupWorkOnDeviceTest, TensorsOnTheCommunicatorsDeviceRunOnItOthersOnTheH
   FakeCommunicator& comm = *engine_->last;
   std::string bytes;
   const CommTensor on_device = Tensor(0, 1000, &bytes);
-  ASSERT_OK(work_on_groups_->AllReduce(session_, "g", on_device, ReduceOp::kSum, CommOptions{}));
-  ASSERT_OK(work_on_groups_->Broadcast(session_, "g", on_device, 0, CommOptions{}));
+  ASSERT_OK(work_on_groups_->AllReduce(session_, kGroup, on_device, ReduceOp::kSum, CommOptions{}));
+  ASSERT_OK(work_on_groups_->Broadcast(session_, kGroup, on_device, 0, CommOptions{}));
   std::string out_bytes;
   const CommTensor out = Tensor(0, 1000, &out_bytes);
-  ASSERT_OK(work_on_groups_->AllGather(session_, "g", on_device, out, CommOptions{}));
+  ASSERT_OK(work_on_groups_->AllGather(session_, kGroup, on_device, out, CommOptions{}));
   EXPECT_EQ(Read(out), bytes);  // a group of one gathers its own part
-  ASSERT_OK(
-      work_on_groups_->ReduceScatter(session_, "g", on_device, out, ReduceOp::kMax, CommOptions{}));
+  ASSERT_OK(work_on_groups_->ReduceScatter(session_, kGroup, on_device, out, ReduceOp::kMax,
+                                           CommOptions{}));
   EXPECT_EQ(comm.calls,
             (std::vector<std::string>{"all_reduce", "broadcast", "all_gather", "reduce_scatter"}));
   EXPECT_EQ(comm.waits, 4);
@@ -302,7 +305,7 @@ TEST_F(GroupWorkOnDeviceTest, TensorsOnTheCommunicatorsDeviceRunOnItOthersOnTheH
   // Device 1 is not the communicator's: Gloo's path, in place.
   std::string other_bytes;
   const CommTensor elsewhere = Tensor(1, 100, &other_bytes);
-  ASSERT_OK(work_on_groups_->AllReduce(session_, "g", elsewhere, ReduceOp::kSum, CommOptions{}));
+  ASSERT_OK(work_on_groups_->AllReduce(session_, kGroup, elsewhere, ReduceOp::kSum, CommOptions{}));
   EXPECT_EQ(host_calls_.load(), 1);
   EXPECT_EQ(comm.calls.size(), 4u);
 }
@@ -312,9 +315,9 @@ TEST_F(GroupWorkOnDeviceTest, ACommunicatorThatBreaksBreaksTheGroup) {
   std::string bytes;
   const CommTensor tensor = Tensor(0, 64, &bytes);
   engine_->last->fail_next = true;
-  EXPECT_THAT(work_on_groups_->AllReduce(session_, "g", tensor, ReduceOp::kSum, CommOptions{}),
+  EXPECT_THAT(work_on_groups_->AllReduce(session_, kGroup, tensor, ReduceOp::kSum, CommOptions{}),
               StatusIs(absl::StatusCode::kUnavailable));
-  EXPECT_THAT(work_on_groups_->AllReduce(session_, "g", tensor, ReduceOp::kSum, CommOptions{}),
+  EXPECT_THAT(work_on_groups_->AllReduce(session_, kGroup, tensor, ReduceOp::kSum, CommOptions{}),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   const std::vector<GroupInfoView> listed = groups_->List();
   ASSERT_EQ(listed.size(), 1u);
@@ -325,9 +328,9 @@ TEST_F(GroupWorkOnDeviceTest, ACommunicatorThatBreaksBreaksTheGroup) {
   ASSERT_OK(formed);
   CommTensor too_long = tensor;
   too_long.shape = {65};
-  EXPECT_THAT(work_on_groups_->AllReduce(session_, "g", too_long, ReduceOp::kSum, CommOptions{}),
+  EXPECT_THAT(work_on_groups_->AllReduce(session_, kGroup, too_long, ReduceOp::kSum, CommOptions{}),
               StatusIs(absl::StatusCode::kOutOfRange));
-  ASSERT_OK(work_on_groups_->AllReduce(session_, "g", tensor, ReduceOp::kSum, CommOptions{}));
+  ASSERT_OK(work_on_groups_->AllReduce(session_, kGroup, tensor, ReduceOp::kSum, CommOptions{}));
 }
 
 }  // namespace

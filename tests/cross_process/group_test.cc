@@ -646,6 +646,107 @@ TEST_F(GroupTest, ASessionThatEndsWithAnAsyncOpCollectiveQueuedStillTakesPart) {
   EXPECT_EQ((*groups)[0].collectives, 1u);
 }
 
+// A group is its tenant's: a session of another tenant on the same daemons
+// cannot find, use, destroy, list or join it, nor exhaust the daemon's
+// groups; the groups a session formed end with it.
+TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
+  auto connect = [&](int rank, const std::string& tenant) {
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect("unix://" + nodes_[rank].socket, {.client_name = tenant, .tenant = tenant});
+    EXPECT_OK(client.status());
+    return Node{.rank = rank, .socket = nodes_[rank].socket, .client = *std::move(client)};
+  };
+  std::vector<Node> a;
+  for (int r = 0; r < kWorld; ++r) a.push_back(connect(r, "pod-a"));
+  Node b = connect(0, "pod-b");
+  Node b1 = connect(1, "pod-b");
+  {
+    std::vector<std::thread> threads;
+    for (Node& node : a) {
+      threads.emplace_back([&] {
+        ASSERT_OK(node.client
+                      ->FormGroup({.name = "job7",
+                                   .world_size = kWorld,
+                                   .rank = node.rank,
+                                   .rendezvous_address = nodes_[0].address(),
+                                   .timeout = kTimeout})
+                      .status());
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  {
+    DeviceBuffer injected = Upload(b, RandomValues(Dtype::kInt32, 100, 99));
+    EXPECT_THAT(
+        b.client->GroupAllReduce("job7", TensorRef{&injected, 0, Dtype::kInt32, {100}}).status(),
+        StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"job7\" of tenant 'pod-b'")));
+  }
+  EXPECT_THAT(b.client->DestroyGroup("job7"), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<std::vector<DaemonGroupInfo>> listed = b.client->ListGroups();
+  ASSERT_OK(listed.status());
+  EXPECT_TRUE(listed->empty());
+  // Tenant B's rank 1 does not join tenant A's rounds of the same name.
+  EXPECT_THAT(b1.client
+                  ->FormGroup({.name = "job7",
+                               .world_size = kWorld,
+                               .rank = 1,
+                               .rendezvous_address = nodes_[0].address(),
+                               .timeout = absl::Seconds(1)})
+                  .status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // B forms its own "job7" and up to its share; A's stays as it was.
+  ASSERT_OK(b.client->FormGroup({.name = "job7", .world_size = 1, .rank = 0}).status());
+  for (size_t i = 1; i < 64; ++i) {
+    ASSERT_OK(
+        b.client->FormGroup({.name = absl::StrCat("b", i), .world_size = 1, .rank = 0}).status());
+  }
+  EXPECT_THAT(b.client->FormGroup({.name = "b64", .world_size = 1, .rank = 0}).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("tenant 'pod-b' hold 64 groups, a tenant's share")));
+  ASSERT_OK(a[0].client->FormGroup({.name = "job8", .world_size = 1, .rank = 0}).status());
+  listed = a[0].client->ListGroups();
+  ASSERT_OK(listed.status());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].name, "job7");
+  EXPECT_EQ((*listed)[0].tenant, "pod-a");
+  EXPECT_EQ((*listed)[0].generation, 1u);
+  // A's collective sums A's data alone.
+  std::vector<std::vector<char>> inputs;
+  for (int r = 0; r < kWorld; ++r) inputs.push_back(RandomValues(Dtype::kInt32, 100, 40 + r));
+  std::vector<char> expected = inputs[0];
+  for (int r = 1; r < kWorld; ++r)
+    Accumulate(ReduceOp::kSum, RngDtype::kI32, expected.data(), inputs[r].data(), 100);
+  {
+    std::vector<std::thread> threads;
+    for (Node& node : a) {
+      threads.emplace_back([&] {
+        DeviceBuffer buffer = Upload(node, inputs[node.rank]);
+        ASSERT_OK(node.client->GroupAllReduce("job7", TensorRef{&buffer, 0, Dtype::kInt32, {100}})
+                      .status());
+        EXPECT_TRUE(Download(node, buffer, 400) == expected) << "rank " << node.rank;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  // An operator (no session) sees every tenant's groups; B's end with B.
+  absl::StatusOr<std::vector<DaemonGroupInfo>> all = nodes_[0].client->ListGroups();
+  ASSERT_OK(all.status());
+  EXPECT_EQ(all->size(), 0u) << "a session without a tenant sees only its own namespace";
+  auto observed = [&] {
+    auto stub = v1::Group::NewStub(
+        grpc::CreateChannel("unix://" + nodes_[0].socket, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::ListGroupsResponse response;
+    EXPECT_TRUE(stub->ListGroups(&context, v1::ListGroupsRequest(), &response).ok());
+    return response.groups_size();
+  };
+  EXPECT_EQ(observed(), 2 + 64);
+  b.client.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (observed() != 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(observed(), 2);
+}
+
 TEST_F(GroupTest, AMemberThatDoesNotCallTimesOutAndNamesNoDeadPeer) {
   ASSERT_NO_FATAL_FAILURE(Form("late", absl::Seconds(2)));
   const absl::Time start = absl::Now();
