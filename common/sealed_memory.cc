@@ -151,6 +151,7 @@ void SetMemoryFileBudget(size_t budget, absl::string_view why) {
 }
 
 size_t OpenMemoryFiles() { return open_memory_files.load(); }
+size_t MemoryFileBudget() { return memory_file_budget.load(); }
 
 absl::StatusOr<SealedMemory::Counted> SealedMemory::Counted::Take(absl::string_view what) {
   const size_t budget = memory_file_budget.load();

@@ -94,8 +94,10 @@ class AddressReservation {
 // where the number comes from, for the refusal's message. Unlimited until
 // set.
 void SetMemoryFileBudget(size_t budget, absl::string_view why);
-// The memory files this process holds open now.
+// The memory files this process holds open now, and may (SIZE_MAX until
+// SetMemoryFileBudget).
 size_t OpenMemoryFiles();
+size_t MemoryFileBudget();
 
 class SealedMemory {
  public:

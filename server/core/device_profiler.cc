@@ -117,13 +117,22 @@ DeviceProfiler::DeviceProfiler(DeviceBackend* backend, uint64_t max_bytes)
 
 bool DeviceProfiler::TakeRecord(SessionId session) {
   absl::MutexLock lock(&held_mu_);
-  uint64_t& mine = held_by_[session];
-  if (held_ >= max_records_ || mine >= max_records_per_session_) {
-    if (mine == 0) held_by_.erase(session);
+  auto [it, added] = held_by_.try_emplace(session);
+  Held& mine = it->second;
+  if (added) {
+    auto tenant = tenant_of_.find(session);
+    if (tenant != tenant_of_.end()) mine.tenant = tenant->second;
+  }
+  uint64_t& tenants = held_by_tenant_[mine.tenant];
+  if (held_ >= max_records_ || mine.records >= max_records_per_session_ ||
+      tenants >= max_records_per_session_) {
+    if (tenants == 0) held_by_tenant_.erase(mine.tenant);
+    if (mine.records == 0) held_by_.erase(it);
     return false;
   }
   ++held_;
-  ++mine;
+  ++mine.records;
+  ++tenants;
   return true;
 }
 
@@ -132,10 +141,20 @@ void DeviceProfiler::ReturnRecords(SessionId session, uint64_t count) {
   absl::MutexLock lock(&held_mu_);
   auto it = held_by_.find(session);
   if (it == held_by_.end()) return;
-  const uint64_t returned = std::min(count, it->second);
-  it->second -= returned;
+  const uint64_t returned = std::min(count, it->second.records);
+  it->second.records -= returned;
   held_ -= returned;
-  if (it->second == 0) held_by_.erase(it);
+  auto tenant = held_by_tenant_.find(it->second.tenant);
+  if (tenant != held_by_tenant_.end()) {
+    tenant->second -= std::min(returned, tenant->second);
+    if (tenant->second == 0) held_by_tenant_.erase(tenant);
+  }
+  if (it->second.records == 0) held_by_.erase(it);
+}
+
+void DeviceProfiler::AddSession(SessionId session, std::string tenant) {
+  absl::MutexLock lock(&held_mu_);
+  tenant_of_[session] = std::move(tenant);
 }
 
 DeviceProfiler::~DeviceProfiler() {
@@ -289,6 +308,10 @@ void DeviceProfiler::Shutdown() {
 }
 
 void DeviceProfiler::SessionEnded(SessionId session) {
+  {
+    absl::MutexLock lock(&held_mu_);
+    tenant_of_.erase(session);  // what its records hold keeps its tenant
+  }
   std::vector<std::shared_ptr<Profile>> dropped;
   {
     absl::MutexLock lock(&mu_);

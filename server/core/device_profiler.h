@@ -96,6 +96,9 @@ class DeviceProfiler {
   // ended first).
   std::optional<HostProfile> AwaitHostProfile(uint64_t id, absl::Time deadline);
 
+  // `session` opened, of `tenant` (NamedTenant): the records charged to the
+  // sessions of one tenant are bounded as one session's are.
+  void AddSession(SessionId session, std::string tenant);
   // `session` ended: the profiles it owned are dropped; as a member it
   // records nothing more (its records stay in its profile), and a window on
   // it stops waiting.
@@ -164,7 +167,8 @@ class DeviceProfiler {
   DeviceProfile Collect(Profile& profile);
   void ReleaseEvents(Profile& profile);
   absl::StatusOr<std::shared_ptr<Profile>> NewProfile(uint64_t capacity);
-  // Counts one more record kept for `session` when both bounds allow it.
+  // Counts one more record kept for `session` when the three bounds allow
+  // it: all profiles, the session's, its tenant's.
   bool TakeRecord(SessionId session) ABSL_LOCKS_EXCLUDED(held_mu_);
   // `count` records of `session` are kept no more.
   void ReturnRecords(SessionId session, uint64_t count) ABSL_LOCKS_EXCLUDED(held_mu_);
@@ -173,13 +177,20 @@ class DeviceProfiler {
   void EndWork(Work work, bool ran, bool on_device_too);
 
   DeviceBackend* const backend_;
-  const uint64_t max_records_;              // all profiles together
-  const uint64_t max_records_per_session_;  // the profiles charged to one session
-  // Records kept by open profiles, in all and per charged session. Taken
-  // after a profile's mu.
+  const uint64_t max_records_;  // all profiles together
+  // The profiles charged to one session, and to the sessions of one tenant.
+  const uint64_t max_records_per_session_;
+  // Records kept by open profiles, in all, per charged session and per
+  // tenant. Taken after a profile's mu.
+  struct Held {
+    uint64_t records = 0;
+    std::string tenant;
+  };
   absl::Mutex held_mu_;
   uint64_t held_ ABSL_GUARDED_BY(held_mu_) = 0;
-  absl::flat_hash_map<SessionId, uint64_t> held_by_ ABSL_GUARDED_BY(held_mu_);
+  absl::flat_hash_map<SessionId, Held> held_by_ ABSL_GUARDED_BY(held_mu_);
+  absl::flat_hash_map<std::string, uint64_t> held_by_tenant_ ABSL_GUARDED_BY(held_mu_);
+  absl::flat_hash_map<SessionId, std::string> tenant_of_ ABSL_GUARDED_BY(held_mu_);
   // Sessions profiled now: the hot path's one check.
   std::atomic<int> profiled_sessions_{0};
   absl::Mutex mu_;

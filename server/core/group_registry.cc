@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/tenant_shares.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -242,10 +243,9 @@ absl::Status GroupRegistry::CheckTenantShareLocked(const GroupSpec& spec) const 
   for (const auto& [key, group] : groups_) held += group->spec.tenant == spec.tenant ? 1 : 0;
   if (held < kMaxGroupsPerTenant) return absl::OkStatus();
   return absl::ResourceExhaustedError(
-      absl::StrCat(spec.tenant.empty() ? std::string("sessions without a tenant")
-                                       : absl::StrCat("tenant '", spec.tenant, "'"),
-                   " hold ", held, " groups, a tenant's share of this daemon's ", kMaxGroups,
-                   ": destroy one to form ", GroupLabel(RefOf(spec))));
+      absl::StrCat(TenantLabel(spec.tenant), spec.tenant.empty() ? " hold " : " holds ", held,
+                   " groups, a tenant's share (a quarter of the daemon's ", kMaxGroups,
+                   "): destroy one to form ", GroupLabel(RefOf(spec))));
 }
 
 absl::Status GroupRegistry::Destroy(GroupRef ref) {

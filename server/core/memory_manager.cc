@@ -58,12 +58,14 @@ absl::Status MemoryManager::CheckDevice(DeviceIndex device) const {
   return CheckDeviceInRange(device, allocator_.device_count());
 }
 
-void MemoryManager::AddSession(SessionId session, const std::string& tenant) {
+void MemoryManager::AddSession(SessionId session, const std::string& tenant,
+                               const std::string& share_tenant) {
   // Before the session's first call can allocate: the registry has it open,
   // but its Open has not returned to the client yet.
   allocator_.SetClientTenant(session, tenant);
   absl::MutexLock lock(&mu_);
   SessionBooks& books = books_[session];
+  books.share_tenant = share_tenant;
   books.imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
   books.leases.assign(static_cast<size_t>(allocator_.device_count()), 0);
   books.fruitless.assign(static_cast<size_t>(allocator_.device_count()), std::nullopt);
@@ -454,9 +456,10 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
       }
     }
     if (block->leased) --books.leases[device_slot];
-    for (const std::string& token : block->tokens) {
+    for (const auto& [token, tenant] : block->tokens) {
       unused_tokens_.erase(token);
       used_tokens_.erase(token);
+      tenant_tokens_.Give(tenant);
     }
     if (frees->empty()) frees->resize(static_cast<size_t>(allocator_.device_count()));
     (*frees)[device_slot].addresses.push_back(block->view.address);
@@ -505,8 +508,10 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
         "--max-share-tokens=",
         limits_.max_share_tokens, "); free shared allocations or ask the operator to raise it"));
   }
+  const std::string& tenant = books_.at(session).share_tenant;
+  GPUMUX_RETURN_IF_ERROR(tenant_tokens_.Take(tenant, limits_.max_share_tokens));
   std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
-  block->tokens.push_back(token);
+  block->tokens.emplace_back(token, tenant);
   unused_tokens_.emplace(token, block);
   ++tokens_issued_;
   return token;

@@ -33,6 +33,7 @@
 #include "server/core/session_registry.h"
 #include "server/core/stats_pages.h"
 #include "server/core/stream_manager.h"
+#include "server/core/tenant_shares.h"
 
 namespace gpumux {
 
@@ -125,7 +126,9 @@ class MemoryManager {
 
   // Starts the books for an open session, a client of `tenant` (non-empty)
   // in the allocator, whose tenant limits then cover its segments.
-  void AddSession(SessionId session, const std::string& tenant);
+  // `share_tenant` (NamedTenant) takes the share tokens' share.
+  void AddSession(SessionId session, const std::string& tenant,
+                  const std::string& share_tenant = "");
   // Frees everything the session holds and returns its cached segments.
   // Shared allocations others imported stay alive, charged to an importer.
   ReleaseSummary ReleaseSession(SessionId session);
@@ -308,8 +311,9 @@ class MemoryManager {
     bool leased = false;  // a lease (Lease), which the session's client carves
     SessionId charged;    // whose stats carry it
     absl::InlinedVector<AllocationId, 1> refs;
-    std::vector<std::string> tokens;  // issued for it, used or not
-    int holds = 0;                    // HoldAllocations using it now
+    // Issued for it, used or not, each with the tenant whose share it took.
+    std::vector<std::pair<std::string, std::string>> tokens;
+    int holds = 0;  // HoldAllocations using it now
   };
   struct Reference {
     SessionId session;
@@ -324,6 +328,7 @@ class MemoryManager {
     bool operator==(const CacheFigures&) const = default;
   };
   struct SessionBooks {
+    std::string share_tenant;  // NamedTenant: whose share its share tokens take
     absl::flat_hash_set<AllocationId> ids;
     std::vector<uint32_t> leases;  // per device: live leases
     // Per device: its figures when asked to return its cache it returned
@@ -395,6 +400,7 @@ class MemoryManager {
   const Limits limits_;
   LimitRefusal allocation_tokens_refusal_{"share tokens per allocation (4096)"};
   LimitRefusal tokens_refusal_{"--max-share-tokens"};
+  TenantShares tenant_tokens_{"share tokens", "--max-share-tokens"};
   SessionRegistry* sessions_;
   StreamManager* streams_;
   CachingAllocator allocator_;

@@ -21,11 +21,12 @@ absl::StatusOr<OpenedSession> SessionLifecycle::Open(SessionRecord info,
   }
   absl::StatusOr<OpenedSession> opened = sessions_->Open(std::move(info), std::move(sink));
   if (!opened.ok()) return opened;
-  memory_->AddSession(opened->info.id, opened->info.tenant);
-  streams_->AddSession(opened->info.id);
+  memory_->AddSession(opened->info.id, opened->info.tenant, NamedTenant(opened->info));
+  streams_->AddSession(opened->info.id, NamedTenant(opened->info));
   staging_->AddSession(opened->info.id);
   rng_->AddSession(opened->info.id);
   nvtx_->AddSession(opened->info.id);
+  if (profiler_ != nullptr) profiler_->AddSession(opened->info.id, NamedTenant(opened->info));
   opened_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("session {} opened: client '{}' pid {} tenant '{}'", opened->info.id.value(),
                opened->info.client_name, opened->info.pid, opened->info.tenant);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/printable_text.h"
 #include "common/random_hex.h"
+#include "common/status_macros.h"
 
 namespace gpumux {
 
@@ -92,8 +93,9 @@ absl::StatusOr<OpenedSession> SessionRegistry::Open(SessionRecord info,
                      " sessions, its limit (gpumuxd --max-sessions=", max_sessions_,
                      "); retry later or ask the operator to raise it"));
   }
-  info.id = SessionId(next_id_++);
   info.tenant_named = !info.tenant.empty();
+  GPUMUX_RETURN_IF_ERROR(tenant_sessions_.Take(NamedTenant(info), max_sessions_));
+  info.id = SessionId(next_id_++);
   if (!info.tenant_named) info.tenant = absl::StrCat("session-", info.id.value());
   info.opened = absl::Now();
   opened.info = info;
@@ -149,6 +151,7 @@ std::optional<SessionRecord> SessionRegistry::Close(SessionId id) {
   SessionRecord info = std::move(it->second.info);
   sink = std::move(it->second.sink);
   sessions_.erase(it);
+  tenant_sessions_.Give(NamedTenant(info));
   return info;
 }
 

@@ -24,6 +24,7 @@
 #include "common/ids.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/notice_sink.h"
+#include "server/core/tenant_shares.h"
 
 namespace gpumux {
 
@@ -76,7 +77,8 @@ class SessionRegistry {
   // INVALID_ARGUMENT for a client name, tenant or label over 256 bytes or
   // holding a control character, more than 64 labels, or a pid outside
   // [0, 2^22] (0: unknown); RESOURCE_EXHAUSTED
-  // when max_sessions are open; UNAVAILABLE once the daemon is shutting down.
+  // when max_sessions are open or the tenant holds its share of them
+  // (TenantShares); UNAVAILABLE once the daemon is shutting down.
   absl::StatusOr<OpenedSession> Open(SessionRecord info, std::shared_ptr<NoticeSink> sink);
 
   // Checks "<id>:<secret>" from request metadata. UNAUTHENTICATED when it is
@@ -130,6 +132,7 @@ class SessionRegistry {
   std::atomic<bool> shutting_down_{false};  // a flag only: orders nothing else
   size_t max_sessions_ = kDefaultMaxSessions;
   LimitRefusal sessions_refusal_{"--max-sessions"};
+  TenantShares tenant_sessions_{"sessions", "--max-sessions"};
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<SessionId, Entry> sessions_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
+#include "common/sealed_memory.h"
 #include "common/status_macros.h"
 #include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
@@ -39,9 +40,10 @@ absl::Status StreamManager::CheckDevice(DeviceIndex device) const {
   return CheckDeviceInRange(device, backend_->device_count());
 }
 
-void StreamManager::AddSession(SessionId session) {
+void StreamManager::AddSession(SessionId session, std::string tenant) {
   absl::MutexLock lock(&mu_);
   Books& books = books_[session];
+  books.tenant = std::move(tenant);
   books.default_streams.assign(static_cast<size_t>(backend_->device_count()), BackendStream());
   books.async_errors.resize(static_cast<size_t>(backend_->device_count()));
 }
@@ -56,6 +58,11 @@ StreamCounts StreamManager::ReleaseSession(SessionId session) {
     books_.erase(it);
     total_streams_ -= books.streams.size();
     total_events_ -= books.events.size();
+    tenant_streams_.Give(books.tenant, books.streams.size());
+    tenant_events_.Give(books.tenant, books.events.size());
+    size_t interprocess = 0;
+    for (const auto& [id, event] : books.events) interprocess += event.flags.interprocess ? 1 : 0;
+    tenant_ipc_events_.Give(books.tenant, interprocess);
   }
   DestroyAll(books);
   return StreamCounts{books.streams.size(), books.events.size()};
@@ -104,6 +111,7 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
   GPUMUX_ASSIGN_OR_RETURN(StreamPriorityRange range, PriorityRange(device));
   // torch/cuda/streams.py clamps into [greatest, least] (greatest <= least).
   int clamped = std::clamp(priority, range.greatest, range.least);
+  std::string tenant;
   {
     absl::MutexLock lock(&mu_);
     GPUMUX_ASSIGN_OR_RETURN(Books * books, BooksLocked(session));
@@ -118,6 +126,8 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
                        " streams, its limit (gpumuxd --max-streams=", limits_.max_streams,
                        "); destroy streams or ask the operator to raise the limit"));
     }
+    GPUMUX_RETURN_IF_ERROR(tenant_streams_.Take(books->tenant, limits_.max_streams));
+    tenant = books->tenant;
     ++total_streams_;  // held for this stream while it is created
   }
   // Creating a backend stream is a backend call: not under the lock.
@@ -125,12 +135,14 @@ absl::StatusOr<StreamManager::CreatedStream> StreamManager::CreateStream(Session
   absl::MutexLock lock(&mu_);
   if (!created.ok()) {
     --total_streams_;
+    tenant_streams_.Give(tenant);
     return created.status();
   }
   const BackendStream backend = *created;
   absl::StatusOr<Books*> books = BooksLocked(session);
   if (!books.ok()) {
     --total_streams_;
+    tenant_streams_.Give(tenant);
     // Never used, so no allocation waits on it: straight to the backend.
     LogIfError(backend_->DestroyStream(backend), "destroy stream");
     return books.status();
@@ -153,6 +165,7 @@ absl::Status StreamManager::DestroyStream(SessionId session, DeviceIndex device,
     GPUMUX_ASSIGN_OR_RETURN(backend, FindStreamLocked(*books, device, stream));
     books->streams.erase(stream);
     --total_streams_;
+    tenant_streams_.Give(books->tenant);
   }
   return DestroyBackendStream(device, backend);
 }
@@ -278,6 +291,10 @@ absl::StatusOr<EventView> StreamManager::AddEvent(SessionId session, DeviceIndex
     refused = events_refusal_.Refuse(absl::StrCat(
         "the daemon already holds ", total_events_, " events, its limit (gpumuxd --max-events=",
         limits_.max_events, "); destroy events or ask the operator to raise the limit"));
+  } else if (refused = tenant_events_.Take((*books)->tenant, limits_.max_events);
+             refused.ok() && flags.interprocess) {
+    refused = tenant_ipc_events_.Take((*books)->tenant, MemoryFileBudget());
+    if (!refused.ok()) tenant_events_.Give((*books)->tenant);
   }
   if (!refused.ok()) {
     LogIfError(backend_->DestroyEvent(backend), "destroy event");
@@ -319,8 +336,10 @@ absl::Status StreamManager::DestroyEvent(SessionId session, EventId event) {
     auto it = books->events.find(event);
     if (it == books->events.end()) return EventNotFound(event);
     backend = it->second.backend;
+    if (it->second.flags.interprocess) tenant_ipc_events_.Give(books->tenant);
     books->events.erase(it);
     --total_events_;
+    tenant_events_.Give(books->tenant);
   }
   return backend_->DestroyEvent(backend);
 }

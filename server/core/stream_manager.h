@@ -24,6 +24,7 @@
 #include "server/backend/device_backend.h"
 #include "server/core/device_profiler.h"
 #include "server/core/limit_refusal.h"
+#include "server/core/tenant_shares.h"
 
 namespace gpumux {
 
@@ -55,7 +56,8 @@ struct StreamCounts {
 // Daemon-wide budgets over all sessions (gpumuxd --max-streams,
 // --max-events): RESOURCE_EXHAUSTED beyond them, naming the flag, and a log
 // line. Default streams (one per session and device once used) are not
-// counted; sessions are bounded by SessionRegistry.
+// counted; sessions are bounded by SessionRegistry. A tenant holds at most a
+// quarter of each (TenantShares).
 struct StreamLimits {
   size_t max_streams = 16384;
   size_t max_events = 1 << 20;
@@ -85,7 +87,8 @@ class StreamManager {
   using StreamDestroyer = std::function<absl::Status(DeviceIndex, BackendStream)>;
   void set_stream_destroyer(StreamDestroyer destroyer) { destroyer_ = std::move(destroyer); }
 
-  void AddSession(SessionId session);
+  // `tenant` (NamedTenant) takes the streams' and events' shares.
+  void AddSession(SessionId session, std::string tenant = "");
   // Destroys the session's streams (default ones included) and events;
   // returns what it held, default streams not counted.
   StreamCounts ReleaseSession(SessionId session);
@@ -185,6 +188,7 @@ class StreamManager {
     std::vector<AsyncError> async_errors;        // per device
     absl::flat_hash_map<StreamId, StreamEntry> streams;
     absl::flat_hash_map<EventId, EventEntry> events;
+    std::string tenant;  // NamedTenant: whose shares its streams and events take
   };
 
   absl::StatusOr<Books*> BooksLocked(SessionId session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -208,6 +212,11 @@ class StreamManager {
   LimitRefusal session_events_refusal_{"events per session (65536)"};
   LimitRefusal streams_refusal_{"--max-streams"};
   LimitRefusal events_refusal_{"--max-events"};
+  TenantShares tenant_streams_{"streams", "--max-streams"};
+  TenantShares tenant_events_{"events", "--max-events"};
+  // Each interprocess event of the host backend holds a memory file: a
+  // tenant's share of the daemon's memory-file budget (MemoryFileBudget).
+  TenantShares tenant_ipc_events_{"interprocess events", "the memory-file budget"};
   mutable absl::Mutex mu_;
   // Created streams (including those being created) and events of every
   // session, against limits_.

@@ -195,6 +195,43 @@ TEST_F(BoundedProfileTest, ASessionsProfilesKeepItsShareOfTheMemoryAtMost) {
   EXPECT_GT(live->device.dropped_work, 10u);
 }
 
+// The sessions of one tenant together keep one session's share: two
+// workers of team-a profiled at once keep ten records between them.
+TEST_F(BoundedProfileTest, ATenantsSessionsKeepOneShareBetweenThem) {
+  std::unique_ptr<Client> workers[2] = {ConnectAnother(OfTenant("team-a")),
+                                        ConnectAnother(OfTenant("team-a"))};
+  std::vector<std::unique_ptr<Copier>> copiers;
+  std::vector<DeviceBuffer> buffers;
+  const std::vector<char> data(64, 'x');
+  for (auto& worker : workers) {
+    ASSERT_NE(worker, nullptr);
+    absl::StatusOr<DeviceBuffer> buffer = worker->Allocate(1 << 20);
+    ASSERT_OK(buffer.status());
+    buffers.push_back(*std::move(buffer));
+  }
+  for (int w = 0; w < 2; ++w) {
+    copiers.push_back(std::make_unique<Copier>(*workers[w], buffers[w], data, data.size()));
+    while (copiers.back()->copies() == 0) absl::SleepFor(absl::Milliseconds(1));
+  }
+  absl::StatusOr<SessionProfile> live[2];
+  std::thread second([&] {
+    live[1] = client().ProfileSession(workers[1]->session_id(), absl::Milliseconds(800));
+  });
+  // The copies stop while both windows are open: once one window ended, its
+  // records would leave room for the other's.
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    for (auto& copier : copiers) copier->Stop();
+  });
+  live[0] = client().ProfileSession(workers[0]->session_id(), absl::Milliseconds(800));
+  second.join();
+  stopper.join();
+  ASSERT_OK(live[0].status());
+  ASSERT_OK(live[1].status());
+  EXPECT_EQ(live[0]->device.work.size() + live[1]->device.work.size(), 10u);
+  EXPECT_GT(live[0]->device.dropped_work + live[1]->device.dropped_work, 10u);
+}
+
 TEST_F(ProfileTest, AProgramsProfileIsItsStartersToFinish) {
   absl::StatusOr<Client::StartedProfile> started = client().StartProfile();
   ASSERT_OK(started.status());

@@ -82,13 +82,36 @@ TEST(SessionRegistryTest, RefusesEverythingOnceShuttingDown) {
 TEST(SessionRegistryTest, RefusesSessionsPastMaxSessionsAndTakesMoreOnceOneEnds) {
   SessionRegistry registry;
   registry.set_max_sessions(2);
-  absl::StatusOr<OpenedSession> first = OpenWith(registry, "a");
+  absl::StatusOr<OpenedSession> first = OpenWith(registry, "a", "tenant-a");
   ASSERT_OK(first);
-  ASSERT_OK(OpenWith(registry, "b"));
-  EXPECT_THAT(OpenWith(registry, "c"), StatusIs(absl::StatusCode::kResourceExhausted,
-                                                HasSubstr("gpumuxd --max-sessions=2")));
+  ASSERT_OK(OpenWith(registry, "b", "tenant-b"));
+  EXPECT_THAT(OpenWith(registry, "c", "tenant-c"), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                            HasSubstr("gpumuxd --max-sessions=2")));
   registry.Close(first->info.id);
-  EXPECT_OK(OpenWith(registry, "c"));
+  EXPECT_OK(OpenWith(registry, "c", "tenant-c"));
+}
+
+// One tenant holds at most a quarter of the sessions, the sessions opened
+// without a tenant counting as one, so that filling its share leaves the
+// rest to the others.
+TEST(SessionRegistryTest, ATenantHoldsAQuarterOfTheSessions) {
+  SessionRegistry registry;
+  registry.set_max_sessions(8);
+  absl::StatusOr<OpenedSession> first = OpenWith(registry, "a1", "pod-a");
+  ASSERT_OK(first);
+  ASSERT_OK(OpenWith(registry, "a2", "pod-a"));
+  EXPECT_THAT(OpenWith(registry, "a3", "pod-a"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("tenant 'pod-a' holds 2 sessions, a tenant's share (a quarter of "
+                                 "the daemon's 8)")));
+  ASSERT_OK(OpenWith(registry, "b1", "pod-b"));
+  ASSERT_OK(OpenWith(registry, "none1"));
+  ASSERT_OK(OpenWith(registry, "none2"));
+  EXPECT_THAT(OpenWith(registry, "none3"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("the sessions without a tenant hold 2 sessions")));
+  registry.Close(first->info.id);
+  EXPECT_OK(OpenWith(registry, "a3", "pod-a"));
 }
 
 }  // namespace

@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/sealed_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/host/host_backend.h"
@@ -237,15 +240,27 @@ TEST_F(StreamManagerTest, DestroyRefusesTheDefaultStreamAndAnotherDevice) {
 // Daemon-wide budgets: counted over every session, freed by destroys and
 // session ends, and each refusal names its flag.
 TEST_F(StreamManagerTest, DaemonWideLimitsCountEverySessionAndNameTheirFlag) {
-  StreamManager limited(backend_.get(), StreamLimits{.max_streams = 3, .max_events = 2});
-  limited.AddSession(kFirst);
-  limited.AddSession(kSecond);
+  // Limits of 12: a tenant's share is 3, what each session here takes at
+  // most. Other tenants fill the daemon but for 3 streams and 2 events.
+  StreamManager limited(backend_.get(), StreamLimits{.max_streams = 12, .max_events = 12});
+  constexpr int kFillerStreams[] = {3, 3, 3, 0}, kFillerEvents[] = {3, 3, 3, 1};
+  for (int t = 0; t < 4; ++t) {
+    const SessionId filler(100 + t);
+    limited.AddSession(filler, absl::StrCat("filler-", t));
+    for (int i = 0; i < kFillerStreams[t]; ++i)
+      ASSERT_THAT(limited.CreateStream(filler, kDevice0, 0), IsOk());
+    for (int i = 0; i < kFillerEvents[t]; ++i)
+      ASSERT_THAT(limited.CreateEvent(filler, kDevice0, {}), IsOk());
+  }
+  limited.AddSession(kFirst, "first");
+  limited.AddSession(kSecond, "second");
   ASSERT_THAT(limited.CreateStream(kFirst, kDevice0, 0), IsOk());
   ASSERT_THAT(limited.CreateStream(kFirst, kDevice1, 0), IsOk());
   absl::StatusOr<StreamManager::CreatedStream> third = limited.CreateStream(kSecond, kDevice0, 0);
   ASSERT_THAT(third, IsOk());
-  EXPECT_THAT(limited.CreateStream(kSecond, kDevice0, 0),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-streams=3")));
+  EXPECT_THAT(
+      limited.CreateStream(kSecond, kDevice0, 0),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-streams=12")));
   ASSERT_THAT(limited.Resolve(kSecond, kDevice0, StreamId(0)), IsOk())
       << "default streams are not counted";
   ASSERT_THAT(limited.DestroyStream(kSecond, kDevice0, third->id), IsOk());
@@ -254,13 +269,76 @@ TEST_F(StreamManagerTest, DaemonWideLimitsCountEverySessionAndNameTheirFlag) {
   ASSERT_THAT(limited.CreateEvent(kFirst, kDevice0, EventFlags{}), IsOk());
   ASSERT_THAT(limited.CreateEvent(kSecond, kDevice0, EventFlags{}), IsOk());
   EXPECT_THAT(limited.CreateEvent(kSecond, kDevice1, EventFlags{}),
-              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-events=2")));
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("gpumuxd --max-events=12")));
   limited.ReleaseSession(kFirst);  // its 2 streams and 1 event go back
   ASSERT_THAT(limited.CreateEvent(kSecond, kDevice1, EventFlags{}), IsOk());
   ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
   ASSERT_THAT(limited.CreateStream(kSecond, kDevice1, 0), IsOk());
   EXPECT_THAT(limited.CreateStream(kSecond, kDevice1, 0),
               StatusIs(absl::StatusCode::kResourceExhausted));
+}
+
+// A tenant holds at most a quarter of each daemon-wide budget, its sessions
+// together; the sessions opened without a tenant count as one tenant.
+TEST_F(StreamManagerTest, ATenantHoldsAQuarterOfTheStreamsAndEvents) {
+  StreamManager limited(backend_.get(), StreamLimits{.max_streams = 8, .max_events = 8});
+  const SessionId a1(11), a2(12), b(13), none1(14), none2(15);
+  limited.AddSession(a1, "pod-a");
+  limited.AddSession(a2, "pod-a");
+  limited.AddSession(b, "pod-b");
+  limited.AddSession(none1);
+  limited.AddSession(none2);
+  ASSERT_THAT(limited.CreateStream(a1, kDevice0, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(a2, kDevice0, 0), IsOk());
+  EXPECT_THAT(limited.CreateStream(a2, kDevice1, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("tenant 'pod-a' holds 2 streams, a tenant's share (a quarter of "
+                                 "the daemon's 8)")));
+  ASSERT_THAT(limited.CreateStream(b, kDevice0, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(b, kDevice0, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(none1, kDevice0, 0), IsOk());
+  ASSERT_THAT(limited.CreateStream(none2, kDevice0, 0), IsOk());
+  EXPECT_THAT(limited.CreateStream(none2, kDevice0, 0),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("the sessions without a tenant hold 2 streams")));
+  ASSERT_THAT(limited.CreateEvent(a1, kDevice0, {}), IsOk());
+  ASSERT_THAT(limited.CreateEvent(a2, kDevice0, {}), IsOk());
+  EXPECT_THAT(
+      limited.CreateEvent(a2, kDevice0, {}),
+      StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("tenant 'pod-a' holds 2 events")));
+  ASSERT_THAT(limited.CreateEvent(b, kDevice0, {}), IsOk());
+  limited.ReleaseSession(a1);  // its stream and event go back to pod-a's share
+  ASSERT_THAT(limited.CreateStream(a2, kDevice1, 0), IsOk());
+  ASSERT_THAT(limited.CreateEvent(a2, kDevice0, {}), IsOk());
+}
+
+// Each interprocess event holds a memory file (host backend): a tenant holds
+// at most a quarter of the daemon's memory-file budget in them, so that one
+// tenant cannot take the descriptors every other one needs.
+TEST_F(StreamManagerTest, ATenantHoldsAQuarterOfTheMemoryFileBudgetInInterprocessEvents) {
+  const size_t budget = OpenMemoryFiles() + 40;
+  SetMemoryFileBudget(budget, "the test's budget");
+  const size_t share = TenantShares::ShareOf(budget);
+  const SessionId a(21), b(22);
+  streams_->AddSession(a, "pod-a");
+  streams_->AddSession(b, "pod-b");
+  std::vector<EventId> events;
+  for (size_t i = 0; i < share; ++i) {
+    absl::StatusOr<EventView> event = streams_->CreateEvent(a, kDevice0, {.interprocess = true});
+    ASSERT_THAT(event, IsOk());
+    events.push_back(event->id);
+  }
+  EXPECT_THAT(streams_->CreateEvent(a, kDevice0, {.interprocess = true}),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr(absl::StrCat("tenant 'pod-a' holds ", share,
+                                              " interprocess events, a tenant's share"))));
+  EXPECT_THAT(streams_->CreateEvent(a, kDevice0, {}), IsOk()) << "other events are no memory file";
+  EXPECT_THAT(streams_->CreateEvent(b, kDevice0, {.interprocess = true}), IsOk());
+  ASSERT_THAT(streams_->DestroyEvent(a, events.back()), IsOk());
+  EXPECT_THAT(streams_->CreateEvent(a, kDevice0, {.interprocess = true}), IsOk());
+  streams_->ReleaseSession(a);
+  streams_->ReleaseSession(b);
+  SetMemoryFileBudget(std::numeric_limits<size_t>::max(), "");
 }
 
 }  // namespace

@@ -702,7 +702,7 @@ TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
   }
   EXPECT_THAT(b.client->FormGroup({.name = "b64", .world_size = 1, .rank = 0}).status(),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("tenant 'pod-b' hold 64 groups, a tenant's share")));
+                       HasSubstr("tenant 'pod-b' holds 64 groups, a tenant's share")));
   ASSERT_OK(a[0].client->FormGroup({.name = "job8", .world_size = 1, .rank = 0}).status());
   listed = a[0].client->ListGroups();
   ASSERT_OK(listed.status());

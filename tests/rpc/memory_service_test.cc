@@ -389,16 +389,56 @@ class ShareLimitTest : public DaemonTest {
  protected:
   Daemon::Options Options() override {
     Daemon::Options options = DaemonTest::Options();
-    options.max_share_tokens = 3;
+    options.max_share_tokens = 8;
     return options;
   }
+  // Shares `id` `count` times as `session`.
+  static grpc::Status ShareTimes(RawSession& session, uint64_t id, int count) {
+    for (int i = 0; i < count; ++i) {
+      v1::ShareRequest request;
+      request.set_allocation_id(id);
+      v1::ShareResponse response;
+      grpc::Status status = session.memory().Share(session.Context().get(), request, &response);
+      if (!status.ok()) return status;
+    }
+    return grpc::Status::OK;
+  }
 };
+
+// A tenant holds at most a quarter of the daemon's share tokens.
+TEST_F(ShareLimitTest, ATenantHoldsAQuarterOfTheShareTokens) {
+  RawSession a(channel_, "a", "pod-a");
+  RawSession b(channel_, "b", "pod-b");
+  v1::Allocation of_a, of_b;
+  ASSERT_TRUE(a.Allocate(0, 4096, &of_a, /*shareable=*/true).ok());
+  ASSERT_TRUE(b.Allocate(0, 4096, &of_b, /*shareable=*/true).ok());
+  ASSERT_TRUE(ShareTimes(a, of_a.allocation_id(), 2).ok());
+  grpc::Status refused = ShareTimes(a, of_a.allocation_id(), 1);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("tenant 'pod-a' holds 2 share tokens, a tenant's share"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_TRUE(ShareTimes(b, of_b.allocation_id(), 2).ok());
+  ASSERT_TRUE(a.Free({of_a.allocation_id()}).ok());  // its tokens go with it
+  ASSERT_TRUE(a.Allocate(0, 4096, &of_a, /*shareable=*/true).ok());
+  EXPECT_TRUE(ShareTimes(a, of_a.allocation_id(), 2).ok());
+}
 
 // 200,000 tokens on one allocation once cost 23 MB: tokens are bounded per
 // allocation and daemon-wide, and go with their allocation.
 TEST_F(ShareLimitTest, ShareTokensAreBoundedDaemonWide) {
-  RawSession owner(channel_, "owner");
-  RawSession other(channel_, "other");
+  // Three tenants hold five of the daemon's eight tokens (a tenant's share
+  // is two), so that the four below reach the daemon-wide limit.
+  std::vector<std::unique_ptr<RawSession>> fillers;
+  for (int tokens : {2, 2, 1}) {
+    fillers.push_back(
+        std::make_unique<RawSession>(channel_, "filler", absl::StrCat("filler-", fillers.size())));
+    v1::Allocation filled;
+    ASSERT_TRUE(fillers.back()->Allocate(0, 4096, &filled, /*shareable=*/true).ok());
+    ASSERT_TRUE(ShareTimes(*fillers.back(), filled.allocation_id(), tokens).ok());
+  }
+  RawSession owner(channel_, "owner", "pod-owner");
+  RawSession other(channel_, "other", "pod-other");
   auto share = [](RawSession& session, uint64_t id) {
     v1::ShareRequest request;
     request.set_allocation_id(id);
@@ -413,7 +453,7 @@ TEST_F(ShareLimitTest, ShareTokensAreBoundedDaemonWide) {
   ASSERT_TRUE(share(other, b.allocation_id()).ok());
   grpc::Status refused = share(other, b.allocation_id());
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_NE(refused.error_message().find("gpumuxd --max-share-tokens=3"), std::string::npos)
+  EXPECT_NE(refused.error_message().find("gpumuxd --max-share-tokens=8"), std::string::npos)
       << refused.error_message();
   ASSERT_TRUE(owner.Free({a.allocation_id()}).ok());  // its two tokens go with it
   EXPECT_TRUE(share(other, b.allocation_id()).ok());
