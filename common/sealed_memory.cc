@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace gpumux {
 namespace {
@@ -237,6 +238,25 @@ absl::StatusOr<MemoryMapping> SealedMemory::Map(bool writable) const {
   void* data = mmap(nullptr, size_, protection, MAP_SHARED, fd_.get(), 0);
   if (data == MAP_FAILED) return SystemCallError(errno, absl::StrCat("mmap(", size_, " bytes)"));
   return MemoryMapping(data, size_);
+}
+
+absl::Status SealedMemory::Discard() const {
+  if (fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                static_cast<off_t>(size_)) != 0) {
+    return SystemCallError(errno, absl::StrCat("fallocate(punch ", size_, " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const SealedMemory> ShareDiscardedOnRelease(SealedMemory memory) {
+  return std::shared_ptr<const SealedMemory>(
+      new SealedMemory(std::move(memory)), [](const SealedMemory* released) {
+        if (absl::Status discarded = released->Discard(); !discarded.ok()) {
+          spdlog::warn("released memory file of {} bytes kept its pages: {}", released->size(),
+                       std::string(discarded.message()));
+        }
+        delete released;
+      });
 }
 
 absl::StatusOr<AddressReservation> AddressReservation::Reserve(uint64_t size) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -99,6 +100,16 @@ void SetMemoryFileBudget(size_t budget, absl::string_view why);
 size_t OpenMemoryFiles();
 size_t MemoryFileBudget();
 
+class SealedMemory;
+
+// `memory` shared, and discarded (SealedMemory::Discard) when its last
+// holder in this process lets go, whatever other processes still hold: for
+// memory whose owner's books end when this process releases it (gpumuxd's
+// segments and pages), so that a descriptor or mapping a client kept cannot
+// hold memory the books no longer count. A client's later writes to a kept
+// file are its own memory, charged to it by the kernel.
+std::shared_ptr<const SealedMemory> ShareDiscardedOnRelease(SealedMemory memory);
+
 class SealedMemory {
  public:
   // A new memory file of `size` bytes (1 byte to 1 TiB), zero-filled, backed
@@ -124,6 +135,11 @@ class SealedMemory {
 
   // Maps all of it shared, read-write (or read-only). Errors: mmap's.
   absl::StatusOr<MemoryMapping> Map(bool writable = true) const;
+
+  // Gives its pages back to the system now, whoever else holds the file:
+  // they read as zeros from then on, in every mapping (a punched hole; the
+  // file keeps its size and seals). Errors: fallocate's.
+  absl::Status Discard() const;
 
  private:
   // One memory file counted against the budget, while it lives.

@@ -23,8 +23,11 @@ absl::Status TenantShares::Take(absl::string_view tenant, size_t daemon_limit, s
     }
   }
   return refusal_.Refuse(absl::StrCat(TenantLabel(tenant), " hold", tenant.empty() ? " " : "s ",
-                                      held, " ", what_, ", a tenant's share (a quarter of the "
-                                      "daemon's ", daemon_limit, "); release some, or give "
+                                      held, " ", what_,
+                                      ", a tenant's share (a quarter of the "
+                                      "daemon's ",
+                                      daemon_limit,
+                                      "); release some, or give "
                                       "these sessions a tenant of their own"));
 }
 

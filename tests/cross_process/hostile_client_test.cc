@@ -11,6 +11,7 @@
 #include <linux/falloc.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/host_ipc_event.h"
 #include "common/sealed_memory.h"
 #include "gmock/gmock.h"
@@ -197,6 +199,67 @@ TEST_F(HostileClientTest, BreakingEverythingItWasGivenHurtsNoOtherSession) {
                                  << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
+
+// Descriptors must not outlive the books: a client that keeps the memory
+// files of what it freed, round after round, once held 1,800 MiB of host
+// memory while its reserved bytes, the device's books and `gpumux sessions`
+// all said 0. The daemon takes the pages of a segment or page it releases
+// back from the file, so a kept file holds nothing.
+class KeptDescriptorsTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KeptDescriptorsTest, HoldNoMemoryOnceTheDaemonReleasedIt) {
+  DaemonProcess daemon({"--host-devices=1", "--host-device-memory=64MiB",
+                        absl::StrCat("--allocator-conf=", GetParam())});
+  RawSession hoarder(daemon.channel(), "hoarder");
+  constexpr uint64_t kSize = 24 * kMiB;
+  std::vector<SealedMemory> kept;
+  for (int round = 0; round < 10; ++round) {
+    v1::Allocation a;
+    ASSERT_TRUE(hoarder.Allocate(0, kSize, &a).ok()) << "round " << round;
+    ASSERT_TRUE(Memset(hoarder, a.allocation_id(), kSize, 0x5a).ok());
+    if (a.pages_size() == 0) {
+      absl::StatusOr<SealedMemory> file =
+          FetchMemory(hoarder, daemon.socket_path(), a.segment_handle().data(), a.segment_size());
+      ASSERT_TRUE(file.ok()) << file.status();
+      kept.push_back(*std::move(file));
+    }
+    for (const v1::PageHandle& page : a.pages()) {
+      absl::StatusOr<SealedMemory> file =
+          FetchMemory(hoarder, daemon.socket_path(), page.key(), page.size());
+      ASSERT_TRUE(file.ok()) << file.status();
+      kept.push_back(*std::move(file));
+    }
+    ASSERT_TRUE(hoarder.Free({a.allocation_id()}).ok());
+    v1::EmptyCacheRequest empty;
+    empty.set_device(0);
+    v1::EmptyCacheResponse emptied;
+    ASSERT_TRUE(hoarder.memory().EmptyCache(hoarder.Context().get(), empty, &emptied).ok());
+  }
+  // What the kept files still hold, in bytes of memory behind them.
+  auto held = [&] {
+    uint64_t bytes = 0;
+    for (const SealedMemory& file : kept) {
+      struct stat st {};
+      EXPECT_EQ(fstat(file.fd(), &st), 0);
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+    return bytes;
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (held() != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(held(), 0u) << kept.size() << " kept files";
+  // A kept file reads zeros: nothing of the memory is left in it.
+  absl::StatusOr<MemoryMapping> view = kept.front().Map(/*writable=*/false);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(static_cast<const char*>(view->data())[0], '\0');
+  EXPECT_TRUE(hoarder.Close().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, KeptDescriptorsTest,
+                         ::testing::Values("expandable_segments:False", "compact_segments:True"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           return std::string(param.index == 0 ? "default" : "compact");
+                         });
 
 // Compact mode hands a client its expandable segment page by page: it breaks
 // every page it was given, frees them and has the daemon unmap them. The

@@ -186,7 +186,8 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
                         absl::StrFormat("host device %d: cannot allocate %d bytes: %s",
                                         device.value(), size, memory.status().message()));
   }
-  auto shared = std::make_shared<const SealedMemory>(*std::move(memory));
+  // Released memory goes back even where a client kept the file.
+  std::shared_ptr<const SealedMemory> shared = ShareDiscardedOnRelease(*std::move(memory));
   std::string key = memory_files_->Add(shared);
   d.segments.emplace(address, Segment{size, std::move(shared), key, nullptr});
   BackendSegment segment;

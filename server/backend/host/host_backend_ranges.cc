@@ -84,7 +84,7 @@ absl::Status HostBackend::MapPages(DeviceIndex device, uint64_t address, uint64_
                             absl::StrFormat("host device %d: cannot map %d bytes: %s",
                                             device.value(), size, status.message()));
       }
-      pages[i].memory = std::make_shared<const SealedMemory>(*std::move(memory));
+      pages[i].memory = ShareDiscardedOnRelease(*std::move(memory));
     }
     for (uint64_t i = 0; i < count; ++i) {
       pages[i].key = memory_files_->Add(pages[i].memory);
