@@ -442,21 +442,37 @@ struct Daemon::State {
   bool shut_down ABSL_GUARDED_BY(mu) = false;
   // Watches device health (a sticky CUDA error) once a second.
   std::thread health_watcher;
+  // Probes the Unix socket's listener (WatchListener).
+  std::thread listener_watcher;
+  // Why the Unix socket's listener is deaf; OK while it accepts.
+  absl::Status deaf_listener ABSL_GUARDED_BY(mu);
   // /metrics, /healthz, /readyz; stopped first, as its pages read the rest.
   std::unique_ptr<MetricsHttpServer> metrics_server;
 
   void WatchHealth();
-  // /readyz: OK when every device is healthy and the gRPC server serves.
+  // gRPC's listener stops accepting for good once an accept failed for lack
+  // of descriptors (grpc 1.51's tcp_server_posix): every few seconds a call
+  // on a new connection of the Unix socket checks that it accepts. Two
+  // failures in a row make the daemon not live (/healthz and /readyz 503,
+  // the TCP listener's gRPC health NOT_SERVING), so that an orchestrator
+  // restarts it; an answer makes it live again.
+  void WatchListener();
+  // /healthz: OK while the daemon runs and its Unix socket accepts.
+  absl::Status Live();
+  // /readyz: OK when live and every device is healthy.
   absl::Status Ready();
   // Builds and starts tcp_server on options.listen_address with `credentials`.
   absl::Status StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials);
 };
 
+absl::Status Daemon::State::Live() {
+  absl::MutexLock lock(&mu);
+  if (shut_down) return absl::UnavailableError("gpumuxd is shutting down");
+  return deaf_listener;
+}
+
 absl::Status Daemon::State::Ready() {
-  {
-    absl::MutexLock lock(&mu);
-    if (shut_down) return absl::UnavailableError("gpumuxd is shutting down");
-  }
+  GPUMUX_RETURN_IF_ERROR(Live());
   for (int d = 0; d < backend->device_count(); ++d) {
     if (absl::Status health = backend->DeviceHealth(DeviceIndex(d)); !health.ok()) {
       return absl::UnavailableError(absl::StrCat("device ", d, ": ", health.message()));
@@ -486,6 +502,49 @@ void Daemon::State::WatchHealth() {
     }
     spdlog::warn("device health changed: gpumux.v1.Device is now {}",
                  all_healthy ? "SERVING" : "NOT_SERVING");
+  }
+}
+
+void Daemon::State::WatchListener() {
+  constexpr absl::Duration kEvery = absl::Seconds(3);
+  constexpr absl::Duration kDeadline = absl::Seconds(2);
+  int failures = 0;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu);
+      if (mu.AwaitWithTimeout(absl::Condition(&shut_down), kEvery)) return;
+    }
+    grpc::ChannelArguments arguments;
+    arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    auto device = v1::Device::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("unix://", options.socket_path),
+                                  grpc::InsecureChannelCredentials(), arguments));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kDeadline));
+    v1::GetDeviceCountResponse count;
+    const grpc::Status answer =
+        device->GetDeviceCount(&context, v1::GetDeviceCountRequest(), &count);
+    // Any answer of the service means the connection was accepted.
+    const bool accepted = answer.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                          answer.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+    failures = accepted ? 0 : failures + 1;
+    absl::MutexLock lock(&mu);
+    if (shut_down) return;
+    const bool was_deaf = !deaf_listener.ok();
+    if (failures >= 2 && !was_deaf) {
+      deaf_listener = absl::UnavailableError(absl::StrCat(
+          "the Unix socket unix://", options.socket_path,
+          " accepts no connections (a call on a new one failed twice: ", answer.error_message(),
+          "); restart gpumuxd"));
+      spdlog::error("{}", std::string(deaf_listener.message()));
+    } else if (accepted && was_deaf) {
+      deaf_listener = absl::OkStatus();
+      spdlog::warn("the Unix socket unix://{} accepts connections again", options.socket_path);
+    } else {
+      continue;
+    }
+    // Now deaf: NOT_SERVING; accepting again: SERVING.
+    if (tcp_server != nullptr) tcp_server->GetHealthCheckService()->SetServingStatus(was_deaf);
   }
 }
 
@@ -818,7 +877,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
         {.address = options.metrics_listen_address,
          .metrics = [sources = std::move(sources)] { return RenderMetrics(sources); },
-         .ready = [&s] { return s.Ready(); }});
+         .ready = [&s] { return s.Ready(); },
+         .live = [&s] { return s.Live(); }});
     if (!metrics.ok()) {
       if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
       s.unix_server->Shutdown();
@@ -828,6 +888,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   }
 
   s.health_watcher = std::thread([&s] { s.WatchHealth(); });
+  s.listener_watcher = std::thread([&s] { s.WatchListener(); });
 
   spdlog::info(
       "gpumuxd serving on unix://{} (shared memory on {}, admin on {}){}{}; backend {} with {} "
@@ -867,6 +928,7 @@ void Daemon::Shutdown(int deadline_ms) {
   State& s = *state_;
   if (s.metrics_server != nullptr) s.metrics_server->Stop();
   if (s.health_watcher.joinable()) s.health_watcher.join();
+  if (s.listener_watcher.joinable()) s.listener_watcher.join();
   for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
     if (server != nullptr) server->GetHealthCheckService()->SetServingStatus(false);
   }

@@ -251,7 +251,12 @@ MHD_Result MetricsHttpServer::Listener::Serve(void* self_pointer, MHD_Connection
   const Options& o = self.options_;
   const absl::string_view path(url);
   if (path == "/metrics") return Answer(connection, MHD_HTTP_OK, o.metrics(), kMetricsType);
-  if (path == "/healthz") return Answer(connection, MHD_HTTP_OK, "ok\n", kTextType);
+  if (path == "/healthz") {
+    const absl::Status live = o.live ? o.live() : absl::OkStatus();
+    if (live.ok()) return Answer(connection, MHD_HTTP_OK, "ok\n", kTextType);
+    return Answer(connection, MHD_HTTP_SERVICE_UNAVAILABLE,
+                  absl::StrCat("not live: ", live.message(), "\n"), kTextType);
+  }
   if (path == "/readyz") {
     const absl::Status ready = o.ready();
     if (ready.ok()) return Answer(connection, MHD_HTTP_OK, "ok\n", kTextType);

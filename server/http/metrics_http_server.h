@@ -2,9 +2,9 @@
 
 // MetricsHttpServer: gpumuxd's HTTP listener (--metrics-listen), served by
 // libmicrohttpd: GET /metrics (Prometheus's text format), /healthz (200
-// while the daemon runs and its listeners accept) and /readyz (200 when
-// every device is healthy and the gRPC server serves, 503 with the reason
-// otherwise). HEAD works as GET. Any other method is 405 with Allow: GET,
+// while the daemon runs and its listeners accept, 503 with the reason
+// otherwise) and /readyz (200 when besides every device is healthy, 503 with
+// the reason otherwise). HEAD works as GET. Any other method is 405 with Allow: GET,
 // HEAD (400 for a method that is not an HTTP token); any other path 404;
 // Range is ignored (the whole page, 200).
 //
@@ -56,6 +56,9 @@ class MetricsHttpServer {
     std::function<std::string()> metrics;
     // OK when ready; otherwise /readyz answers 503 with the message.
     std::function<absl::Status()> ready;
+    // OK while alive (unset: always); otherwise /healthz answers 503 with
+    // the message.
+    std::function<absl::Status()> live;
     Limits limits;
   };
 
