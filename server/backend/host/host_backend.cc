@@ -260,7 +260,7 @@ absl::StatusOr<HostBackend::HostView> HostBackend::Translate(DeviceIndex device,
       }
       if (segment.mapping == nullptr) {
         // The pages are there already (the file is backed in full).
-        GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(*segment.memory));
+        GPUMUX_ASSIGN_OR_RETURN(segment.mapping, SegmentMapping::Map(segment.memory));
       }
       return HostView{segment.mapping, segment.mapping->data() + offset};
     }

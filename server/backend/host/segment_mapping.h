@@ -4,8 +4,11 @@
 // unmapped when the last owner goes. The host backend maps a segment on
 // first use by a copy, memset or fill, and holds the mapping through a
 // shared_ptr from every queued item, so releasing a segment never unmaps
-// memory that work is still about to touch. The file is sealed against
-// resizing, so no client can make an access here fault. Immutable after
+// memory that work is still about to touch. It holds the file too, whose
+// pages go back to the system only once the file's last holder in the daemon
+// let go (ShareDiscardedOnRelease): work queued before a release still
+// reads and writes the memory. The file is sealed against resizing, so no
+// client can make an access here fault. Immutable after
 // creation; safe from any thread.
 
 #include <cstdint>
@@ -18,8 +21,9 @@ namespace gpumux {
 
 class SegmentMapping {
  public:
-  // Maps all of `memory` (MAP_SHARED); mmap's errors.
-  static absl::StatusOr<std::shared_ptr<SegmentMapping>> Map(const SealedMemory& memory);
+  // Maps all of `memory` (MAP_SHARED) and holds it; mmap's errors.
+  static absl::StatusOr<std::shared_ptr<SegmentMapping>> Map(
+      std::shared_ptr<const SealedMemory> memory);
   SegmentMapping(const SegmentMapping&) = delete;
   SegmentMapping& operator=(const SegmentMapping&) = delete;
 
@@ -27,9 +31,11 @@ class SegmentMapping {
   uint64_t size() const { return mapping_.size(); }
 
  private:
-  explicit SegmentMapping(MemoryMapping mapping) : mapping_(std::move(mapping)) {}
+  SegmentMapping(std::shared_ptr<const SealedMemory> memory, MemoryMapping mapping)
+      : memory_(std::move(memory)), mapping_(std::move(mapping)) {}
 
-  MemoryMapping mapping_;
+  std::shared_ptr<const SealedMemory> memory_;
+  MemoryMapping mapping_;  // unmapped before memory_ goes
 };
 
 }  // namespace gpumux
