@@ -1,5 +1,7 @@
 #include "server/core/tenant_shares.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpumux {
@@ -22,13 +24,11 @@ absl::Status TenantShares::Take(absl::string_view tenant, size_t daemon_limit, s
       return absl::OkStatus();
     }
   }
-  return refusal_.Refuse(absl::StrCat(TenantLabel(tenant), " hold", tenant.empty() ? " " : "s ",
-                                      held, " ", what_,
-                                      ", a tenant's share (a quarter of the "
-                                      "daemon's ",
-                                      daemon_limit,
-                                      "); release some, or give "
-                                      "these sessions a tenant of their own"));
+  const bool unnamed = tenant.empty();
+  return refusal_.Refuse(absl::StrCat(
+      TenantLabel(tenant), unnamed ? " hold " : " holds ", held, " ", what_,
+      ", a tenant's share (a quarter of the daemon's ", daemon_limit, "); release some first",
+      unnamed ? ", or open sessions with a tenant of their own" : ""));
 }
 
 void TenantShares::Give(absl::string_view tenant, size_t count) {
@@ -37,12 +37,6 @@ void TenantShares::Give(absl::string_view tenant, size_t count) {
   if (it == held_.end()) return;
   it->second -= std::min(count, it->second);
   if (it->second == 0) held_.erase(it);
-}
-
-size_t TenantShares::held(absl::string_view tenant) const {
-  absl::MutexLock lock(&mu_);
-  auto it = held_.find(tenant);
-  return it == held_.end() ? 0 : it->second;
 }
 
 }  // namespace gpumux

@@ -40,13 +40,11 @@ class TenantShares {
   absl::Status Take(absl::string_view tenant, size_t daemon_limit, size_t count = 1);
   // Gives back what Take took.
   void Give(absl::string_view tenant, size_t count = 1);
-  size_t held(absl::string_view tenant) const;
-  uint64_t refusals() const { return refusal_.refusals(); }
 
  private:
   const std::string what_;
   LimitRefusal refusal_;
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   absl::flat_hash_map<std::string, size_t> held_ ABSL_GUARDED_BY(mu_);
 };
 
