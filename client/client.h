@@ -251,48 +251,51 @@ class Client {
   absl::StatusOr<CollectedMappings> IpcCollect();
 
   // --- Statistics (this session's view) ----------------------------------
+  // Each takes a device as torch.cuda's do: none (the default) is this
+  // thread's current device (CurrentDevice), not device 0.
   // torch.cuda.memory_allocated(device): allocated_bytes.all.current.
-  absl::StatusOr<int64_t> MemoryAllocated(DeviceIndex device = DeviceIndex(0));
+  absl::StatusOr<int64_t> MemoryAllocated(std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.max_memory_allocated(device): allocated_bytes.all.peak.
-  absl::StatusOr<int64_t> MaxMemoryAllocated(DeviceIndex device = DeviceIndex(0));
+  absl::StatusOr<int64_t> MaxMemoryAllocated(std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.memory_reserved(device): reserved_bytes.all.current.
-  absl::StatusOr<int64_t> MemoryReserved(DeviceIndex device = DeviceIndex(0));
+  absl::StatusOr<int64_t> MemoryReserved(std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.max_memory_reserved(device): reserved_bytes.all.peak.
-  absl::StatusOr<int64_t> MaxMemoryReserved(DeviceIndex device = DeviceIndex(0));
+  absl::StatusOr<int64_t> MaxMemoryReserved(std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.memory_stats(device): PyTorch's 122 keys.
-  absl::StatusOr<std::map<std::string, int64_t>> MemoryStats(DeviceIndex device = DeviceIndex(0));
+  absl::StatusOr<std::map<std::string, int64_t>> MemoryStats(
+      std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.memory_summary(device, abbreviated): PyTorch's table.
-  absl::StatusOr<std::string> MemorySummary(DeviceIndex device = DeviceIndex(0),
+  absl::StatusOr<std::string> MemorySummary(std::optional<DeviceIndex> device = std::nullopt,
                                             bool abbreviated = false);
   // torch.cuda.memory_snapshot(): this session's segments, sorted by
   // (device, address); of one device when given.
   absl::StatusOr<std::vector<SegmentInfo>> MemorySnapshot(
       std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.reset_peak_memory_stats(device)
-  absl::Status ResetPeakMemoryStats(DeviceIndex device = DeviceIndex(0));
+  absl::Status ResetPeakMemoryStats(std::optional<DeviceIndex> device = std::nullopt);
   // torch.cuda.reset_max_memory_allocated(device): ResetPeakMemoryStats, as
   // in PyTorch (which also warns that it resets every peak).
-  absl::Status ResetMaxMemoryAllocated(DeviceIndex device = DeviceIndex(0)) {
+  absl::Status ResetMaxMemoryAllocated(std::optional<DeviceIndex> device = std::nullopt) {
     return ResetPeakMemoryStats(device);
   }
   // PyTorch's deprecated names of the reserved figures.
   // torch.cuda.memory_cached(device)
   [[deprecated("use MemoryReserved")]] absl::StatusOr<int64_t> MemoryCached(
-      DeviceIndex device = DeviceIndex(0)) {
+      std::optional<DeviceIndex> device = std::nullopt) {
     return MemoryReserved(device);
   }
   // torch.cuda.max_memory_cached(device)
   [[deprecated("use MaxMemoryReserved")]] absl::StatusOr<int64_t> MaxMemoryCached(
-      DeviceIndex device = DeviceIndex(0)) {
+      std::optional<DeviceIndex> device = std::nullopt) {
     return MaxMemoryReserved(device);
   }
   // torch.cuda.reset_max_memory_cached(device)
   [[deprecated("use ResetPeakMemoryStats")]] absl::Status ResetMaxMemoryCached(
-      DeviceIndex device = DeviceIndex(0)) {
+      std::optional<DeviceIndex> device = std::nullopt) {
     return ResetPeakMemoryStats(device);
   }
   // torch.cuda.reset_accumulated_memory_stats(device)
-  absl::Status ResetAccumulatedMemoryStats(DeviceIndex device = DeviceIndex(0));
+  absl::Status ResetAccumulatedMemoryStats(std::optional<DeviceIndex> device = std::nullopt);
 
   // --- Cache and limits --------------------------------------------------
   // torch.cuda.empty_cache(): releases this session's cached, unused segments
@@ -302,9 +305,10 @@ class Client {
   // bytes reserved for this session on `device` at fraction × total memory.
   // INVALID_ARGUMENT "Invalid fraction value: <f>. Allowed range: 0~1" (checked
   // here, as PyTorch does) for a fraction outside [0, 1].
-  absl::Status SetPerProcessMemoryFraction(double fraction, DeviceIndex device = DeviceIndex(0));
+  absl::Status SetPerProcessMemoryFraction(double fraction,
+                                           std::optional<DeviceIndex> device = std::nullopt);
   // The same cap in bytes; 0 removes it.
-  absl::Status SetMemoryLimit(uint64_t bytes, DeviceIndex device = DeviceIndex(0));
+  absl::Status SetMemoryLimit(uint64_t bytes, std::optional<DeviceIndex> device = std::nullopt);
 
   // --- Copies and memset (client_copy.cc; options in client/copy_options.h)
   // cudaMemcpyAsync and cudaMemsetAsync on the daemon's streams. Offsets and

@@ -30,7 +30,9 @@ bool SegmentLevel(absl::string_view key) {
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(DeviceIndex device) {
+absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(
+    std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MemoryStats");
   return impl_->SessionStats(device);
 }
@@ -65,24 +67,30 @@ absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view
   return it->second;
 }
 
-absl::StatusOr<int64_t> Client::MemoryAllocated(DeviceIndex device) {
+absl::StatusOr<int64_t> Client::MemoryAllocated(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MemoryAllocated");
   return impl_->Stat(device, "allocated_bytes.all.current");
 }
-absl::StatusOr<int64_t> Client::MaxMemoryAllocated(DeviceIndex device) {
+absl::StatusOr<int64_t> Client::MaxMemoryAllocated(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MaxMemoryAllocated");
   return impl_->Stat(device, "allocated_bytes.all.peak");
 }
-absl::StatusOr<int64_t> Client::MemoryReserved(DeviceIndex device) {
+absl::StatusOr<int64_t> Client::MemoryReserved(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MemoryReserved");
   return impl_->Stat(device, "reserved_bytes.all.current");
 }
-absl::StatusOr<int64_t> Client::MaxMemoryReserved(DeviceIndex device) {
+absl::StatusOr<int64_t> Client::MaxMemoryReserved(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MaxMemoryReserved");
   return impl_->Stat(device, "reserved_bytes.all.peak");
 }
 
-absl::StatusOr<std::string> Client::MemorySummary(DeviceIndex device, bool abbreviated) {
+absl::StatusOr<std::string> Client::MemorySummary(std::optional<DeviceIndex> device_or_current,
+                                                  bool abbreviated) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::MemorySummary");
   if (impl_->local_ != nullptr) {
     GPUMUX_ASSIGN_OR_RETURN(auto stats, impl_->SessionStats(device));
@@ -140,7 +148,8 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
   return segments;
 }
 
-absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
+absl::Status Client::ResetPeakMemoryStats(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::ResetPeakMemoryStats");
   impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
@@ -153,7 +162,8 @@ absl::Status Client::ResetPeakMemoryStats(DeviceIndex device) {
   return absl::OkStatus();
 }
 
-absl::Status Client::ResetAccumulatedMemoryStats(DeviceIndex device) {
+absl::Status Client::ResetAccumulatedMemoryStats(std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::ResetAccumulatedMemoryStats");
   impl_->FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
@@ -206,7 +216,9 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
   return result;
 }
 
-absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex device) {
+absl::Status Client::SetPerProcessMemoryFraction(double fraction,
+                                                 std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::SetPerProcessMemoryFraction");
   GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
   impl_->FlushFreesBeforeCall();
@@ -223,7 +235,8 @@ absl::Status Client::SetPerProcessMemoryFraction(double fraction, DeviceIndex de
   return absl::OkStatus();
 }
 
-absl::Status Client::SetMemoryLimit(uint64_t bytes, DeviceIndex device) {
+absl::Status Client::SetMemoryLimit(uint64_t bytes, std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
   GPUMUX_PROFILED("Client::SetMemoryLimit");
   impl_->FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;

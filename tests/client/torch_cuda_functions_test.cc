@@ -5,6 +5,8 @@
 // deprecated *_cached names.
 
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "client/client.h"
@@ -100,6 +102,28 @@ TEST_F(TorchCudaFunctionsTest, DeviceCapabilityArchListAndGencodeFlags) {
   ASSERT_OK(properties);
   EXPECT_THAT(client().GetArchList(), IsOkAndHolds(properties->arch_list));
   EXPECT_THAT(client().GetGencodeFlags(), IsOkAndHolds(properties->gencode_flags));
+}
+
+// torch.cuda's memory functions take the current device when given none,
+// not device 0.
+TEST_F(TorchCudaFunctionsTest, MemoryFunctionsDefaultToTheCurrentDevice) {
+  ASSERT_OK(client().SetDevice(DeviceIndex(1)));
+  auto on_one = std::make_optional(client().Allocate(1 << 20, DeviceIndex(1)));
+  ASSERT_OK(on_one->status());
+  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(1 << 20));
+  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(1 << 20));
+  EXPECT_THAT(client().MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
+  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
+  ASSERT_OK(stats.status());
+  EXPECT_EQ(stats->at("allocated_bytes.all.current"), 1 << 20);
+  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(::testing::Gt(0)));
+  absl::StatusOr<std::string> summary = client().MemorySummary();
+  ASSERT_OK(summary.status());
+  EXPECT_THAT(*summary, HasSubstr("device ID 1"));
+  on_one.reset();  // freed
+  ASSERT_OK(client().ResetPeakMemoryStats());
+  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(0));
+  ASSERT_OK(client().SetDevice(DeviceIndex(0)));
 }
 
 TEST_F(TorchCudaFunctionsTest, DeviceOfMakesABuffersDeviceCurrent) {
