@@ -33,7 +33,7 @@ ABSL_FLAG(std::string, socket_group, "",
 ABSL_FLAG(std::string, listen, "", "HOST:PORT of a TCP listener, serving what --tcp-mode says");
 ABSL_FLAG(std::string, tcp_mode, "observe",
           "what the --listen TCP listener serves: observe (the read-only Device and Observe "
-          "services) or full (every service but Admin; needs --tls-cert, --tls-key and "
+          "services) or full (every service but Admin and Profile; needs --tls-cert, --tls-key and "
           "--auth-token-file)");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the TCP listener, which then speaks TLS (with --tls-key)");
