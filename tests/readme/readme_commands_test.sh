@@ -152,9 +152,12 @@ if [[ -z ${GPUMUX_README_TEST_IN_NAMESPACE:-} ]]; then
        "/run/gpumux/gpumux.sock and its installs into /opt/gpumux and /usr/local stay its own"
 fi
 
-scratch=$build_dir/tests/readme/namespace  # a tmpfs in the namespace only
+# /tmp first: a tmpfs in the namespace only, which also holds the overlays'
+# upper layers. They stay out of the build tree, where tools such as
+# scripts/gpu-check look for executables.
+mount -t tmpfs gpumux-readme-test /tmp
+scratch=/tmp/.gpumux-readme-test
 mkdir -p "$scratch"
-mount -t tmpfs gpumux-readme-test "$scratch"
 # private_dir DIR: a fresh tmpfs on DIR; where DIR does not exist, its parent
 # becomes an overlay whose writes stay in the namespace, and DIR is made there.
 overlay() {
@@ -169,7 +172,6 @@ private_dir() {
 }
 private_dir /run/gpumux
 private_dir /opt/gpumux
-private_dir /tmp
 overlay /usr/local
 if [[ $build_dir != "$source_dir/build" ]]; then  # the README says build/
   [[ -d $source_dir/build ]] || mkdir "$source_dir/build"  # git ignores it
