@@ -143,8 +143,9 @@ class Client {
   // starts on device 0 with each device's default stream current.
   // torch.cuda.current_device()
   DeviceIndex CurrentDevice() const;
-  // torch.cuda.set_device(device). INVALID_ARGUMENT for a device out of range
-  // (the device count is asked once and remembered).
+  // torch.cuda.set_device(device). A negative device changes nothing, as in
+  // PyTorch; INVALID_ARGUMENT for one past the last (the device count is
+  // asked once and remembered).
   absl::Status SetDevice(DeviceIndex device);
   // torch.cuda.default_stream(device): stream 0, this session's own; no RPC.
   Stream DefaultStream(DeviceIndex device) { return Stream(*this, device, StreamId(0)); }
@@ -157,9 +158,10 @@ class Client {
   // torch.cuda.Stream.priority_range() of `device`. INVALID_ARGUMENT for a
   // device out of range.
   absl::StatusOr<StreamPriorities> GetStreamPriorityRange(DeviceIndex device);
-  // torch.cuda.Stream(device, priority): a new stream of this session. A
-  // priority outside the device's range is clamped into it; the Stream
-  // reports the one it got. INVALID_ARGUMENT for a device out of range;
+  // torch.cuda.Stream(device, priority): a new stream of this session on
+  // `device` (a negative one: the current device). A priority outside the
+  // device's range is clamped into it; the Stream reports the one it got.
+  // INVALID_ARGUMENT for a device past the last;
   // RESOURCE_EXHAUSTED past the daemon's per-session stream limit.
   absl::StatusOr<Stream> CreateStream(DeviceIndex device, int priority = 0);
   // Destroys a stream this Client created; work already queued still

@@ -28,8 +28,9 @@ absl::StatusOr<int> Client::Impl::CachedDeviceCount() {
 
 absl::Status Client::SetDevice(DeviceIndex device) {
   GPUMUX_PROFILED("Client::SetDevice");
+  if (device.value() < 0) return absl::OkStatus();  // torch.cuda.set_device(-1)
   GPUMUX_ASSIGN_OR_RETURN(int count, impl_->CachedDeviceCount());
-  if (device.value() < 0 || device.value() >= count) {
+  if (device.value() >= count) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device.value(),
                                                    " is out of range: this daemon has ", count,
                                                    " devices (0..", count - 1, ")"));
@@ -91,6 +92,7 @@ absl::StatusOr<StreamPriorities> Client::GetStreamPriorityRange(DeviceIndex devi
 
 absl::StatusOr<Stream> Client::CreateStream(DeviceIndex device, int priority) {
   GPUMUX_PROFILED("Client::CreateStream");
+  if (device.value() < 0) device = impl_->current_.device();  // torch.cuda.Stream(-1)
   v1::CreateStreamRequest request;
   request.set_device(device.value());
   request.set_priority(priority);

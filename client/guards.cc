@@ -23,7 +23,7 @@ StreamGuard::~StreamGuard() {
 
 DeviceGuard::DeviceGuard(Client& client, DeviceIndex device)
     : client_(client), previous_device_(client.impl_->current_.device()) {
-  client_.impl_->current_.set_device(device);
+  if (device.value() >= 0) client_.impl_->current_.set_device(device);
 }
 
 DeviceGuard::~DeviceGuard() { client_.impl_->current_.set_device(previous_device_); }

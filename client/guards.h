@@ -35,8 +35,9 @@ class StreamGuard {
 
 class DeviceGuard {
  public:
-  // Makes `device` current. Unlike Client::SetDevice it does not check the
-  // index: work on a device out of range fails with the daemon's
+  // Makes `device` current; a negative device changes nothing, as
+  // torch.cuda.device(-1). Unlike Client::SetDevice it does not check the
+  // index: work on a device past the last fails with the daemon's
   // INVALID_ARGUMENT.
   DeviceGuard(Client& client, DeviceIndex device);
   // Restores the previous current device.

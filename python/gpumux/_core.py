@@ -96,7 +96,35 @@ def _connect_default():
         if client is None:
             client = connect()
             _C._set_default_client(client)
+            _run_queued_seed_calls(client)
         return client
+
+
+# torch.cuda's lazy seeding: manual_seed, manual_seed_all, seed and seed_all
+# called before the default connection is made wait for it, the latest of
+# each kind (current device, all devices) in the order they were called, as
+# PyTorch's wait for CUDA's initialisation. Where no daemon ever answers they
+# never run: silently ignored, as PyTorch's are without CUDA.
+_queued_seed_calls = {}
+
+
+def _lazy_seed_call(kind, call):
+    """call(client) now on the default connection, or queued under `kind`
+    ("seed" or "seed_all") until it is made; returns call's result or None."""
+    with _lock:
+        client = _C._default_client()
+        if client is None:
+            _queued_seed_calls.pop(kind, None)
+            _queued_seed_calls[kind] = call  # after the other kind's, if later
+            return None
+    return call(client)
+
+
+def _run_queued_seed_calls(client):
+    calls = list(_queued_seed_calls.values())
+    _queued_seed_calls.clear()
+    for call in calls:
+        call(client)
 
 
 def set_default_client(client):
@@ -106,6 +134,8 @@ def set_default_client(client):
         raise TypeError(f"set_default_client expects a gpumux.Client or None, got {type(client).__name__}")
     with _lock:
         _C._set_default_client(client)
+        if client is not None:
+            _run_queued_seed_calls(client)
 
 
 def default_client():
@@ -181,10 +211,14 @@ def current_device():
     return _lazy_client().current_device()
 
 
+def _negative_int(device):
+    return isinstance(device, int) and not isinstance(device, bool) and device < 0
+
+
 def set_device(device):
     """torch.cuda.set_device(device): this thread's current device. A
     negative int is ignored, as torch does."""
-    if isinstance(device, int) and not isinstance(device, bool) and device < 0:
+    if _negative_int(device):
         return
     _lazy_client().set_device(_device_index(device))
 
@@ -239,7 +273,7 @@ class device:
     changes nothing."""
 
     def __init__(self, device):
-        self.idx = -1 if device is None else _device_index(device)
+        self.idx = -1 if device is None or _negative_int(device) else _device_index(device)
         self.prev_idx = -1
 
     def __enter__(self):

@@ -4,7 +4,7 @@ States are bytes (16: seed then offset, little-endian u64); set_rng_state
 also takes a torch ByteTensor or anything with the buffer protocol.
 """
 
-from ._core import _device_index, _lazy_client
+from ._core import _device_index, _lazy_client, _lazy_seed_call
 
 __all__ = ["get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
            "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"]
@@ -21,6 +21,8 @@ def _state_bytes(state):
 
 def _seed_int(value):
     seed = int(value)
+    if not -0x8000_0000_0000_0000 <= seed <= 0xFFFF_FFFF_FFFF_FFFF:
+        raise RuntimeError("Overflow when unpacking long")  # torch's words
     if seed < 0:
         seed &= 0xFFFF_FFFF_FFFF_FFFF  # as torch wraps negative seeds
     return seed
@@ -47,24 +49,34 @@ def set_rng_state_all(new_states):
     _lazy_client().set_rng_state_all([_state_bytes(s) for s in new_states])
 
 
+# The seeding functions below do not connect: before the default connection
+# is made they wait for it, and where no daemon ever answers they are
+# silently ignored, as torch.cuda's wait for CUDA's initialisation
+# (gpumux._core._lazy_seed_call).
+
+
 def manual_seed(seed):
     """torch.cuda.manual_seed(seed): seeds the current device's generator."""
-    _lazy_client().manual_seed(_seed_int(seed), None)
+    seed = _seed_int(seed)
+    _lazy_seed_call("seed", lambda client: client.manual_seed(seed, None))
 
 
 def manual_seed_all(seed):
     """torch.cuda.manual_seed_all(seed): seeds every device's generator."""
-    _lazy_client().manual_seed_all(_seed_int(seed))
+    seed = _seed_int(seed)
+    _lazy_seed_call("seed_all", lambda client: client.manual_seed_all(seed))
 
 
 def seed():
-    """torch.cuda.seed(): a non-deterministic seed for the current device (returned)."""
-    return _lazy_client().seed(None)
+    """torch.cuda.seed(): a non-deterministic seed for the current device,
+    returned (None while it waits for the default connection)."""
+    return _lazy_seed_call("seed", lambda client: client.seed(None))
 
 
 def seed_all():
-    """torch.cuda.seed_all(): one fresh non-deterministic seed on every device (returned)."""
-    return _lazy_client().seed_all()
+    """torch.cuda.seed_all(): one fresh non-deterministic seed on every
+    device, returned (None while it waits for the default connection)."""
+    return _lazy_seed_call("seed_all", lambda client: client.seed_all())
 
 
 def initial_seed():

@@ -10,7 +10,7 @@ destroyed when dropped.
 import threading as _threading
 
 from . import _C
-from ._core import _device_index, _lazy_client
+from ._core import _device_index, _lazy_client, _negative_int
 
 __all__ = ["Stream", "Event", "StreamContext", "stream", "current_stream", "default_stream",
            "set_stream"]
@@ -42,6 +42,8 @@ class Stream(_C._Stream):
             index = device_index if device_index is not None else _device_index(device)
             super().__init__(client, index, priority, stream_id)
         else:
+            if _negative_int(device):  # torch.cuda.Stream(-1): as device(-1), the current device
+                device = None
             super().__init__(client, _resolve(device, client), priority, None)
         self._client = client
 

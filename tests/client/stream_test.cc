@@ -389,7 +389,6 @@ TEST_F(StreamTest, SetDeviceChecksTheRangeAndSetStreamTheOwner) {
   EXPECT_THAT(client().SetDevice(DeviceIndex(2)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "device 2 is out of range: this daemon has 2 devices (0..1)"));
-  EXPECT_THAT(client().SetDevice(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
   ASSERT_OK(client().SetDevice(DeviceIndex(1)));
   EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
@@ -406,6 +405,26 @@ TEST_F(StreamTest, SetDeviceChecksTheRangeAndSetStreamTheOwner) {
   EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
   EXPECT_EQ(client().CurrentStream(), *mine);
   EXPECT_EQ(client().CurrentStream(DeviceIndex(1)), client().DefaultStream(DeviceIndex(1)));
+}
+
+// PyTorch's rule: torch.cuda.set_device(-1) and torch.cuda.device(-1) change
+// nothing, and torch.cuda.Stream(-1) is a stream of the current device.
+TEST_F(StreamTest, ANegativeDeviceIsTheCurrentOneOrChangesNothing) {
+  ASSERT_OK(client().SetDevice(DeviceIndex(1)));
+  EXPECT_OK(client().SetDevice(DeviceIndex(-1)));
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+  {
+    DeviceGuard none(client(), DeviceIndex(-1));
+    EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+    DeviceGuard zero(client(), DeviceIndex(0));
+    EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
+  }
+  EXPECT_EQ(client().CurrentDevice(), DeviceIndex(1));
+  absl::StatusOr<Stream> current = client().CreateStream(DeviceIndex(-1));
+  ASSERT_OK(current);
+  EXPECT_EQ(current->device(), DeviceIndex(1));
+  ASSERT_OK(client().SetStream(*current));
+  EXPECT_EQ(client().CurrentStream(), *current);
 }
 
 TEST_F(StreamTest, StreamGuardSetsAndRestoresStreamsAndDevice) {

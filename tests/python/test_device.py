@@ -91,6 +91,12 @@ def test_current_device_is_per_thread_and_the_context_restores_it(daemon):
     assert gpumux.current_device() == 1
     with gpumux.device(None):
         assert gpumux.current_device() == 1
+    with gpumux.device(-1):  # changes nothing, as torch.cuda.device(-1)
+        assert gpumux.current_device() == 1
+        with gpumux.device(0):
+            assert gpumux.current_device() == 0
+        assert gpumux.current_device() == 1
+    assert gpumux.current_device() == 1
     gpumux.set_device(0)
 
 
@@ -181,4 +187,5 @@ def test_a_device_out_of_range_is_invalid_argument(daemon, name, call):
     assert error.value.code == "INVALID_ARGUMENT"
     assert str(error.value), name
     with pytest.raises(ValueError, match="Expected a non-negative device index|Expected a cuda device"):
-        call("cpu" if name == "set_device" else -3)
+        # A negative index is torch's "no device": set_device and Stream take it.
+        call("cpu" if name in ("set_device", "Stream") else -3)

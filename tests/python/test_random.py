@@ -1,9 +1,12 @@
 """torch.cuda.random's functions over the daemon's generators."""
 
+import os
+
 import numpy as np
 import pytest
 
 import gpumux
+from conftest import Daemon, run_python
 
 
 def test_seeds_and_states(daemon):
@@ -57,3 +60,35 @@ def test_torch_byte_tensor_state(daemon):
     state = torch.tensor(list((99).to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8)
     gpumux.set_rng_state(state)
     assert gpumux.initial_seed() == 99
+
+
+def test_seeds_wait_for_the_connection_and_need_no_daemon(tmp_path):
+    """torch.cuda.manual_seed and seed before CUDA initialises are deferred,
+    and never run without CUDA: without a daemon they are ignored; once a
+    daemon answers, the latest of each kind applies."""
+    code = """
+import gpumux
+gpumux.manual_seed(5)
+gpumux.manual_seed_all(6)
+assert gpumux.seed() is None and gpumux.seed_all() is None
+gpumux.manual_seed_all(7)
+gpumux.manual_seed(1234)
+assert not gpumux.is_initialized()
+print(gpumux.device_count())
+"""
+    alone = dict(os.environ, GPUMUX_ADDRESS="unix://" + str(tmp_path / "nobody.sock"))
+    assert run_python(code, alone).split() == ["0"]
+    d = Daemon()
+    try:
+        code += """
+print(gpumux.initial_seed())
+with gpumux.device(1):
+    print(gpumux.initial_seed())
+"""
+        assert run_python(code, d.env()).split() == ["2", "1234", "7"]
+    finally:
+        d.stop()
+    with pytest.raises(RuntimeError, match="Overflow when unpacking long"):
+        gpumux.manual_seed(1 << 64)
+    with pytest.raises(RuntimeError, match="Overflow when unpacking long"):
+        gpumux.manual_seed_all(-(1 << 63) - 1)

@@ -23,6 +23,8 @@ def test_stream_methods(daemon):
     stream.synchronize()
     other = gpumux.Stream(device=1)
     assert other.device == 1
+    with gpumux.device(1):
+        assert gpumux.Stream(device=-1).device == 1  # torch.cuda.Stream(-1): the current device
     event = stream.record_event()
     assert isinstance(event, gpumux.Event)
     event.synchronize()
