@@ -1,5 +1,7 @@
 #include "client/nvtx.h"
 
+#include <unistd.h>
+
 #include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
@@ -7,11 +9,18 @@
 #include "spdlog/spdlog.h"
 
 namespace gpumux::nvtx {
+namespace {
+
+// The daemon's key for the calling thread's stack.
+uint64_t ThisThread() { return static_cast<uint64_t>(gettid()); }
+
+}  // namespace
 
 absl::Status Mark(Client& client, absl::string_view message) {
   GPUMUX_PROFILED("nvtx::Mark");
   v1::NvtxMessage request;
   request.set_message(std::string(message));
+  request.set_thread(ThisThread());
   v1::NvtxMarkResponse response;
   return client.impl_->CallWithSession([&](grpc::ClientContext* context) {
     return client.impl_->nvtx_stub_->Mark(context, request, &response);
@@ -22,6 +31,7 @@ absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
   GPUMUX_PROFILED("nvtx::RangePush");
   v1::NvtxMessage request;
   request.set_message(std::string(message));
+  request.set_thread(ThisThread());
   v1::NvtxDepth response;
   GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
     return client.impl_->nvtx_stub_->RangePush(context, request, &response);
@@ -32,6 +42,7 @@ absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
 absl::StatusOr<int> RangePop(Client& client) {
   GPUMUX_PROFILED("nvtx::RangePop");
   v1::NvtxRangePopRequest request;
+  request.set_thread(ThisThread());
   v1::NvtxDepth response;
   GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
     return client.impl_->nvtx_stub_->RangePop(context, request, &response);

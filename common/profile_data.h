@@ -65,9 +65,10 @@ struct DeviceWorkRecord {
 struct NvtxRangeRecord {
   std::string message;
   uint64_t session = 0;
-  uint32_t depth = 0;  // 0: outermost
+  uint32_t depth = 0;  // 0: outermost on its thread
   int64_t start_ns = 0;
   int64_t end_ns = -1;
+  uint64_t thread = 0;  // the client's thread that pushed it
 };
 
 struct DeviceProfile {

@@ -23,6 +23,7 @@ void ToProto(const DeviceProfile& profile, v1::DeviceProfileRecords* out) {
     r->set_depth(range.depth);
     r->set_start_ns(range.start_ns);
     r->set_end_ns(range.end_ns);
+    r->set_thread(range.thread);
   }
   out->set_dropped_work(profile.dropped_work);
   out->set_dropped_ranges(profile.dropped_ranges);
@@ -47,7 +48,8 @@ DeviceProfile FromProto(const v1::DeviceProfileRecords& records) {
                                              .session = r.session_id(),
                                              .depth = r.depth(),
                                              .start_ns = r.start_ns(),
-                                             .end_ns = r.end_ns()});
+                                             .end_ns = r.end_ns(),
+                                             .thread = r.thread()});
   }
   profile.dropped_work = records.dropped_work();
   profile.dropped_ranges = records.dropped_ranges();

@@ -559,14 +559,24 @@ void WriteNvtxRanges(const Profile& profile, TraceWriter& trace) {
   std::stable_sort(ranges.begin(), ranges.end(),
                    [](const NvtxRangeRecord* a, const NvtxRangeRecord* b) {
                      if (a->session != b->session) return a->session < b->session;
+                     if (a->thread != b->thread) return a->thread < b->thread;
                      if (a->start_ns != b->start_ns) return a->start_ns < b->start_ns;
                      return a->depth < b->depth;
                    });
   if (!ranges.empty()) trace.NameProcess(kNvtxPid, "NVTX ranges");
+  // One lane per thread of each session: ranges nest per thread.
+  std::map<std::pair<uint64_t, uint64_t>, int64_t> lanes;
   for (const NvtxRangeRecord* range : ranges) {
-    const int64_t tid = static_cast<int64_t>(range->session);
+    const auto [lane, added] =
+        lanes.try_emplace({range->session, range->thread}, static_cast<int64_t>(lanes.size()) + 1);
+    const int64_t tid = lane->second;
     const bool open = range->end_ns < 0;
-    trace.NameThread(kNvtxPid, tid, absl::StrCat("session ", range->session));
+    if (added) {
+      trace.NameThread(kNvtxPid, tid,
+                       range->thread == 0  // a caller that did not name its thread
+                           ? absl::StrCat("session ", range->session)
+                           : absl::StrCat("session ", range->session, " thread ", range->thread));
+    }
     trace.BeginEvent(range->message, "X", "nvtx", kNvtxPid, tid, range->start_ns);
     trace.Duration((open ? profile.host.end_ns : range->end_ns) - range->start_ns);
     trace.json().Key("args");

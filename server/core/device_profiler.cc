@@ -65,7 +65,9 @@ struct DeviceProfiler::Profile {
   absl::Mutex mu;
   std::deque<Entry> work ABSL_GUARDED_BY(mu);
   std::deque<NvtxRangeRecord> ranges ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<SessionId, std::vector<OpenRange>> open_ranges ABSL_GUARDED_BY(mu);
+  // By session and client thread.
+  absl::flat_hash_map<std::pair<SessionId, uint64_t>, std::vector<OpenRange>> open_ranges
+      ABSL_GUARDED_BY(mu);
   uint64_t dropped_work ABSL_GUARDED_BY(mu) = 0;
   uint64_t dropped_ranges ABSL_GUARDED_BY(mu) = 0;
   absl::flat_hash_map<int32_t, Clock> clocks ABSL_GUARDED_BY(mu);
@@ -492,26 +494,31 @@ void DeviceProfiler::EndWork(Work work, bool ran, bool on_device_too) {
   }
 }
 
-void DeviceProfiler::RangePushed(SessionId session, absl::string_view message, int depth) {
+void DeviceProfiler::RangePushed(SessionId session, uint64_t thread, absl::string_view message,
+                                 int depth) {
   std::shared_ptr<Profile> profile = ProfileOf(session);
   if (profile == nullptr) return;
   absl::MutexLock lock(&profile->mu);
-  std::vector<Profile::OpenRange>& open = profile->open_ranges[session];
+  std::vector<Profile::OpenRange>& open = profile->open_ranges[{session, thread}];
   // A window that began inside ranges sees only the ones pushed since.
   open.resize(std::min<size_t>(open.size(), static_cast<size_t>(std::max(depth, 0))));
   open.push_back(Profile::OpenRange{std::string(message), ProfileClockNanos()});
 }
 
-void DeviceProfiler::RangePopped(SessionId session, int depth) {
+void DeviceProfiler::RangePopped(SessionId session, uint64_t thread, int depth) {
   std::shared_ptr<Profile> profile = ProfileOf(session);
   if (profile == nullptr) return;
   absl::MutexLock lock(&profile->mu);
-  std::vector<Profile::OpenRange>& open = profile->open_ranges[session];
-  if (depth < 0 || static_cast<size_t>(depth) >= open.size()) return;  // pushed before the window
+  auto it = profile->open_ranges.find({session, thread});
+  if (it == profile->open_ranges.end()) return;  // pushed before the window
+  std::vector<Profile::OpenRange>& open = it->second;
+  if (depth < 0 || static_cast<size_t>(depth) >= open.size()) return;  // as above
   open.resize(static_cast<size_t>(depth) + 1);
-  NvtxRangeRecord range{std::move(open.back().message), session.value(),
-                        static_cast<uint32_t>(depth), open.back().start_ns, ProfileClockNanos()};
+  NvtxRangeRecord range{
+      std::move(open.back().message), session.value(),     static_cast<uint32_t>(depth),
+      open.back().start_ns,           ProfileClockNanos(), thread};
   open.pop_back();
+  if (open.empty()) profile->open_ranges.erase(it);
   if (profile->ended) return;
   std::vector<NvtxRangeRecord> evicted;
   ReturnRecords(profile->charged,
@@ -540,11 +547,11 @@ DeviceProfile DeviceProfiler::Collect(Profile& profile) {
     out.dropped_work = profile.dropped_work;
     out.dropped_ranges = profile.dropped_ranges;
     out.ranges.assign(profile.ranges.begin(), profile.ranges.end());
-    for (auto& [session, open] : profile.open_ranges) {
+    for (auto& [where, open] : profile.open_ranges) {
       for (size_t depth = 0; depth < open.size(); ++depth) {
-        out.ranges.push_back(NvtxRangeRecord{open[depth].message, session.value(),
-                                             static_cast<uint32_t>(depth), open[depth].start_ns,
-                                             -1});
+        out.ranges.push_back(NvtxRangeRecord{open[depth].message, where.first.value(),
+                                             static_cast<uint32_t>(depth), open[depth].start_ns, -1,
+                                             where.second});
       }
     }
   }

@@ -141,8 +141,9 @@ class DeviceProfiler {
   static void End(Work work, bool ran, bool on_device_too = false);
 
   // NVTX ranges of profiled sessions (after the push or pop succeeded).
-  void RangePushed(SessionId session, absl::string_view message, int depth);
-  void RangePopped(SessionId session, int depth);
+  // `thread` is the client's (NvtxRanges): depths are on it.
+  void RangePushed(SessionId session, uint64_t thread, absl::string_view message, int depth);
+  void RangePopped(SessionId session, uint64_t thread, int depth);
 
   // The client's call the current thread serves, set by the RPC layer around
   // a call's body: the records name it.

@@ -42,59 +42,75 @@ void NvtxRanges::AddLocked(Books& books, NvtxRecord record) {
   books.records.push_back(std::move(record));
 }
 
-absl::Status NvtxRanges::Mark(SessionId session, absl::string_view message) {
+absl::Status NvtxRanges::Mark(SessionId session, NvtxThread thread, absl::string_view message) {
   if (absl::Status s = CheckMessage(message); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Books*> found = BooksLocked(session);
   if (!found.ok()) return found.status();
   Books& books = **found;
-  AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message),
-                    static_cast<int>(books.stack.size()), absl::Now()});
+  auto stack = books.stacks.find(thread);
+  const int depth =
+      stack == books.stacks.end() ? 0 : static_cast<int>(stack->second.messages.size());
+  AddLocked(books, {NvtxRecord::Kind::kMark, std::string(message), depth, absl::Now(), thread});
   if (sink_ != nullptr) sink_->Mark(session, message);
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> NvtxRanges::Push(SessionId session, absl::string_view message) {
+absl::StatusOr<int> NvtxRanges::Push(SessionId session, NvtxThread thread,
+                                     absl::string_view message) {
   if (absl::Status s = CheckMessage(message); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Books*> found = BooksLocked(session);
   if (!found.ok()) return found.status();
   Books& books = **found;
-  if (books.stack.size() == kMaxDepth) {
+  if (books.open == kMaxOpenRanges) {
+    return absl::ResourceExhaustedError(absl::StrCat("a session keeps at most ", kMaxOpenRanges,
+                                                     " NVTX ranges open on all its threads; pop "
+                                                     "some before pushing more"));
+  }
+  Stack& stack = books.stacks[thread];
+  if (stack.messages.size() == kMaxDepth) {
     return absl::ResourceExhaustedError(absl::StrCat("NVTX ranges nest at most ", kMaxDepth,
                                                      " deep; pop some before pushing more"));
   }
-  int depth = static_cast<int>(books.stack.size());
-  books.stack.emplace_back(message);
-  if (sink_ != nullptr) books.sink_ranges.push_back(sink_->RangeStart(session, message));
-  AddLocked(books, {NvtxRecord::Kind::kPush, std::string(message), depth, absl::Now()});
+  const int depth = static_cast<int>(stack.messages.size());
+  stack.messages.emplace_back(message);
+  ++books.open;
+  if (sink_ != nullptr) stack.sink_ranges.push_back(sink_->RangeStart(session, message));
+  AddLocked(books, {NvtxRecord::Kind::kPush, std::string(message), depth, absl::Now(), thread});
   return depth;
 }
 
-absl::StatusOr<int> NvtxRanges::Pop(SessionId session) {
+absl::StatusOr<int> NvtxRanges::Pop(SessionId session, NvtxThread thread) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<Books*> found = BooksLocked(session);
   if (!found.ok()) return found.status();
   Books& books = **found;
-  if (books.stack.empty()) {
+  auto it = books.stacks.find(thread);
+  if (it == books.stacks.end()) {
     return absl::FailedPreconditionError(
-        "range_pop without a matching range_push: no NVTX range is open");
+        "range_pop without a matching range_push: no NVTX range is open on this thread");
   }
-  int depth = static_cast<int>(books.stack.size()) - 1;
-  std::string message = std::move(books.stack.back());
-  books.stack.pop_back();
+  Stack& stack = it->second;
+  const int depth = static_cast<int>(stack.messages.size()) - 1;
+  std::string message = std::move(stack.messages.back());
+  stack.messages.pop_back();
+  --books.open;
   if (sink_ != nullptr) {
-    sink_->RangeEnd(books.sink_ranges.back());
-    books.sink_ranges.pop_back();
+    sink_->RangeEnd(stack.sink_ranges.back());
+    stack.sink_ranges.pop_back();
   }
-  AddLocked(books, {NvtxRecord::Kind::kPop, std::move(message), depth, absl::Now()});
+  if (stack.messages.empty()) books.stacks.erase(it);
+  AddLocked(books, {NvtxRecord::Kind::kPop, std::move(message), depth, absl::Now(), thread});
   return depth;
 }
 
-std::vector<std::string> NvtxRanges::OpenRanges(SessionId session) const {
+std::vector<std::string> NvtxRanges::OpenRanges(SessionId session, NvtxThread thread) const {
   absl::MutexLock lock(&mu_);
   auto it = books_.find(session);
-  return it == books_.end() ? std::vector<std::string>{} : it->second.stack;
+  if (it == books_.end()) return {};
+  auto stack = it->second.stacks.find(thread);
+  return stack == it->second.stacks.end() ? std::vector<std::string>{} : stack->second.messages;
 }
 
 std::vector<NvtxRecord> NvtxRanges::Records(SessionId session) const {
@@ -109,9 +125,10 @@ void NvtxRanges::RemoveSession(SessionId session) {
   auto it = books_.find(session);
   if (it == books_.end()) return;
   if (sink_ != nullptr) {
-    for (auto range = it->second.sink_ranges.rbegin(); range != it->second.sink_ranges.rend();
-         ++range) {
-      sink_->RangeEnd(*range);
+    for (const auto& [thread, stack] : it->second.stacks) {
+      for (auto range = stack.sink_ranges.rbegin(); range != stack.sink_ranges.rend(); ++range) {
+        sink_->RangeEnd(*range);
+      }
     }
   }
   books_.erase(it);

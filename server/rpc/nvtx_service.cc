@@ -9,7 +9,7 @@ grpc::ServerUnaryReactor* NvtxService::Mark(grpc::CallbackServerContext* context
                                             const v1::NvtxMessage* request,
                                             v1::NvtxMarkResponse* /*response*/) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) {
-    return ranges_->Mark(session, request->message());
+    return ranges_->Mark(session, request->thread(), request->message());
   });
 }
 
@@ -17,19 +17,22 @@ grpc::ServerUnaryReactor* NvtxService::RangePush(grpc::CallbackServerContext* co
                                                  const v1::NvtxMessage* request,
                                                  v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Push(session, request->message()));
-    if (profiler_ != nullptr) profiler_->RangePushed(session, request->message(), depth);
+    GPUMUX_ASSIGN_OR_RETURN(int depth,
+                            ranges_->Push(session, request->thread(), request->message()));
+    if (profiler_ != nullptr) {
+      profiler_->RangePushed(session, request->thread(), request->message(), depth);
+    }
     response->set_depth(depth);
     return absl::OkStatus();
   });
 }
 
 grpc::ServerUnaryReactor* NvtxService::RangePop(grpc::CallbackServerContext* context,
-                                                const v1::NvtxRangePopRequest* /*request*/,
+                                                const v1::NvtxRangePopRequest* request,
                                                 v1::NvtxDepth* response) {
   return ServeSessionCall(context, *sessions_, [&](SessionId session) -> absl::Status {
-    GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Pop(session));
-    if (profiler_ != nullptr) profiler_->RangePopped(session, depth);
+    GPUMUX_ASSIGN_OR_RETURN(int depth, ranges_->Pop(session, request->thread()));
+    if (profiler_ != nullptr) profiler_->RangePopped(session, request->thread(), depth);
     response->set_depth(depth);
     return absl::OkStatus();
   });

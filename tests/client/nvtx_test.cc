@@ -4,6 +4,7 @@
 #include "client/nvtx.h"
 
 #include <string>
+#include <thread>
 
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -36,6 +37,26 @@ TEST_F(NvtxTest, SessionsHaveStacksOfTheirOwn) {
   ASSERT_OK(nvtx::RangePush(*a, "a").status());
   EXPECT_THAT(nvtx::RangePop(*b), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(nvtx::RangePush(*b, "b"), IsOkAndHolds(0));
+}
+
+// As PyTorch's: a thread's ranges nest on its own stack, whatever other
+// threads of the process push and pop meanwhile.
+TEST_F(NvtxTest, RangesNestPerThread) {
+  ASSERT_THAT(nvtx::RangePush(client(), "main outer"), IsOkAndHolds(0));
+  ASSERT_THAT(nvtx::RangePush(client(), "main inner"), IsOkAndHolds(1));
+  std::thread other([&] {
+    EXPECT_THAT(nvtx::RangePop(client()), StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_THAT(nvtx::RangePush(client(), "other"), IsOkAndHolds(0));
+    EXPECT_THAT(nvtx::RangePush(client(), "other inner"), IsOkAndHolds(1));
+    EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(1));
+    // left open: the thread's stack is its own
+  });
+  other.join();
+  EXPECT_THAT(nvtx::RangePush(client(), "main deepest"), IsOkAndHolds(2));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(2));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(1));
+  EXPECT_THAT(nvtx::RangePop(client()), IsOkAndHolds(0));
+  EXPECT_THAT(nvtx::RangePop(client()), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(NvtxTest, MessagesAreLimitedTo4096Bytes) {

@@ -17,18 +17,18 @@ TEST(NvtxRangesTest, DepthsFollowPyTorch) {
   NvtxRanges nvtx;
   SessionId s(1);
   nvtx.AddSession(s);
-  EXPECT_EQ(*nvtx.Push(s, "outer"), 0);  // depth of the range started
-  EXPECT_EQ(*nvtx.Push(s, "inner"), 1);
-  EXPECT_EQ(nvtx.OpenRanges(s), (std::vector<std::string>{"outer", "inner"}));
-  EXPECT_EQ(*nvtx.Pop(s), 1);  // depth of the range ended
-  EXPECT_EQ(*nvtx.Pop(s), 0);
+  EXPECT_EQ(*nvtx.Push(s, 0, "outer"), 0);  // depth of the range started
+  EXPECT_EQ(*nvtx.Push(s, 0, "inner"), 1);
+  EXPECT_EQ(nvtx.OpenRanges(s, 0), (std::vector<std::string>{"outer", "inner"}));
+  EXPECT_EQ(*nvtx.Pop(s, 0), 1);  // depth of the range ended
+  EXPECT_EQ(*nvtx.Pop(s, 0), 0);
 }
 
 TEST(NvtxRangesTest, PopWithNothingOpenIsAnErrorNotACrash) {
   NvtxRanges nvtx;
   nvtx.AddSession(SessionId(1));
-  EXPECT_THAT(nvtx.Pop(SessionId(1)), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_EQ(*nvtx.Push(SessionId(1), "again"), 0);
+  EXPECT_THAT(nvtx.Pop(SessionId(1), 0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(*nvtx.Push(SessionId(1), 0, "again"), 0);
 }
 
 TEST(NvtxRangesTest, RecordsMarksAndRangesWithTimes) {
@@ -36,9 +36,9 @@ TEST(NvtxRangesTest, RecordsMarksAndRangesWithTimes) {
   SessionId s(3);
   nvtx.AddSession(s);
   nvtx.AddSession(SessionId(4));
-  ASSERT_OK(nvtx.Mark(s, "start"));
-  ASSERT_TRUE(nvtx.Push(s, "step").ok());
-  ASSERT_TRUE(nvtx.Pop(s).ok());
+  ASSERT_OK(nvtx.Mark(s, 0, "start"));
+  ASSERT_TRUE(nvtx.Push(s, 0, "step").ok());
+  ASSERT_TRUE(nvtx.Pop(s, 0).ok());
   std::vector<NvtxRecord> records = nvtx.Records(s);
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[0].kind, NvtxRecord::Kind::kMark);
@@ -52,15 +52,54 @@ TEST(NvtxRangesTest, BoundsMessagesAndDepth) {
   NvtxRanges nvtx;
   SessionId s(1);
   nvtx.AddSession(s);
-  EXPECT_THAT(nvtx.Mark(s, std::string(NvtxRanges::kMaxMessageBytes + 1, 'x')),
+  EXPECT_THAT(nvtx.Mark(s, 0, std::string(NvtxRanges::kMaxMessageBytes + 1, 'x')),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  for (size_t i = 0; i < NvtxRanges::kMaxDepth; ++i) ASSERT_TRUE(nvtx.Push(s, "r").ok());
-  EXPECT_THAT(nvtx.Push(s, "one too many"), StatusIs(absl::StatusCode::kResourceExhausted));
+  for (size_t i = 0; i < NvtxRanges::kMaxDepth; ++i) ASSERT_TRUE(nvtx.Push(s, 0, "r").ok());
+  EXPECT_THAT(nvtx.Push(s, 0, "one too many"), StatusIs(absl::StatusCode::kResourceExhausted));
   nvtx.RemoveSession(s);
-  EXPECT_TRUE(nvtx.OpenRanges(s).empty());
+  EXPECT_TRUE(nvtx.OpenRanges(s, 0).empty());
   // A call racing with the session's end keeps nothing.
-  EXPECT_THAT(nvtx.Push(s, "late"), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT(nvtx.Push(s, 0, "late"), StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_TRUE(nvtx.Records(s).empty());
+}
+
+// PyTorch's ranges are thread-local: each thread nests its own, and a pop
+// ends the innermost range of its own thread.
+TEST(NvtxRangesTest, RangesNestPerThread) {
+  NvtxRanges nvtx;
+  const SessionId s(1);
+  nvtx.AddSession(s);
+  EXPECT_EQ(*nvtx.Push(s, 11, "a outer"), 0);
+  EXPECT_EQ(*nvtx.Push(s, 22, "b outer"), 0);
+  EXPECT_EQ(*nvtx.Push(s, 11, "a inner"), 1);
+  ASSERT_OK(nvtx.Mark(s, 22, "b mark"));
+  EXPECT_EQ(nvtx.OpenRanges(s, 11), (std::vector<std::string>{"a outer", "a inner"}));
+  EXPECT_EQ(nvtx.OpenRanges(s, 22), (std::vector<std::string>{"b outer"}));
+  EXPECT_EQ(*nvtx.Pop(s, 22), 0);
+  EXPECT_THAT(nvtx.Pop(s, 22),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("no NVTX range is open on this thread")));
+  EXPECT_EQ(*nvtx.Pop(s, 11), 1);
+  EXPECT_EQ(*nvtx.Pop(s, 11), 0);
+  std::vector<NvtxRecord> records = nvtx.Records(s);
+  ASSERT_EQ(records.size(), 7u);  // the refused pop keeps nothing
+  EXPECT_EQ(records[3].kind, NvtxRecord::Kind::kMark);
+  EXPECT_EQ(records[3].thread, 22u);
+  EXPECT_EQ(records[3].depth, 1);  // inside b's one range, not a's two
+}
+
+TEST(NvtxRangesTest, ThreadsOfASessionKeepABoundedNumberOfRangesOpen) {
+  NvtxRanges nvtx;
+  const SessionId s(1);
+  nvtx.AddSession(s);
+  for (size_t i = 0; i < NvtxRanges::kMaxOpenRanges; ++i) {
+    ASSERT_TRUE(nvtx.Push(s, i / NvtxRanges::kMaxDepth, "r").ok());
+  }
+  EXPECT_THAT(nvtx.Push(s, 1000, "one more thread"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("at most 4096 NVTX ranges open")));
+  ASSERT_TRUE(nvtx.Pop(s, 0).ok());
+  EXPECT_EQ(*nvtx.Push(s, 1000, "now it fits"), 0);
 }
 
 // What a profiler would see: every mark, and start/end ranges matched by id.
@@ -84,12 +123,12 @@ TEST(NvtxRangesTest, ForwardsToTheSinkAndEndsOpenRangesWithTheSession) {
   NvtxRanges nvtx(&sink);
   const SessionId s(3);
   nvtx.AddSession(s);
-  ASSERT_OK(nvtx.Mark(s, "hello"));
-  ASSERT_TRUE(nvtx.Push(s, "outer").ok());
-  ASSERT_TRUE(nvtx.Push(s, "inner").ok());
-  ASSERT_TRUE(nvtx.Pop(s).ok());
-  ASSERT_TRUE(nvtx.Push(s, "second").ok());
-  EXPECT_THAT(nvtx.Pop(SessionId(9)), StatusIs(absl::StatusCode::kUnauthenticated));
+  ASSERT_OK(nvtx.Mark(s, 0, "hello"));
+  ASSERT_TRUE(nvtx.Push(s, 0, "outer").ok());
+  ASSERT_TRUE(nvtx.Push(s, 0, "inner").ok());
+  ASSERT_TRUE(nvtx.Pop(s, 0).ok());
+  ASSERT_TRUE(nvtx.Push(s, 0, "second").ok());
+  EXPECT_THAT(nvtx.Pop(SessionId(9), 0), StatusIs(absl::StatusCode::kUnauthenticated));
   nvtx.RemoveSession(s);
   EXPECT_THAT(sink.events,
               ::testing::ElementsAre("mark 3 hello", "start 3 outer #100", "start 3 inner #101",

@@ -1,5 +1,7 @@
 """torch.cuda.nvtx's functions."""
 
+import threading
+
 import pytest
 
 import gpumux
@@ -19,3 +21,23 @@ def test_ranges_nest(daemon):
 def test_pop_without_push(daemon):
     with pytest.raises(gpumux.GpumuxError):
         gpumux.nvtx.range_pop()
+
+
+def test_ranges_nest_per_thread(daemon):
+    """torch.cuda.nvtx's ranges are thread-local: each thread has its depth."""
+    assert gpumux.nvtx.range_push("main") == 0
+    seen = []
+
+    def other():
+        seen.append(gpumux.nvtx.range_push("other"))
+        seen.append(gpumux.nvtx.range_push("other inner"))
+        seen.append(gpumux.nvtx.range_pop())
+        seen.append(gpumux.nvtx.range_pop())
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert seen == [0, 1, 1, 0]
+    assert gpumux.nvtx.range_push("main inner") == 1
+    assert gpumux.nvtx.range_pop() == 1
+    assert gpumux.nvtx.range_pop() == 0

@@ -762,6 +762,30 @@ TEST(BottleneckTraceTest, EveryEventHasTheRequiredFieldsAndNamedTracks) {
   EXPECT_EQ(thread_names["100/2"], "session 2 stream 3");
 }
 
+// Ranges nest per thread: overlapping ranges of two threads of one session
+// go on two tracks, so that a viewer does not nest one in the other.
+TEST(BottleneckTraceTest, EachThreadsRangesHaveATrackOfTheirOwn) {
+  Profile profile = NvtxProfile();
+  profile.device.ranges = {NvtxRangeRecord{"loader", 1, 0, 1000, 9000, 5},
+                           NvtxRangeRecord{"step", 1, 0, 2000, 5000, 6}};
+  const std::optional<Json> json = JsonReader::Read(FormatChromeTrace(profile));
+  ASSERT_TRUE(json);
+  std::map<std::string, std::string> tracks;  // range -> the name of its track
+  std::map<std::string, std::string> names;   // "pid/tid" -> thread_name
+  for (const Json& event : json->Find("traceEvents")->array) {
+    if (event.Find("pid")->number != 2) continue;
+    if (event.Find("ph")->string == "M" && event.Find("name")->string == "thread_name") {
+      names[PidTid(event)] = event.Find("args")->Find("name")->string;
+    } else if (event.Find("ph")->string == "X") {
+      tracks[event.Find("name")->string] = PidTid(event);
+    }
+  }
+  ASSERT_EQ(tracks.size(), 2u);
+  EXPECT_NE(tracks["loader"], tracks["step"]);
+  EXPECT_EQ(names[tracks["loader"]], "session 1 thread 5");
+  EXPECT_EQ(names[tracks["step"]], "session 1 thread 6");
+}
+
 TEST(BottleneckTraceTest, FlowsPairHostCallsWithTheWorkTheyQueued) {
   const std::optional<Json> json = JsonReader::Read(FormatChromeTrace(TraceProfile()));
   ASSERT_TRUE(json);
