@@ -25,6 +25,7 @@
 #include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
 #include "client/cuda_local_streams.h"
+#include "client/cuda_own_work.h"
 #include "client/grpc_status.h"
 #include "client/host_local_streams.h"
 #include "client/proto_conversion.h"
@@ -375,6 +376,11 @@ absl::StatusOr<DeviceProperties> Client::GetDeviceProperties(DeviceIndex device)
 
 absl::Status Client::Synchronize(DeviceIndex device) {
   GPUMUX_PROFILED_WAIT("Client::Synchronize");
+  // This process's own kernels on the device first, as torch.cuda.synchronize
+  // waits for them; then the session's work the daemon queued there.
+  if (absl::StatusOr<std::string> bus_id = impl_->PciBusId(device); bus_id.ok()) {
+    GPUMUX_RETURN_IF_ERROR(SynchronizeOwnCudaWork(*bus_id));
+  }
   impl_->FlushFreesBeforeCall();
   v1::SynchronizeRequest request;
   request.set_device(device.value());

@@ -103,8 +103,10 @@ class Client {
   absl::StatusOr<std::string> GetDeviceName(DeviceIndex device);
   // torch.cuda.get_device_properties(device); INVALID_ARGUMENT as above.
   absl::StatusOr<DeviceProperties> GetDeviceProperties(DeviceIndex device);
-  // torch.cuda.synchronize(device): waits for all work queued on the device;
-  // then returns the session's asynchronous error there, if any, once (a
+  // torch.cuda.synchronize(device): waits for all work queued on the device,
+  // the session's on the daemon and, where this process has a CUDA context
+  // on it, the process's own kernels (cudaDeviceSynchronize there); then
+  // returns the session's asynchronous error there, if any, once (a
   // group collective queued with async_op that failed or did not run).
   absl::Status Synchronize(DeviceIndex device);
   // torch.cuda.get_device_capability(device): {major, minor}; the host

@@ -2,6 +2,8 @@
 // cudaIpcOpenMemHandle, expandable segments' pages mapped from exported
 // descriptors, free fences, and the interop of cuda_interop.h.
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -21,6 +23,7 @@
 #include "client/cuda_free_fence.h"
 #include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
+#include "client/cuda_own_work.h"
 #include "client/local_event.h"
 #include "client/page_book.h"
 #include "common/cuda_status.h"
@@ -77,6 +80,47 @@ absl::StatusOr<int> ResolveCudaDevice(absl::string_view pci_bus_id) {
   }
   cache->emplace(bus_id, device);
   return device;
+}
+
+namespace {
+
+// cuDevicePrimaryCtxGetState through the runtime (nothing links libcuda);
+// null where the driver does not give it.
+PFN_cuDevicePrimaryCtxGetState_v7000 PrimaryContextState() {
+  static const auto state = []() -> PFN_cuDevicePrimaryCtxGetState_v7000 {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    const cudaError_t error = cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &found,
+                                                               7000, cudaEnableDefault, &result);
+#else
+    const cudaError_t error =
+        cudaGetDriverEntryPoint("cuDevicePrimaryCtxGetState", &found, cudaEnableDefault, &result);
+#endif
+    if (error != cudaSuccess || result != cudaDriverEntryPointSuccess) return nullptr;
+    return reinterpret_cast<PFN_cuDevicePrimaryCtxGetState_v7000>(found);
+  }();
+  return state;
+}
+
+}  // namespace
+
+absl::Status SynchronizeOwnCudaWork(absl::string_view pci_bus_id) {
+  if (pci_bus_id.empty() || !CudaDeviceVisible()) return absl::OkStatus();
+  absl::StatusOr<int> device = ResolveCudaDevice(pci_bus_id);
+  if (!device.ok()) return absl::OkStatus();  // not visible here: no work of ours there
+  // A process that never used the device has no context there, and
+  // cudaDeviceSynchronize would create one (hundreds of MiB of device memory).
+  // The runtime and driver number devices alike.
+  PFN_cuDevicePrimaryCtxGetState_v7000 state = PrimaryContextState();
+  unsigned int flags = 0;
+  int active = 0;
+  if (state == nullptr || state(*device, &flags, &active) != CUDA_SUCCESS || active == 0) {
+    return absl::OkStatus();
+  }
+  CudaDeviceScope scope(*device);
+  GPUMUX_RETURN_IF_ERROR(CudaStatus(scope.status(), "cudaSetDevice"));
+  return CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 bool CudaDeviceVisible() {

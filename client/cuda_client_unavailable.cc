@@ -6,6 +6,7 @@
 #include "client/cuda_free_fence.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/cuda_local_streams.h"
+#include "client/cuda_own_work.h"
 #include "client/local_event.h"
 
 namespace gpumux {
@@ -25,6 +26,9 @@ bool CudaDeviceVisible() { return false; }
 std::string RecordFreeFence(int /*cuda_device*/) { return ""; }
 
 void WaitForFreeFences() {}
+
+absl::Status SynchronizeOwnCudaWork(absl::string_view /*pci_bus_id*/) { return absl::OkStatus(); }
+
 absl::StatusOr<void*> CurrentCublasHandle(absl::string_view /*pci_bus_id*/) {
   return absl::FailedPreconditionError("current_blas_handle needs a CUDA-enabled client build");
 }
