@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
+#include "python/src/dtype.h"
 #include "python/src/errors.h"
 #include "python/src/native.h"
 #include "python/src/unlocked.h"
@@ -82,45 +83,13 @@ uint64_t SpanOf(const DeviceBuffer& buffer, uint64_t offset, std::optional<uint6
   return buffer.size() - offset;
 }
 
-Dtype DtypeOf(const std::string& name) {
-  static const std::pair<const char*, Dtype> kNames[] = {
-      {"float32", Dtype::kFloat32},   {"float", Dtype::kFloat32},   {"float64", Dtype::kFloat64},
-      {"double", Dtype::kFloat64},    {"float16", Dtype::kFloat16}, {"half", Dtype::kFloat16},
-      {"bfloat16", Dtype::kBFloat16}, {"int32", Dtype::kInt32},     {"int", Dtype::kInt32},
-      {"int64", Dtype::kInt64},       {"long", Dtype::kInt64},      {"uint8", Dtype::kUInt8},
-  };
-  for (const auto& [text, dtype] : kNames) {
-    if (name == text) return dtype;
-  }
-  throw py::value_error(absl::StrCat("unknown dtype '", name,
-                                     "': expected float32, float64, float16, bfloat16, int32, "
-                                     "int64 or uint8"));
-}
-
-uint64_t DtypeBytes(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFloat64:
-    case Dtype::kInt64:
-      return 8;
-    case Dtype::kFloat32:
-    case Dtype::kInt32:
-      return 4;
-    case Dtype::kFloat16:
-    case Dtype::kBFloat16:
-      return 2;
-    case Dtype::kUInt8:
-      return 1;
-  }
-  return 1;
-}
-
 // Fills `count` values (absent: as many as fit from `offset`) and returns
 // the generator state they were drawn from, (seed, offset).
 py::tuple Generate(Buffer& self, const std::string& dtype_name, const Distribution& distribution,
                    uint64_t offset, std::optional<uint64_t> count, const py::object& stream) {
   const DeviceBuffer& memory = self.Live();
   Dtype dtype = DtypeOf(dtype_name);
-  uint64_t elements = count ? *count : SpanOf(memory, offset, std::nullopt) / DtypeBytes(dtype);
+  uint64_t elements = count ? *count : SpanOf(memory, offset, std::nullopt) / DtypeSize(dtype);
   CopyOptions options;
   options.stream = StreamOf(stream);
   options.wait = true;
