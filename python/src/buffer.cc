@@ -6,6 +6,8 @@
 #include <dlpack/dlpack.h>
 
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -21,12 +23,43 @@ namespace py = pybind11;
 
 namespace gpumux::python {
 
+namespace {
+
+// The live Buffers whose memory this process maps, by the address it starts
+// at. Only touched with the GIL held (Buffers are made and dropped with it),
+// which is the lock that guards it.
+std::map<uintptr_t, Buffer*>& LiveBuffers() {
+  static auto* const buffers = new std::map<uintptr_t, Buffer*>();
+  return *buffers;
+}
+
+void Forget(const Buffer& buffer) {
+  if (buffer.memory.valid() && buffer.memory.data() != nullptr)
+    LiveBuffers().erase(reinterpret_cast<uintptr_t>(buffer.memory.data()));
+}
+
+}  // namespace
+
+Buffer* FindBuffer(uintptr_t address, uint64_t nbytes) {
+  const std::map<uintptr_t, Buffer*>& buffers = LiveBuffers();
+  auto after = buffers.upper_bound(address);
+  if (after == buffers.begin()) return nullptr;
+  Buffer* buffer = std::prev(after)->second;
+  const uint64_t start = std::prev(after)->first;
+  const uint64_t size = buffer->memory.size();
+  if (address - start > size || nbytes > size - (address - start)) return nullptr;
+  return buffer;
+}
+
 Buffer::Buffer(ClientPtr owner, DeviceBuffer buffer)
     : client(std::move(owner)), memory(std::move(buffer)) {
   host_memory = memory.data() != nullptr && memory.cuda_device() < 0 && client->backend() == "host";
+  if (memory.valid() && memory.data() != nullptr)
+    LiveBuffers()[reinterpret_cast<uintptr_t>(memory.data())] = this;
 }
 
 Buffer::~Buffer() {
+  Forget(*this);
   if (!memory.valid() || client->TryFree(memory)) return;
   py::gil_scoped_release unlocked;
   memory = DeviceBuffer();
@@ -45,6 +78,7 @@ void Buffer::Free() {
                      " view(s) (buffer protocol or DLPack) still use its memory; "
                      "drop them first"));
   }
+  Forget(*this);
   if (client->TryFree(memory)) return;
   Unlocked([&] { return client->Free(std::move(memory)); });
 }

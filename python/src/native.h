@@ -5,6 +5,7 @@
 // Python holds it (libgpumux's own rule is that they must not outlive their
 // Client); the Client's last reference ends the session.
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 
@@ -44,6 +45,11 @@ struct Buffer {
   // Frees the memory now (Client::Free) unless views export it: BufferError.
   void Free();
 };
+
+// The live Buffer whose memory, as this process maps it (Buffer.ptr), holds
+// the `nbytes` bytes at `address`; null when none does (freed memory, memory
+// not mapped here, or memory gpumux did not give). With the GIL held.
+Buffer* FindBuffer(uintptr_t address, uint64_t nbytes);
 
 // gpumux.Stream's native part: a handle to one of the session's streams,
 // destroyed with the last Python reference when this object created it.
