@@ -39,4 +39,4 @@ else:
         set_stream,
         stream,
     )
-    from . import nvtx  # noqa: F401
+    from . import comm, nvtx  # noqa: F401

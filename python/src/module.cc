@@ -19,4 +19,5 @@ PYBIND11_MODULE(_C, module) {
   gpumux::python::BindBuffer(module);
   gpumux::python::BindStreams(module);
   gpumux::python::BindObserver(module);
+  gpumux::python::BindComm(module);
 }

@@ -76,11 +76,12 @@ struct EventHandle {
 };
 
 // Each binds its part of gpumux._C (buffer.cc, streams.cc, client.cc,
-// observer.cc).
+// observer.cc, comm.cc).
 void BindBuffer(pybind11::module_& module);
 void BindStreams(pybind11::module_& module);
 void BindClient(pybind11::module_& module);
 void BindObserver(pybind11::module_& module);
+void BindComm(pybind11::module_& module);
 
 // The dicts torch.cuda.memory_snapshot() returns, plus gpumux's fields.
 pybind11::list SnapshotToPython(const std::vector<SegmentInfo>& segments);
