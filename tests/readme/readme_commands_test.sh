@@ -154,8 +154,17 @@ fi
 
 # /tmp first: a tmpfs in the namespace only, which also holds the overlays'
 # upper layers. They stay out of the build tree, where tools such as
-# scripts/gpu-check look for executables.
+# scripts/gpu-check look for executables. A source or build tree under /tmp
+# (a clone there) is bound back from the /tmp the tmpfs hides.
+exec {host_tmp}</tmp
 mount -t tmpfs gpumux-readme-test /tmp
+for dir in "$source_dir" "$build_dir"; do
+  if [[ $dir == /tmp/* && ! -d $dir ]]; then
+    mkdir -p "$dir"
+    # (not canonicalized: the magic link must lead to the hidden /tmp, not its name)
+    mount --no-canonicalize --bind "/proc/self/fd/$host_tmp/${dir#/tmp/}" "$dir"
+  fi
+done
 scratch=/tmp/.gpumux-readme-test
 mkdir -p "$scratch"
 # private_dir DIR: a fresh tmpfs on DIR; where DIR does not exist, its parent
