@@ -16,6 +16,7 @@
 #include "pybind11/stl.h"
 #include "python/src/dtype.h"
 #include "python/src/errors.h"
+#include "python/src/host_view.h"
 #include "python/src/native.h"
 #include "python/src/unlocked.h"
 
@@ -84,23 +85,6 @@ void Buffer::Free() {
 }
 
 namespace {
-
-// A contiguous view of any object with the buffer protocol.
-class HostView {
- public:
-  HostView(py::handle object, bool writable) {
-    int flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) throw py::error_already_set();
-  }
-  ~HostView() { PyBuffer_Release(&view_); }
-  HostView(const HostView&) = delete;
-  HostView& operator=(const HostView&) = delete;
-  void* data() const { return view_.buf; }
-  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
-
- private:
-  Py_buffer view_;
-};
 
 std::optional<Stream> StreamOf(const py::object& stream) {
   if (stream.is_none()) return std::nullopt;
@@ -350,7 +334,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
               });
               return;
             }
-            HostView view(src, false);
+            HostView view(src, PyBUF_ANY_CONTIGUOUS);
             if (src_offset > view.size())
               throw py::value_error("src_offset is past the end of src");
             uint64_t size = nbytes ? *nbytes : view.size() - src_offset;
@@ -375,7 +359,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           [](Buffer& self, py::object dst, uint64_t offset, std::optional<uint64_t> nbytes,
              py::object stream) {
             const DeviceBuffer& memory = self.Live();
-            HostView view(dst, true);
+            HostView view(dst, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE);
             uint64_t size =
                 nbytes ? *nbytes
                        : std::min<uint64_t>(view.size(), SpanOf(memory, offset, std::nullopt));

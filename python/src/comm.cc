@@ -17,6 +17,7 @@
 #include "pybind11/stl.h"
 #include "python/src/dtype.h"
 #include "python/src/errors.h"
+#include "python/src/host_view.h"
 #include "python/src/native.h"
 #include "python/src/unlocked.h"
 
@@ -98,23 +99,6 @@ std::vector<std::optional<Stream>> ChunkStreams(const py::object& streams) {
   }
   return chosen;
 }
-
-// A writable, contiguous host view of `object` (the buffer protocol).
-class WritableView {
- public:
-  explicit WritableView(const py::handle& object) {
-    if (PyObject_GetBuffer(object.ptr(), &view_, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0)
-      throw py::error_already_set();
-  }
-  ~WritableView() { PyBuffer_Release(&view_); }
-  WritableView(const WritableView&) = delete;
-  WritableView& operator=(const WritableView&) = delete;
-  void* data() const { return view_.buf; }
-  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
-
- private:
-  Py_buffer view_;
-};
 
 }  // namespace
 
@@ -222,7 +206,7 @@ void BindComm(py::module_& module) {
       [](const ClientPtr& client, py::handle tensors, py::handle dst, int64_t dim) {
         CallTensors call;
         const std::vector<TensorRef> inputs = call.AddAll(tensors);
-        WritableView view(dst);
+        HostView view(dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE);
         return call.Results(client, Unlocked([&] {
                               return client->GatherToHost(inputs, view.data(), view.size(), dim);
                             }));
