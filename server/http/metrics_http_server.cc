@@ -1,6 +1,7 @@
 #include "server/http/metrics_http_server.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -111,19 +113,19 @@ void Log(void* /*unused*/, const char* format, va_list arguments) {
 
 }  // namespace
 
-// Answers libmicrohttpd's requests, and keeps the whole-request deadline,
-// which libmicrohttpd has not (its timeout is per read): each connection's
-// socket and when its next request's head became due; a thread shuts down
-// the sockets of heads overdue, which libmicrohttpd then closes.
-// libmicrohttpd reports a connection closed before it closes the socket,
-// and both sides hold `mu_`, so a socket shut down here is always the
-// connection's own.
+// Answers libmicrohttpd's requests and keeps what libmicrohttpd 0.9.75
+// (Debian 12's) cannot: the connection caps, whose per-address count leaks
+// in a thread pool, and the deadlines, where its own timeout is per read
+// and at times closes every connection at once. Each connection's socket,
+// its peer's address and when it is overdue are kept here; a connection
+// over a cap is shut down as it starts, and a thread shuts down the
+// sockets of the overdue; libmicrohttpd then closes them. It reports a
+// connection closed before it closes the socket, and both sides hold
+// `mu_`, so a socket shut down here is always the connection's own.
 class MetricsHttpServer::Listener {
  public:
   explicit Listener(const Options& options)
-      : options_(options),
-        deadline_(options.limits.request_deadline),
-        sweeper_([this] { Sweep(); }) {}
+      : options_(options), limits_(options.limits), sweeper_([this] { Sweep(); }) {}
   ~Listener() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -140,56 +142,112 @@ class MetricsHttpServer::Listener {
                           size_t* upload_data_size, void** request);
   static void OnConnection(void* self, MHD_Connection* connection, void** /*socket_context*/,
                            MHD_ConnectionNotificationCode code) {
-    static_cast<Listener*>(self)->Notify(connection, code);
+    Listener& listener = *static_cast<Listener*>(self);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      listener.Started(connection);
+    } else {
+      listener.Closed(connection);
+    }
   }
   static void OnRequestDone(void* self, MHD_Connection* connection, void** /*request*/,
                             MHD_RequestTerminationCode /*why*/) {
-    static_cast<Listener*>(self)->Due(connection, absl::Now());
+    Listener& listener = *static_cast<Listener*>(self);
+    listener.Due(connection, absl::Now() + listener.limits_.request_deadline);
   }
 
  private:
-  struct Pending {
+  struct Connection {
     int fd = -1;
-    absl::Time due_since;  // InfiniteFuture while a request is being answered
+    std::string address;  // empty when it was refused, and not counted
+    absl::Time due;       // shut down when this passes
   };
 
-  void Notify(MHD_Connection* connection, MHD_ConnectionNotificationCode code) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-      connections_.erase(connection);
-      return;
+  // The peer's address as the caps count it: its family and bytes, an
+  // IPv4-mapped IPv6 address as IPv4.
+  static std::string AddressKey(const sockaddr* peer) {
+    if (peer == nullptr) return "?";
+    if (peer->sa_family == AF_INET6) {
+      const in6_addr& address = reinterpret_cast<const sockaddr_in6*>(peer)->sin6_addr;
+      if (IN6_IS_ADDR_V4MAPPED(&address)) {
+        return absl::StrCat("4",
+                            absl::string_view(reinterpret_cast<const char*>(&address) + 12, 4));
+      }
+      return absl::StrCat("6", absl::string_view(reinterpret_cast<const char*>(&address), 16));
     }
-    const MHD_ConnectionInfo* info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info != nullptr) connections_[connection] = Pending{info->connect_fd, absl::Now()};
+    if (peer->sa_family == AF_INET) {
+      const in_addr& address = reinterpret_cast<const sockaddr_in*>(peer)->sin_addr;
+      return absl::StrCat("4", absl::string_view(reinterpret_cast<const char*>(&address), 4));
+    }
+    return absl::StrCat("family ", peer->sa_family);
   }
 
-  void Due(MHD_Connection* connection, absl::Time since) {
+  void Started(MHD_Connection* connection) {
+    // libmicrohttpd answers these in one buffer per connection: copy each.
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info == nullptr) return;
+    const int fd = info->connect_fd;
+    info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    std::string address = AddressKey(info == nullptr ? nullptr : info->client_addr);
+    std::lock_guard<std::mutex> lock(mu_);
+    unsigned int& from_address = per_address_[address];
+    if (counted_ >= limits_.max_connections ||
+        from_address >= limits_.max_connections_per_address) {
+      if (from_address == 0) per_address_.erase(address);
+      spdlog::debug("HTTP listener: {} connections open ({} from this address): closing one more",
+                    counted_, from_address);
+      shutdown(fd, SHUT_RDWR);
+      connections_[connection] = Connection{fd, "", absl::InfiniteFuture()};
+      return;
+    }
+    ++from_address;
+    ++counted_;
+    connections_[connection] =
+        Connection{fd, std::move(address), absl::Now() + limits_.request_deadline};
+  }
+
+  void Closed(MHD_Connection* connection) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = connections_.find(connection);
-    if (it != connections_.end()) it->second.due_since = since;
+    if (it == connections_.end()) return;
+    if (!it->second.address.empty()) {
+      auto from = per_address_.find(it->second.address);
+      if (--from->second == 0) per_address_.erase(from);
+      --counted_;
+    }
+    connections_.erase(it);
+  }
+
+  void Due(MHD_Connection* connection, absl::Time due) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = connections_.find(connection);
+    if (it != connections_.end() && !it->second.address.empty()) it->second.due = due;
   }
 
   void Sweep() {
-    const absl::Duration period = std::max(deadline_ / 10, absl::Milliseconds(10));
+    const absl::Duration period = std::max(
+        std::min(limits_.request_deadline, limits_.answer_deadline) / 10, absl::Milliseconds(10));
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       wake_.wait_for(lock, absl::ToChronoNanoseconds(period));
       const absl::Time now = absl::Now();
-      for (auto& [connection, pending] : connections_) {
-        if (now - pending.due_since < deadline_) continue;
-        shutdown(pending.fd, SHUT_RDWR);
-        pending.due_since = absl::InfiniteFuture();  // once is enough
+      for (auto& [connection, open] : connections_) {
+        if (now < open.due) continue;
+        shutdown(open.fd, SHUT_RDWR);
+        open.due = absl::InfiniteFuture();  // once is enough
       }
     }
   }
 
   const Options& options_;
-  const absl::Duration deadline_;
+  const Limits& limits_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  absl::flat_hash_map<MHD_Connection*, Pending> connections_;
+  absl::flat_hash_map<MHD_Connection*, Connection> connections_;
+  // The counted (not refused) connections, in all and per address.
+  unsigned int counted_ = 0;
+  absl::flat_hash_map<std::string, unsigned int> per_address_;
   std::thread sweeper_;
 };
 
@@ -204,19 +262,20 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(Opti
   std::unique_ptr<MetricsHttpServer> self(new MetricsHttpServer(std::move(options)));
   self->port_ = BoundPort(socket->get());
   const Limits& limits = self->options_.limits;
-  const unsigned int idle_seconds =
-      static_cast<unsigned int>(std::max<int64_t>(1, absl::ToInt64Seconds(limits.idle_timeout)));
+  const unsigned int threads = std::max(1u, limits.threads);
   const int listen_fd = socket->get();
+  // libmicrohttpd splits its connection limit evenly between its threads,
+  // and a thread at its limit refuses and stops keeping connections alive.
+  // The caps are the Listener's: each thread has room for all it allows
+  // and for as many refused ones closing.
   self->daemon_ = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, nullptr, nullptr,
       &Listener::Serve, self->listener_.get(), MHD_OPTION_EXTERNAL_LOGGER, &Log, nullptr,
-      MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE,
-      std::max(1u, limits.threads), MHD_OPTION_CONNECTION_LIMIT, limits.max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, limits.max_connections_per_address,
+      MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+      MHD_OPTION_CONNECTION_LIMIT, 2 * limits.max_connections * threads,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, limits.max_request_head_bytes,
-      MHD_OPTION_CONNECTION_TIMEOUT, idle_seconds, MHD_OPTION_NOTIFY_CONNECTION,
-      &Listener::OnConnection, self->listener_.get(), MHD_OPTION_NOTIFY_COMPLETED,
-      &Listener::OnRequestDone, self->listener_.get(), MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_CONNECTION, &Listener::OnConnection, self->listener_.get(),
+      MHD_OPTION_NOTIFY_COMPLETED, &Listener::OnRequestDone, self->listener_.get(), MHD_OPTION_END);
   if (self->daemon_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve HTTP on --metrics-listen ",
                                                self->options_.address,
@@ -231,13 +290,22 @@ MHD_Result MetricsHttpServer::Listener::Serve(void* self_pointer, MHD_Connection
                                               const char* /*version*/, const char* /*upload_data*/,
                                               size_t* upload_data_size, void** request) {
   Listener& self = *static_cast<Listener*>(self_pointer);
-  if (*request == nullptr) {
-    // The head has arrived: its deadline is met.
-    self.Due(connection, absl::InfiniteFuture());
-    *request = &self;  // a request is under way
-  }
   const absl::string_view verb(method);
-  if (verb != MHD_HTTP_METHOD_GET && verb != MHD_HTTP_METHOD_HEAD) {
+  const bool get = verb == MHD_HTTP_METHOD_GET || verb == MHD_HTTP_METHOD_HEAD;
+  if (*request == nullptr) {
+    // The head has arrived: its deadline is met, the answer's begins.
+    self.Due(connection, absl::Now() + self.limits_.answer_deadline);
+    *request = &self;  // a request is under way
+    // A GET answered at its head's first call would close the connection
+    // (libmicrohttpd cannot know yet that no body follows); at the next
+    // call it stays open for the next request.
+    if (get) return MHD_YES;
+  }
+  if (get && *upload_data_size != 0) {
+    *upload_data_size = 0;  // a body is dropped; the answer follows it
+    return MHD_YES;
+  }
+  if (!get) {
     *upload_data_size = 0;  // the body is not read
     if (!IsToken(verb)) {
       return Answer(connection, MHD_HTTP_BAD_REQUEST, "a method must be an HTTP token\n",

@@ -12,10 +12,11 @@
 // request is bounded (Limits): its head (request line and headers, bytes
 // and therefore lines) by the connection's memory, answered 431 or 414
 // beyond it; its head must arrive within a deadline from the connection's
-// start or its previous answer, or the connection is closed; an idle
-// connection closes; connections are capped, per peer address and in all.
-// Connections wait on epoll, not on threads, so slow clients do not hold
-// up the probes (Kubernetes gives them 1 s).
+// start or its previous answer (so an idle connection closes too), and its
+// answer must be sent within another, or the connection is closed;
+// connections are capped, per peer address and in all. Connections wait on
+// epoll, not on threads, so slow clients do not hold up the probes
+// (Kubernetes gives them 1 s).
 
 #include <cstddef>
 #include <functional>
@@ -34,7 +35,8 @@ class MetricsHttpServer {
  public:
   struct Limits {
     // Connections open at once, in all and from one peer address (more are
-    // closed at once).
+    // closed at once, unanswered). An IPv4-mapped IPv6 address counts as
+    // its IPv4 address.
     unsigned int max_connections = 512;
     unsigned int max_connections_per_address = 128;
     // The memory a connection may use for its request's head: request
@@ -44,8 +46,9 @@ class MetricsHttpServer {
     // From a connection's start, or its previous answer, to its next
     // request's complete head.
     absl::Duration request_deadline = absl::Seconds(5);
-    // A connection that sends nothing this long closes (whole seconds).
-    absl::Duration idle_timeout = absl::Seconds(5);
+    // From a request's complete head to its answer's last byte sent: a
+    // reader too slow for it is cut off (Prometheus gives a scrape 10 s).
+    absl::Duration answer_deadline = absl::Seconds(10);
     // Threads that read requests and build the pages.
     unsigned int threads = 4;
   };
