@@ -64,6 +64,19 @@ absl::Status CheckChunkStreams(absl::Span<const std::optional<Stream>> streams,
   return absl::OkStatus();
 }
 
+// scatter's per-chunk streams into `request` (0 for none); the options
+// with those streams added, so that they are the chunks' streams.
+CollectiveOptions WithChunkStreams(v1::ScatterRequest& request,
+                                   absl::Span<const std::optional<Stream>> streams,
+                                   const CollectiveOptions& options) {
+  CollectiveOptions with_streams = options;
+  for (const std::optional<Stream>& stream : streams) {
+    request.add_chunk_streams(stream.has_value() ? stream->id().value() : 0);
+    if (stream.has_value()) with_streams.streams.push_back(*stream);
+  }
+  return with_streams;
+}
+
 }  // namespace
 
 uint64_t ResultTensor::bytes() const {
@@ -98,6 +111,23 @@ absl::Status Client::Impl::SetTensor(v1::Tensor* out, const TensorRef& tensor,
   call.named.push_back(&tensor);
   AddCommDevice(call, device.value());
   return absl::OkStatus();
+}
+
+absl::Status Client::Impl::SetTensors(google::protobuf::RepeatedPtrField<v1::Tensor>* out,
+                                      absl::Span<const TensorRef> tensors, absl::string_view role,
+                                      CommCall& call) const {
+  for (const TensorRef& tensor : tensors) {
+    GPUMUX_RETURN_IF_ERROR(SetTensor(out->Add(), tensor, role, call));
+  }
+  return absl::OkStatus();
+}
+
+void Client::Impl::AddCommDevices(google::protobuf::RepeatedField<int64_t>* out,
+                                  absl::Span<const int64_t> devices, CommCall& call) {
+  for (int64_t device : devices) {
+    out->Add(device);
+    AddCommDevice(call, device);
+  }
 }
 
 void Client::Impl::AddCommDevice(CommCall& call, int64_t device) {
@@ -211,16 +241,9 @@ absl::StatusOr<CollectiveResult> Client::Broadcast(const TensorRef& tensor,
   Impl::CommCall call;
   v1::BroadcastRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
-  for (int64_t device : devices) {
-    request.mutable_devices()->add_devices(device);
-    Impl::AddCommDevice(call, device);
-  }
-  request.mutable_devices();  // present even when empty
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Broadcast(context, request, response);
-                              });
+  // The list is present even when empty.
+  Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::Broadcast);
 }
 
 absl::StatusOr<CollectiveResult> Client::BroadcastOut(const TensorRef& tensor,
@@ -231,16 +254,9 @@ absl::StatusOr<CollectiveResult> Client::BroadcastOut(const TensorRef& tensor,
   Impl::CommCall call;
   v1::BroadcastRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
-  request.mutable_out();
-  for (const TensorRef& o : out) {
-    GPUMUX_RETURN_IF_ERROR(
-        impl_->SetTensor(request.mutable_out()->add_tensors(), o, "output tensor", call));
-  }
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Broadcast(context, request, response);
-                              });
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::Broadcast);
 }
 
 absl::StatusOr<CollectiveResult> Client::BroadcastCoalesced(absl::Span<const TensorRef> tensors,
@@ -251,19 +267,10 @@ absl::StatusOr<CollectiveResult> Client::BroadcastCoalesced(absl::Span<const Ten
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::BroadcastCoalescedRequest request;
-  for (const TensorRef& tensor : tensors) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_tensors(), tensor, "tensor", call));
-  }
-  for (int64_t device : devices) {
-    request.add_devices(device);
-    Impl::AddCommDevice(call, device);
-  }
+  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_tensors(), tensors, "tensor", call));
+  Impl::AddCommDevices(request.mutable_devices(), devices, call);
   request.set_buffer_size(buffer_size);
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(
-      call, options.wait, [&](grpc::ClientContext* context, v1::CommResponse* response) {
-        return impl_->comm_stub_->BroadcastCoalesced(context, request, response);
-      });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::BroadcastCoalesced);
 }
 
 absl::StatusOr<CollectiveResult> Client::ReduceAdd(absl::Span<const TensorRef> inputs,
@@ -273,17 +280,11 @@ absl::StatusOr<CollectiveResult> Client::ReduceAdd(absl::Span<const TensorRef> i
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::ReduceAddRequest request;
-  for (const TensorRef& input : inputs) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_inputs(), input, "input", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), inputs, "input", call));
   const DeviceIndex target = destination.value_or(CurrentDevice());
   request.set_destination(target.value());
   Impl::AddCommDevice(call, target.value());
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->ReduceAdd(context, request, response);
-                              });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::ReduceAdd);
 }
 
 absl::StatusOr<CollectiveResult> Client::ReduceAddCoalesced(
@@ -294,20 +295,14 @@ absl::StatusOr<CollectiveResult> Client::ReduceAddCoalesced(
   Impl::CommCall call;
   v1::ReduceAddCoalescedRequest request;
   for (const std::vector<TensorRef>& list : inputs) {
-    v1::TensorList* proto = request.add_inputs();
-    for (const TensorRef& input : list) {
-      GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(proto->add_tensors(), input, "input", call));
-    }
+    GPUMUX_RETURN_IF_ERROR(
+        impl_->SetTensors(request.add_inputs()->mutable_tensors(), list, "input", call));
   }
   const DeviceIndex target = destination.value_or(CurrentDevice());
   request.set_destination(target.value());
   Impl::AddCommDevice(call, target.value());
   request.set_buffer_size(buffer_size);
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(
-      call, options.wait, [&](grpc::ClientContext* context, v1::CommResponse* response) {
-        return impl_->comm_stub_->ReduceAddCoalesced(context, request, response);
-      });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::ReduceAddCoalesced);
 }
 
 absl::StatusOr<CollectiveResult> Client::Scatter(
@@ -320,25 +315,14 @@ absl::StatusOr<CollectiveResult> Client::Scatter(
   Impl::CommCall call;
   v1::ScatterRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
-  request.mutable_devices();
-  for (int64_t device : devices) {
-    request.mutable_devices()->add_devices(device);
-    Impl::AddCommDevice(call, device);
-  }
+  // The list is present even when empty.
+  Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
   if (chunk_sizes.has_value()) {
     request.mutable_chunk_sizes()->mutable_sizes()->Add(chunk_sizes->begin(), chunk_sizes->end());
   }
   request.set_dim(dim);
-  CollectiveOptions with_streams = options;
-  for (const std::optional<Stream>& stream : streams) {
-    request.add_chunk_streams(stream.has_value() ? stream->id().value() : 0);
-    if (stream.has_value()) with_streams.streams.push_back(*stream);
-  }
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), with_streams, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Scatter(context, request, response);
-                              });
+  return impl_->Collective(call, request, WithChunkStreams(request, streams, options),
+                           &v1::Comm::Stub::Scatter);
 }
 
 absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
@@ -356,22 +340,11 @@ absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
   Impl::CommCall call;
   v1::ScatterRequest request;
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
-  request.mutable_out();
-  for (const TensorRef& o : out) {
-    GPUMUX_RETURN_IF_ERROR(
-        impl_->SetTensor(request.mutable_out()->add_tensors(), o, "output tensor", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
   request.set_dim(dim);
-  CollectiveOptions with_streams = options;
-  for (const std::optional<Stream>& stream : streams) {
-    request.add_chunk_streams(stream.has_value() ? stream->id().value() : 0);
-    if (stream.has_value()) with_streams.streams.push_back(*stream);
-  }
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), with_streams, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Scatter(context, request, response);
-                              });
+  return impl_->Collective(call, request, WithChunkStreams(request, streams, options),
+                           &v1::Comm::Stub::Scatter);
 }
 
 absl::StatusOr<CollectiveResult> Client::Gather(absl::Span<const TensorRef> tensors, int64_t dim,
@@ -381,18 +354,13 @@ absl::StatusOr<CollectiveResult> Client::Gather(absl::Span<const TensorRef> tens
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GatherRequest request;
-  for (const TensorRef& tensor : tensors) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_tensors(), tensor, "input tensor", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
   request.set_dim(dim);
   const DeviceIndex target = destination.value_or(CurrentDevice());
   request.set_device(target.value());
   Impl::AddCommDevice(call, target.value());
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Gather(context, request, response);
-                              });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::Gather);
 }
 
 absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef> tensors,
@@ -405,9 +373,8 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
         absl::StrCat("host pointer is null for ", dst_size, " bytes"));
   Impl::CommCall call;
   v1::GatherRequest request;
-  for (const TensorRef& tensor : tensors) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_tensors(), tensor, "input tensor", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
   request.set_dim(dim);
   const auto check_size = [dst_size](uint64_t bytes) -> absl::Status {
     if (bytes == dst_size) return absl::OkStatus();
@@ -439,13 +406,8 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
       // The daemon writes the buffer: nothing queued may still read it.
       GPUMUX_RETURN_IF_ERROR(staging->WaitAll([this] { return impl_->CheckSession(); }));
       request.set_host_staging_offset(0);
-      GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), waiting, call));
-      GPUMUX_ASSIGN_OR_RETURN(
-          CollectiveResult result,
-          impl_->RunCollective(call, true,
-                               [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                 return impl_->comm_stub_->Gather(context, request, response);
-                               }));
+      GPUMUX_ASSIGN_OR_RETURN(CollectiveResult result,
+                              impl_->Collective(call, request, waiting, &v1::Comm::Stub::Gather));
       if (result.tensors.size() != 1) {
         return absl::InternalError(absl::StrCat("the daemon's gather to the host answered ",
                                                 result.tensors.size(), " results, not 1"));
@@ -491,16 +453,11 @@ absl::StatusOr<CollectiveResult> Client::GatherOut(absl::Span<const TensorRef> t
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::GatherRequest request;
-  for (const TensorRef& tensor : tensors) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_tensors(), tensor, "input tensor", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
   GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_out(), out, "output tensor", call));
   request.set_dim(dim);
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->Gather(context, request, response);
-                              });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::Gather);
 }
 
 absl::StatusOr<CollectiveResult> Client::AllReduce(absl::Span<const TensorRef> tensors, ReduceOp op,
@@ -509,15 +466,9 @@ absl::StatusOr<CollectiveResult> Client::AllReduce(absl::Span<const TensorRef> t
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::AllReduceRequest request;
-  for (const TensorRef& tensor : tensors) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_inputs(), tensor, "input", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), tensors, "input", call));
   request.set_op(ToProto(op));
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->AllReduce(context, request, response);
-                              });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::AllReduce);
 }
 
 absl::StatusOr<CollectiveResult> Client::AllReduceOut(absl::Span<const TensorRef> inputs,
@@ -528,20 +479,11 @@ absl::StatusOr<CollectiveResult> Client::AllReduceOut(absl::Span<const TensorRef
   if (options.wait) gpumux_profiled_call_.Waited();
   Impl::CommCall call;
   v1::AllReduceRequest request;
-  for (const TensorRef& tensor : inputs) {
-    GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.add_inputs(), tensor, "input", call));
-  }
-  request.mutable_outputs();
-  for (const TensorRef& tensor : outputs) {
-    GPUMUX_RETURN_IF_ERROR(
-        impl_->SetTensor(request.mutable_outputs()->add_tensors(), tensor, "output", call));
-  }
+  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), inputs, "input", call));
+  GPUMUX_RETURN_IF_ERROR(
+      impl_->SetTensors(request.mutable_outputs()->mutable_tensors(), outputs, "output", call));
   request.set_op(ToProto(op));
-  GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), options, call));
-  return impl_->RunCollective(call, options.wait,
-                              [&](grpc::ClientContext* context, v1::CommResponse* response) {
-                                return impl_->comm_stub_->AllReduce(context, request, response);
-                              });
+  return impl_->Collective(call, request, options, &v1::Comm::Stub::AllReduce);
 }
 
 }  // namespace gpumux

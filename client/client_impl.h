@@ -165,8 +165,15 @@ class Client::Impl {
   // buffer of another Client, or no buffer for a tensor with elements.
   absl::Status SetTensor(v1::Tensor* out, const TensorRef& tensor, absl::string_view role,
                          CommCall& call) const;
+  // SetTensor for each of `tensors`, into new entries of `out`.
+  absl::Status SetTensors(google::protobuf::RepeatedPtrField<v1::Tensor>* out,
+                          absl::Span<const TensorRef> tensors, absl::string_view role,
+                          CommCall& call) const;
   // Notes a device taking part that no tensor names (a destination).
   static void AddCommDevice(CommCall& call, int64_t device);
+  // AddCommDevice for each of `devices`, which go into `out` too.
+  static void AddCommDevices(google::protobuf::RepeatedField<int64_t>* out,
+                             absl::Span<const int64_t> devices, CommCall& call);
   // Resolves the streams of `call` (options.streams, else the calling
   // thread's current ones) into `proto`'s streams and the other options.
   absl::Status SetCommOptions(v1::CommOptions* proto, const CollectiveOptions& options,
@@ -177,6 +184,20 @@ class Client::Impl {
   absl::StatusOr<CollectiveResult> RunCollective(
       CommCall& call, bool waited,
       absl::FunctionRef<grpc::Status(grpc::ClientContext*, v1::CommResponse*)> rpc);
+  // SetCommOptions into `request`, then RunCollective with the Comm
+  // service's `method`: what every collective ends with.
+  template <typename Request>
+  absl::StatusOr<CollectiveResult> Collective(
+      CommCall& call, Request& request, const CollectiveOptions& options,
+      grpc::Status (v1::Comm::Stub::*method)(grpc::ClientContext*, const Request&,
+                                             v1::CommResponse*)) {
+    absl::Status set = SetCommOptions(request.mutable_options(), options, call);
+    if (!set.ok()) return set;
+    return RunCollective(call, options.wait,
+                         [&](grpc::ClientContext* context, v1::CommResponse* response) {
+                           return (comm_stub_.get()->*method)(context, request, response);
+                         });
+  }
 
   // The Client this is the implementation of.
   Client& self_;
