@@ -3,8 +3,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 #include "common/fd_passing.h"
 #include "common/memory_socket.h"
 #include "common/sealed_memory.h"
+#include "server/rpc/unix_listener.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -40,39 +39,10 @@ absl::StatusOr<std::unique_ptr<MemorySocketServer>> MemorySocketServer::Start(
     const Options& options, SessionRegistry* sessions, const MemoryFileTable* memory_files) {
   auto server =
       std::unique_ptr<MemorySocketServer>(new MemorySocketServer(options, sessions, memory_files));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  if (options.path.empty() || options.path.size() >= sizeof(address.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("memory socket path '", options.path,
-                                                   "' is empty or longer than ",
-                                                   sizeof(address.sun_path) - 1, " bytes"));
-  }
-  std::memcpy(address.sun_path, options.path.data(), options.path.size());
-  server->listener_ = UniqueFd(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!server->listener_.valid()) return SystemCallError(errno, "socket(AF_UNIX, SOCK_SEQPACKET)");
-  if (bind(server->listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind the memory socket ", options.path, ": ", std::strerror(errno)));
-  }
-  if (options.group.has_value() &&
-      chown(options.path.c_str(), static_cast<uid_t>(-1), *options.group) != 0) {
-    const int error = errno;
-    unlink(options.path.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.path, " to group ",
-                                                    *options.group, ": ", std::strerror(error)));
-  }
-  if (chmod(options.path.c_str(), 0660) != 0) {
-    const int error = errno;
-    unlink(options.path.c_str());
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot set mode 0660 on ", options.path, ": ", std::strerror(error)));
-  }
-  if (listen(server->listener_.get(), kListenBacklog) != 0) {
-    const int error = errno;
-    unlink(options.path.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.path, ": ", std::strerror(error)));
-  }
+  absl::StatusOr<UniqueFd> listener = ListenOnUnixSocket(
+      "memory socket", options.path, SOCK_SEQPACKET, options.group, kListenBacklog);
+  if (!listener.ok()) return listener.status();
+  server->listener_ = *std::move(listener);
   server->epoll_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   server->stop_event_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!server->epoll_.valid() || !server->stop_event_.valid()) {
