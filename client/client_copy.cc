@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/client_impl.h"
@@ -45,6 +46,21 @@ CopyOptions ChunkOptions(const CopyOptions& options, bool last) {
     chunk.completion_event = false;
   }
   return chunk;
+}
+
+// Calls `chunk(done, n, last)` for each piece of [0, size) of at most
+// `piece` bytes, in order (once, with n = 0, for 0 bytes), up to the first
+// error.
+absl::Status ForEachChunk(uint64_t size, uint64_t piece,
+                          absl::FunctionRef<absl::Status(uint64_t, uint64_t, bool)> chunk) {
+  uint64_t done = 0;
+  do {
+    const uint64_t n = std::min(size - done, piece);
+    const bool last = done + n == size;
+    GPUMUX_RETURN_IF_ERROR(chunk(done, n, last));
+    done += n;
+  } while (done < size);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -115,27 +131,26 @@ absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, 
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(dst, dst_offset, size, "destination"));
   }
-  uint64_t done = 0;
   Event completion;
-  do {
-    const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
-    const bool last = done + n == size;
-    v1::HostToDeviceRequest request;
-    GPUMUX_RETURN_IF_ERROR(
-        SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
-    request.set_data(src + done, n);
-    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
-    v1::CopyResponse response;
-    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-      return copy_stub_->HostToDevice(context, request, &response);
-    }));
-    NoteDaemonWork(dst, stream, request.options().wait());
-    if (last) {
-      completion = AdoptCompletionEvent(stream.device(), response.event(),
-                                        std::move(*response.mutable_event_ipc_handle()));
-    }
-    done += n;
-  } while (done < size);
+  const absl::Status copied = ForEachChunk(
+      size, kMaxInlineCopyBytes, [&](uint64_t done, uint64_t n, bool last) -> absl::Status {
+        v1::HostToDeviceRequest request;
+        GPUMUX_RETURN_IF_ERROR(
+            SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
+        request.set_data(src + done, n);
+        *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+        v1::CopyResponse response;
+        GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+          return copy_stub_->HostToDevice(context, request, &response);
+        }));
+        NoteDaemonWork(dst, stream, request.options().wait());
+        if (last) {
+          completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                            std::move(*response.mutable_event_ipc_handle()));
+        }
+        return absl::OkStatus();
+      });
+  if (!copied.ok()) return copied;
   return completion;
 }
 
@@ -147,56 +162,55 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
   absl::MutexLock lock(&staging_mu_);
   GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
   auto check = [this] { return CheckSession(); };
-  uint64_t done = 0;
   int slot = 0;
   Event completion;
-  do {
-    const uint64_t n = std::min(size - done, staging->half_size());
-    const bool last = done + n == size;
-    // The half is written again only once the copy that last read it ran.
-    GPUMUX_RETURN_IF_ERROR(staging->Wait(slot, check));
-    ParallelMemcpy(staging->data() + staging->half_offset(slot), src + done, n);
-    v1::HostToDeviceRequest request;
-    GPUMUX_RETURN_IF_ERROR(
-        SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
-    request.mutable_staging()->set_offset(staging->half_offset(slot));
-    request.mutable_staging()->set_size(n);
-    // Every call reports its completion, which guards the half, unless it
-    // is the last and waits anyway.
-    const bool waited = last && options.wait;
-    v1::CopyOptions* wire = request.mutable_options();
-    *wire = ToProto(stream, ChunkOptions(options, last));
-    wire->set_completion_event(!waited || (last && options.completion_event));
-    v1::CopyResponse response;
-    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-      return copy_stub_->HostToDevice(context, request, &response);
-    }));
-    NoteDaemonWork(dst, stream, request.options().wait());
-    if (wire->completion_event() && response.event() == 0) {
-      return absl::InternalError("gpumuxd returned no completion event for a staged copy");
-    }
-    Event event =
-        AdoptCompletionEvent(stream.device(), response.event(), response.event_ipc_handle());
-    if (waited) {
-      completion = std::move(event);
-    } else {
-      staging->Track(slot, std::move(event), response.event_ipc_handle(),
-                     self_.backend() == "cuda");
-      if (last && options.completion_event) {
-        if (staging->WaitsLocally(slot)) {
-          completion = staging->TakeEvent(slot);
-        } else {
-          // The buffer needs the event to wait on; the caller gets another.
-          EventOptions interprocess;
-          interprocess.interprocess = true;
-          completion = Event(self_, interprocess);
-          GPUMUX_RETURN_IF_ERROR(completion.Record(stream));
+  const absl::Status copied = ForEachChunk(
+      size, staging->half_size(), [&](uint64_t done, uint64_t n, bool last) -> absl::Status {
+        // The half is written again only once the copy that last read it ran.
+        GPUMUX_RETURN_IF_ERROR(staging->Wait(slot, check));
+        ParallelMemcpy(staging->data() + staging->half_offset(slot), src + done, n);
+        v1::HostToDeviceRequest request;
+        GPUMUX_RETURN_IF_ERROR(
+            SetRange(request.mutable_dst(), dst, dst_offset + done, n, "destination"));
+        request.mutable_staging()->set_offset(staging->half_offset(slot));
+        request.mutable_staging()->set_size(n);
+        // Every call reports its completion, which guards the half, unless it
+        // is the last and waits anyway.
+        const bool waited = last && options.wait;
+        v1::CopyOptions* wire = request.mutable_options();
+        *wire = ToProto(stream, ChunkOptions(options, last));
+        wire->set_completion_event(!waited || (last && options.completion_event));
+        v1::CopyResponse response;
+        GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+          return copy_stub_->HostToDevice(context, request, &response);
+        }));
+        NoteDaemonWork(dst, stream, request.options().wait());
+        if (wire->completion_event() && response.event() == 0) {
+          return absl::InternalError("gpumuxd returned no completion event for a staged copy");
         }
-      }
-    }
-    done += n;
-    slot ^= 1;
-  } while (done < size);
+        Event event =
+            AdoptCompletionEvent(stream.device(), response.event(), response.event_ipc_handle());
+        if (waited) {
+          completion = std::move(event);
+        } else {
+          staging->Track(slot, std::move(event), response.event_ipc_handle(),
+                         self_.backend() == "cuda");
+          if (last && options.completion_event) {
+            if (staging->WaitsLocally(slot)) {
+              completion = staging->TakeEvent(slot);
+            } else {
+              // The buffer needs the event to wait on; the caller gets another.
+              EventOptions interprocess;
+              interprocess.interprocess = true;
+              completion = Event(self_, interprocess);
+              GPUMUX_RETURN_IF_ERROR(completion.Record(stream));
+            }
+          }
+        }
+        slot ^= 1;
+        return absl::OkStatus();
+      });
+  if (!copied.ok()) return copied;
   return completion;
 }
 
@@ -221,31 +235,32 @@ absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBu
   if (size > kMaxInlineCopyBytes) {  // several calls: check before the first
     GPUMUX_RETURN_IF_ERROR(CheckRange(src, src_offset, size, "source"));
   }
-  uint64_t done = 0;
   Event completion;
-  do {
-    const uint64_t n = std::min(size - done, kMaxInlineCopyBytes);
-    const bool last = done + n == size;
-    v1::DeviceToHostRequest request;
-    GPUMUX_RETURN_IF_ERROR(SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
-    request.set_inline_size(n);
-    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
-    v1::DeviceToHostResponse response;
-    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-      return copy_stub_->DeviceToHost(context, request, &response);
-    }));
-    NoteDaemonWork(src, stream, request.options().wait());
-    if (response.data().size() != n) {
-      return absl::InternalError(absl::StrCat("gpumuxd returned ", response.data().size(),
-                                              " bytes for an inline copy of ", n));
-    }
-    if (n > 0) std::memcpy(dst + done, response.data().data(), n);  // dst may be null for 0 bytes
-    if (last) {
-      completion = AdoptCompletionEvent(stream.device(), response.event(),
-                                        std::move(*response.mutable_event_ipc_handle()));
-    }
-    done += n;
-  } while (done < size);
+  const absl::Status copied = ForEachChunk(
+      size, kMaxInlineCopyBytes, [&](uint64_t done, uint64_t n, bool last) -> absl::Status {
+        v1::DeviceToHostRequest request;
+        GPUMUX_RETURN_IF_ERROR(
+            SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
+        request.set_inline_size(n);
+        *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+        v1::DeviceToHostResponse response;
+        GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+          return copy_stub_->DeviceToHost(context, request, &response);
+        }));
+        NoteDaemonWork(src, stream, request.options().wait());
+        if (response.data().size() != n) {
+          return absl::InternalError(absl::StrCat("gpumuxd returned ", response.data().size(),
+                                                  " bytes for an inline copy of ", n));
+        }
+        if (n > 0)
+          std::memcpy(dst + done, response.data().data(), n);  // dst may be null for 0 bytes
+        if (last) {
+          completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                            std::move(*response.mutable_event_ipc_handle()));
+        }
+        return absl::OkStatus();
+      });
+  if (!copied.ok()) return copied;
   return completion;
 }
 
@@ -258,29 +273,29 @@ absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBu
   GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, StagingLocked());
   // The daemon writes the whole buffer: nothing queued may still read it.
   GPUMUX_RETURN_IF_ERROR(staging->WaitAll([this] { return CheckSession(); }));
-  uint64_t done = 0;
   Event completion;
-  do {
-    const uint64_t n = std::min(size - done, staging->size());
-    const bool last = done + n == size;
-    v1::DeviceToHostRequest request;
-    GPUMUX_RETURN_IF_ERROR(SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
-    request.mutable_staging()->set_offset(0);
-    request.mutable_staging()->set_size(n);
-    *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
-    request.mutable_options()->set_wait(true);  // the bytes are read right after
-    v1::DeviceToHostResponse response;
-    GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
-      return copy_stub_->DeviceToHost(context, request, &response);
-    }));
-    NoteDaemonWork(src, stream, request.options().wait());
-    ParallelMemcpy(dst + done, staging->data(), n);
-    if (last) {
-      completion = AdoptCompletionEvent(stream.device(), response.event(),
-                                        std::move(*response.mutable_event_ipc_handle()));
-    }
-    done += n;
-  } while (done < size);
+  const absl::Status copied = ForEachChunk(
+      size, staging->size(), [&](uint64_t done, uint64_t n, bool last) -> absl::Status {
+        v1::DeviceToHostRequest request;
+        GPUMUX_RETURN_IF_ERROR(
+            SetRange(request.mutable_src(), src, src_offset + done, n, "source"));
+        request.mutable_staging()->set_offset(0);
+        request.mutable_staging()->set_size(n);
+        *request.mutable_options() = ToProto(stream, ChunkOptions(options, last));
+        request.mutable_options()->set_wait(true);  // the bytes are read right after
+        v1::DeviceToHostResponse response;
+        GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+          return copy_stub_->DeviceToHost(context, request, &response);
+        }));
+        NoteDaemonWork(src, stream, request.options().wait());
+        ParallelMemcpy(dst + done, staging->data(), n);
+        if (last) {
+          completion = AdoptCompletionEvent(stream.device(), response.event(),
+                                            std::move(*response.mutable_event_ipc_handle()));
+        }
+        return absl::OkStatus();
+      });
+  if (!copied.ok()) return copied;
   return completion;
 }
 
