@@ -482,15 +482,7 @@ absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
     return impl_->memory_stub_->Allocate(context, request, &response);
   });
   if (!status.ok()) {
-    if (!frees.ids.empty()) {
-      // Whether the daemon applied the carried frees depends on where the
-      // request failed. It frees all-or-nothing, so sending them again settles
-      // it: NOT_FOUND means they were applied already.
-      absl::Status resent = impl_->SendFrees(frees);
-      if (!resent.ok() && !absl::IsNotFound(resent) && !absl::IsUnavailable(resent)) {
-        spdlog::warn("gpumux: freeing queued allocations failed: {}", resent.ToString());
-      }
-    }
+    impl_->SettleCarriedFrees(frees, "freeing queued allocations");
     return status;
   }
   return impl_->Adopt(response.allocation());
@@ -752,6 +744,14 @@ absl::Status Client::Impl::SendFrees(const FreeBatch& frees) {
   return CallWithSession([&](grpc::ClientContext* context) {
     return memory_stub_->Free(context, request, &response);
   });
+}
+
+void Client::Impl::SettleCarriedFrees(const FreeBatch& frees, absl::string_view what) {
+  if (frees.ids.empty()) return;
+  absl::Status resent = SendFrees(frees);
+  if (!resent.ok() && !absl::IsNotFound(resent) && !absl::IsUnavailable(resent)) {
+    spdlog::warn("gpumux: {} failed: {}", std::string(what), resent.ToString());
+  }
 }
 
 void Client::Impl::FlushFreesBeforeCall() {

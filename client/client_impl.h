@@ -58,6 +58,11 @@ class Client::Impl {
   // True when a daemon answers at address_ now (a quick unauthenticated call).
   bool DaemonAnswers() const;
   absl::Status SendFrees(const FreeBatch& frees);
+  // After a request that carried `frees` (an Allocate or a Lease) failed:
+  // whether the daemon applied them depends on where it failed. It frees
+  // all-or-nothing, so sending them again settles it (NOT_FOUND: they were
+  // applied); any other failure is logged as `what`.
+  void SettleCarriedFrees(const FreeBatch& frees, absl::string_view what);
   // Before a memory RPC: sends queued frees so its result reflects them. Their
   // failure is logged and not the caller's (its own RPC reports a dead daemon).
   void FlushFreesBeforeCall();

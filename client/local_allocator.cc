@@ -86,12 +86,7 @@ class LocalAllocator::LeaseSource final : public SegmentSource {
     if (!status.ok()) {
       if (absl::IsResourceExhausted(status)) lease_refusal = status;
       if (request.free_allocation_ids_size() > 0) {
-        // As Client::Allocate: frees apply all-or-nothing, so sending them
-        // again settles whether they were; NOT_FOUND means they were.
-        absl::Status resent = impl_.SendFrees(frees);
-        if (!resent.ok() && !absl::IsNotFound(resent) && !absl::IsUnavailable(resent)) {
-          spdlog::warn("gpumux: returning leases failed: {}", resent.ToString());
-        }
+        impl_.SettleCarriedFrees(frees, "returning leases");
       }
       return status;
     }
