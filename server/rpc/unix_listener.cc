@@ -36,8 +36,8 @@ absl::StatusOr<UniqueFd> ListenOnUnixSocket(absl::string_view what, const std::s
   if (group.has_value() && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
     const int error = errno;
     unlink(path.c_str());
-    return absl::PermissionDeniedError(absl::StrCat("cannot give ", path, " to group ", *group,
-                                                    ": ", std::strerror(error)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot give ", path, " to group ", *group, ": ", std::strerror(error)));
   }
   if (chmod(path.c_str(), 0660) != 0) {
     const int error = errno;

@@ -103,8 +103,7 @@ TEST_F(DeviceProfilerTest, AProfileIsItsOwnersAndEndsWithIt) {
 TEST_F(DeviceProfilerTest, ASessionTakesOneWindowAtATime) {
   absl::StatusOr<uint64_t> window = profiler_->BeginWindow(kOther, 0);
   ASSERT_THAT(window, IsOk());
-  EXPECT_THAT(profiler_->BeginWindow(kOther, 0),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(profiler_->BeginWindow(kOther, 0), StatusIs(absl::StatusCode::kFailedPrecondition));
   Work(kOther, "synchronize");
   Work(kMember, "memset");
   DeviceProfile profile = profiler_->EndWindow(*window);

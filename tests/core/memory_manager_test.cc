@@ -71,11 +71,11 @@ TEST_F(MemoryManagerTest, AShareTokenIsUsedOnceAndAnImportOutlivesItsExporter) {
 
 TEST_F(MemoryManagerTest, ALimitRefusesWhatWouldPassIt) {
   const SessionId a = Open("a");
-  EXPECT_THAT(memory_->SetMemoryLimit(a, kDevice, {.kind = MemoryLimit::Kind::kFraction,
-                                                   .fraction = 1.5}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Invalid fraction value")));
-  absl::StatusOr<uint64_t> limit = memory_->SetMemoryLimit(
-      a, kDevice, {.kind = MemoryLimit::Kind::kFraction, .fraction = 0.25});
+  EXPECT_THAT(
+      memory_->SetMemoryLimit(a, kDevice, {.kind = MemoryLimit::Kind::kFraction, .fraction = 1.5}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Invalid fraction value")));
+  absl::StatusOr<uint64_t> limit =
+      memory_->SetMemoryLimit(a, kDevice, {.kind = MemoryLimit::Kind::kFraction, .fraction = 0.25});
   ASSERT_THAT(limit, IsOk());
   EXPECT_EQ(*limit, 4 * kMiB);
   // Blocks of 1 MiB, two to a 2 MiB small-pool segment: four fit in the

@@ -48,7 +48,8 @@ class StatsPagesTest : public testing::Test {
     absl::StatusOr<MemoryMapping> mapping = (*file)->Map();
     ASSERT_TRUE(mapping.ok()) << mapping.status();
     mapping_ = *std::move(mapping);
-    absl::StatusOr<StatsPageWriter> writer = StatsPageWriter::Attach(mapping_.data(), info->size, 2);
+    absl::StatusOr<StatsPageWriter> writer =
+        StatsPageWriter::Attach(mapping_.data(), info->size, 2);
     ASSERT_TRUE(writer.ok()) << writer.status();
     writer_.emplace(*std::move(writer));
   }
