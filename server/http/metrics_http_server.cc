@@ -114,9 +114,10 @@ void Log(void* /*unused*/, const char* format, va_list arguments) {
 }  // namespace
 
 // Answers libmicrohttpd's requests and keeps what libmicrohttpd 0.9.75
-// (Debian 12's) cannot: the connection caps, whose per-address count leaks
-// in a thread pool, and the deadlines, where its own timeout is per read
-// and at times closes every connection at once. Each connection's socket,
+// (Debian 12's) does not keep well: the connection caps (each thread of its
+// pool has a share of its limit, so one full thread refuses while the
+// others have room) and the deadlines (its own timeout is per read, and
+// under load at times closes every connection at once). Each connection's socket,
 // its peer's address and when it is overdue are kept here; a connection
 // over a cap is shut down as it starts, and a thread shuts down the
 // sockets of the overdue; libmicrohttpd then closes them. It reports a
