@@ -21,14 +21,18 @@
 #include "absl/time/time.h"
 #include "common/unique_fd.h"
 #include "gtest/gtest.h"
+#include "tests/http/raw_http.h"
 
 namespace gpumux {
 namespace {
 
 // More than the sockets between a server and a reader who reads nothing hold.
+using ::gpumux::testing::ClosedUnanswered;
+using ::gpumux::testing::StatusLine;
+
 constexpr size_t kPageBytes = size_t{16} << 20;
 
-class MetricsHttpServerTest : public testing::Test {
+class MetricsHttpServerTest : public ::testing::Test {
  protected:
   void Start(MetricsHttpServer::Limits limits) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
@@ -70,43 +74,6 @@ class MetricsHttpServerTest : public testing::Test {
     (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   }
 
-  // The status line of the answer on `fd`, or "" when it closes unanswered.
-  static std::string StatusLine(int fd) {
-    std::string reply;
-    char buffer[256];
-    for (ssize_t n; reply.find("\r\n") == std::string::npos &&
-                    (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
-      reply.append(buffer, static_cast<size_t>(n));
-    }
-    return reply.substr(0, reply.find("\r\n"));
-  }
-
-  // How many of `connections` (which sent nothing, so the listener keeps
-  // those it allows until their request deadline) it closed unanswered:
-  // once `expected` are closed, or 5 s passed, and 300 ms later.
-  static int Refused(const std::vector<UniqueFd>& connections, int expected) {
-    std::vector<bool> closed(connections.size(), false);
-    int count = 0;
-    auto look = [&] {
-      for (size_t i = 0; i < connections.size(); ++i) {
-        char byte;
-        if (closed[i]) continue;
-        const ssize_t n = recv(connections[i].get(), &byte, 1, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-          closed[i] = true;
-          ++count;
-        }
-      }
-    };
-    for (const absl::Time deadline = absl::Now() + absl::Seconds(5);
-         count < expected && absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
-      look();
-    }
-    absl::SleepFor(absl::Milliseconds(300));
-    look();
-    return count;
-  }
-
   // Whether a new connection from `source` is answered within 5 s: the
   // listener counts closes in its own time.
   bool AnsweredSoon(const char* source) {
@@ -142,15 +109,15 @@ TEST_F(MetricsHttpServerTest, ConnectionsAreCappedPerAddressAndInAll) {
   // Many at once, so libmicrohttpd's threads race to accept them.
   std::vector<UniqueFd> first;
   for (int i = 0; i < 12; ++i) first.push_back(Connect("127.0.0.1"));
-  EXPECT_EQ(Refused(first, 8), 8);
+  EXPECT_EQ(ClosedUnanswered(first, 8, absl::Seconds(5)), 8);
 
   // Another address gets the rest of the 6, and a third none.
   std::vector<UniqueFd> second;
   for (int i = 0; i < 4; ++i) second.push_back(Connect("127.0.0.2"));
-  EXPECT_EQ(Refused(second, 2), 2);
+  EXPECT_EQ(ClosedUnanswered(second, 2, absl::Seconds(5)), 2);
   std::vector<UniqueFd> third;
   third.push_back(Connect("127.0.0.3"));
-  EXPECT_EQ(Refused(third, 1), 1);
+  EXPECT_EQ(ClosedUnanswered(third, 1, absl::Seconds(5)), 1);
 
   // Those let in are answered; once some close, the third address is too.
   int answered = 0;

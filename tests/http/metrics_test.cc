@@ -28,15 +28,18 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/http/metrics_scrape.h"
+#include "tests/http/raw_http.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
 
 namespace gpumux {
 namespace {
 
+using ::gpumux::testing::ClosedUnanswered;
 using ::gpumux::testing::IsOk;
 using ::gpumux::testing::MetricsScrape;
 using ::gpumux::testing::StatusIs;
+using ::gpumux::testing::StatusLine;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -111,18 +114,6 @@ class MetricsTest : public testing::DaemonClientTest {
       reply.append(buffer, static_cast<size_t>(n));
     }
     return reply;
-  }
-
-  // The status line of the reply on `fd`: read up to it, since the server
-  // may keep the connection for a next request.
-  static std::string StatusLine(int fd) {
-    std::string reply;
-    char buffer[4096];
-    for (ssize_t n; reply.find("\r\n") == std::string::npos &&
-                    (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) {
-      reply.append(buffer, static_cast<size_t>(n));
-    }
-    return reply.substr(0, reply.find("\r\n"));
   }
 
   // Sends a raw request and returns the status line.
@@ -416,25 +407,7 @@ TEST_F(MetricsTest, ConnectionsPerAddressAreCapped) {
     held.push_back(Connect());
     ASSERT_TRUE(held.back().valid());
   }
-  std::vector<bool> closed(held.size(), false);
-  int refused = 0;
-  auto look = [&] {
-    for (size_t i = 0; i < held.size(); ++i) {
-      char byte;
-      if (closed[i]) continue;
-      const ssize_t n = recv(held[i].get(), &byte, 1, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        closed[i] = true;
-        ++refused;
-      }
-    }
-  };
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(3);
-       refused < 2 && absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
-    look();
-  }
-  absl::SleepFor(absl::Milliseconds(300));
-  look();
+  const int refused = ClosedUnanswered(held, 2, absl::Seconds(3));
   EXPECT_EQ(refused, 2) << "of 130 connections from one address";
   held.clear();
   // libmicrohttpd counts the closes in its own time.
