@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "common/ids.h"
 #include "common/segment_source.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

@@ -52,8 +52,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "allocator/block.h"
-#include "common/ids.h"
 #include "common/segment_source.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

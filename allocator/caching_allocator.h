@@ -37,9 +37,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "allocator/allocator_config.h"
-#include "common/ids.h"
 #include "common/memory_stats.h"
 #include "common/segment_source.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

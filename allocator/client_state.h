@@ -12,8 +12,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "allocator/block_pool.h"
-#include "common/ids.h"
 #include "common/memory_stats.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

@@ -22,7 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/comm.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/random.h"
+#include "gpumux/random_options.h"
 
 namespace {
 
@@ -73,17 +79,17 @@ int main(int argc, char** argv) {
   if (!connected.ok()) return Fail(connected.status());
   gpumux::Client& client = **connected;
   using gpumux::DeviceIndex;
-  auto a = client.Allocate(flags.size, DeviceIndex(0));
-  auto b = client.Allocate(flags.size, DeviceIndex(1));
-  auto out = client.Allocate(flags.size, DeviceIndex(1));
+  auto a = gpumux::memory::Allocate(client, flags.size, DeviceIndex(0));
+  auto b = gpumux::memory::Allocate(client, flags.size, DeviceIndex(1));
+  auto out = gpumux::memory::Allocate(client, flags.size, DeviceIndex(1));
   if (!a.ok() || !b.ok() || !out.ok())
     return Fail(!a.ok() ? a.status() : !b.ok() ? b.status() : out.status());
   const auto elements = static_cast<int64_t>(flags.size / 4);
   for (gpumux::DeviceBuffer* buffer : {&*a, &*b}) {
-    if (absl::Status s = client
-                             .Generate(*buffer, 0, gpumux::Dtype::kFloat32,
-                                       static_cast<uint64_t>(elements), gpumux::Uniform{-1, 1})
-                             .status();
+    if (absl::Status s =
+            gpumux::random::Generate(client, *buffer, 0, gpumux::Dtype::kFloat32,
+                                     static_cast<uint64_t>(elements), gpumux::Uniform{-1, 1})
+                .status();
         !s.ok()) {
       return Fail(s);
     }
@@ -99,10 +105,11 @@ int main(int argc, char** argv) {
   for (int round = 0; round < flags.rounds + 1; ++round) {
     const double m = Seconds([&] { std::memcpy(dst.data(), src.data(), flags.size); });
     absl::Status status;
-    const double bc = Seconds([&] { status = client.BroadcastOut(ta, {tout}, waited).status(); });
+    const double bc =
+        Seconds([&] { status = gpumux::comm::BroadcastOut(client, ta, {tout}, waited).status(); });
     if (!status.ok()) return Fail(status);
     const double ra = Seconds([&] {
-      auto sum = client.ReduceAdd({ta, tb}, DeviceIndex(0), waited);
+      auto sum = gpumux::comm::ReduceAdd(client, {ta, tb}, DeviceIndex(0), waited);
       status = sum.status();
     });
     if (!status.ok()) return Fail(status);

@@ -43,7 +43,13 @@
 
 #include "bench/bench_daemon.h"
 #include "bench/bench_stats.h"
-#include "client/client.h"
+#include "client/client_testing.h"
+#include "gpumux/client.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/memory.h"
+#include "gpumux/nccl.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"
 #include "replay/trace_replay.h"
@@ -91,17 +97,17 @@ bool AllocateFree(gpumux::Client& client) {
   bool ok = true;
   for (int i = 0; i < 200; ++i) {  // warm-up: segment mapping, allocator cache
     ok &= client.Ping().ok();
-    ok &= client.Allocate(size).ok();
+    ok &= gpumux::memory::Allocate(client, size).ok();
   }
   for (int round = 0; round < 5 && ok; ++round) {
     for (int i = 0; i < 1000; ++i) noop.push_back(TimeUs([&] { ok &= client.Ping().ok(); }));
     for (int i = 0; i < 1000; ++i)
-      pair.push_back(TimeUs([&] { ok &= client.Allocate(size).ok(); }));
-    ok &= client.FlushFrees().ok();
+      pair.push_back(TimeUs([&] { ok &= gpumux::memory::Allocate(client, size).ok(); }));
+    ok &= gpumux::memory::FlushFrees(client).ok();
     for (int i = 0; i < 1000; ++i) {
       sync_pair.push_back(TimeUs([&] {
-        auto b = client.Allocate(size);
-        ok &= b.ok() && client.Free(std::move(*b)).ok();
+        auto b = gpumux::memory::Allocate(client, size);
+        ok &= b.ok() && gpumux::memory::Free(client, std::move(*b)).ok();
       }));
     }
     for (int i = 0; i < 1000; ++i) {
@@ -144,15 +150,15 @@ bool Replays(const std::string& address, const std::string& testdata,
         gpumux::Client::Connect(address, options);
     if (!Check(fresh.status(), "connect for a replay")) return false;
     gpumux::Client& client = **fresh;
-    const uint64_t opened_before = client.OpenedMappingCountForTest();
+    const uint64_t opened_before = gpumux::OpenedMappingCountForTest(client);
     absl::StatusOr<gpumux::ReplayResult> on_cuda;
     {
       gpumux::ClientReplayTarget target(client, gpumux::DeviceIndex(0));
       on_cuda = gpumux::Replay(*events, target);
     }
     if (!Check(on_cuda.status(), "cuda replay")) return false;
-    if (!Check(client.EmptyCache().status(), "empty_cache")) return false;
-    const uint64_t opened = client.OpenedMappingCountForTest() - opened_before;
+    if (!Check(gpumux::memory::EmptyCache(client).status(), "empty_cache")) return false;
+    const uint64_t opened = gpumux::OpenedMappingCountForTest(client) - opened_before;
     const double allocations = static_cast<double>(on_cuda->operations) / 2;
     const char* n = trace.name;
     std::printf("replay_%s_peak_requested_cuda=%lld\n", n,
@@ -199,19 +205,20 @@ bool CompactMode(const std::string& gpumuxd, const std::string& testdata,
   if (!Check(client.status(), "connect (compact)")) return false;
   gpumux::Client& c = **client;
   // Keeps the range reserved (in the daemon and here): the loop maps pages only.
-  auto anchor = c.Allocate(2 * kMiB);
+  auto anchor = gpumux::memory::Allocate(c, 2 * kMiB);
   if (!Check(anchor.status(), "anchor allocation")) return false;
   std::vector<double> fresh, mapped;
   for (int i = 0; i < 100; ++i) {
     std::vector<gpumux::DeviceBuffer> held;
     fresh.push_back(TimeUs([&] {
-      auto b = c.Allocate(2 * kMiB);
+      auto b = gpumux::memory::Allocate(c, 2 * kMiB);
       if (b.ok()) held.push_back(*std::move(b));
     }));
     held.clear();
-    if (!Check(c.FlushFrees(), "flush")) return false;
-    mapped.push_back(TimeUs([&] { (void)c.Allocate(2 * kMiB); }));
-    if (!Check(c.FlushFrees(), "flush") || !Check(c.EmptyCache().status(), "empty_cache"))
+    if (!Check(gpumux::memory::FlushFrees(c), "flush")) return false;
+    mapped.push_back(TimeUs([&] { (void)gpumux::memory::Allocate(c, 2 * kMiB); }));
+    if (!Check(gpumux::memory::FlushFrees(c), "flush") ||
+        !Check(gpumux::memory::EmptyCache(c).status(), "empty_cache"))
       return false;
   }
   anchor = gpumux::DeviceBuffer();
@@ -230,7 +237,7 @@ bool CompactMode(const std::string& gpumuxd, const std::string& testdata,
       replayed = gpumux::Replay(*events, target);
     }
     if (!Check(replayed.status(), "compact replay")) return false;
-    if (!Check(c.EmptyCache().status(), "empty_cache")) return false;
+    if (!Check(gpumux::memory::EmptyCache(c).status(), "empty_cache")) return false;
     const char* n = trace.name;
     const double ops = static_cast<double>(replayed->operations) / replayed->seconds;
     std::printf("replay_%s_peak_reserved_compact_cuda=%lld\n", n,
@@ -291,9 +298,9 @@ bool Copies(gpumux::Client& client) {
   });
   cudaFree(device_a);
   cudaFree(device_b);
-  absl::StatusOr<gpumux::DeviceBuffer> staged_target = client.Allocate(bytes);
-  absl::StatusOr<gpumux::DeviceBuffer> a = client.Allocate(d2d_bytes);
-  absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(d2d_bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> staged_target = gpumux::memory::Allocate(client, bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> a = gpumux::memory::Allocate(client, d2d_bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> b = gpumux::memory::Allocate(client, d2d_bytes);
   if (!Check(staged_target.status(), "allocate") || !Check(a.status(), "allocate") ||
       !Check(b.status(), "allocate")) {
     return false;
@@ -302,15 +309,16 @@ bool Copies(gpumux::Client& client) {
   staged.path = gpumux::TransferPath::kStaging;
   staged.wait = true;
   const double staging_h2d = Bandwidth(bytes, 5, [&] {
-    return client.CopyHostToDevice(*staged_target, 0, pageable.data(), bytes, staged).ok();
+    return gpumux::copy::HostToDevice(client, *staged_target, 0, pageable.data(), bytes, staged)
+        .ok();
   });
   const double staging_h2d_pinned_source = Bandwidth(bytes, 5, [&] {
-    return client.CopyHostToDevice(*staged_target, 0, pinned, bytes, staged).ok();
+    return gpumux::copy::HostToDevice(client, *staged_target, 0, pinned, bytes, staged).ok();
   });
   gpumux::CopyOptions waited;
   waited.wait = true;
   const double daemon_d2d = Bandwidth(d2d_bytes, 10, [&] {
-    return client.CopyDeviceToDevice(*b, 0, *a, 0, d2d_bytes, waited).ok();
+    return gpumux::copy::DeviceToDevice(client, *b, 0, *a, 0, d2d_bytes, waited).ok();
   });
   std::printf("h2d_copy_bytes=%llu\n", static_cast<unsigned long long>(bytes));
   std::printf("d2d_copy_bytes=%llu\n", static_cast<unsigned long long>(d2d_bytes));
@@ -339,9 +347,10 @@ bool Collectives(gpumux::Client& client, const std::string& address) {
     const gpumux::TensorRef tensor{&buffer, 0, gpumux::Dtype::kFloat32, {1024}};
     gpumux::CollectiveOptions options;
     options.wait = true;
-    return TimeUs([&] { (void)c.AllReduce({tensor}, gpumux::ReduceOp::kSum, options); });
+    return TimeUs(
+        [&] { (void)gpumux::nccl::AllReduce(c, {tensor}, gpumux::ReduceOp::kSum, options); });
   };
-  absl::StatusOr<gpumux::DeviceBuffer> small = client.Allocate(4096);
+  absl::StatusOr<gpumux::DeviceBuffer> small = gpumux::memory::Allocate(client, 4096);
   if (!Check(small.status(), "allocate")) return false;
   const double first = small_all_reduce(client, *small);
   std::vector<double> later;
@@ -350,7 +359,7 @@ bool Collectives(gpumux::Client& client, const std::string& address) {
   options.client_name = "gpumux_gpu_bench second session";
   auto second = gpumux::Client::Connect(address, options);
   if (!Check(second.status(), "connect")) return false;
-  absl::StatusOr<gpumux::DeviceBuffer> second_small = (*second)->Allocate(4096);
+  absl::StatusOr<gpumux::DeviceBuffer> second_small = gpumux::memory::Allocate(*(*second), 4096);
   if (!Check(second_small.status(), "allocate")) return false;
   const double second_first = small_all_reduce(**second, *second_small);
   const double later50 = Percentile(later, 0.5);
@@ -360,8 +369,8 @@ bool Collectives(gpumux::Client& client, const std::string& address) {
   std::printf("all_reduce_first_over_later=%.1f\n", first / later50);
 
   const uint64_t bytes = 1024 * kMiB;
-  absl::StatusOr<gpumux::DeviceBuffer> in = client.Allocate(bytes);
-  absl::StatusOr<gpumux::DeviceBuffer> out = client.Allocate(bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> in = gpumux::memory::Allocate(client, bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> out = gpumux::memory::Allocate(client, bytes);
   if (!Check(in.status(), "allocate") || !Check(out.status(), "allocate")) return false;
   const int64_t n = static_cast<int64_t>(bytes / 4);
   const gpumux::TensorRef input{&*in, 0, gpumux::Dtype::kFloat32, {n}};
@@ -369,7 +378,8 @@ bool Collectives(gpumux::Client& client, const std::string& address) {
   gpumux::CollectiveOptions waited;
   waited.wait = true;
   const double all_reduce = Bandwidth(bytes, 10, [&] {
-    return client.AllReduceOut({input}, {output}, gpumux::ReduceOp::kSum, waited).ok();
+    return gpumux::nccl::AllReduceOut(client, {input}, {output}, gpumux::ReduceOp::kSum, waited)
+        .ok();
   });
   void* a = nullptr;
   void* b = nullptr;
@@ -393,11 +403,13 @@ bool MappingCost(gpumux::Client& client) {
   shareable.shareable = true;
   std::vector<double> fresh;
   for (int i = 0; i < 200; ++i) {
-    fresh.push_back(
-        TimeUs([&] { (void)client.Allocate(2 * kMiB, gpumux::DeviceIndex(0), shareable); }));
+    fresh.push_back(TimeUs([&] {
+      (void)gpumux::memory::Allocate(client, 2 * kMiB, gpumux::DeviceIndex(0), shareable);
+    }));
   }
   std::vector<double> cached;
-  for (int i = 0; i < 200; ++i) cached.push_back(TimeUs([&] { (void)client.Allocate(2 * kMiB); }));
+  for (int i = 0; i < 200; ++i)
+    cached.push_back(TimeUs([&] { (void)gpumux::memory::Allocate(client, 2 * kMiB); }));
   const double fresh50 = Percentile(fresh, 0.5), cached50 = Percentile(cached, 0.5);
   std::printf("alloc_new_segment_p50_us=%.2f\n", fresh50);
   std::printf("alloc_cached_segment_p50_us=%.2f\n", cached50);

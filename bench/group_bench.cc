@@ -49,13 +49,19 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "client/client.h"
 #include "gloo/allreduce.h"
 #include "gloo/barrier.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "gpumux/client.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/common/reduce_op.h"
+#include "gpumux/copy.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/distributed.h"
+#include "gpumux/memory.h"
 #include "tests/support/free_port.h"
 
 namespace {
@@ -324,11 +330,11 @@ int main(int argc, char** argv) {
   std::atomic<bool> failed{false};
   auto form = [&](const std::string& name) {
     return [&, name](int r) {
-      auto info = clients[r]->FormGroup({.name = name,
-                                         .world_size = flags.ranks,
-                                         .rank = r,
-                                         .rendezvous_address = rendezvous,
-                                         .timeout = absl::Seconds(60)});
+      auto info = gpumux::distributed::FormGroup(*clients[r], {.name = name,
+                                                               .world_size = flags.ranks,
+                                                               .rank = r,
+                                                               .rendezvous_address = rendezvous,
+                                                               .timeout = absl::Seconds(60)});
       if (!info.ok()) {
         std::fprintf(stderr, "%s\n", info.status().ToString().c_str());
         failed = true;
@@ -342,7 +348,7 @@ int main(int argc, char** argv) {
   // The fresh groups go: only the group measured keeps connections.
   for (int round = 0; round < flags.rounds + 1; ++round) {
     for (int r = 0; r < flags.ranks; ++r) {
-      if (!clients[r]->DestroyGroup(absl::StrCat("fresh", round)).ok())
+      if (!gpumux::distributed::DestroyGroup(*clients[r], absl::StrCat("fresh", round)).ok())
         return Fail("destroying a group failed");
     }
   }
@@ -350,8 +356,8 @@ int main(int argc, char** argv) {
   std::vector<gpumux::DeviceBuffer> buffers;
   std::vector<gpumux::DeviceBuffer> small;
   for (int r = 0; r < flags.ranks; ++r) {
-    auto buffer = clients[r]->Allocate(sizes.back());
-    auto tiny = clients[r]->Allocate(4);
+    auto buffer = gpumux::memory::Allocate(*clients[r], sizes.back());
+    auto tiny = gpumux::memory::Allocate(*clients[r], 4);
     if (!buffer.ok() || !tiny.ok()) return Fail("allocation failed");
     buffers.push_back(*std::move(buffer));
     small.push_back(*std::move(tiny));
@@ -359,15 +365,15 @@ int main(int argc, char** argv) {
   auto all_reduce = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
     const gpumux::TensorRef tensor{
         &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
-    if (!clients[r]->GroupAllReduce("bench", tensor).ok()) failed = true;
+    if (!gpumux::distributed::AllReduce(*clients[r], "bench", tensor).ok()) failed = true;
   };
   // A batch of all_reduces with async_op, then a wait for them all.
   auto batch_all_reduces = [&](int r, gpumux::DeviceBuffer& buffer, uint64_t bytes) {
     const gpumux::TensorRef tensor{
         &buffer, 0, gpumux::Dtype::kFloat32, {static_cast<int64_t>(bytes / 4)}};
     for (int call = 0; call < BatchCalls(bytes, flags.batch_mib); ++call) {
-      if (!clients[r]
-               ->GroupAllReduce("bench", tensor, gpumux::ReduceOp::kSum, {.async_op = true})
+      if (!gpumux::distributed::AllReduce(*clients[r], "bench", tensor, gpumux::ReduceOp::kSum,
+                                          {.async_op = true})
                .ok())
         failed = true;
     }
@@ -375,7 +381,9 @@ int main(int argc, char** argv) {
   };
   std::printf("group_ranks=%d\n", flags.ranks);
   for (int r = 0; r < flags.ranks; ++r) {
-    if (!clients[r]->CopyHostToDevice(small[r], 0, NonZero(1, r).data(), 4, {.wait = true}).ok())
+    if (!gpumux::copy::HostToDevice(*clients[r], small[r], 0, NonZero(1, r).data(), 4,
+                                    {.wait = true})
+             .ok())
       return Fail("upload failed");
   }
   double one_call_4b = 0;
@@ -384,8 +392,8 @@ int main(int argc, char** argv) {
     if (sizes[i] >= 1024) {
       for (int r = 0; r < flags.ranks; ++r) {
         std::vector<float> data = NonZero(sizes[i] / 4, r);
-        if (!clients[r]
-                 ->CopyHostToDevice(buffers[r], 0, data.data(), sizes[i], {.wait = true})
+        if (!gpumux::copy::HostToDevice(*clients[r], buffers[r], 0, data.data(), sizes[i],
+                                        {.wait = true})
                  .ok())
           return Fail("upload failed");
       }

@@ -24,7 +24,9 @@
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 
 namespace {
 
@@ -82,25 +84,29 @@ int main(int argc, char** argv) {
     // A lease of 24 MiB (large blocks over 10 MiB get a segment of their own
     // size), and its return.
     absl::StatusOr<gpumux::DeviceBuffer> block;
-    const double leased = TimeUs([&] { block = requester->Allocate(24 * kMiB, device); });
+    const double leased =
+        TimeUs([&] { block = gpumux::memory::Allocate(*requester, 24 * kMiB, device); });
     check(block.status(), "lease");
     block = absl::UnknownError("freed");  // back into the requester's cache
-    const double returned = TimeUs([&] { check(requester->EmptyCache().status(), "return"); });
+    const double returned =
+        TimeUs([&] { check(gpumux::memory::EmptyCache(*requester).status(), "return"); });
     // The holder caches 192 MiB of free leases; the requester's 160 MiB then
     // need 96 MiB of them.
     {
       std::vector<gpumux::DeviceBuffer> cached;
       for (int i = 0; i < 8 && !failed; ++i) {
-        absl::StatusOr<gpumux::DeviceBuffer> b = holder->Allocate(24 * kMiB, device);
+        absl::StatusOr<gpumux::DeviceBuffer> b =
+            gpumux::memory::Allocate(*holder, 24 * kMiB, device);
         check(b.status(), "fill the holder's cache");
         if (b.ok()) cached.push_back(*std::move(b));
       }
     }
-    const double relieved = TimeUs([&] { block = requester->Allocate(160 * kMiB, device); });
+    const double relieved =
+        TimeUs([&] { block = gpumux::memory::Allocate(*requester, 160 * kMiB, device); });
     check(block.status(), "allocation under pressure");
     block = absl::UnknownError("freed");
-    check(requester->EmptyCache().status(), "empty the requester's cache");
-    check(holder->EmptyCache().status(), "empty the holder's cache");
+    check(gpumux::memory::EmptyCache(*requester).status(), "empty the requester's cache");
+    check(gpumux::memory::EmptyCache(*holder).status(), "empty the holder's cache");
     if (warm_up) continue;
     noop.push_back(ping);
     lease.push_back(leased);

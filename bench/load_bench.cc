@@ -28,9 +28,12 @@
 #include <vector>
 
 #include "bench/bench_daemon.h"
-#include "client/client.h"
-#include "client/event.h"
-#include "client/stream.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/event.h"
+#include "gpumux/memory.h"
+#include "gpumux/stream.h"
 #include "gpumux/v1/session.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/support/process_figures.h"
@@ -67,7 +70,7 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
   gpumux::Client& client = **connected;
   auto trivial = gpumux::v1::Session::NewStub(
       grpc::CreateChannel(ping_address, grpc::InsecureChannelCredentials()));
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(1 << 20);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer = gpumux::memory::Allocate(client, 1 << 20);
   absl::StatusOr<gpumux::Stream> stream = client.CreateStream(gpumux::DeviceIndex(0));
   if (!buffer.ok() || !stream.ok()) return 1;
   gpumux::Event event(client);
@@ -84,16 +87,19 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
     absl::Status status;
     switch (kind) {
       case 0: {
-        absl::StatusOr<gpumux::DeviceBuffer> b = client.Allocate(4096 << (rng() % 8));
+        absl::StatusOr<gpumux::DeviceBuffer> b =
+            gpumux::memory::Allocate(client, 4096 << (rng() % 8));
         status = b.status();
         break;  // freed here: the free rides on the next Allocate
       }
       case 1:
-        status = client.Memset(*buffer, 0, 1, buffer->size(), {.wait = true}).status();
+        status =
+            gpumux::copy::Memset(client, *buffer, 0, 1, buffer->size(), {.wait = true}).status();
         break;
       case 2:
         status =
-            client.CopyHostToDevice(*buffer, 0, host.data(), host.size(), {.wait = true}).status();
+            gpumux::copy::HostToDevice(client, *buffer, 0, host.data(), host.size(), {.wait = true})
+                .status();
         break;
       case 3:
         status = event.Record(*stream);
@@ -103,7 +109,7 @@ int RunClient(const std::string& address, const std::string& ping_address, doubl
         status = stream->Synchronize();
         break;
       case 5:
-        status = client.MemoryAllocated().status();
+        status = gpumux::memory::MemoryAllocated(client).status();
         break;
       case 6:
         status = client.Ping();

@@ -27,7 +27,9 @@
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "httplib.h"
 #include "tests/support/free_port.h"
 
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       h.client = *std::move(client);
-      auto buffer = h.client->Allocate(kMiB);
+      auto buffer = gpumux::memory::Allocate(*h.client, kMiB);
       auto stream = h.client->CreateStream(gpumux::DeviceIndex(0));
       auto event = h.client->CreateEvent(gpumux::DeviceIndex(0));
       if (!buffer.ok() || !stream.ok() || !event.ok()) {
@@ -140,7 +142,7 @@ int main(int argc, char** argv) {
     const Clock::time_point end = Clock::now() + std::chrono::milliseconds(round_ms);
     while (Clock::now() < end && !failed) {
       const Clock::time_point start = Clock::now();
-      auto b = (*client)->Allocate(kMiB);  // carries the previous iteration's free
+      auto b = gpumux::memory::Allocate(*(*client), kMiB);  // carries the previous iteration's free
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
       if (!b.ok()) failed = true;
       if (round >= 2) samples.push_back(us);

@@ -37,7 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "client/client.h"
+#include "gpumux/client.h"
 #include "replay/client_target.h"
 #include "replay/trace_replay.h"
 

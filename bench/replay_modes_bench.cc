@@ -22,7 +22,7 @@
 #include "allocator/allocator_config.h"
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "client/client.h"
+#include "gpumux/client.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"
 #include "replay/trace_replay.h"

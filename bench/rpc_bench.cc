@@ -27,7 +27,8 @@
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
 #include "bench/bench_stats.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/memory.h"
 
 namespace {
 
@@ -95,8 +96,8 @@ int main(int argc, char** argv) {
       // Warm up: connection, segment mapping, allocator cache.
       for (int i = 0; i < 200; ++i) {
         (void)c.Ping();
-        auto b = c.Allocate(flags.size);
-        auto l = local.Allocate(flags.size);
+        auto b = gpumux::memory::Allocate(c, flags.size);
+        auto l = gpumux::memory::Allocate(local, flags.size);
         if (!b.ok() || !l.ok()) {
           std::fprintf(stderr, "allocate: %s\n",
                        (b.ok() ? l.status() : b.status()).ToString().c_str());
@@ -111,20 +112,21 @@ int main(int argc, char** argv) {
         }
         for (int i = 0; i < flags.iterations; ++i) {
           pair.push_back(time_us([&] {
-            auto b = c.Allocate(flags.size);  // carries the previous iteration's free
+            auto b =
+                gpumux::memory::Allocate(c, flags.size);  // carries the previous iteration's free
             if (!b.ok()) rc = 1;
           }));  // the buffer's destructor queued its free inside the timed body
         }
-        (void)c.FlushFrees();
+        (void)gpumux::memory::FlushFrees(c);
         for (int i = 0; i < flags.iterations; ++i) {
           sync_pair.push_back(time_us([&] {
-            auto b = c.Allocate(flags.size);
-            if (!b.ok() || !c.Free(std::move(*b)).ok()) rc = 1;
+            auto b = gpumux::memory::Allocate(c, flags.size);
+            if (!b.ok() || !gpumux::memory::Free(c, std::move(*b)).ok()) rc = 1;
           }));
         }
         for (int i = 0; i < flags.iterations; ++i) {
           local_pair.push_back(time_us([&] {
-            auto b = local.Allocate(flags.size);
+            auto b = gpumux::memory::Allocate(local, flags.size);
             if (!b.ok()) rc = 1;
           }));  // freed, locally, inside the timed body
         }

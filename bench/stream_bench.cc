@@ -33,9 +33,12 @@
 
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "client/client.h"
 #include "common/memory_socket.h"
-#include "common/sealed_memory.h"
+#include "gpumux/client.h"
+#include "gpumux/common/sealed_memory.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/memory.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/support/wire_session.h"
 
@@ -139,14 +142,14 @@ void Run(const Flags& flags, const std::string& address) {
   if (!client.ok())
     Die("connect libgpumux",
         grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(client.status().message())));
-  auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
+  auto buffer = gpumux::memory::Allocate(*(*client), size, gpumux::DeviceIndex(0));
   if (!buffer.ok())
     Die("libgpumux allocate",
         grpc::Status(grpc::StatusCode::INTERNAL, std::string(buffer.status().message())));
   const gpumux::CopyOptions library_copy{.wait = true, .path = gpumux::TransferPath::kStaging};
   auto library_h2d = [&] {
     auto copied_by_library =
-        (*client)->CopyHostToDevice(*buffer, 0, source.data(), size, library_copy);
+        gpumux::copy::HostToDevice(*(*client), *buffer, 0, source.data(), size, library_copy);
     if (!copied_by_library.ok()) {
       Die("libgpumux copy", grpc::Status(grpc::StatusCode::INTERNAL,
                                          std::string(copied_by_library.status().message())));

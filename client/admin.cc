@@ -1,4 +1,4 @@
-#include "client/admin.h"
+#include "gpumux/admin.h"
 
 #include <chrono>
 #include <optional>

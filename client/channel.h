@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/channel_security.h"
+#include "gpumux/channel_security.h"
 #include "grpcpp/channel.h"
 
 namespace gpumux {

@@ -1,6 +1,4 @@
-#include "client/client.h"
-#include "client/host_profiler.h"
-#include "proto/profile_records.h"
+#include "gpumux/client.h"
 
 #include <unistd.h>
 
@@ -22,16 +20,20 @@
 #include "allocator/allocator_config.h"
 #include "client/channel.h"
 #include "client/client_impl.h"
+#include "client/client_testing.h"
 #include "client/cuda_blas.h"
 #include "client/cuda_free_fence.h"
 #include "client/cuda_local_streams.h"
 #include "client/cuda_own_work.h"
 #include "client/grpc_status.h"
-#include "client/host_local_streams.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
-#include "common/default_address.h"
 #include "common/memory_socket.h"
 #include "common/status_macros.h"
+#include "gpumux/common/default_address.h"
+#include "gpumux/host_local_streams.h"
+#include "gpumux/memory.h"
+#include "proto/profile_records.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {
@@ -254,11 +256,12 @@ bool Client::session_ended() const {
   return impl_->session_ == nullptr || impl_->session_->ended();
 }
 DeviceIndex Client::CurrentDevice() const { return impl_->current_.device(); }
-size_t Client::MappedSegmentCountForTest() const { return impl_->mapper_.size(); }
-void* Client::StatsPageForTest() const {
-  return impl_->local_ == nullptr ? nullptr : impl_->local_->StatsPageForTest();
+size_t MappedSegmentCountForTest(const Client& client) { return ImplOf(client).mapper_.size(); }
+void* StatsPageForTest(const Client& client) {
+  auto& impl = ImplOf(client);
+  return impl.local_ == nullptr ? nullptr : impl.local_->StatsPageForTest();
 }
-uint64_t Client::OpenedMappingCountForTest() const { return impl_->mapper_.opened(); }
+uint64_t OpenedMappingCountForTest(const Client& client) { return ImplOf(client).mapper_.opened(); }
 
 absl::Status Client::Impl::CallWithSession(
     absl::FunctionRef<grpc::Status(grpc::ClientContext*)> call) {
@@ -454,53 +457,56 @@ absl::StatusOr<std::string> Client::Impl::PciBusId(DeviceIndex device) {
 
 // --- Allocation ------------------------------------------------------------
 
-absl::StatusOr<DeviceBuffer> Client::Allocate(uint64_t size, DeviceIndex device,
+absl::StatusOr<DeviceBuffer> memory::Allocate(Client& client, uint64_t size, DeviceIndex device,
                                               const AllocateOptions& options) {
-  GPUMUX_PROFILED("Client::Allocate");
+  GPUMUX_PROFILED("memory::Allocate");
+  auto& impl = ImplOf(client);
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          impl_->ResolveStream(options.stream, device, "the allocation"));
-  if (impl_->local_ != nullptr && !options.shareable) {
+                          impl.ResolveStream(options.stream, device, "the allocation"));
+  if (impl.local_ != nullptr && !options.shareable) {
     // A cached block asks the daemon nothing, so the session's end is
     // checked here: the leases of an ended session are no longer its.
-    GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
-    const LocalStream pool = impl_->PoolStream(options, stream);
+    GPUMUX_RETURN_IF_ERROR(impl.CheckSession());
+    const LocalStream pool = impl.PoolStream(options, stream);
     GPUMUX_ASSIGN_OR_RETURN(LocalBlock block,
-                            impl_->local_->Allocate(device, pool, stream.id(), size));
-    return impl_->LocalBuffer(block, device, size);
+                            impl.local_->Allocate(device, pool, stream.id(), size));
+    return impl.LocalBuffer(block, device, size);
   }
   v1::AllocateRequest request;
   request.set_device(device.value());
   request.set_size(size);
   request.set_stream(stream.id().value());
   request.set_shareable(options.shareable);
-  const FreeBatch frees = impl_->frees_.Take();
+  const FreeBatch frees = impl.frees_.Take();
   for (AllocationId id : frees.ids) request.add_free_allocation_ids(id.value());
   for (const std::string& handle : frees.wait_event_handles)
     request.add_free_wait_event_handles(handle);
   v1::AllocateResponse response;
-  absl::Status status = impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->Allocate(context, request, &response);
+  absl::Status status = impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->Allocate(context, request, &response);
   });
   if (!status.ok()) {
-    impl_->SettleCarriedFrees(frees, "freeing queued allocations");
+    impl.SettleCarriedFrees(frees, "freeing queued allocations");
     return status;
   }
-  return impl_->Adopt(response.allocation());
+  return impl.Adopt(response.allocation());
 }
 
-std::optional<DeviceBuffer> Client::TryAllocateCached(uint64_t size, DeviceIndex device,
+std::optional<DeviceBuffer> memory::TryAllocateCached(Client& client, uint64_t size,
+                                                      DeviceIndex device,
                                                       const AllocateOptions& options) {
-  GPUMUX_PROFILED("Client::TryAllocateCached");
-  if (impl_->local_ == nullptr || options.shareable || impl_->session_ == nullptr ||
-      impl_->session_->ended()) {
+  GPUMUX_PROFILED("memory::TryAllocateCached");
+  auto& impl = ImplOf(client);
+  if (impl.local_ == nullptr || options.shareable || impl.session_ == nullptr ||
+      impl.session_->ended()) {
     return std::nullopt;
   }
-  absl::StatusOr<Stream> stream = impl_->ResolveStream(options.stream, device, "the allocation");
+  absl::StatusOr<Stream> stream = impl.ResolveStream(options.stream, device, "the allocation");
   if (!stream.ok()) return std::nullopt;
   std::optional<LocalBlock> block =
-      impl_->local_->TryAllocateCached(device, impl_->PoolStream(options, *stream), size);
+      impl.local_->TryAllocateCached(device, impl.PoolStream(options, *stream), size);
   if (!block.has_value()) return std::nullopt;
-  return impl_->LocalBuffer(*block, device, size);
+  return impl.LocalBuffer(*block, device, size);
 }
 
 LocalStream Client::Impl::PoolStream(const AllocateOptions& options, const Stream& stream) const {
@@ -509,10 +515,14 @@ LocalStream Client::Impl::PoolStream(const AllocateOptions& options, const Strea
   return LocalStream(stream.id().value());
 }
 
-bool Client::TryFree(DeviceBuffer& buffer) {
-  GPUMUX_PROFILED("Client::TryFree");
-  if (!buffer.valid() || buffer.client_ != this || !buffer.local_) return false;
-  if (!impl_->local_->TryFree(buffer.device(), buffer.address())) return false;
+bool memory::TryFree(Client& client, DeviceBuffer& buffer) {
+  GPUMUX_PROFILED("memory::TryFree");
+  return ImplOf(client).TryFree(buffer);
+}
+
+bool Client::Impl::TryFree(DeviceBuffer& buffer) {
+  if (!buffer.valid() || buffer.client_ != &self_ || !buffer.local_) return false;
+  if (!local_->TryFree(buffer.device(), buffer.address())) return false;
   buffer.Detach();
   return true;
 }
@@ -570,12 +580,18 @@ absl::StatusOr<DeviceBuffer> Client::Impl::Adopt(const v1::Allocation& allocatio
   return DeviceBuffer(&self_, info, data);
 }
 
-void Client::Release(DeviceBuffer&& buffer) { DeviceBuffer doomed(std::move(buffer)); }
+void memory::Release(Client& /*client*/, DeviceBuffer&& buffer) {
+  DeviceBuffer doomed(std::move(buffer));
+}
 
-absl::Status Client::Free(DeviceBuffer&& buffer) {
-  GPUMUX_PROFILED("Client::Release");
+absl::Status memory::Free(Client& client, DeviceBuffer&& buffer) {
+  GPUMUX_PROFILED("memory::Free");
+  return ImplOf(client).Free(std::move(buffer));
+}
+
+absl::Status Client::Impl::Free(DeviceBuffer&& buffer) {
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
-  if (buffer.client_ != this) {
+  if (buffer.client_ != &self_) {
     const AllocationId foreign = buffer.id();
     DeviceBuffer doomed(std::move(buffer));  // consumed: its own client frees it
     return absl::InvalidArgumentError(
@@ -587,21 +603,27 @@ absl::Status Client::Free(DeviceBuffer&& buffer) {
     const uint64_t address = buffer.address();
     const LocalStream stream = buffer.local_stream_;
     buffer.Detach();
-    impl_->FreeLocal(device, address, stream);
+    FreeLocal(device, address, stream);
     return absl::OkStatus();
   }
   FreeBatch free;
   free.ids.push_back(buffer.Detach());
-  if (std::string fence = impl_->FreeFence(cuda_device); !fence.empty())
+  if (std::string fence = FreeFence(cuda_device); !fence.empty())
     free.wait_event_handles.push_back(fence);
-  impl_->FlushFreesBeforeCall();
-  return impl_->SendFrees(free);
+  FlushFreesBeforeCall();
+  return SendFrees(free);
 }
 
-absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles) {
-  GPUMUX_PROFILED("Client::Free");
+absl::Status memory::Free(Client& client, DeviceBuffer&& buffer,
+                          absl::Span<const std::string> wait_event_handles) {
+  GPUMUX_PROFILED("memory::Free");
+  return ImplOf(client).Free(std::move(buffer), wait_event_handles);
+}
+
+absl::Status Client::Impl::Free(DeviceBuffer&& buffer,
+                                absl::Span<const std::string> wait_event_handles) {
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot free an empty DeviceBuffer");
-  if (buffer.client_ != this) {
+  if (buffer.client_ != &self_) {
     return absl::InvalidArgumentError(
         absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
   }
@@ -618,7 +640,7 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     // events completed.
     std::vector<std::function<bool()>> completed;
     for (const std::string& handle : wait_event_handles) {
-      GPUMUX_ASSIGN_OR_RETURN(Event opened, OpenEventIpcHandle(buffer.device(), handle));
+      GPUMUX_ASSIGN_OR_RETURN(Event opened, self_.OpenEventIpcHandle(buffer.device(), handle));
       completed.push_back([event = std::make_shared<Event>(std::move(opened))] {
         absl::StatusOr<bool> done = event->Query();
         return !done.ok() || *done;  // a failed query (the session ended) holds nothing back
@@ -628,81 +650,89 @@ absl::Status Client::Free(DeviceBuffer&& buffer, absl::Span<const std::string> w
     const uint64_t address = buffer.address();
     const LocalStream stream = buffer.local_stream_;
     buffer.Detach();
-    impl_->local_->Free(device, address, stream, absl::MakeSpan(completed));
+    local_->Free(device, address, stream, absl::MakeSpan(completed));
     return absl::OkStatus();
   }
   v1::FreeRequest request;
   request.add_allocation_ids(buffer.id().value());
   for (const std::string& handle : wait_event_handles) request.add_wait_event_handles(handle);
-  if (std::string fence = impl_->FreeFence(buffer.cuda_device_); !fence.empty()) {
+  if (std::string fence = FreeFence(buffer.cuda_device_); !fence.empty()) {
     request.add_wait_event_handles(fence);
   }
-  impl_->FlushFreesBeforeCall();
+  FlushFreesBeforeCall();
   v1::FreeResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->Free(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Free(context, request, &response);
   }));
   buffer.Detach();
   return absl::OkStatus();
 }
 
-absl::Status Client::RecordStream(const DeviceBuffer& buffer, const Stream& stream) {
-  GPUMUX_PROFILED("Client::RecordStream");
+absl::Status memory::RecordStream(Client& client, const DeviceBuffer& buffer,
+                                  const Stream& stream) {
+  GPUMUX_PROFILED("memory::RecordStream");
+  return ImplOf(client).RecordStream(buffer, stream);
+}
+
+absl::Status Client::Impl::RecordStream(const DeviceBuffer& buffer, const Stream& stream) {
   if (!buffer.valid()) {
     return absl::InvalidArgumentError("cannot record a stream on an empty DeviceBuffer");
   }
   // Checked here: stream 0 on the wire is the default stream of the
   // allocation's device, whichever device the caller meant.
-  GPUMUX_RETURN_IF_ERROR(impl_
-                             ->ResolveStream(stream, buffer.device(),
-                                             absl::StrCat("allocation ", ToString(buffer.id())))
-                             .status());
+  GPUMUX_RETURN_IF_ERROR(
+      ResolveStream(stream, buffer.device(), absl::StrCat("allocation ", ToString(buffer.id())))
+          .status());
   if (buffer.local_) {
     // Another Client's block is in another allocator: as foreign as another
     // session's allocation is to the daemon.
-    if (buffer.client_ != this) {
+    if (buffer.client_ != &self_) {
       return absl::NotFoundError(
           absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
     }
-    GPUMUX_RETURN_IF_ERROR(impl_->CheckKnownStream(stream));
+    GPUMUX_RETURN_IF_ERROR(CheckKnownStream(stream));
     // Work on a gpumux stream is the daemon's, waited for through its
     // events. On the host backend a block's pool is its gpumux stream, so
     // that one orders its own reuse (PyTorch's recordStream ignores the
     // allocation stream); on CUDA the pool is a CUDA stream, which orders
     // nothing the daemon queues.
-    impl_->local_->RecordDaemonWork(buffer.device(), buffer.address(), stream.id(),
-                                    /*even_allocation_stream=*/impl_->cuda_local_streams_);
+    local_->RecordDaemonWork(buffer.device(), buffer.address(), stream.id(),
+                             /*even_allocation_stream=*/cuda_local_streams_);
     return absl::OkStatus();
   }
-  impl_->FlushFreesBeforeCall();
+  FlushFreesBeforeCall();
   v1::RecordStreamRequest request;
   request.set_allocation_id(buffer.id().value());
   request.set_stream(stream.id().value());
   v1::RecordStreamResponse response;
-  return impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->RecordStream(context, request, &response);
+  return CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->RecordStream(context, request, &response);
   });
 }
 
-absl::Status Client::RecordStream(const DeviceBuffer& buffer, LocalStream stream) {
-  GPUMUX_PROFILED("Client::RecordStream");
+absl::Status memory::RecordStream(Client& client, const DeviceBuffer& buffer, LocalStream stream) {
+  GPUMUX_PROFILED("memory::RecordStream");
+  return ImplOf(client).RecordStream(buffer, stream);
+}
+
+absl::Status Client::Impl::RecordStream(const DeviceBuffer& buffer, LocalStream stream) {
   if (!buffer.valid()) {
     return absl::InvalidArgumentError("cannot record a stream on an empty DeviceBuffer");
   }
-  if (buffer.client_ != this) {
+  if (buffer.client_ != &self_) {
     return absl::NotFoundError(
         absl::StrCat("allocation ", ToString(buffer.id()), " belongs to another Client"));
   }
   if (buffer.local_) {
-    impl_->local_->RecordStream(buffer.device(), buffer.address(), buffer.local_stream_, stream);
+    local_->RecordStream(buffer.device(), buffer.address(), buffer.local_stream_, stream);
   }
   return absl::OkStatus();
 }
 
-absl::Status Client::FlushFrees() { return impl_->frees_.Flush(); }
+absl::Status memory::FlushFrees(Client& client) { return ImplOf(client).frees_.Flush(); }
 
 void Client::Impl::EnqueueFree(AllocationId id, DeviceIndex device, int cuda_device) {
-  GPUMUX_PROFILED("Client::FlushFrees");
+  GPUMUX_PROFILED("memory::Release");
   const std::string fence = FreeFence(cuda_device);
   if (frees_.Enqueue(id, fence, device)) return;
   // The batch is full, or fences of another device are queued: they leave
@@ -861,8 +891,12 @@ void Client::Impl::ListLeaseBlocks(uint64_t request) {
 
 // --- Sharing ---------------------------------------------------------------
 
-absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
-  GPUMUX_PROFILED("Client::Share");
+absl::StatusOr<std::string> memory::Share(Client& client, const DeviceBuffer& buffer) {
+  GPUMUX_PROFILED("memory::Share");
+  return ImplOf(client).Share(buffer);
+}
+
+absl::StatusOr<std::string> Client::Impl::Share(const DeviceBuffer& buffer) {
   if (!buffer.valid()) return absl::InvalidArgumentError("cannot share an empty DeviceBuffer");
   if (buffer.local_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -870,36 +904,38 @@ absl::StatusOr<std::string> Client::Share(const DeviceBuffer& buffer) {
         " is not shareable: it is a block of this client's own allocator; allocate it with "
         "AllocateOptions.shareable"));
   }
-  impl_->FlushFreesBeforeCall();
+  FlushFreesBeforeCall();
   v1::ShareRequest request;
   request.set_allocation_id(buffer.id().value());
   v1::ShareResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->Share(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(CallWithSession([&](grpc::ClientContext* context) {
+    return memory_stub_->Share(context, request, &response);
   }));
   return std::move(*response.mutable_token());
 }
 
-absl::StatusOr<DeviceBuffer> Client::Import(absl::string_view token) {
-  GPUMUX_PROFILED("Client::Import");
-  impl_->FlushFreesBeforeCall();
+absl::StatusOr<DeviceBuffer> memory::Import(Client& client, absl::string_view token) {
+  GPUMUX_PROFILED("memory::Import");
+  auto& impl = ImplOf(client);
+  impl.FlushFreesBeforeCall();
   v1::ImportRequest request;
   request.set_token(std::string(token));
   v1::ImportResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->Import(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->Import(context, request, &response);
   }));
-  return impl_->Adopt(response.allocation());
+  return impl.Adopt(response.allocation());
 }
 
-absl::StatusOr<CollectedMappings> Client::IpcCollect() {
-  GPUMUX_PROFILED("Client::IpcCollect");
-  GPUMUX_RETURN_IF_ERROR(impl_->CheckSession());
-  impl_->FlushFreesBeforeCall();
+absl::StatusOr<CollectedMappings> memory::IpcCollect(Client& client) {
+  GPUMUX_PROFILED("memory::IpcCollect");
+  auto& impl = ImplOf(client);
+  GPUMUX_RETURN_IF_ERROR(impl.CheckSession());
+  impl.FlushFreesBeforeCall();
   // Freed buffers' memory may still be in use by this process's kernels
   // until their fences complete.
   WaitForFreeFences();
-  const SegmentMapper::Unmapped unmapped = impl_->mapper_.UnmapUnused();
+  const SegmentMapper::Unmapped unmapped = impl.mapper_.UnmapUnused();
   return CollectedMappings{.mappings = unmapped.mappings, .bytes = unmapped.bytes};
 }
 

@@ -10,11 +10,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
+#include "gpumux/comm.h"
+#include "gpumux/copy.h"
+#include "gpumux/nccl.h"
 
 namespace gpumux {
 namespace {
@@ -233,103 +236,112 @@ absl::StatusOr<CollectiveResult> Client::Impl::RunCollective(
 
 // ---- The calls ----
 
-absl::StatusOr<CollectiveResult> Client::Broadcast(const TensorRef& tensor,
-                                                   absl::Span<const int64_t> devices,
-                                                   const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::Broadcast");
+absl::StatusOr<CollectiveResult> comm::Broadcast(Client& client, const TensorRef& tensor,
+                                                 absl::Span<const int64_t> devices,
+                                                 const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::Broadcast");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::BroadcastRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensor(request.mutable_tensor(), tensor, "tensor", call));
   // The list is present even when empty.
-  Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::Broadcast);
+  Client::Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::Broadcast);
 }
 
-absl::StatusOr<CollectiveResult> Client::BroadcastOut(const TensorRef& tensor,
-                                                      absl::Span<const TensorRef> out,
-                                                      const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::BroadcastOut");
+absl::StatusOr<CollectiveResult> comm::BroadcastOut(Client& client, const TensorRef& tensor,
+                                                    absl::Span<const TensorRef> out,
+                                                    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::BroadcastOut");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::BroadcastRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensor(request.mutable_tensor(), tensor, "tensor", call));
   GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::Broadcast);
+      impl.SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
+  return impl.Collective(call, request, options, &v1::Comm::Stub::Broadcast);
 }
 
-absl::StatusOr<CollectiveResult> Client::BroadcastCoalesced(absl::Span<const TensorRef> tensors,
-                                                            absl::Span<const int64_t> devices,
-                                                            uint64_t buffer_size,
-                                                            const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::BroadcastCoalesced");
+absl::StatusOr<CollectiveResult> comm::BroadcastCoalesced(Client& client,
+                                                          absl::Span<const TensorRef> tensors,
+                                                          absl::Span<const int64_t> devices,
+                                                          uint64_t buffer_size,
+                                                          const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::BroadcastCoalesced");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::BroadcastCoalescedRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_tensors(), tensors, "tensor", call));
-  Impl::AddCommDevices(request.mutable_devices(), devices, call);
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_tensors(), tensors, "tensor", call));
+  Client::Impl::AddCommDevices(request.mutable_devices(), devices, call);
   request.set_buffer_size(buffer_size);
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::BroadcastCoalesced);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::BroadcastCoalesced);
 }
 
-absl::StatusOr<CollectiveResult> Client::ReduceAdd(absl::Span<const TensorRef> inputs,
-                                                   std::optional<DeviceIndex> destination,
-                                                   const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::ReduceAdd");
+absl::StatusOr<CollectiveResult> comm::ReduceAdd(Client& client, absl::Span<const TensorRef> inputs,
+                                                 std::optional<DeviceIndex> destination,
+                                                 const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::ReduceAdd");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::ReduceAddRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), inputs, "input", call));
-  const DeviceIndex target = destination.value_or(CurrentDevice());
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_inputs(), inputs, "input", call));
+  const DeviceIndex target = destination.value_or(client.CurrentDevice());
   request.set_destination(target.value());
-  Impl::AddCommDevice(call, target.value());
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::ReduceAdd);
+  Client::Impl::AddCommDevice(call, target.value());
+  return impl.Collective(call, request, options, &v1::Comm::Stub::ReduceAdd);
 }
 
-absl::StatusOr<CollectiveResult> Client::ReduceAddCoalesced(
-    absl::Span<const std::vector<TensorRef>> inputs, std::optional<DeviceIndex> destination,
-    uint64_t buffer_size, const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::ReduceAddCoalesced");
+absl::StatusOr<CollectiveResult> comm::ReduceAddCoalesced(
+    Client& client, absl::Span<const std::vector<TensorRef>> inputs,
+    std::optional<DeviceIndex> destination, uint64_t buffer_size,
+    const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::ReduceAddCoalesced");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::ReduceAddCoalescedRequest request;
   for (const std::vector<TensorRef>& list : inputs) {
     GPUMUX_RETURN_IF_ERROR(
-        impl_->SetTensors(request.add_inputs()->mutable_tensors(), list, "input", call));
+        impl.SetTensors(request.add_inputs()->mutable_tensors(), list, "input", call));
   }
-  const DeviceIndex target = destination.value_or(CurrentDevice());
+  const DeviceIndex target = destination.value_or(client.CurrentDevice());
   request.set_destination(target.value());
-  Impl::AddCommDevice(call, target.value());
+  Client::Impl::AddCommDevice(call, target.value());
   request.set_buffer_size(buffer_size);
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::ReduceAddCoalesced);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::ReduceAddCoalesced);
 }
 
-absl::StatusOr<CollectiveResult> Client::Scatter(
-    const TensorRef& tensor, absl::Span<const int64_t> devices,
+absl::StatusOr<CollectiveResult> comm::Scatter(
+    Client& client, const TensorRef& tensor, absl::Span<const int64_t> devices,
     const std::optional<std::vector<int64_t>>& chunk_sizes, int64_t dim,
     absl::Span<const std::optional<Stream>> streams, const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::Scatter");
+  GPUMUX_PROFILED("comm::Scatter");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckChunkStreams(streams, devices));
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::ScatterRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensor(request.mutable_tensor(), tensor, "tensor", call));
   // The list is present even when empty.
-  Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
+  Client::Impl::AddCommDevices(request.mutable_devices()->mutable_devices(), devices, call);
   if (chunk_sizes.has_value()) {
     request.mutable_chunk_sizes()->mutable_sizes()->Add(chunk_sizes->begin(), chunk_sizes->end());
   }
   request.set_dim(dim);
-  return impl_->Collective(call, request, WithChunkStreams(request, streams, options),
-                           &v1::Comm::Stub::Scatter);
+  return impl.Collective(call, request, WithChunkStreams(request, streams, options),
+                         &v1::Comm::Stub::Scatter);
 }
 
-absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
-                                                    absl::Span<const TensorRef> out, int64_t dim,
-                                                    absl::Span<const std::optional<Stream>> streams,
-                                                    const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::ScatterOut");
+absl::StatusOr<CollectiveResult> comm::ScatterOut(Client& client, const TensorRef& tensor,
+                                                  absl::Span<const TensorRef> out, int64_t dim,
+                                                  absl::Span<const std::optional<Stream>> streams,
+                                                  const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::ScatterOut");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
   std::vector<int64_t> devices;
   for (const TensorRef& o : out) {
@@ -337,44 +349,45 @@ absl::StatusOr<CollectiveResult> Client::ScatterOut(const TensorRef& tensor,
                                                                : o.device.value());
   }
   GPUMUX_RETURN_IF_ERROR(CheckChunkStreams(streams, devices));
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::ScatterRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_tensor(), tensor, "tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensor(request.mutable_tensor(), tensor, "tensor", call));
   GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
+      impl.SetTensors(request.mutable_out()->mutable_tensors(), out, "output tensor", call));
   request.set_dim(dim);
-  return impl_->Collective(call, request, WithChunkStreams(request, streams, options),
-                           &v1::Comm::Stub::Scatter);
+  return impl.Collective(call, request, WithChunkStreams(request, streams, options),
+                         &v1::Comm::Stub::Scatter);
 }
 
-absl::StatusOr<CollectiveResult> Client::Gather(absl::Span<const TensorRef> tensors, int64_t dim,
-                                                std::optional<DeviceIndex> destination,
-                                                const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::Gather");
+absl::StatusOr<CollectiveResult> comm::Gather(Client& client, absl::Span<const TensorRef> tensors,
+                                              int64_t dim, std::optional<DeviceIndex> destination,
+                                              const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::Gather");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::GatherRequest request;
-  GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
   request.set_dim(dim);
-  const DeviceIndex target = destination.value_or(CurrentDevice());
+  const DeviceIndex target = destination.value_or(client.CurrentDevice());
   request.set_device(target.value());
-  Impl::AddCommDevice(call, target.value());
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::Gather);
+  Client::Impl::AddCommDevice(call, target.value());
+  return impl.Collective(call, request, options, &v1::Comm::Stub::Gather);
 }
 
-absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef> tensors,
-                                                      void* dst, uint64_t dst_size, int64_t dim,
-                                                      const CollectiveOptions& options,
-                                                      TransferPath path) {
-  GPUMUX_PROFILED_WAIT("Client::GatherToHost");
+absl::StatusOr<CollectiveResult> comm::GatherToHost(Client& client,
+                                                    absl::Span<const TensorRef> tensors, void* dst,
+                                                    uint64_t dst_size, int64_t dim,
+                                                    const CollectiveOptions& options,
+                                                    TransferPath path) {
+  GPUMUX_PROFILED_WAIT("comm::GatherToHost");
+  auto& impl = ImplOf(client);
   if (dst == nullptr && dst_size != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("host pointer is null for ", dst_size, " bytes"));
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::GatherRequest request;
-  GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
   request.set_dim(dim);
   const auto check_size = [dst_size](uint64_t bytes) -> absl::Status {
     if (bytes == dst_size) return absl::OkStatus();
@@ -383,15 +396,15 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
   };
   CollectiveOptions waiting = options;
   waiting.wait = true;  // `dst` holds the bytes when the call returns
-  if (!impl_->UseStaging(path, dst_size) && dst_size <= kMaxInlineCopyBytes) {
+  if (!impl.UseStaging(path, dst_size) && dst_size <= kMaxInlineCopyBytes) {
     request.set_host_inline(true);
-    GPUMUX_RETURN_IF_ERROR(impl_->SetCommOptions(request.mutable_options(), waiting, call));
+    GPUMUX_RETURN_IF_ERROR(impl.SetCommOptions(request.mutable_options(), waiting, call));
     std::string bytes;
     GPUMUX_ASSIGN_OR_RETURN(
         CollectiveResult result,
-        impl_->RunCollective(
+        impl.RunCollective(
             call, true, [&](grpc::ClientContext* context, v1::CommResponse* response) {
-              grpc::Status status = impl_->comm_stub_->Gather(context, request, response);
+              grpc::Status status = impl.comm_stub_->Gather(context, request, response);
               bytes = std::move(*response->mutable_host_data());
               return status;
             }));
@@ -400,14 +413,14 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
     return result;
   }
   {
-    absl::MutexLock lock(&impl_->staging_mu_);
-    GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, impl_->StagingLocked());
+    absl::MutexLock lock(&impl.staging_mu_);
+    GPUMUX_ASSIGN_OR_RETURN(StagingBuffer * staging, impl.StagingLocked());
     if (dst_size <= staging->size()) {
       // The daemon writes the buffer: nothing queued may still read it.
-      GPUMUX_RETURN_IF_ERROR(staging->WaitAll([this] { return impl_->CheckSession(); }));
+      GPUMUX_RETURN_IF_ERROR(staging->WaitAll([&impl] { return impl.CheckSession(); }));
       request.set_host_staging_offset(0);
       GPUMUX_ASSIGN_OR_RETURN(CollectiveResult result,
-                              impl_->Collective(call, request, waiting, &v1::Comm::Stub::Gather));
+                              impl.Collective(call, request, waiting, &v1::Comm::Stub::Gather));
       if (result.tensors.size() != 1) {
         return absl::InternalError(absl::StrCat("the daemon's gather to the host answered ",
                                                 result.tensors.size(), " results, not 1"));
@@ -421,21 +434,23 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
   // then copied out in staging-sized pieces.
   const DeviceIndex first =
       tensors.empty() || tensors[0].buffer == nullptr || !tensors[0].buffer->valid()
-          ? (tensors.empty() ? CurrentDevice() : tensors[0].device)
+          ? (tensors.empty() ? client.CurrentDevice() : tensors[0].device)
           : tensors[0].buffer->device();
-  GPUMUX_ASSIGN_OR_RETURN(CollectiveResult gathered, Gather(tensors, dim, first, options));
+  GPUMUX_ASSIGN_OR_RETURN(CollectiveResult gathered,
+                          comm::Gather(client, tensors, dim, first, options));
   const ResultTensor& tensor = gathered.tensors.at(0);
   GPUMUX_RETURN_IF_ERROR(check_size(tensor.bytes()));
-  CopyOptions copy;
-  copy.path = path;
-  copy.completion_event = options.completion_event;
+  CopyOptions copy_options;
+  copy_options.path = path;
+  copy_options.completion_event = options.completion_event;
   if (!options.streams.empty()) {
     for (const Stream& stream : options.streams) {
-      if (stream.device() == first) copy.stream = stream;
+      if (stream.device() == first) copy_options.stream = stream;
     }
   }
-  GPUMUX_ASSIGN_OR_RETURN(Event completion,
-                          CopyDeviceToHost(dst, *tensor.buffer(), tensor.offset, dst_size, copy));
+  GPUMUX_ASSIGN_OR_RETURN(
+      Event completion,
+      copy::DeviceToHost(client, dst, *tensor.buffer(), tensor.offset, dst_size, copy_options));
   CollectiveResult result;
   ResultTensor shape_only;
   shape_only.dtype = tensor.dtype;
@@ -446,44 +461,48 @@ absl::StatusOr<CollectiveResult> Client::GatherToHost(absl::Span<const TensorRef
   return result;  // the device copy is freed with `gathered`
 }
 
-absl::StatusOr<CollectiveResult> Client::GatherOut(absl::Span<const TensorRef> tensors,
-                                                   const TensorRef& out, int64_t dim,
-                                                   const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::GatherOut");
+absl::StatusOr<CollectiveResult> comm::GatherOut(Client& client,
+                                                 absl::Span<const TensorRef> tensors,
+                                                 const TensorRef& out, int64_t dim,
+                                                 const CollectiveOptions& options) {
+  GPUMUX_PROFILED("comm::GatherOut");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::GatherRequest request;
-  GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensor(request.mutable_out(), out, "output tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_tensors(), tensors, "input tensor", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensor(request.mutable_out(), out, "output tensor", call));
   request.set_dim(dim);
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::Gather);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::Gather);
 }
 
-absl::StatusOr<CollectiveResult> Client::AllReduce(absl::Span<const TensorRef> tensors, ReduceOp op,
-                                                   const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::AllReduce");
+absl::StatusOr<CollectiveResult> nccl::AllReduce(Client& client,
+                                                 absl::Span<const TensorRef> tensors, ReduceOp op,
+                                                 const CollectiveOptions& options) {
+  GPUMUX_PROFILED("nccl::AllReduce");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::AllReduceRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), tensors, "input", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_inputs(), tensors, "input", call));
   request.set_op(ToProto(op));
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::AllReduce);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::AllReduce);
 }
 
-absl::StatusOr<CollectiveResult> Client::AllReduceOut(absl::Span<const TensorRef> inputs,
-                                                      absl::Span<const TensorRef> outputs,
-                                                      ReduceOp op,
-                                                      const CollectiveOptions& options) {
-  GPUMUX_PROFILED("Client::AllReduceOut");
+absl::StatusOr<CollectiveResult> nccl::AllReduceOut(Client& client,
+                                                    absl::Span<const TensorRef> inputs,
+                                                    absl::Span<const TensorRef> outputs,
+                                                    ReduceOp op, const CollectiveOptions& options) {
+  GPUMUX_PROFILED("nccl::AllReduceOut");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
-  Impl::CommCall call;
+  Client::Impl::CommCall call;
   v1::AllReduceRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetTensors(request.mutable_inputs(), inputs, "input", call));
+  GPUMUX_RETURN_IF_ERROR(impl.SetTensors(request.mutable_inputs(), inputs, "input", call));
   GPUMUX_RETURN_IF_ERROR(
-      impl_->SetTensors(request.mutable_outputs()->mutable_tensors(), outputs, "output", call));
+      impl.SetTensors(request.mutable_outputs()->mutable_tensors(), outputs, "output", call));
   request.set_op(ToProto(op));
-  return impl_->Collective(call, request, options, &v1::Comm::Stub::AllReduce);
+  return impl.Collective(call, request, options, &v1::Comm::Stub::AllReduce);
 }
 
 }  // namespace gpumux

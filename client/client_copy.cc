@@ -7,12 +7,14 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "client/client_impl.h"
+#include "client/client_testing.h"
 #include "client/host_profiler.h"
 #include "client/parallel_copy.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
 
 namespace gpumux {
 namespace {
@@ -104,24 +106,26 @@ absl::StatusOr<StagingBuffer*> Client::Impl::StagingLocked() {
   return staging_.get();
 }
 
-uint64_t Client::StagingBufferSizeForTest() {
-  absl::MutexLock lock(&impl_->staging_mu_);
-  return impl_->staging_ == nullptr ? 0 : impl_->staging_->size();
+uint64_t StagingBufferSizeForTest(Client& client) {
+  auto& impl = ImplOf(client);
+  absl::MutexLock lock(&impl.staging_mu_);
+  return impl.staging_ == nullptr ? 0 : impl.staging_->size();
 }
 
-absl::StatusOr<Event> Client::CopyHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
-                                               const void* src, uint64_t size,
-                                               const CopyOptions& options) {
-  GPUMUX_PROFILED("Client::CopyHostToDevice");
+absl::StatusOr<Event> copy::HostToDevice(Client& client, const DeviceBuffer& dst,
+                                         uint64_t dst_offset, const void* src, uint64_t size,
+                                         const CopyOptions& options) {
+  GPUMUX_PROFILED("copy::HostToDevice");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(src, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          impl_->ResolveStream(options.stream, dst.device(), "the copy"));
+                          impl.ResolveStream(options.stream, dst.device(), "the copy"));
   const char* bytes = static_cast<const char*>(src);
-  return impl_->UseStaging(options.path, size)
-             ? impl_->StagedHostToDevice(dst, dst_offset, bytes, size, stream, options)
-             : impl_->InlineHostToDevice(dst, dst_offset, bytes, size, stream, options);
+  return impl.UseStaging(options.path, size)
+             ? impl.StagedHostToDevice(dst, dst_offset, bytes, size, stream, options)
+             : impl.InlineHostToDevice(dst, dst_offset, bytes, size, stream, options);
 }
 
 absl::StatusOr<Event> Client::Impl::InlineHostToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
@@ -214,18 +218,19 @@ absl::StatusOr<Event> Client::Impl::StagedHostToDevice(const DeviceBuffer& dst, 
   return completion;
 }
 
-absl::StatusOr<Event> Client::CopyDeviceToHost(void* dst, const DeviceBuffer& src,
-                                               uint64_t src_offset, uint64_t size,
-                                               const CopyOptions& options) {
-  GPUMUX_PROFILED_WAIT("Client::CopyDeviceToHost");
+absl::StatusOr<Event> copy::DeviceToHost(Client& client, void* dst, const DeviceBuffer& src,
+                                         uint64_t src_offset, uint64_t size,
+                                         const CopyOptions& options) {
+  GPUMUX_PROFILED_WAIT("copy::DeviceToHost");
+  auto& impl = ImplOf(client);
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_RETURN_IF_ERROR(CheckHostPointer(dst, size));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          impl_->ResolveStream(options.stream, src.device(), "the copy"));
+                          impl.ResolveStream(options.stream, src.device(), "the copy"));
   char* bytes = static_cast<char*>(dst);
-  return impl_->UseStaging(options.path, size)
-             ? impl_->StagedDeviceToHost(bytes, src, src_offset, size, stream, options)
-             : impl_->InlineDeviceToHost(bytes, src, src_offset, size, stream, options);
+  return impl.UseStaging(options.path, size)
+             ? impl.StagedDeviceToHost(bytes, src, src_offset, size, stream, options)
+             : impl.InlineDeviceToHost(bytes, src, src_offset, size, stream, options);
 }
 
 absl::StatusOr<Event> Client::Impl::InlineDeviceToHost(char* dst, const DeviceBuffer& src,
@@ -299,58 +304,61 @@ absl::StatusOr<Event> Client::Impl::StagedDeviceToHost(char* dst, const DeviceBu
   return completion;
 }
 
-absl::StatusOr<Event> Client::CopyDeviceToDevice(const DeviceBuffer& dst, uint64_t dst_offset,
-                                                 const DeviceBuffer& src, uint64_t src_offset,
-                                                 uint64_t size, const CopyOptions& options) {
-  GPUMUX_PROFILED("Client::CopyDeviceToDevice");
+absl::StatusOr<Event> copy::DeviceToDevice(Client& client, const DeviceBuffer& dst,
+                                           uint64_t dst_offset, const DeviceBuffer& src,
+                                           uint64_t src_offset, uint64_t size,
+                                           const CopyOptions& options) {
+  GPUMUX_PROFILED("copy::DeviceToDevice");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(src, "source"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          impl_->ResolveStream(options.stream, dst.device(), "the copy"));
+                          impl.ResolveStream(options.stream, dst.device(), "the copy"));
   if (src.device() != dst.device()) {
     // The daemon orders the copy only after its own stream's work; the
     // source was most likely written on the source device's current stream.
-    GPUMUX_RETURN_IF_ERROR(stream.WaitStream(CurrentStream(src.device())));
+    GPUMUX_RETURN_IF_ERROR(stream.WaitStream(client.CurrentStream(src.device())));
   }
   v1::DeviceToDeviceRequest request;
   GPUMUX_RETURN_IF_ERROR(
-      impl_->SetRange(request.mutable_dst(), dst, dst_offset, size, "destination"));
-  GPUMUX_RETURN_IF_ERROR(impl_->SetRange(request.mutable_src(), src, src_offset, size, "source"));
+      impl.SetRange(request.mutable_dst(), dst, dst_offset, size, "destination"));
+  GPUMUX_RETURN_IF_ERROR(impl.SetRange(request.mutable_src(), src, src_offset, size, "source"));
   request.set_size(size);
   *request.mutable_options() = ToProto(stream, options);
   // A local source on another device is read on this device's stream,
   // which its own device's allocator cannot record: wait for the copy.
   if (src.local() && src.device() != dst.device()) request.mutable_options()->set_wait(true);
   v1::CopyResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->copy_stub_->DeviceToDevice(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.copy_stub_->DeviceToDevice(context, request, &response);
   }));
-  impl_->NoteDaemonWork(dst, stream, request.options().wait());
-  impl_->NoteDaemonWork(src, stream, request.options().wait());
-  return impl_->AdoptCompletionEvent(stream.device(), response.event(),
-                                     std::move(*response.mutable_event_ipc_handle()));
+  impl.NoteDaemonWork(dst, stream, request.options().wait());
+  impl.NoteDaemonWork(src, stream, request.options().wait());
+  return impl.AdoptCompletionEvent(stream.device(), response.event(),
+                                   std::move(*response.mutable_event_ipc_handle()));
 }
 
-absl::StatusOr<Event> Client::Memset(const DeviceBuffer& dst, uint64_t offset, uint8_t value,
-                                     uint64_t size, const CopyOptions& options) {
-  GPUMUX_PROFILED("Client::Memset");
+absl::StatusOr<Event> copy::Memset(Client& client, const DeviceBuffer& dst, uint64_t offset,
+                                   uint8_t value, uint64_t size, const CopyOptions& options) {
+  GPUMUX_PROFILED("copy::Memset");
+  auto& impl = ImplOf(client);
   if (options.wait) gpumux_profiled_call_.Waited();
   GPUMUX_RETURN_IF_ERROR(CheckBuffer(dst, "destination"));
   GPUMUX_ASSIGN_OR_RETURN(const Stream stream,
-                          impl_->ResolveStream(options.stream, dst.device(), "the memset"));
+                          impl.ResolveStream(options.stream, dst.device(), "the memset"));
   v1::MemsetRequest request;
-  GPUMUX_RETURN_IF_ERROR(impl_->SetRange(request.mutable_dst(), dst, offset, size, "destination"));
+  GPUMUX_RETURN_IF_ERROR(impl.SetRange(request.mutable_dst(), dst, offset, size, "destination"));
   request.set_size(size);
   request.set_value(value);
   *request.mutable_options() = ToProto(stream, options);
   v1::CopyResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->copy_stub_->Memset(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.copy_stub_->Memset(context, request, &response);
   }));
-  impl_->NoteDaemonWork(dst, stream, request.options().wait());
-  return impl_->AdoptCompletionEvent(stream.device(), response.event(),
-                                     std::move(*response.mutable_event_ipc_handle()));
+  impl.NoteDaemonWork(dst, stream, request.options().wait());
+  return impl.AdoptCompletionEvent(stream.device(), response.event(),
+                                   std::move(*response.mutable_event_ipc_handle()));
 }
 
 }  // namespace gpumux

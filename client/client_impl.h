@@ -2,7 +2,7 @@
 
 // Client's private implementation: the gRPC channel and stubs, the session
 // stream, the free batcher, the segment mapper and the staging buffer. Only
-// libgpumux's own files include this header; client/client.h names none of
+// libgpumux's own files include this header; gpumux/client.h names none of
 // it, so a program using the library sees no gRPC or protobuf header.
 
 #include <atomic>
@@ -18,8 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "client/client.h"
-#include "client/current_streams.h"
+#include "absl/types/span.h"
 #include "client/free_batcher.h"
 #include "client/host_profiler.h"
 #include "client/local_allocator.h"
@@ -27,6 +26,14 @@
 #include "client/session_stream.h"
 #include "client/staging_buffer.h"
 #include "common/memory_socket.h"
+#include "gpumux/client.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/current_streams.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/group_types.h"
+#include "gpumux/memory_snapshot.h"
+#include "gpumux/random_options.h"
 #include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
@@ -68,6 +75,14 @@ class Client::Impl {
   void FlushFreesBeforeCall();
   // The stat `key` of MemoryStats(device); INTERNAL when the daemon left it out.
   absl::StatusOr<int64_t> Stat(DeviceIndex device, absl::string_view key);
+  // memory.h's calls that reach into a DeviceBuffer (Client, and so Impl,
+  // is its friend), with their contracts there.
+  bool TryFree(DeviceBuffer& buffer);
+  absl::Status Free(DeviceBuffer&& buffer);
+  absl::Status Free(DeviceBuffer&& buffer, absl::Span<const std::string> wait_event_handles);
+  absl::Status RecordStream(const DeviceBuffer& buffer, const Stream& stream);
+  absl::Status RecordStream(const DeviceBuffer& buffer, LocalStream stream);
+  absl::StatusOr<std::string> Share(const DeviceBuffer& buffer);
   // Maps an allocation the daemon handed out and wraps it.
   absl::StatusOr<DeviceBuffer> Adopt(const v1::Allocation& allocation);
   void EnqueueFree(AllocationId id) { frees_.Enqueue(id); }
@@ -262,5 +277,9 @@ class Client::Impl {
   // The daemon's profile windows open on this session (by window id).
   absl::flat_hash_map<uint64_t, ProfileRegion::Mark> profile_windows_ ABSL_GUARDED_BY(answers_mu_);
 };
+
+// The session behind `client`, for the modules' free functions.
+inline Client::Impl& ImplOf(Client& client) { return *client.impl_; }
+inline const Client::Impl& ImplOf(const Client& client) { return *client.impl_; }
 
 }  // namespace gpumux

@@ -7,8 +7,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/admin.h"
-#include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "client/memory_fraction.h"
@@ -16,6 +14,9 @@
 #include "common/memory_stats.h"
 #include "common/memory_summary.h"
 #include "common/status_macros.h"
+#include "gpumux/admin.h"
+#include "gpumux/client.h"
+#include "gpumux/memory.h"
 
 namespace gpumux {
 
@@ -30,11 +31,11 @@ bool SegmentLevel(absl::string_view key) {
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, int64_t>> Client::MemoryStats(
-    std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MemoryStats");
-  return impl_->SessionStats(device);
+absl::StatusOr<std::map<std::string, int64_t>> memory::MemoryStats(
+    Client& client, std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MemoryStats");
+  return ImplOf(client).SessionStats(device);
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> Client::Impl::SessionStats(DeviceIndex device) {
@@ -59,7 +60,7 @@ absl::StatusOr<std::map<std::string, int64_t>> Client::Impl::SessionStats(Device
 }
 
 absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view key) {
-  GPUMUX_ASSIGN_OR_RETURN(auto stats, self_.MemoryStats(device));
+  GPUMUX_ASSIGN_OR_RETURN(auto stats, memory::MemoryStats(self_, device));
   auto it = stats.find(std::string(key));
   if (it == stats.end()) {
     return absl::InternalError(absl::StrCat("gpumuxd's memory stats lack \"", key, "\""));
@@ -67,49 +68,57 @@ absl::StatusOr<int64_t> Client::Impl::Stat(DeviceIndex device, absl::string_view
   return it->second;
 }
 
-absl::StatusOr<int64_t> Client::MemoryAllocated(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MemoryAllocated");
-  return impl_->Stat(device, "allocated_bytes.all.current");
+absl::StatusOr<int64_t> memory::MemoryAllocated(Client& client,
+                                                std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MemoryAllocated");
+  return ImplOf(client).Stat(device, "allocated_bytes.all.current");
 }
-absl::StatusOr<int64_t> Client::MaxMemoryAllocated(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MaxMemoryAllocated");
-  return impl_->Stat(device, "allocated_bytes.all.peak");
+absl::StatusOr<int64_t> memory::MaxMemoryAllocated(Client& client,
+                                                   std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MaxMemoryAllocated");
+  return ImplOf(client).Stat(device, "allocated_bytes.all.peak");
 }
-absl::StatusOr<int64_t> Client::MemoryReserved(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MemoryReserved");
-  return impl_->Stat(device, "reserved_bytes.all.current");
+absl::StatusOr<int64_t> memory::MemoryReserved(Client& client,
+                                               std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MemoryReserved");
+  return ImplOf(client).Stat(device, "reserved_bytes.all.current");
 }
-absl::StatusOr<int64_t> Client::MaxMemoryReserved(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MaxMemoryReserved");
-  return impl_->Stat(device, "reserved_bytes.all.peak");
+absl::StatusOr<int64_t> memory::MaxMemoryReserved(Client& client,
+                                                  std::optional<DeviceIndex> device_or_current) {
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MaxMemoryReserved");
+  return ImplOf(client).Stat(device, "reserved_bytes.all.peak");
 }
 
-absl::StatusOr<std::string> Client::MemorySummary(std::optional<DeviceIndex> device_or_current,
+absl::StatusOr<std::string> memory::MemorySummary(Client& client,
+                                                  std::optional<DeviceIndex> device_or_current,
                                                   bool abbreviated) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::MemorySummary");
-  if (impl_->local_ != nullptr) {
-    GPUMUX_ASSIGN_OR_RETURN(auto stats, impl_->SessionStats(device));
+  auto& impl = ImplOf(client);
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::MemorySummary");
+  if (impl.local_ != nullptr) {
+    GPUMUX_ASSIGN_OR_RETURN(auto stats, impl.SessionStats(device));
     return FormatMemorySummary(stats, device.value(), abbreviated);
   }
-  impl_->FlushFreesBeforeCall();
+  impl.FlushFreesBeforeCall();
   v1::GetSummaryRequest request;
   request.set_device(device.value());
   request.set_abbreviated(abbreviated);
   v1::MemorySummary response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->GetSummary(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->GetSummary(context, request, &response);
   }));
   return std::move(*response.mutable_text());
 }
 
-absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<DeviceIndex> device) {
-  GPUMUX_PROFILED("Client::MemorySnapshot");
-  impl_->FlushFreesBeforeCall();
+absl::StatusOr<std::vector<SegmentInfo>> memory::MemorySnapshot(Client& client,
+                                                                std::optional<DeviceIndex> device) {
+  GPUMUX_PROFILED("memory::MemorySnapshot");
+  auto& impl = ImplOf(client);
+  impl.FlushFreesBeforeCall();
   v1::GetSnapshotRequest request;
   if (device.has_value()) {
     request.set_device(device->value());
@@ -117,14 +126,14 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
     request.set_all_devices(true);
   }
   v1::MemorySnapshot response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->GetSnapshot(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->GetSnapshot(context, request, &response);
   }));
   std::vector<SegmentInfo> segments = FromProto(response);
-  if (impl_->local_ == nullptr) return segments;
+  if (impl.local_ == nullptr) return segments;
   // The daemon lists leases without blocks: they are in the local allocator.
   absl::flat_hash_map<std::pair<int32_t, uint64_t>, SegmentSnapshot> local;
-  for (SegmentSnapshot& s : impl_->local_->Snapshot(device)) {
+  for (SegmentSnapshot& s : impl.local_->Snapshot(device)) {
     const std::pair<int32_t, uint64_t> key(s.device.value(), s.address);
     local.emplace(key, std::move(s));
   }
@@ -142,60 +151,64 @@ absl::StatusOr<std::vector<SegmentInfo>> Client::MemorySnapshot(std::optional<De
       block.size = b.size;
       block.requested_size = b.requested_size;
       block.state = BlockStateName(b.state);
-      if (b.state != BlockState::kInactive) block.session_id = session_id();
+      if (b.state != BlockState::kInactive) block.session_id = client.session_id();
     }
   }
   return segments;
 }
 
-absl::Status Client::ResetPeakMemoryStats(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::ResetPeakMemoryStats");
-  impl_->FlushFreesBeforeCall();
+absl::Status memory::ResetPeakMemoryStats(Client& client,
+                                          std::optional<DeviceIndex> device_or_current) {
+  auto& impl = ImplOf(client);
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::ResetPeakMemoryStats");
+  impl.FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->ResetPeakStats(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->ResetPeakStats(context, request, &response);
   }));
-  if (impl_->local_ != nullptr) impl_->local_->ResetPeakStats(device);
+  if (impl.local_ != nullptr) impl.local_->ResetPeakStats(device);
   return absl::OkStatus();
 }
 
-absl::Status Client::ResetAccumulatedMemoryStats(std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::ResetAccumulatedMemoryStats");
-  impl_->FlushFreesBeforeCall();
+absl::Status memory::ResetAccumulatedMemoryStats(Client& client,
+                                                 std::optional<DeviceIndex> device_or_current) {
+  auto& impl = ImplOf(client);
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::ResetAccumulatedMemoryStats");
+  impl.FlushFreesBeforeCall();
   v1::ResetStatsRequest request;
   request.set_device(device.value());
   v1::ResetStatsResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->ResetAccumulatedStats(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->ResetAccumulatedStats(context, request, &response);
   }));
-  if (impl_->local_ != nullptr) impl_->local_->ResetAccumulatedStats(device);
+  if (impl.local_ != nullptr) impl.local_->ResetAccumulatedStats(device);
   return absl::OkStatus();
 }
 
 // --- Cache and limits ----------------------------------------------------------
 
-absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& options) {
-  GPUMUX_PROFILED("Client::EmptyCache");
+absl::StatusOr<ReleasedCache> memory::EmptyCache(Client& client, const EmptyCacheOptions& options) {
+  GPUMUX_PROFILED("memory::EmptyCache");
+  auto& impl = ImplOf(client);
   EmptyCacheResult local;
-  if (impl_->local_ != nullptr) {
+  if (impl.local_ != nullptr) {
     if (options.device.has_value()) {
-      GPUMUX_ASSIGN_OR_RETURN(const int count, impl_->CachedDeviceCount());
+      GPUMUX_ASSIGN_OR_RETURN(const int count, impl.CachedDeviceCount());
       if (options.device->value() < 0 || options.device->value() >= count) {
         return absl::InvalidArgumentError(
             absl::StrCat("device ", options.device->value(), " is out of range [0, ", count, ")"));
       }
     }
-    local = impl_->local_->EmptyCache(options.device);  // its leases leave with the flush
+    local = impl.local_->EmptyCache(options.device);  // its leases leave with the flush
   }
-  impl_->FlushFreesBeforeCall();
+  impl.FlushFreesBeforeCall();
   if (options.all_sessions) {
     // Every other session's cache, this one's daemon-side cache with them.
-    GPUMUX_ASSIGN_OR_RETURN(ReleasedCache result,
-                            Admin(impl_->address_).EmptyCache(options.device));
+    GPUMUX_ASSIGN_OR_RETURN(ReleasedCache result, Admin(impl.address_).EmptyCache(options.device));
     result.released_bytes += local.released_bytes;
     result.released_segments += local.released_segments;
     return result;
@@ -207,8 +220,8 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
     request.set_all_devices(true);
   }
   v1::EmptyCacheResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->EmptyCache(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->EmptyCache(context, request, &response);
   }));
   ReleasedCache result;
   result.released_bytes = response.released_bytes() + local.released_bytes;
@@ -216,29 +229,32 @@ absl::StatusOr<ReleasedCache> Client::EmptyCache(const EmptyCacheOptions& option
   return result;
 }
 
-absl::Status Client::SetPerProcessMemoryFraction(double fraction,
+absl::Status memory::SetPerProcessMemoryFraction(Client& client, double fraction,
                                                  std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::SetPerProcessMemoryFraction");
+  auto& impl = ImplOf(client);
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::SetPerProcessMemoryFraction");
   GPUMUX_RETURN_IF_ERROR(ValidateMemoryFraction(fraction));
-  impl_->FlushFreesBeforeCall();
+  impl.FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
   request.set_device(device.value());
   request.set_fraction(fraction);
   v1::SetMemoryLimitResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->SetMemoryLimit(context, request, &response);
   }));
   // The daemon checks every lease against it; the local allocator checks
   // first, so its retry and PyTorch's message are the client's.
-  if (impl_->local_ != nullptr) impl_->local_->SetMemoryLimit(device, response.limit_bytes());
+  if (impl.local_ != nullptr) impl.local_->SetMemoryLimit(device, response.limit_bytes());
   return absl::OkStatus();
 }
 
-absl::Status Client::SetMemoryLimit(uint64_t bytes, std::optional<DeviceIndex> device_or_current) {
-  const DeviceIndex device = device_or_current.value_or(CurrentDevice());
-  GPUMUX_PROFILED("Client::SetMemoryLimit");
-  impl_->FlushFreesBeforeCall();
+absl::Status memory::SetMemoryLimit(Client& client, uint64_t bytes,
+                                    std::optional<DeviceIndex> device_or_current) {
+  auto& impl = ImplOf(client);
+  const DeviceIndex device = device_or_current.value_or(client.CurrentDevice());
+  GPUMUX_PROFILED("memory::SetMemoryLimit");
+  impl.FlushFreesBeforeCall();
   v1::SetMemoryLimitRequest request;
   request.set_device(device.value());
   if (bytes == 0) {
@@ -247,10 +263,10 @@ absl::Status Client::SetMemoryLimit(uint64_t bytes, std::optional<DeviceIndex> d
     request.set_bytes(bytes);
   }
   v1::SetMemoryLimitResponse response;
-  GPUMUX_RETURN_IF_ERROR(impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return impl_->memory_stub_->SetMemoryLimit(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.memory_stub_->SetMemoryLimit(context, request, &response);
   }));
-  if (impl_->local_ != nullptr) impl_->local_->SetMemoryLimit(device, response.limit_bytes());
+  if (impl.local_ != nullptr) impl.local_->SetMemoryLimit(device, response.limit_bytes());
   return absl::OkStatus();
 }
 

@@ -5,11 +5,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
 
 namespace gpumux {
 

@@ -10,9 +10,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/cuda_device.h"
-#include "client/cuda_interop.h"
 #include "common/cuda_status.h"
 #include "common/status_macros.h"
+#include "gpumux/cuda_interop.h"
 
 namespace gpumux {
 namespace {

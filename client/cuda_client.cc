@@ -21,7 +21,6 @@
 #include "absl/synchronization/mutex.h"
 #include "client/cuda_device.h"
 #include "client/cuda_free_fence.h"
-#include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/cuda_own_work.h"
 #include "client/local_event.h"
@@ -30,6 +29,7 @@
 #include "common/cuda_vmm.h"
 #include "common/memory_socket.h"
 #include "common/status_macros.h"
+#include "gpumux/cuda_interop.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "client/local_streams.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/local_streams.h"
 
 namespace gpumux {
 

@@ -1,4 +1,4 @@
-#include "client/current_streams.h"
+#include "gpumux/current_streams.h"
 
 #include <atomic>
 

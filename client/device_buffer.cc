@@ -1,10 +1,10 @@
-#include "client/device_buffer.h"
+#include "gpumux/device_buffer.h"
 
 #include <utility>
 
-#include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
+#include "gpumux/client.h"
 
 namespace gpumux {
 

@@ -1,13 +1,13 @@
-#include "client/event.h"
-#include "client/host_profiler.h"
+#include "gpumux/event.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "client/client_impl.h"
+#include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

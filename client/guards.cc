@@ -1,7 +1,7 @@
-#include "client/guards.h"
+#include "gpumux/guards.h"
 
-#include "client/client.h"
 #include "client/client_impl.h"
+#include "gpumux/client.h"
 
 namespace gpumux {
 

@@ -1,4 +1,4 @@
-#include "client/host_local_streams.h"
+#include "gpumux/host_local_streams.h"
 
 #include <algorithm>
 #include <utility>

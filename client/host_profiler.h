@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/profile_region.h"
-#include "common/profile_data.h"
+#include "gpumux/common/profile_data.h"
 
 namespace gpumux {
 
@@ -97,7 +97,7 @@ class ProfiledCall {
 }  // namespace gpumux
 
 // At the top of a public libgpumux function: profiles the call as `name`
-// ("Client::Allocate"). GPUMUX_PROFILED_WAIT for functions that always wait
+// ("memory::Allocate"). GPUMUX_PROFILED_WAIT for functions that always wait
 // for the device.
 #define GPUMUX_PROFILED_IMPL_(var, name, waits)                                              \
   static const uint32_t var##_function = ::gpumux::HostProfiler::FunctionIndex(name, waits); \

@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
-#include "client/event.h"
-#include "client/stream.h"
 #include "common/device_range.h"
 #include "common/status_macros.h"
+#include "gpumux/event.h"
+#include "gpumux/stream.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

@@ -45,13 +45,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "allocator/caching_allocator.h"
-#include "client/client.h"
-#include "client/local_streams.h"
-#include "common/ids.h"
 #include "common/memory_stats.h"
-#include "common/sealed_memory.h"
 #include "common/segment_source.h"
 #include "common/stats_page.h"
+#include "gpumux/client.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/sealed_memory.h"
+#include "gpumux/local_streams.h"
 
 namespace gpumux {
 

@@ -3,15 +3,15 @@
 // LocalEvent: one of the daemon's interprocess completion events opened in
 // this process, so the client waits for the daemon's work without an RPC. A
 // host backend handle's memory file is fetched from the memory socket and
-// mapped (common/host_ipc_event.h);
+// mapped (gpumux/common/host_ipc_event.h);
 // a CUDA one is opened with cudaIpcOpenEventHandle (CUDA builds only).
 
 #include <chrono>
 #include <memory>
 
 #include "absl/strings/string_view.h"
-#include "common/host_ipc_event.h"
 #include "common/memory_socket.h"
+#include "gpumux/common/host_ipc_event.h"
 
 namespace gpumux {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "client/memory_snapshot.h"
+#include "gpumux/memory_snapshot.h"
 
 namespace gpumux {
 

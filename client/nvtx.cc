@@ -1,11 +1,11 @@
-#include "client/nvtx.h"
+#include "gpumux/nvtx.h"
 
 #include <unistd.h>
 
-#include "client/client.h"
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux::nvtx {
@@ -18,34 +18,37 @@ uint64_t ThisThread() { return static_cast<uint64_t>(gettid()); }
 
 absl::Status Mark(Client& client, absl::string_view message) {
   GPUMUX_PROFILED("nvtx::Mark");
+  auto& impl = ImplOf(client);
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   request.set_thread(ThisThread());
   v1::NvtxMarkResponse response;
-  return client.impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return client.impl_->nvtx_stub_->Mark(context, request, &response);
+  return impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.nvtx_stub_->Mark(context, request, &response);
   });
 }
 
 absl::StatusOr<int> RangePush(Client& client, absl::string_view message) {
   GPUMUX_PROFILED("nvtx::RangePush");
+  auto& impl = ImplOf(client);
   v1::NvtxMessage request;
   request.set_message(std::string(message));
   request.set_thread(ThisThread());
   v1::NvtxDepth response;
-  GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return client.impl_->nvtx_stub_->RangePush(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.nvtx_stub_->RangePush(context, request, &response);
   }));
   return response.depth();
 }
 
 absl::StatusOr<int> RangePop(Client& client) {
   GPUMUX_PROFILED("nvtx::RangePop");
+  auto& impl = ImplOf(client);
   v1::NvtxRangePopRequest request;
   request.set_thread(ThisThread());
   v1::NvtxDepth response;
-  GPUMUX_RETURN_IF_ERROR(client.impl_->CallWithSession([&](grpc::ClientContext* context) {
-    return client.impl_->nvtx_stub_->RangePop(context, request, &response);
+  GPUMUX_RETURN_IF_ERROR(impl.CallWithSession([&](grpc::ClientContext* context) {
+    return impl.nvtx_stub_->RangePop(context, request, &response);
   }));
   return response.depth();
 }

@@ -1,4 +1,4 @@
-#include "client/observer.h"
+#include "gpumux/observer.h"
 
 #include <chrono>
 #include <utility>

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 

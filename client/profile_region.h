@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/profile_data.h"
+#include "gpumux/common/profile_data.h"
 
 #if defined(__x86_64__)
 #include <x86intrin.h>

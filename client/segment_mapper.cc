@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/page_book.h"
-#include "common/sealed_memory.h"
 #include "common/status_macros.h"
+#include "gpumux/common/sealed_memory.h"
 
 namespace gpumux {
 namespace {

@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/mapped_segment.h"
-#include "common/ids.h"
 #include "common/memory_socket.h"
+#include "gpumux/common/ids.h"
 #include "gpumux/v1/common.pb.h"
 
 namespace gpumux {

@@ -20,10 +20,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/event.h"
 #include "client/local_event.h"
 #include "common/memory_socket.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
+#include "gpumux/event.h"
 #include "gpumux/v1/copy.pb.h"
 
 namespace gpumux {

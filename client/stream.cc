@@ -1,12 +1,12 @@
-#include "client/stream.h"
+#include "gpumux/stream.h"
 
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "client/client_impl.h"
-#include "client/event.h"
 #include "client/host_profiler.h"
 #include "client/proto_conversion.h"
 #include "common/status_macros.h"
+#include "gpumux/client.h"
+#include "gpumux/event.h"
 
 namespace gpumux {
 

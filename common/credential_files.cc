@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 namespace {

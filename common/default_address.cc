@@ -1,4 +1,4 @@
-#include "common/default_address.h"
+#include "gpumux/common/default_address.h"
 
 #include <unistd.h>
 

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

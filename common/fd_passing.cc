@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 
 namespace gpumux {
 namespace {

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 

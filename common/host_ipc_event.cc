@@ -1,4 +1,4 @@
-#include "common/host_ipc_event.h"
+#include "gpumux/common/host_ipc_event.h"
 
 #include <linux/futex.h>
 #include <signal.h>

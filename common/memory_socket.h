@@ -2,7 +2,7 @@
 
 // The memory socket: where a session fetches the shared memory the daemon
 // made for it (host-backend segments, its staging buffer, interprocess
-// events), as sealed memory files (common/sealed_memory.h) passed by
+// events), as sealed memory files (gpumux/common/sealed_memory.h) passed by
 // descriptor. gRPC cannot carry descriptors, so gpumuxd listens on a second
 // Unix socket next to its gRPC one, "<socket>.memfd", a SOCK_SEQPACKET
 // socket with the same owner, group and mode.
@@ -31,8 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/sealed_memory.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/sealed_memory.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 

@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
-#include "common/reduce_op.h"
 #include "common/rng_fill.h"
+#include "gpumux/common/reduce_op.h"
 
 namespace gpumux {
 

@@ -1,4 +1,4 @@
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 
 #include <fcntl.h>
 #include <linux/memfd.h>

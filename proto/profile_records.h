@@ -1,14 +1,14 @@
 #pragma once
 
-// Conversions between profile.proto's records and common/profile_data.h's
+// Conversions between profile.proto's records and gpumux/common/profile_data.h's
 // structs, shared by the daemon (its Profile service and session stream) and
 // libgpumux (its answer to StopProfiling, and the CLI reading the answers).
 
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "common/ids.h"
-#include "common/profile_data.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/profile_data.h"
 #include "gpumux/v1/profile.pb.h"
 
 namespace gpumux {

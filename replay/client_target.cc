@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "gpumux/memory.h"
 
 namespace gpumux {
 
@@ -17,7 +18,7 @@ ClientReplayTarget::ClientReplayTarget(Client& client, DeviceIndex device, Local
 absl::StatusOr<uint64_t> ClientReplayTarget::Allocate(uint64_t size, uint64_t stream) {
   AllocateOptions options;
   options.stream = Stream(client_, device_, StreamId(stream));
-  GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, client_.Allocate(size, device_, options));
+  GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer, memory::Allocate(client_, size, device_, options));
   const uint64_t handle = buffer.id().value();
   live_.insert_or_assign(handle, Live{std::move(buffer), stream});
   return handle;
@@ -32,13 +33,13 @@ absl::Status ClientReplayTarget::Free(uint64_t handle) {
     // The kernels that used the memory, still running when it is freed.
     GPUMUX_RETURN_IF_ERROR(streams_->EnqueueWork(device_, LocalStream(it->second.stream), lag_));
   }
-  client_.Release(std::move(it->second.buffer));
+  memory::Release(client_, std::move(it->second.buffer));
   live_.erase(it);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, int64_t>> ClientReplayTarget::Stats() {
-  return client_.MemoryStats(device_);
+  return memory::MemoryStats(client_, device_);
 }
 
 }  // namespace gpumux

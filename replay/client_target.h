@@ -2,7 +2,7 @@
 
 // Trace replay through a running daemon (`gpumux replay --address`): a
 // ReplayTarget over a Client, doing what a PyTorch program does. Allocate is
-// Client::Allocate, Free drops the buffer (a batched free, like `del x`),
+// memory::Allocate, Free drops the buffer (a batched free, like `del x`),
 // Stats is this session's memory_stats. Not thread-safe.
 
 #include <cstdint>
@@ -11,9 +11,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "client/device_buffer.h"
-#include "client/local_streams.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/local_streams.h"
 #include "replay/trace_replay.h"
 
 namespace gpumux {

@@ -6,16 +6,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/memory_snapshot_json.h"
-#include "common/default_address.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
+#include "gpumux/common/default_address.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "spdlog/spdlog.h"
 
 #ifdef GPUMUX_CLIENT_HAS_CUDA
 #include <cuda_runtime_api.h>
 
 #include "client/cuda_free_fence.h"
-#include "client/cuda_interop.h"
+#include "gpumux/cuda_interop.h"
 #endif
 
 namespace gpumux::c_abi {
@@ -113,10 +115,10 @@ absl::StatusOr<void*> ProcessAllocator::Malloc(uint64_t size, int device, void* 
   AllocateOptions options;
   options.local_stream = LocalStreamOf(stream);
   GPUMUX_ASSIGN_OR_RETURN(DeviceBuffer buffer,
-                          client->Allocate(size, DeviceIndex(device), options));
+                          memory::Allocate(*client, size, DeviceIndex(device), options));
   void* data = buffer.data();
   if (data == nullptr) {
-    client->Release(std::move(buffer));
+    memory::Release(*client, std::move(buffer));
     return absl::FailedPreconditionError(
         absl::StrCat("gpumux_malloc: the ", client->backend(),
                      " segment of the allocation cannot be mapped in this process (a CUDA daemon "
@@ -179,7 +181,8 @@ absl::Status ProcessAllocator::Free(void* ptr, uint64_t size, int device, void* 
 }
 
 absl::Status ProcessAllocator::Record(Client& client, Entry& entry, void* stream) {
-  if (entry.buffer.local()) return client.RecordStream(entry.buffer, LocalStreamOf(stream));
+  if (entry.buffer.local())
+    return memory::RecordStream(client, entry.buffer, LocalStreamOf(stream));
   if (stream == entry.stream) return absl::OkStatus();
   for (void* recorded : entry.recorded_streams) {
     if (recorded == stream) return absl::OkStatus();
@@ -192,7 +195,7 @@ absl::Status ProcessAllocator::Release(Client& client, Entry entry) {
   if (entry.buffer.local()) {
     // Back to its stream's pool now; its allocator records events on the
     // streams recorded for it.
-    client.Release(std::move(entry.buffer));
+    memory::Release(client, std::move(entry.buffer));
     return absl::OkStatus();
   }
 #ifdef GPUMUX_CLIENT_HAS_CUDA
@@ -209,25 +212,25 @@ absl::Status ProcessAllocator::Release(Client& client, Entry entry) {
     }
     CudaStreamGuard on(static_cast<cudaStream_t>(entry.stream));
     if (fences.empty()) {
-      client.Release(std::move(entry.buffer));  // batched, with its fence
+      memory::Release(client, std::move(entry.buffer));  // batched, with its fence
       return absl::OkStatus();
     }
-    return client.Free(std::move(entry.buffer), fences);
+    return memory::Free(client, std::move(entry.buffer), fences);
   }
 #endif
-  client.Release(std::move(entry.buffer));
+  memory::Release(client, std::move(entry.buffer));
   return absl::OkStatus();
 }
 
 absl::Status ProcessAllocator::EmptyCache() {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
-  return client->EmptyCache().status();
+  return memory::EmptyCache(*client).status();
 }
 
 absl::Status ProcessAllocator::SetMemoryFraction(double fraction, int device) {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
   GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_set_memory_fraction", device));
-  return client->SetPerProcessMemoryFraction(fraction, DeviceIndex(device));
+  return memory::SetPerProcessMemoryFraction(*client, fraction, DeviceIndex(device));
 }
 
 absl::StatusOr<void*> ProcessAllocator::BaseAllocation(void* ptr, size_t* size) {
@@ -248,7 +251,8 @@ absl::StatusOr<void*> ProcessAllocator::BaseAllocation(void* ptr, size_t* size) 
     segment_address = buffer.address() - buffer.offset();
     base = static_cast<char*>(buffer.data()) - buffer.offset();
   }
-  GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, client->MemorySnapshot(device));
+  GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments,
+                          memory::MemorySnapshot(*client, device));
   for (const SegmentInfo& segment : segments) {
     if (segment.address == segment_address) {
       *size = segment.total_size;
@@ -275,7 +279,7 @@ absl::Status ProcessAllocator::RecordStream(void* ptr, void* stream) {
 absl::StatusOr<std::string> ProcessAllocator::MemoryStatsJson(int device) {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
   GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_memory_stats_json", device));
-  GPUMUX_ASSIGN_OR_RETURN(auto stats, client->MemoryStats(DeviceIndex(device)));
+  GPUMUX_ASSIGN_OR_RETURN(auto stats, memory::MemoryStats(*client, DeviceIndex(device)));
   JsonWriter json;
   json.BeginObject();
   for (const auto& [key, value] : stats) {
@@ -288,20 +292,20 @@ absl::StatusOr<std::string> ProcessAllocator::MemoryStatsJson(int device) {
 
 absl::StatusOr<std::string> ProcessAllocator::MemorySnapshotJson() {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
-  GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, client->MemorySnapshot());
+  GPUMUX_ASSIGN_OR_RETURN(std::vector<SegmentInfo> segments, memory::MemorySnapshot(*client));
   return gpumux::MemorySnapshotJson(segments);
 }
 
 absl::Status ProcessAllocator::ResetPeakStats(int device) {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
   GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_reset_peak_memory_stats", device));
-  return client->ResetPeakMemoryStats(DeviceIndex(device));
+  return memory::ResetPeakMemoryStats(*client, DeviceIndex(device));
 }
 
 absl::Status ProcessAllocator::ResetAccumulatedStats(int device) {
   GPUMUX_ASSIGN_OR_RETURN(Client * client, Connected());
   GPUMUX_RETURN_IF_ERROR(CheckDevice("gpumux_reset_accumulated_memory_stats", device));
-  return client->ResetAccumulatedMemoryStats(DeviceIndex(device));
+  return memory::ResetAccumulatedMemoryStats(*client, DeviceIndex(device));
 }
 
 absl::StatusOr<const char*> ProcessAllocator::Backend() {

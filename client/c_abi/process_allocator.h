@@ -24,7 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
 
 namespace gpumux::c_abi {
 

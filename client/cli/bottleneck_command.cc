@@ -22,14 +22,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "client/admin.h"
 #include "client/cli/bottleneck_report.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
-#include "client/client.h"
-#include "client/observer.h"
 #include "client/profile_region.h"
 #include "common/byte_size.h"
+#include "gpumux/admin.h"
+#include "gpumux/client.h"
+#include "gpumux/observer.h"
+#include "gpumux/profiler.h"
 
 namespace gpumux {
 namespace {
@@ -180,7 +181,7 @@ int RunBottleneck(const CommandContext& context, const std::vector<std::string>&
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(
       context.address, {.client_name = "gpumux bottleneck", .security = context.security});
   if (!client.ok()) return ReportError(context, client.status());
-  absl::StatusOr<Client::StartedProfile> started = (*client)->StartProfile(flags->ring);
+  absl::StatusOr<profiler::StartedProfile> started = profiler::Start(*(*client), flags->ring);
   if (!started.ok()) return ReportError(context, started.status());
 
   char pattern[] = "/tmp/gpumux-bottleneck-XXXXXX";
@@ -219,7 +220,7 @@ int RunBottleneck(const CommandContext& context, const std::vector<std::string>&
   // and its last call is as far as its side goes.
   profile.host.start_ns = start_ns;
   if (profile.host.end_ns < start_ns || profile.host.end_ns > end_ns) profile.host.end_ns = end_ns;
-  absl::StatusOr<DeviceProfile> device = (*client)->FinishProfile(started->id);
+  absl::StatusOr<DeviceProfile> device = profiler::Finish(*(*client), started->id);
   if (!device.ok()) return ReportError(context, device.status());
   profile.device = *std::move(device);
   profile.environment =
@@ -268,7 +269,7 @@ int RunProfile(const CommandContext& context, const std::vector<std::string>& ar
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(
         context.address, {.client_name = "gpumux profile", .security = context.security});
     if (!client.ok()) return ReportError(context, client.status());
-    live = (*client)->ProfileSession(SessionId(*session), window, flags->ring);
+    live = profiler::ProfileSession(*(*client), SessionId(*session), window, flags->ring);
     daemon_version = (*client)->daemon_version();
     daemon_build = (*client)->daemon_build();
   }

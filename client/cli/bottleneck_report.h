@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/profile_data.h"
+#include "gpumux/common/profile_data.h"
 
 namespace gpumux {
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
-#include "common/default_address.h"
+#include "gpumux/common/default_address.h"
 
 namespace gpumux {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "client/channel_security.h"
+#include "gpumux/channel_security.h"
 
 namespace gpumux {
 

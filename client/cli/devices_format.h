@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "client/device_properties.h"
+#include "gpumux/device_properties.h"
 
 namespace gpumux {
 

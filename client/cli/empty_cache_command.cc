@@ -5,10 +5,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "client/admin.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "common/byte_size.h"
+#include "gpumux/admin.h"
 
 namespace gpumux {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "client/group_types.h"
+#include "gpumux/group_types.h"
 
 namespace gpumux {
 

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/admin.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
+#include "gpumux/admin.h"
 
 namespace gpumux {
 

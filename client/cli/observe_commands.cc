@@ -16,7 +16,7 @@
 #include "client/cli/sessions_format.h"
 #include "client/cli/snapshot_format.h"
 #include "client/cli/stats_format.h"
-#include "client/observer.h"
+#include "gpumux/observer.h"
 
 namespace gpumux {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/session_info.h"
+#include "gpumux/session_info.h"
 
 namespace gpumux {
 

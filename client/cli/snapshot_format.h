@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "client/memory_snapshot.h"
+#include "gpumux/memory_snapshot.h"
 
 namespace gpumux {
 

@@ -9,11 +9,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/admin.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/tenants_format.h"
 #include "common/byte_size.h"
+#include "gpumux/admin.h"
 
 namespace gpumux {
 

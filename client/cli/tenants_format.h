@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "client/tenant_info.h"
+#include "gpumux/tenant_info.h"
 
 namespace gpumux {
 

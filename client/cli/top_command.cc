@@ -25,7 +25,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/top_view.h"
-#include "client/observer.h"
+#include "gpumux/observer.h"
 
 // Last, and as functions: curses' macros (erase, timeout, ...) would rewrite
 // what follows.

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/device_properties.h"
-#include "client/observer.h"
-#include "client/session_info.h"
+#include "gpumux/device_properties.h"
+#include "gpumux/observer.h"
+#include "gpumux/session_info.h"
 
 namespace gpumux {
 

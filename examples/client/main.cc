@@ -21,7 +21,9 @@
 #include <memory>
 #include <string>
 
-#include "client/client.h"
+#include <gpumux/client.h>
+#include <gpumux/copy.h>
+#include <gpumux/memory.h>
 
 extern char** environ;
 
@@ -38,11 +40,11 @@ int Fail(const char* what, const absl::Status& status) {
 int Import(const std::string& address, const std::string& token) {
   absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
   if (!client.ok()) return Fail("connect", client.status());
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Import(token);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer = gpumux::memory::Import(**client, token);
   if (!buffer.ok()) return Fail("import", buffer.status());
   char text[sizeof(kMessage)] = {};
   absl::StatusOr<gpumux::Event> copied =
-      (*client)->CopyDeviceToHost(text, *buffer, 0, sizeof(text));
+      gpumux::copy::DeviceToHost(**client, text, *buffer, 0, sizeof(text));
   if (!copied.ok()) return Fail("copy to host", copied.status());
   std::printf("imported %llu bytes in session %llu: \"%s\"\n",
               static_cast<unsigned long long>(buffer->size()),
@@ -76,7 +78,8 @@ int RunImporter(const std::string& address, const std::string& token) {
 
 // torch.cuda.memory_stats(0) of this session: the 1 MiB allocation is there.
 int CheckStats(gpumux::Client& client) {
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client.MemoryStats(gpumux::DeviceIndex(0));
+  absl::StatusOr<std::map<std::string, int64_t>> stats =
+      gpumux::memory::MemoryStats(client, gpumux::DeviceIndex(0));
   if (!stats.ok()) return Fail("memory stats", stats.status());
   const int64_t allocated = (*stats)["allocated_bytes.all.current"];
   const int64_t reserved = (*stats)["reserved_bytes.all.current"];
@@ -126,17 +129,17 @@ int main(int argc, char** argv) {
   gpumux::AllocateOptions options;
   options.shareable = true;
   absl::StatusOr<gpumux::DeviceBuffer> buffer =
-      (*client)->Allocate(1 << 20, gpumux::DeviceIndex(0), options);
+      gpumux::memory::Allocate(**client, 1 << 20, gpumux::DeviceIndex(0), options);
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   absl::StatusOr<gpumux::Event> written =
-      (*client)->CopyHostToDevice(*buffer, 0, kMessage, sizeof(kMessage));
+      gpumux::copy::HostToDevice(**client, *buffer, 0, kMessage, sizeof(kMessage));
   if (!written.ok()) return Fail("copy to device", written.status());
   if (absl::Status synced = (*client)->Synchronize(gpumux::DeviceIndex(0)); !synced.ok()) {
     return Fail("synchronize", synced);
   }
 
   // A single-use token the second process redeems for its own reference.
-  absl::StatusOr<std::string> token = (*client)->Share(*buffer);
+  absl::StatusOr<std::string> token = gpumux::memory::Share(**client, *buffer);
   if (!token.ok()) return Fail("share", token.status());
   if (int code = RunImporter(address, *token); code != 0) {
     std::fprintf(stderr, "client_example: the importing process failed (exit %d)\n", code);
@@ -145,7 +148,8 @@ int main(int argc, char** argv) {
 
   if (int code = CheckStats(**client); code != 0) return code;
 
-  absl::StatusOr<std::string> summary = (*client)->MemorySummary(gpumux::DeviceIndex(0));
+  absl::StatusOr<std::string> summary =
+      gpumux::memory::MemorySummary(**client, gpumux::DeviceIndex(0));
   if (!summary.ok()) return Fail("memory summary", summary.status());
   std::printf("%s", summary->c_str());
   if (hold) Hold();

@@ -12,6 +12,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/random.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/dtype.h"
@@ -61,7 +66,7 @@ Buffer::Buffer(ClientPtr owner, DeviceBuffer buffer)
 
 Buffer::~Buffer() {
   Forget(*this);
-  if (!memory.valid() || client->TryFree(memory)) return;
+  if (!memory.valid() || memory::TryFree(*client, memory)) return;
   py::gil_scoped_release unlocked;
   memory = DeviceBuffer();
 }
@@ -80,8 +85,8 @@ void Buffer::Free() {
                      "drop them first"));
   }
   Forget(*this);
-  if (client->TryFree(memory)) return;
-  Unlocked([&] { return client->Free(std::move(memory)); });
+  if (memory::TryFree(*client, memory)) return;
+  Unlocked([&] { return memory::Free(*client, std::move(memory)); });
 }
 
 namespace {
@@ -112,7 +117,7 @@ py::tuple Generate(Buffer& self, const std::string& dtype_name, const Distributi
   options.stream = StreamOf(stream);
   options.wait = true;
   GenerateResult result = Unlocked([&] {
-    return self.client->Generate(memory, offset, dtype, elements, distribution, options);
+    return random::Generate(*self.client, memory, offset, dtype, elements, distribution, options);
   });
   return py::make_tuple(result.seed, result.offset);
 }
@@ -306,7 +311,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           "share",
           [](Buffer& self) {
             const DeviceBuffer& memory = self.Live();
-            return Unlocked([&] { return self.client->Share(memory); });
+            return Unlocked([&] { return memory::Share(*self.client, memory); });
           },
           "A single-use token another process passes to gpumux.import_buffer. The buffer must "
           "have been allocated with shareable=True (FailedPreconditionError otherwise).")
@@ -314,7 +319,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
           "record_stream",
           [](Buffer& self, const StreamHandle& stream) {
             const DeviceBuffer& memory = self.Live();
-            Unlocked([&] { return self.client->RecordStream(memory, stream.stream); });
+            Unlocked([&] { return memory::RecordStream(*self.client, memory, stream.stream); });
           },
           py::arg("stream"), "tensor.record_stream(stream).")
       .def(
@@ -329,8 +334,8 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
               const DeviceBuffer& source = src.cast<Buffer&>().Live();
               uint64_t size = SpanOf(source, src_offset, nbytes);
               Unlocked([&] {
-                return self.client->CopyDeviceToDevice(memory, offset, source, src_offset, size,
-                                                       options);
+                return copy::DeviceToDevice(*self.client, memory, offset, source, src_offset, size,
+                                            options);
               });
               return;
             }
@@ -343,9 +348,9 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
                                                  src_offset, " + ", size));
             }
             Unlocked([&] {
-              return self.client->CopyHostToDevice(
-                  memory, offset, static_cast<const char*>(view.data()) + src_offset, size,
-                  options);
+              return copy::HostToDevice(*self.client, memory, offset,
+                                        static_cast<const char*>(view.data()) + src_offset, size,
+                                        options);
             });
           },
           py::arg("src"), py::arg("offset") = 0, py::arg("src_offset") = 0,
@@ -370,7 +375,7 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             CopyOptions options;
             options.stream = StreamOf(stream);
             Unlocked([&] {
-              return self.client->CopyDeviceToHost(view.data(), memory, offset, size, options);
+              return copy::DeviceToHost(*self.client, view.data(), memory, offset, size, options);
             });
           },
           py::arg("dst"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),
@@ -383,8 +388,9 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             const DeviceBuffer& memory = self.Live();
             uint64_t size = SpanOf(memory, offset, nbytes);
             std::string bytes(size, '\0');
-            Unlocked(
-                [&] { return self.client->CopyDeviceToHost(bytes.data(), memory, offset, size); });
+            Unlocked([&] {
+              return copy::DeviceToHost(*self.client, bytes.data(), memory, offset, size);
+            });
             return py::bytes(bytes);
           },
           py::arg("offset") = 0, py::arg("nbytes") = py::none(), "The bytes, copied out.")
@@ -399,8 +405,8 @@ and DLPack's keep the buffer alive, __cuda_array_interface__ consumers must.
             options.stream = StreamOf(stream);
             options.wait = !non_blocking;
             Unlocked([&] {
-              return self.client->Memset(memory, offset, static_cast<uint8_t>(value), size,
-                                         options);
+              return copy::Memset(*self.client, memory, offset, static_cast<uint8_t>(value), size,
+                                  options);
             });
           },
           py::arg("value"), py::arg("offset") = 0, py::arg("nbytes") = py::none(),

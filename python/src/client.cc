@@ -13,6 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/memory_snapshot.h"
+#include "gpumux/nvtx.h"
+#include "gpumux/random.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/errors.h"
@@ -96,8 +101,8 @@ std::unique_ptr<Buffer> AllocateBuffer(ClientPtr c, const py::handle& size,
   AllocateOptions options;
   options.shareable = shareable;
   if (!stream.is_none()) options.stream = stream.cast<const StreamHandle&>().stream;
-  std::optional<DeviceBuffer> memory = c->TryAllocateCached(nbytes, on, options);
-  if (!memory) memory.emplace(Unlocked([&] { return c->Allocate(nbytes, on, options); }));
+  std::optional<DeviceBuffer> memory = memory::TryAllocateCached(*c, nbytes, on, options);
+  if (!memory) memory.emplace(Unlocked([&] { return memory::Allocate(*c, nbytes, on, options); }));
   return std::make_unique<Buffer>(std::move(c), *std::move(memory));
 }
 
@@ -299,83 +304,87 @@ Event and reference to the Client are gone, or when the process dies.
       .def(
           "import_buffer",
           [](ClientPtr c, const std::string& token) {
-            DeviceBuffer memory = Unlocked([&] { return c->Import(token); });
+            DeviceBuffer memory = Unlocked([&] { return memory::Import(*c, token); });
             return std::make_unique<Buffer>(std::move(c), std::move(memory));
           },
           py::arg("token"))
       .def("ipc_collect",
            [](Client& c) {
-             CollectedMappings collected = Unlocked([&] { return c.IpcCollect(); });
+             CollectedMappings collected = Unlocked([&] { return memory::IpcCollect(c); });
              return py::make_tuple(collected.mappings, collected.bytes);
            })
       .def("memory_stats",
            [](Client& c, int32_t d) {
-             return Unlocked([&] { return c.MemoryStats(DeviceIndex(d)); });
+             return Unlocked([&] { return memory::MemoryStats(c, DeviceIndex(d)); });
            })
       .def("memory_summary",
            [](Client& c, int32_t d, bool abbreviated) {
-             return Unlocked([&] { return c.MemorySummary(DeviceIndex(d), abbreviated); });
+             return Unlocked([&] { return memory::MemorySummary(c, DeviceIndex(d), abbreviated); });
            })
       .def("memory_snapshot",
            [](Client& c, std::optional<int32_t> d) {
-             return SnapshotToPython(Unlocked([&] { return c.MemorySnapshot(OptionalDevice(d)); }));
+             return SnapshotToPython(
+                 Unlocked([&] { return memory::MemorySnapshot(c, OptionalDevice(d)); }));
            })
       .def("reset_peak_memory_stats",
            [](Client& c, int32_t d) {
-             Unlocked([&] { return c.ResetPeakMemoryStats(DeviceIndex(d)); });
+             Unlocked([&] { return memory::ResetPeakMemoryStats(c, DeviceIndex(d)); });
            })
       .def("reset_accumulated_memory_stats",
            [](Client& c, int32_t d) {
-             Unlocked([&] { return c.ResetAccumulatedMemoryStats(DeviceIndex(d)); });
+             Unlocked([&] { return memory::ResetAccumulatedMemoryStats(c, DeviceIndex(d)); });
            })
       .def("empty_cache",
            [](Client& c, std::optional<int32_t> d, bool all_sessions) {
              EmptyCacheOptions options{OptionalDevice(d), all_sessions};
-             ReleasedCache released = Unlocked([&] { return c.EmptyCache(options); });
+             ReleasedCache released = Unlocked([&] { return memory::EmptyCache(c, options); });
              return py::make_tuple(released.released_bytes, released.released_segments);
            })
       .def("set_per_process_memory_fraction",
            [](Client& c, double fraction, int32_t d) {
-             Unlocked([&] { return c.SetPerProcessMemoryFraction(fraction, DeviceIndex(d)); });
+             Unlocked(
+                 [&] { return memory::SetPerProcessMemoryFraction(c, fraction, DeviceIndex(d)); });
            })
       .def("set_memory_limit",
            [](Client& c, uint64_t bytes, int32_t d) {
-             Unlocked([&] { return c.SetMemoryLimit(bytes, DeviceIndex(d)); });
+             Unlocked([&] { return memory::SetMemoryLimit(c, bytes, DeviceIndex(d)); });
            })
       .def("manual_seed",
            [](Client& c, uint64_t seed, std::optional<int32_t> d) {
-             Unlocked([&] { return c.ManualSeed(seed, OptionalDevice(d)); });
+             Unlocked([&] { return random::ManualSeed(c, seed, OptionalDevice(d)); });
            })
       .def("manual_seed_all",
-           [](Client& c, uint64_t seed) { Unlocked([&] { return c.ManualSeedAll(seed); }); })
+           [](Client& c, uint64_t seed) {
+             Unlocked([&] { return random::ManualSeedAll(c, seed); });
+           })
       .def("seed",
            [](Client& c, std::optional<int32_t> d) {
-             return Unlocked([&] { return c.Seed(OptionalDevice(d)); });
+             return Unlocked([&] { return random::Seed(c, OptionalDevice(d)); });
            })
-      .def("seed_all", [](Client& c) { return Unlocked([&] { return c.SeedAll(); }); })
+      .def("seed_all", [](Client& c) { return Unlocked([&] { return random::SeedAll(c); }); })
       .def("initial_seed",
            [](Client& c, std::optional<int32_t> d) {
-             return Unlocked([&] { return c.InitialSeed(OptionalDevice(d)); });
+             return Unlocked([&] { return random::InitialSeed(c, OptionalDevice(d)); });
            })
       .def("get_rng_state",
            [](Client& c, std::optional<int32_t> d) {
-             return py::bytes(Unlocked([&] { return c.GetRngState(OptionalDevice(d)); }));
+             return py::bytes(Unlocked([&] { return random::GetRngState(c, OptionalDevice(d)); }));
            })
       .def("set_rng_state",
            [](Client& c, const std::string& state, std::optional<int32_t> d) {
-             Unlocked([&] { return c.SetRngState(state, OptionalDevice(d)); });
+             Unlocked([&] { return random::SetRngState(c, state, OptionalDevice(d)); });
            })
       .def("get_rng_state_all",
            [](Client& c) {
              py::list states;
-             for (const std::string& state : Unlocked([&] { return c.GetRngStateAll(); })) {
+             for (const std::string& state : Unlocked([&] { return random::GetRngStateAll(c); })) {
                states.append(py::bytes(state));
              }
              return states;
            })
       .def("set_rng_state_all",
            [](Client& c, const std::vector<std::string>& states) {
-             Unlocked([&] { return c.SetRngStateAll(states); });
+             Unlocked([&] { return random::SetRngStateAll(c, states); });
            })
       .def("nvtx_mark",
            [](Client& c, const std::string& message) {

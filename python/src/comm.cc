@@ -1,5 +1,5 @@
 // torch.cuda.comm's native calls (gpumux._C._broadcast, ..., as torch._C's):
-// libgpumux's collectives (client/client.h, client_comm.cc) over tensors the
+// libgpumux's collectives (gpumux/client.h, client_comm.cc) over tensors the
 // Python layer (gpumux/comm.py) has already found in Buffers. A tensor
 // arrives as (buffer or None, offset, dtype name, shape, device); a result
 // leaves as (buffer or None, offset, dtype name, shape, device, owned), its
@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpumux/comm.h"
+#include "gpumux/comm_types.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/dtype.h"
@@ -117,7 +119,8 @@ void BindComm(py::module_& module) {
       [](const ClientPtr& client, py::handle tensor, const std::vector<int64_t>& devices) {
         CallTensors call;
         const TensorRef source = call.Add(tensor);
-        return call.Results(client, Unlocked([&] { return client->Broadcast(source, devices); }));
+        return call.Results(client,
+                            Unlocked([&] { return comm::Broadcast(*client, source, devices); }));
       },
       py::arg("client"), py::arg("tensor"), py::arg("devices"));
   module.def(
@@ -127,7 +130,7 @@ void BindComm(py::module_& module) {
         const TensorRef source = call.Add(tensor);
         const std::vector<TensorRef> outputs = call.AddAll(out);
         return call.Results(client,
-                            Unlocked([&] { return client->BroadcastOut(source, outputs); }));
+                            Unlocked([&] { return comm::BroadcastOut(*client, source, outputs); }));
       },
       py::arg("client"), py::arg("tensor"), py::arg("out"));
   module.def(
@@ -137,7 +140,8 @@ void BindComm(py::module_& module) {
         CallTensors call;
         const std::vector<TensorRef> inputs = call.AddAll(tensors);
         return call.Results(client, Unlocked([&] {
-                              return client->BroadcastCoalesced(inputs, devices, buffer_size);
+                              return comm::BroadcastCoalesced(*client, inputs, devices,
+                                                              buffer_size);
                             }));
       },
       py::arg("client"), py::arg("tensors"), py::arg("devices"), py::arg("buffer_size"));
@@ -147,7 +151,7 @@ void BindComm(py::module_& module) {
         CallTensors call;
         const std::vector<TensorRef> tensors = call.AddAll(inputs);
         return call.Results(client, Unlocked([&] {
-                              return client->ReduceAdd(tensors, OptionalDevice(destination));
+                              return comm::ReduceAdd(*client, tensors, OptionalDevice(destination));
                             }));
       },
       py::arg("client"), py::arg("inputs"), py::arg("destination"));
@@ -160,8 +164,8 @@ void BindComm(py::module_& module) {
         for (py::handle list : py::reinterpret_borrow<py::iterable>(inputs))
           lists.push_back(call.AddAll(list));
         return call.Results(client, Unlocked([&] {
-                              return client->ReduceAddCoalesced(lists, OptionalDevice(destination),
-                                                                buffer_size);
+                              return comm::ReduceAddCoalesced(
+                                  *client, lists, OptionalDevice(destination), buffer_size);
                             }));
       },
       py::arg("client"), py::arg("inputs"), py::arg("destination"), py::arg("buffer_size"));
@@ -173,7 +177,8 @@ void BindComm(py::module_& module) {
         const TensorRef source = call.Add(tensor);
         const std::vector<std::optional<Stream>> chosen = ChunkStreams(streams);
         return call.Results(client, Unlocked([&] {
-                              return client->Scatter(source, devices, chunk_sizes, dim, chosen);
+                              return comm::Scatter(*client, source, devices, chunk_sizes, dim,
+                                                   chosen);
                             }));
       },
       py::arg("client"), py::arg("tensor"), py::arg("devices"), py::arg("chunk_sizes"),
@@ -186,8 +191,9 @@ void BindComm(py::module_& module) {
         const TensorRef source = call.Add(tensor);
         const std::vector<TensorRef> outputs = call.AddAll(out);
         const std::vector<std::optional<Stream>> chosen = ChunkStreams(streams);
-        return call.Results(
-            client, Unlocked([&] { return client->ScatterOut(source, outputs, dim, chosen); }));
+        return call.Results(client, Unlocked([&] {
+                              return comm::ScatterOut(*client, source, outputs, dim, chosen);
+                            }));
       },
       py::arg("client"), py::arg("tensor"), py::arg("out"), py::arg("dim"), py::arg("streams"));
   module.def(
@@ -197,7 +203,8 @@ void BindComm(py::module_& module) {
         CallTensors call;
         const std::vector<TensorRef> inputs = call.AddAll(tensors);
         return call.Results(client, Unlocked([&] {
-                              return client->Gather(inputs, dim, OptionalDevice(destination));
+                              return comm::Gather(*client, inputs, dim,
+                                                  OptionalDevice(destination));
                             }));
       },
       py::arg("client"), py::arg("tensors"), py::arg("dim"), py::arg("destination"));
@@ -208,7 +215,8 @@ void BindComm(py::module_& module) {
         const std::vector<TensorRef> inputs = call.AddAll(tensors);
         HostView view(dst, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE);
         return call.Results(client, Unlocked([&] {
-                              return client->GatherToHost(inputs, view.data(), view.size(), dim);
+                              return comm::GatherToHost(*client, inputs, view.data(), view.size(),
+                                                        dim);
                             }));
       },
       py::arg("client"), py::arg("tensors"), py::arg("dst"), py::arg("dim"),
@@ -220,8 +228,8 @@ void BindComm(py::module_& module) {
         CallTensors call;
         const std::vector<TensorRef> inputs = call.AddAll(tensors);
         const TensorRef output = call.Add(out);
-        return call.Results(client,
-                            Unlocked([&] { return client->GatherOut(inputs, output, dim); }));
+        return call.Results(
+            client, Unlocked([&] { return comm::GatherOut(*client, inputs, output, dim); }));
       },
       py::arg("client"), py::arg("tensors"), py::arg("out"), py::arg("dim"));
 }

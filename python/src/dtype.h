@@ -2,11 +2,11 @@
 
 // Element types by name, as the binding takes and gives them: torch's and
 // numpy's names ("float32", "float", "half", ...) for gpumux's Dtype. Sizes
-// are client/random_options.h's DtypeSize.
+// are gpumux/random_options.h's DtypeSize.
 
 #include <string>
 
-#include "client/random_options.h"
+#include "gpumux/random_options.h"
 
 namespace gpumux::python {
 

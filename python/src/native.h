@@ -9,7 +9,9 @@
 #include <memory>
 #include <optional>
 
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory_snapshot.h"
 #include "pybind11/pybind11.h"
 
 namespace gpumux::python {
@@ -35,14 +37,14 @@ struct Buffer {
   Buffer(ClientPtr owner, DeviceBuffer buffer);
   // Frees the memory (as `del` of a torch tensor does): at once, with the
   // GIL held, where the local cache takes the block back without waiting
-  // (Client::TryFree); otherwise queued, without the GIL.
+  // (memory::TryFree); otherwise queued, without the GIL.
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   // The valid DeviceBuffer, or ValueError "the buffer was freed".
   const DeviceBuffer& Live() const;
-  // Frees the memory now (Client::Free) unless views export it: BufferError.
+  // Frees the memory now (memory::Free) unless views export it: BufferError.
   void Free();
 };
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "client/observer.h"
+#include "gpumux/observer.h"
 #include "pybind11/pybind11.h"
 #include "pybind11/stl.h"
 #include "python/src/native.h"

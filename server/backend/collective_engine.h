@@ -26,10 +26,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/ids.h"
-#include "common/reduce_op.h"
 #include "common/rng_fill.h"
 #include "common/segment_source.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/reduce_op.h"
 
 namespace gpumux {
 

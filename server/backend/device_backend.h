@@ -17,10 +17,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/ids.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "common/segment_source.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/collective_engine.h"
 
 namespace gpumux {

@@ -24,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/ids.h"
-#include "common/sealed_memory.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/sealed_memory.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 

@@ -32,7 +32,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "allocator/caching_allocator.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {

@@ -35,10 +35,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/ids.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "common/tensor_chunks.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"

@@ -32,8 +32,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
-#include "common/profile_data.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/profile_data.h"
 #include "server/backend/device_backend.h"
 
 namespace gpumux {

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "allocator/caching_allocator.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/core/client_queries.h"
 #include "server/core/memory_manager.h"
 

@@ -34,9 +34,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/collective_engine.h"
 #include "server/core/rendezvous_store.h"
 

@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
-#include "common/profile_data.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/profile_data.h"
 #include "server/core/device_profiler.h"
 #include "server/core/session_registry.h"
 

@@ -24,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/nvtx_sink.h"
 
 namespace gpumux {

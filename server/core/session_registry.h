@@ -21,7 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/notice_sink.h"
 #include "server/core/tenant_shares.h"

@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/backend/memory_file_table.h"
 

@@ -25,10 +25,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/ids.h"
 #include "common/memory_stats.h"
-#include "common/sealed_memory.h"
 #include "common/stats_page.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/sealed_memory.h"
 #include "server/backend/memory_file_table.h"
 
 namespace gpumux {

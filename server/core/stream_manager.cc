@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/device_range.h"
-#include "common/sealed_memory.h"
 #include "common/status_macros.h"
+#include "gpumux/common/sealed_memory.h"
 #include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"
 

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/device_profiler.h"
 #include "server/core/limit_refusal.h"

@@ -22,7 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

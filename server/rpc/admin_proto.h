@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "allocator/caching_allocator.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "gpumux/v1/admin.pb.h"
 
 namespace gpumux {

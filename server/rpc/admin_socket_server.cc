@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 #include "grpcpp/server_posix.h"
 #include "server/rpc/unix_listener.h"
 #include "spdlog/spdlog.h"

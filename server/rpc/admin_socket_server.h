@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 #include "grpcpp/server.h"
 
 namespace gpumux {

@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/fd_passing.h"
 #include "common/memory_socket.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 #include "server/rpc/unix_listener.h"
 #include "spdlog/spdlog.h"
 

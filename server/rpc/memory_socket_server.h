@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 #include "server/backend/memory_file_table.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/session_registry.h"

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/core/device_profiler.h"

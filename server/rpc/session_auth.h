@@ -4,7 +4,7 @@
 // against the session registry.
 
 #include "absl/status/statusor.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "grpcpp/server_context.h"
 #include "server/core/session_registry.h"
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux {
 

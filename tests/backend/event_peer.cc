@@ -1,6 +1,6 @@
 // event_peer: records, completes, queries and waits on host-backend
 // interprocess events from a separate process, as a client does, through
-// common/host_ipc_event.h alone. event_peer.h describes the protocol.
+// gpumux/common/host_ipc_event.h alone. event_peer.h describes the protocol.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
-#include "common/host_ipc_event.h"
+#include "gpumux/common/host_ipc_event.h"
 #include "tests/backend/event_peer.h"
 #include "tests/backend/segment_peer.h"
 

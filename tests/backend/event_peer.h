@@ -2,7 +2,7 @@
 
 // The protocol between the host backend tests and event_peer, a helper
 // program that uses interprocess events the way a client does: through
-// common/host_ipc_event.h only, with no daemon. The test starts it with pipes
+// gpumux/common/host_ipc_event.h only, with no daemon. The test starts it with pipes
 // on its stdin and stdout (EventPeer below), handing it memory files as
 // inherited descriptors (as a client receives them from the memory socket),
 // and drives it line by line:

@@ -1,10 +1,10 @@
-// HostIpcEvent (common/host_ipc_event.h) on its own, and the host backend's
+// HostIpcEvent (gpumux/common/host_ipc_event.h) on its own, and the host backend's
 // interprocess events used from real child processes (event_peer) that see
 // nothing but the event's memory file (inherited, as a client receives it
 // from the memory socket), including children killed between recording an
 // event and completing it (abandoned records).
 
-#include "common/host_ipc_event.h"
+#include "gpumux/common/host_ipc_event.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,7 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "client/observer.h"
+#include "gpumux/observer.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
 #include "tests/support/raw_session.h"

@@ -15,8 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "client/client.h"
-#include "client/nvtx.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/nvtx.h"
+#include "gpumux/random.h"
+#include "gpumux/random_options.h"
 
 namespace {
 
@@ -57,7 +63,7 @@ int Run(const char* address, uint64_t seed) {
         if (!streams.empty() && pick(4) == 0 && streams.front().device() == device)
           allocate.stream = streams.front();
         absl::StatusOr<DeviceBuffer> b =
-            client.Allocate(sizes[pick(5)] + pick(512), device, allocate);
+            gpumux::memory::Allocate(client, sizes[pick(5)] + pick(512), device, allocate);
         if (b.ok()) buffers.push_back(std::move(*b));
         break;
       }
@@ -68,9 +74,9 @@ int Run(const char* address, uint64_t seed) {
         break;
       case 5:
         if (buffer != nullptr) {
-          absl::StatusOr<std::string> token = client.Share(*buffer);
+          absl::StatusOr<std::string> token = gpumux::memory::Share(client, *buffer);
           if (token.ok() && pick(2) == 0) {
-            absl::StatusOr<DeviceBuffer> imported = client.Import(*token);
+            absl::StatusOr<DeviceBuffer> imported = gpumux::memory::Import(client, *token);
             if (imported.ok()) buffers.push_back(std::move(*imported));
           }
         }
@@ -109,7 +115,8 @@ int Run(const char* address, uint64_t seed) {
       case 8:
         if (buffer != nullptr && !streams.empty()) {
           const gpumux::Stream& s = streams[pick(streams.size())];
-          if (s.device() == buffer->device()) (void)client.RecordStream(*buffer, s);
+          if (s.device() == buffer->device())
+            (void)gpumux::memory::RecordStream(client, *buffer, s);
         }
         break;
       case 9:
@@ -118,8 +125,8 @@ int Run(const char* address, uint64_t seed) {
           gpumux::CopyOptions copy;
           copy.wait = pick(2) == 0;
           const uint64_t n = std::min<uint64_t>(buffer->size(), pick(2) == 0 ? 4096 : host.size());
-          (void)client.CopyHostToDevice(*buffer, 0, host.data(), n, copy);
-          if (pick(2) == 0) (void)client.CopyDeviceToHost(host.data(), *buffer, 0, n);
+          (void)gpumux::copy::HostToDevice(client, *buffer, 0, host.data(), n, copy);
+          if (pick(2) == 0) (void)gpumux::copy::DeviceToHost(client, host.data(), *buffer, 0, n);
         }
         break;
       case 11:
@@ -127,20 +134,21 @@ int Run(const char* address, uint64_t seed) {
           gpumux::CopyOptions copy;
           if (!streams.empty() && streams.back().device() == buffer->device())
             copy.stream = streams.back();
-          (void)client.Memset(*buffer, 0, static_cast<uint8_t>(pick(256)), buffer->size(), copy);
+          (void)gpumux::copy::Memset(client, *buffer, 0, static_cast<uint8_t>(pick(256)),
+                                     buffer->size(), copy);
         }
         break;
       case 12:
         if (buffer != nullptr && buffers.size() > 1) {
           const DeviceBuffer& other = buffers[pick(buffers.size())];
-          (void)client.CopyDeviceToDevice(*buffer, 0, other, 0,
-                                          std::min(buffer->size(), other.size()));
+          (void)gpumux::copy::DeviceToDevice(client, *buffer, 0, other, 0,
+                                             std::min(buffer->size(), other.size()));
         }
         break;
       case 13:
         if (buffer != nullptr) {
-          (void)client.Generate(*buffer, 0, gpumux::Dtype::kFloat32, buffer->size() / 4,
-                                gpumux::Normal{0, 1});
+          (void)gpumux::random::Generate(client, *buffer, 0, gpumux::Dtype::kFloat32,
+                                         buffer->size() / 4, gpumux::Normal{0, 1});
         }
         break;
       case 14:
@@ -154,7 +162,7 @@ int Run(const char* address, uint64_t seed) {
         if (pick(4) == 0) {
           (void)client.Synchronize(device);
         } else {
-          (void)client.MemoryStats(device);
+          (void)gpumux::memory::MemoryStats(client, device);
         }
         break;
     }

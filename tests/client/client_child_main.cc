@@ -13,7 +13,10 @@
 #include <string>
 
 #include "absl/strings/escaping.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/memory.h"
 #include "tests/support/test_pattern.h"
 
 namespace {
@@ -35,7 +38,7 @@ int WaitCopy(char** argv) {
   if (!client.ok()) return Fail("connect", client.status());
   gpumux::Client& c = **client;
   const uint64_t size = std::strtoull(argv[5], nullptr, 10);
-  auto shared = c.Import(argv[4]);
+  auto shared = gpumux::memory::Import(c, argv[4]);
   if (!shared.ok()) return Fail("import", shared.status());
   auto event = c.OpenEventIpcHandle(DeviceIndex(0), absl::HexStringToBytes(argv[3]));
   if (!event.ok()) return Fail("open event", event.status());
@@ -45,17 +48,18 @@ int WaitCopy(char** argv) {
   auto stream = c.CreateStream(DeviceIndex(0));
   if (!stream.ok()) return Fail("stream", stream.status());
   if (auto status = stream->WaitEvent(*event); !status.ok()) return Fail("wait", status);
-  auto own = c.Allocate(size, DeviceIndex(0));
+  auto own = gpumux::memory::Allocate(c, size, DeviceIndex(0));
   if (!own.ok()) return Fail("allocate", own.status());
   gpumux::CopyOptions options;
   options.stream = *stream;
-  if (auto copied = c.CopyDeviceToDevice(*own, 0, *shared, 0, size, options); !copied.ok()) {
+  if (auto copied = gpumux::copy::DeviceToDevice(c, *own, 0, *shared, 0, size, options);
+      !copied.ok()) {
     return Fail("copy", copied.status());
   }
   Say("queued");
   if (auto status = stream->Synchronize(); !status.ok()) return Fail("synchronize", status);
   std::string bytes(size, '\0');
-  if (auto read = c.CopyDeviceToHost(bytes.data(), *own, 0, size); !read.ok()) {
+  if (auto read = gpumux::copy::DeviceToHost(c, bytes.data(), *own, 0, size); !read.ok()) {
     return Fail("read", read.status());
   }
   const size_t mismatch = gpumux::testing::FirstPatternMismatch(

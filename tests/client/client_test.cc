@@ -3,7 +3,7 @@
 // see them), segment mapping and release notices, sharing, limits, statistics
 // and failure paths, including daemons that are gone or never answer.
 
-#include "client/client.h"
+#include "gpumux/client.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -20,7 +20,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/client_testing.h"
 #include "gmock/gmock.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/memory_snapshot.h"
 #include "gtest/gtest.h"
 #include "spdlog/sinks/ringbuffer_sink.h"
 #include "spdlog/spdlog.h"
@@ -130,7 +134,7 @@ TEST_F(ClientTest, ConnectOpensASessionAsRequestedAndUsesItsCredentials) {
 
   // Session-bound calls are UNAUTHENTICATED without the secret the daemon handed out.
   EXPECT_OK(trainer->Ping());
-  EXPECT_OK(trainer->MemoryAllocated());
+  EXPECT_OK(memory::MemoryAllocated(*trainer));
 }
 
 TEST_F(ClientTest, ClientNameDefaultsToTheProcessNameAndTenantToTheSession) {
@@ -242,8 +246,8 @@ TEST(ClientConnectTest, ConnectReportsTheDaemonsRefusal) {
 // Pinned: it reads the daemon's Allocate answers (segment handles) off the wire.
 TEST_F(DaemonAllocationTest, AllocationsShareOneMappingOfTheirSegment) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> a = client().Allocate(1000);
-  absl::StatusOr<DeviceBuffer> b = client().Allocate(100, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> a = memory::Allocate(client(), 1000);
+  absl::StatusOr<DeviceBuffer> b = memory::Allocate(client(), 100, DeviceIndex(0));
   ASSERT_OK(a);
   ASSERT_OK(b);
   EXPECT_EQ(a->size(), 1000u);
@@ -251,7 +255,7 @@ TEST_F(DaemonAllocationTest, AllocationsShareOneMappingOfTheirSegment) {
   EXPECT_EQ(a->device(), DeviceIndex(0));
   EXPECT_EQ(a->segment_id(), b->segment_id());
   EXPECT_NE(a->offset(), b->offset());
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 1u);
   ASSERT_NE(a->data(), nullptr);
   ASSERT_NE(b->data(), nullptr);
   EXPECT_EQ(static_cast<char*>(b->data()) - static_cast<char*>(a->data()),
@@ -283,12 +287,12 @@ TEST_F(DaemonAllocationTest, AllocationsShareOneMappingOfTheirSegment) {
 // Pinned: frees riding on Allocate calls are daemon-side allocation's wire traffic.
 TEST_F(DaemonAllocationWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> a = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> a = memory::Allocate(client(), 512);
   ASSERT_OK(a);
   const uint64_t a_id = a->id().value();
   { DeviceBuffer dropped = std::move(a).value(); }
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));  // only queued
-  ASSERT_OK(client().Allocate(512));  // dropped at once, queued again
+  ASSERT_OK(memory::Allocate(client(), 512));  // dropped at once, queued again
   EXPECT_THAT(CarriedFrees(wire, client()), ElementsAre(IsEmpty(), ElementsAre(a_id)));
   EXPECT_THAT(FreeCalls(wire, client()), IsEmpty());
   // `a` is gone; the new one is queued.
@@ -296,16 +300,16 @@ TEST_F(DaemonAllocationWithManualFreesTest, DroppedBufferRidesOnTheNextAllocate)
 }
 
 TEST_F(ClientWithManualFreesTest, StatsReflectDroppedBuffersAtOnce) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1000);
   ASSERT_OK(buffer);
   std::memset(buffer->data(), 0xab, buffer->size());
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(1024));
-  client().Release(std::move(buffer).value());
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(1024));
+  memory::Release(client(), std::move(buffer).value());
   // torch: after `del x`, memory_allocated() drops.
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
-  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(1024));
-  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client()), IsOkAndHolds(1024));
+  EXPECT_THAT(memory::MemoryReserved(client()), IsOkAndHolds(int64_t{kSmallSegment}));  // cached
+  absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(client());
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 1);
   EXPECT_EQ(stats->at("allocation.all.freed"), 1);
@@ -314,12 +318,12 @@ TEST_F(ClientWithManualFreesTest, StatsReflectDroppedBuffersAtOnce) {
 // Pinned: which call carries a daemon allocation's free is wire traffic.
 TEST_F(DaemonAllocationWithManualFreesTest, AStatsCallSendsTheQueuedFreesFirst) {
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1000);
   ASSERT_OK(buffer);
   const uint64_t id = buffer->id().value();
-  client().Release(std::move(buffer).value());
+  memory::Release(client(), std::move(buffer).value());
   EXPECT_THAT(FreeCalls(wire, client()), IsEmpty());
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(0));
   EXPECT_THAT(FreeCalls(wire, client()), ElementsAre(ElementsAre(id)));
 }
 
@@ -329,7 +333,7 @@ TEST_F(DaemonAllocationTest, BackgroundFlusherSendsFreesWithoutFurtherCalls) {
   RpcRecorder wire;
   uint64_t id;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4096);
     ASSERT_OK(buffer);
     id = buffer->id().value();
   }
@@ -344,13 +348,13 @@ TEST_F(DaemonAllocationWithManualFreesTest, BurstOfDropsBecomesOneFreeCall) {
   RpcRecorder wire;
   std::vector<DeviceBuffer> buffers;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
     ASSERT_OK(buffer);
     buffers.push_back(std::move(buffer).value());
   }
   buffers.clear();
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(5u));
-  EXPECT_OK(client().FlushFrees());
+  EXPECT_OK(memory::FlushFrees(client()));
   std::vector<std::vector<uint64_t>> frees = FreeCalls(wire, client());
   ASSERT_EQ(frees.size(), 1u);
   EXPECT_EQ(frees[0].size(), 5u);
@@ -358,28 +362,28 @@ TEST_F(DaemonAllocationWithManualFreesTest, BurstOfDropsBecomesOneFreeCall) {
 }
 
 TEST_F(ClientWithManualFreesTest, FreeIsSynchronousAndReportsTheDaemonsAnswer) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
   ASSERT_OK(buffer);
-  EXPECT_OK(client().Free(std::move(buffer).value()));
+  EXPECT_OK(memory::Free(client(), std::move(buffer).value()));
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
-  EXPECT_THAT(client().Free(DeviceBuffer()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(memory::Free(client(), DeviceBuffer()), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(ClientWithManualFreesTest, FreeRejectsAnotherClientsBufferAndReleasesItToItsOwn) {
   Client* a = &client();
   auto b = ConnectAnother(ManualFrees());
   ASSERT_NE(b, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = a->Allocate(512);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*a, 512);
   ASSERT_OK(buffer);
-  EXPECT_THAT(b->Free(std::move(buffer).value()),
+  EXPECT_THAT(memory::Free(*b, std::move(buffer).value()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
-  EXPECT_OK(a->FlushFrees());
+  EXPECT_OK(memory::FlushFrees(*a));
   EXPECT_THAT(daemon().LiveAllocations(a->session_id()), Optional(0u));
 }
 
 TEST_F(ClientWithManualFreesTest, MovingABufferTransfersOwnership) {
-  absl::StatusOr<DeviceBuffer> first = client().Allocate(512);
-  absl::StatusOr<DeviceBuffer> second = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> first = memory::Allocate(client(), 512);
+  absl::StatusOr<DeviceBuffer> second = memory::Allocate(client(), 512);
   ASSERT_OK(first);
   ASSERT_OK(second);
   const AllocationId first_id = first->id();
@@ -394,19 +398,19 @@ TEST_F(ClientWithManualFreesTest, MovingABufferTransfersOwnership) {
   // Assigning over a live buffer frees what it held.
   owner = std::move(second).value();
   EXPECT_EQ(owner.id(), second_id);
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(512));
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(512));
   std::memset(owner.data(), 1, 512);
 }
 
 TEST_F(ClientTest, AllocateErrorsCarryTheDaemonsCodeAndMessage) {
   // The daemon has 2 devices of 64 MiB.
-  EXPECT_THAT(client().Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().Allocate(512, DeviceIndex(9)),
+  EXPECT_THAT(memory::Allocate(client(), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(memory::Allocate(client(), 512, DeviceIndex(9)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "device 9 is out of range: this daemon has 2 devices (0..1)"));
-  absl::StatusOr<DeviceBuffer> big = client().Allocate(uint64_t{48} << 20);
+  absl::StatusOr<DeviceBuffer> big = memory::Allocate(client(), uint64_t{48} << 20);
   ASSERT_OK(big);
-  EXPECT_THAT(client().Allocate(uint64_t{32} << 20),
+  EXPECT_THAT(memory::Allocate(client(), uint64_t{32} << 20),
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
 }
 
@@ -420,11 +424,12 @@ TEST_F(DaemonAllocationWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotL
   // sends them again on its own.
   uint64_t first;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
     ASSERT_OK(buffer);
     first = buffer->id().value();
   }
-  EXPECT_THAT(client().Allocate(512, DeviceIndex(9)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(memory::Allocate(client(), 512, DeviceIndex(9)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(daemon().LiveAllocations(session), Optional(0u));
   std::vector<RecordedCall> frees = wire.Calls(session, "Memory/Free");
   ASSERT_THAT(frees, SizeIs(1));
@@ -432,15 +437,15 @@ TEST_F(DaemonAllocationWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotL
 
   // Out of memory comes after the daemon applied them: the resend's NOT_FOUND
   // says so and is swallowed.
-  absl::StatusOr<DeviceBuffer> big = client().Allocate(uint64_t{48} << 20);
+  absl::StatusOr<DeviceBuffer> big = memory::Allocate(client(), uint64_t{48} << 20);
   ASSERT_OK(big);
   uint64_t second;
   {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
     ASSERT_OK(buffer);
     second = buffer->id().value();
   }
-  EXPECT_THAT(client().Allocate(uint64_t{32} << 20),
+  EXPECT_THAT(memory::Allocate(client(), uint64_t{32} << 20),
               StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(daemon().LiveAllocations(session), Optional(1u));  // just `big`
   frees = wire.Calls(session, "Memory/Free");
@@ -448,7 +453,7 @@ TEST_F(DaemonAllocationWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotL
   EXPECT_EQ(frees[1].code, grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(CarriedFrees(wire, client()), ElementsAre(IsEmpty(), ElementsAre(first), IsEmpty(),
                                                         IsEmpty(), ElementsAre(second)));
-  EXPECT_OK(client().FlushFrees());  // nothing left queued
+  EXPECT_OK(memory::FlushFrees(client()));  // nothing left queued
   EXPECT_THAT(wire.Calls(session, "Memory/Free"), SizeIs(2));
 }
 
@@ -456,51 +461,51 @@ TEST_F(DaemonAllocationWithManualFreesTest, FreesCarriedOnAFailedAllocateAreNotL
 
 TEST_F(ClientWithManualFreesTest, EmptyCacheReleasesAndUnmapsUnusedSegments) {
   {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
     ASSERT_OK(buffer);
   }
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
-  absl::StatusOr<ReleasedCache> released = client().EmptyCache();
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 1u);
+  absl::StatusOr<ReleasedCache> released = memory::EmptyCache(client());
   ASSERT_OK(released);
   // The queued free went first, so the segment was unused.
   EXPECT_EQ(released->released_segments, 1u);
   EXPECT_EQ(released->released_bytes, kSmallSegment);
   // The daemon's SegmentReleased notice unmaps it.
-  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 0; }));
-  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(0));
+  EXPECT_TRUE(Eventually([&] { return gpumux::MappedSegmentCountForTest(client()) == 0; }));
+  EXPECT_THAT(memory::MemoryReserved(client()), IsOkAndHolds(0));
 }
 
 // Pinned: notices and an operator's empty-cache release daemon-side segments; a local
 // client's cached leases only the client returns (no pressure protocol yet).
 TEST_F(DaemonAllocationTest, SegmentReleasedNoticesUnmapOnlyTheReleasedSegment) {
   for (DeviceIndex device : {DeviceIndex(0), DeviceIndex(1)}) {
-    absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, device);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512, device);
     ASSERT_OK(buffer);
   }
-  ASSERT_OK(client().FlushFrees());
-  ASSERT_EQ(client().MappedSegmentCountForTest(), 2u);
+  ASSERT_OK(memory::FlushFrees(client()));
+  ASSERT_EQ(gpumux::MappedSegmentCountForTest(client()), 2u);
 
   EmptyCacheOptions device_one;
   device_one.device = DeviceIndex(1);
-  ASSERT_THAT(client().EmptyCache(device_one),
+  ASSERT_THAT(memory::EmptyCache(client(), device_one),
               IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
-  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 1; }));
+  EXPECT_TRUE(Eventually([&] { return gpumux::MappedSegmentCountForTest(client()) == 1; }));
   // Device 0's segment is still mapped and usable.
-  absl::StatusOr<DeviceBuffer> again = client().Allocate(512, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> again = memory::Allocate(client(), 512, DeviceIndex(0));
   ASSERT_OK(again);
   static_cast<char*>(again->data())[0] = 1;
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
-  client().Release(std::move(again).value());
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 1u);
+  memory::Release(client(), std::move(again).value());
 
   // An operator's empty-cache from another session releases this one's too.
   auto operator_client = ConnectAnother();
   ASSERT_NE(operator_client, nullptr);
-  ASSERT_OK(client().FlushFrees());
+  ASSERT_OK(memory::FlushFrees(client()));
   EmptyCacheOptions everyone;
   everyone.all_sessions = true;
-  ASSERT_THAT(operator_client->EmptyCache(everyone),
+  ASSERT_THAT(memory::EmptyCache(*operator_client, everyone),
               IsOkAndHolds(::testing::Field(&ReleasedCache::released_segments, 1u)));
-  EXPECT_TRUE(Eventually([&] { return client().MappedSegmentCountForTest() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return gpumux::MappedSegmentCountForTest(client()) == 0; }));
 }
 
 // --- Sharing -------------------------------------------------------------------
@@ -511,25 +516,27 @@ TEST_F(ClientTest, ImportedBufferIsTheSameMemory) {
   ASSERT_NE(consumer, nullptr);
   AllocateOptions shareable;
   shareable.shareable = true;
-  absl::StatusOr<DeviceBuffer> original = producer->Allocate(4096, DeviceIndex(0), shareable);
+  absl::StatusOr<DeviceBuffer> original =
+      memory::Allocate(*producer, 4096, DeviceIndex(0), shareable);
   ASSERT_OK(original);
   std::memcpy(original->data(), "weights", 7);
 
-  absl::StatusOr<std::string> token = producer->Share(*original);
+  absl::StatusOr<std::string> token = memory::Share(*producer, *original);
   ASSERT_OK(token);
-  absl::StatusOr<DeviceBuffer> imported = consumer->Import(*token);
+  absl::StatusOr<DeviceBuffer> imported = memory::Import(*consumer, *token);
   ASSERT_OK(imported);
   EXPECT_EQ(imported->size(), 4096u);
   EXPECT_EQ(std::string(static_cast<char*>(imported->data()), 7), "weights");
   std::memcpy(imported->data(), "WEIGHTS", 7);
   EXPECT_EQ(std::string(static_cast<char*>(original->data()), 7), "WEIGHTS");
   // Tokens are single-use.
-  EXPECT_THAT(consumer->Import(*token), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(consumer->Import("no-such-token"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(memory::Import(*consumer, *token), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(memory::Import(*consumer, "no-such-token"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 
-  absl::StatusOr<DeviceBuffer> plain = producer->Allocate(512);
+  absl::StatusOr<DeviceBuffer> plain = memory::Allocate(*producer, 512);
   ASSERT_OK(plain);
-  EXPECT_THAT(producer->Share(*plain), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(memory::Share(*producer, *plain), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 // --- The session's life --------------------------------------------------------
@@ -539,10 +546,10 @@ TEST_F(DaemonAllocationWithManualFreesTest,
        DestroyingTheClientFreesQueuedBuffersAndEndsTheSession) {
   const SessionId session = client().session_id();
   RpcRecorder wire;
-  absl::StatusOr<DeviceBuffer> kept = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> kept = memory::Allocate(client(), 512);
   ASSERT_OK(kept);
   const uint64_t kept_id = kept->id().value();
-  client().Release(std::move(kept).value());
+  memory::Release(client(), std::move(kept).value());
   EXPECT_THAT(daemon().LiveAllocations(session), Optional(1u));
   DisconnectClient();
   // The queued free was sent, and applied, before the session ended.
@@ -557,10 +564,10 @@ TEST_F(DaemonAllocationWithManualFreesTest,
 
 TEST_F(ClientTest, CallsFailUnavailableOnceTheDaemonIsGone) {
   daemon().Shutdown();
-  EXPECT_THAT(client().MemoryAllocated(),
+  EXPECT_THAT(memory::MemoryAllocated(client()),
               StatusIs(absl::StatusCode::kUnavailable,
                        StartsWith("cannot reach gpumuxd at " + daemon().address() + ": ")));
-  EXPECT_THAT(client().Allocate(512),
+  EXPECT_THAT(memory::Allocate(client(), 512),
               StatusIs(absl::StatusCode::kUnavailable, StartsWith("cannot reach gpumuxd at ")));
   EXPECT_THAT(client().DeviceCount(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(client().Ping(), StatusIs(absl::StatusCode::kUnavailable));
@@ -585,13 +592,13 @@ class WarningCapture {
 };
 
 TEST_F(ClientTest, ASessionOfARestartedDaemonSaysSoAndEndsQuietly) {
-  absl::StatusOr<DeviceBuffer> kept = client().Allocate(512);
+  absl::StatusOr<DeviceBuffer> kept = memory::Allocate(client(), 512);
   ASSERT_OK(kept);
   daemon().Restart();
   const std::string restarted = "ended (the daemon restarted): reconnect";
-  EXPECT_THAT(client().Allocate(512),
+  EXPECT_THAT(memory::Allocate(client(), 512),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
-  EXPECT_THAT(client().MemoryAllocated(),
+  EXPECT_THAT(memory::MemoryAllocated(client()),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
   EXPECT_THAT(client().Ping(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr(restarted)));
   WarningCapture warnings;
@@ -607,10 +614,10 @@ TEST_F(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoesAndCapsTheSession)
   // The daemon has 2 devices of 64 MiB.
   const SessionId session = client().session_id();
   RpcRecorder wire;
-  EXPECT_THAT(client().SetPerProcessMemoryFraction(1.5),
+  EXPECT_THAT(memory::SetPerProcessMemoryFraction(client(), 1.5),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: 1.5. Allowed range: 0~1"));
-  EXPECT_THAT(client().SetPerProcessMemoryFraction(-0.25, DeviceIndex(1)),
+  EXPECT_THAT(memory::SetPerProcessMemoryFraction(client(), -0.25, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Invalid fraction value: -0.25. Allowed range: 0~1"));
   EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), IsEmpty());
@@ -622,15 +629,15 @@ TEST_F(ClientTest, MemoryFractionIsCheckedLocallyAsPyTorchDoesAndCapsTheSession)
                ? info->devices(device).memory_limit_bytes()
                : ~uint64_t{0};
   };
-  EXPECT_OK(client().SetPerProcessMemoryFraction(0.25, DeviceIndex(1)));
+  EXPECT_OK(memory::SetPerProcessMemoryFraction(client(), 0.25, DeviceIndex(1)));
   EXPECT_EQ(limit(1), uint64_t{16} << 20);
-  EXPECT_THAT(client().Allocate(uint64_t{32} << 20, DeviceIndex(1)),
+  EXPECT_THAT(memory::Allocate(client(), uint64_t{32} << 20, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kResourceExhausted, StartsWith("CUDA out of memory.")));
-  EXPECT_OK(client().SetMemoryLimit(1 << 20));
+  EXPECT_OK(memory::SetMemoryLimit(client(), 1 << 20));
   EXPECT_EQ(limit(0), uint64_t{1} << 20);
-  EXPECT_OK(client().SetMemoryLimit(0, DeviceIndex(1)));
+  EXPECT_OK(memory::SetMemoryLimit(client(), 0, DeviceIndex(1)));
   EXPECT_EQ(limit(1), 0u);
-  EXPECT_OK(client().Allocate(uint64_t{32} << 20, DeviceIndex(1)).status());
+  EXPECT_OK(memory::Allocate(client(), uint64_t{32} << 20, DeviceIndex(1)).status());
   EXPECT_THAT(wire.Calls(session, "Memory/SetMemoryLimit"), SizeIs(3));
 }
 
@@ -653,20 +660,22 @@ TEST_F(ClientTest, DeviceQueries) {
 }
 
 TEST_F(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1000, DeviceIndex(1));
   ASSERT_OK(buffer);
 
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats(DeviceIndex(1));
+  absl::StatusOr<std::map<std::string, int64_t>> stats =
+      memory::MemoryStats(client(), DeviceIndex(1));
   ASSERT_OK(stats);
   EXPECT_EQ(stats->size(), 122u);  // PyTorch's keys
   EXPECT_EQ(stats->at("allocated_bytes.all.current"), 1024);
-  EXPECT_THAT(client().MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
-  EXPECT_THAT(client().MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(1024));
-  EXPECT_THAT(client().MaxMemoryReserved(DeviceIndex(1)), IsOkAndHolds(int64_t{kSmallSegment}));
-  EXPECT_THAT(client().MemorySummary(DeviceIndex(1), /*abbreviated=*/true),
+  EXPECT_THAT(memory::MemoryAllocated(client(), DeviceIndex(0)), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client(), DeviceIndex(1)), IsOkAndHolds(1024));
+  EXPECT_THAT(memory::MaxMemoryReserved(client(), DeviceIndex(1)),
+              IsOkAndHolds(int64_t{kSmallSegment}));
+  EXPECT_THAT(memory::MemorySummary(client(), DeviceIndex(1), /*abbreviated=*/true),
               IsOkAndHolds(HasSubstr("PyTorch CUDA memory summary, device ID 1 ")));
 
-  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot();
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot = memory::MemorySnapshot(client());
   ASSERT_OK(snapshot);
   ASSERT_EQ(snapshot->size(), 1u);
   const SegmentInfo& segment = snapshot->front();
@@ -679,13 +688,13 @@ TEST_F(ClientTest, StatsSummaryAndSnapshotOfTheSession) {
   EXPECT_EQ(segment.blocks[0].address, buffer->address());
   EXPECT_EQ(segment.blocks[0].requested_size, 1000u);
   EXPECT_EQ(segment.blocks[0].state, "active_allocated");
-  EXPECT_THAT(client().MemorySnapshot(DeviceIndex(0)), IsOkAndHolds(IsEmpty()));
+  EXPECT_THAT(memory::MemorySnapshot(client(), DeviceIndex(0)), IsOkAndHolds(IsEmpty()));
 
-  client().Release(std::move(buffer).value());
-  EXPECT_OK(client().ResetPeakMemoryStats(DeviceIndex(1)));
-  EXPECT_THAT(client().MaxMemoryAllocated(DeviceIndex(1)), IsOkAndHolds(0));
-  EXPECT_OK(client().ResetAccumulatedMemoryStats(DeviceIndex(1)));
-  stats = client().MemoryStats(DeviceIndex(1));
+  memory::Release(client(), std::move(buffer).value());
+  EXPECT_OK(memory::ResetPeakMemoryStats(client(), DeviceIndex(1)));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client(), DeviceIndex(1)), IsOkAndHolds(0));
+  EXPECT_OK(memory::ResetAccumulatedMemoryStats(client(), DeviceIndex(1)));
+  stats = memory::MemoryStats(client(), DeviceIndex(1));
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 0);
 }
@@ -695,16 +704,16 @@ TEST_F(ClientTest, ManyThreadsAllocateAndDropConcurrently) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 50; ++i) {
-        absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512);
+        absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512);
         ASSERT_OK(buffer);
         static_cast<char*>(buffer->data())[0] = 1;
       }
     });
   }
   for (std::thread& thread : threads) thread.join();
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(0));
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
+  absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(client());
   ASSERT_OK(stats);
   EXPECT_EQ(stats->at("allocation.all.allocated"), 200);
   EXPECT_EQ(stats->at("allocation.all.freed"), 200);

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "client/client.h"
-#include "common/host_ipc_event.h"
+#include "gpumux/client.h"
+#include "gpumux/common/host_ipc_event.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_pattern.h"
 

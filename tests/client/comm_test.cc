@@ -13,9 +13,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/client.h"
 #include "common/philox.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/comm.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/common/reduce_op.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/nccl.h"
+#include "gpumux/random.h"
+#include "gpumux/random_options.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
 #include "tests/status_matchers.h"
@@ -200,14 +210,14 @@ class CommTest : public DaemonClientTest {
     const uint64_t bytes = count * DtypeSize(dtype);
     Owned owned;
     absl::StatusOr<DeviceBuffer> buffer =
-        client().Allocate(std::max<uint64_t>(bytes, 1), DeviceIndex(device));
+        memory::Allocate(client(), std::max<uint64_t>(bytes, 1), DeviceIndex(device));
     EXPECT_OK(buffer);
     if (!buffer.ok()) return owned;
     owned.buffer = *std::move(buffer);
-    EXPECT_OK(client().ManualSeed(seed, DeviceIndex(device)));
+    EXPECT_OK(random::ManualSeed(client(), seed, DeviceIndex(device)));
     const Distribution distribution =
         dtype == Dtype::kUInt8 ? Distribution(Uniform{0, 16}) : Distribution(Uniform{-4, 4});
-    EXPECT_OK(client().Generate(owned.buffer, 0, dtype, count, distribution));
+    EXPECT_OK(random::Generate(client(), owned.buffer, 0, dtype, count, distribution));
     owned.ref = TensorRef{&owned.buffer, 0, dtype, std::move(shape), DeviceIndex(device)};
     return owned;
   }
@@ -215,8 +225,8 @@ class CommTest : public DaemonClientTest {
     uint64_t count = 1;
     for (int64_t s : shape) count *= static_cast<uint64_t>(s);
     Owned owned;
-    absl::StatusOr<DeviceBuffer> buffer =
-        client().Allocate(std::max<uint64_t>(count * DtypeSize(dtype), 1), DeviceIndex(device));
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(
+        client(), std::max<uint64_t>(count * DtypeSize(dtype), 1), DeviceIndex(device));
     EXPECT_OK(buffer);
     if (!buffer.ok()) return owned;
     owned.buffer = *std::move(buffer);
@@ -230,7 +240,7 @@ class CommTest : public DaemonClientTest {
     std::string bytes(count * DtypeSize(tensor.dtype), '\0');
     if (!bytes.empty()) {
       EXPECT_OK(
-          client().CopyDeviceToHost(bytes.data(), *tensor.buffer, tensor.offset, bytes.size()));
+          copy::DeviceToHost(client(), bytes.data(), *tensor.buffer, tensor.offset, bytes.size()));
     }
     return bytes;
   }
@@ -247,7 +257,8 @@ TEST_F(CommTest, BroadcastEveryDtypeAndSize) {
       SCOPED_TRACE(absl::StrCat(DtypeName(dtype), " x ", count));
       Owned input = Random(dtype, {static_cast<int64_t>(count)}, 1, count);
       const std::string expected = Bytes(input.ref);
-      ASSERT_OK_AND_ASSIGN(CollectiveResult result, client().Broadcast(input.ref, {0, 1, 2}));
+      ASSERT_OK_AND_ASSIGN(CollectiveResult result,
+                           comm::Broadcast(client(), input.ref, {0, 1, 2}));
       ASSERT_THAT(result.tensors, SizeIs(3));
       // The input itself on its own device, copies on the others.
       EXPECT_EQ(result.tensors[1].buffer(), &input.buffer);
@@ -270,17 +281,19 @@ TEST_F(CommTest, SixtyFourMiBThroughEveryCollective) {
   Owned b = Random(Dtype::kFloat32, {count}, 1, 2);
   const std::string a_bytes = Bytes(a.ref);
   const std::string b_bytes = Bytes(b.ref);
-  ASSERT_OK_AND_ASSIGN(CollectiveResult broadcast, client().Broadcast(a.ref, {0, 2}));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult broadcast, comm::Broadcast(client(), a.ref, {0, 2}));
   EXPECT_TRUE(Bytes(broadcast.tensors[1].ref()) == a_bytes);
-  ASSERT_OK_AND_ASSIGN(CollectiveResult sum, client().ReduceAdd({a.ref, b.ref}, DeviceIndex(1)));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult sum,
+                       comm::ReduceAdd(client(), {a.ref, b.ref}, DeviceIndex(1)));
   EXPECT_TRUE(Bytes(sum.tensors[0].ref()) ==
               Reference(ReduceOp::kSum, Dtype::kFloat32, {b_bytes, a_bytes}));
-  ASSERT_OK_AND_ASSIGN(CollectiveResult scattered, client().Scatter(a.ref, {1, 2}));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult scattered, comm::Scatter(client(), a.ref, {1, 2}));
   ASSERT_OK_AND_ASSIGN(
       CollectiveResult gathered,
-      client().Gather({scattered.tensors[0].ref(), scattered.tensors[1].ref()}, 0, DeviceIndex(0)));
+      comm::Gather(client(), {scattered.tensors[0].ref(), scattered.tensors[1].ref()}, 0,
+                   DeviceIndex(0)));
   EXPECT_TRUE(Bytes(gathered.tensors[0].ref()) == a_bytes);
-  ASSERT_OK(client().AllReduce({a.ref, b.ref}, ReduceOp::kMax));
+  ASSERT_OK(nccl::AllReduce(client(), {a.ref, b.ref}, ReduceOp::kMax));
   const std::string max = Reference(ReduceOp::kMax, Dtype::kFloat32, {a_bytes, b_bytes});
   EXPECT_TRUE(Bytes(a.ref) == max);
   EXPECT_TRUE(Bytes(b.ref) == max);
@@ -291,7 +304,7 @@ TEST_F(CommTest, BroadcastOutAndItsErrors) {
   Owned out1 = Empty(Dtype::kFloat16, {3, 5}, 1);
   Owned out0 = Empty(Dtype::kFloat16, {3, 5}, 0);
   ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                       client().BroadcastOut(input.ref, {out1.ref, out0.ref}));
+                       comm::BroadcastOut(client(), input.ref, {out1.ref, out0.ref}));
   ASSERT_THAT(result.tensors, SizeIs(2));
   EXPECT_EQ(result.tensors[0].buffer(), &out1.buffer);
   EXPECT_EQ(result.tensors[1].buffer(), &out0.buffer);
@@ -299,14 +312,14 @@ TEST_F(CommTest, BroadcastOutAndItsErrors) {
   EXPECT_TRUE(Bytes(out0.ref) == Bytes(input.ref));
 
   Owned wrong = Empty(Dtype::kFloat16, {15}, 2);
-  EXPECT_THAT(client().BroadcastOut(input.ref, {out1.ref, wrong.ref}).status(),
+  EXPECT_THAT(comm::BroadcastOut(client(), input.ref, {out1.ref, wrong.ref}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected all output tensors to have same shape as the source tensor [3, "
                        "5], but output tensor at index 1 has shape [15]"));
-  EXPECT_THAT(client().Broadcast(input.ref, {0, -1}).status(),
+  EXPECT_THAT(comm::Broadcast(client(), input.ref, {0, -1}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected non-negative device index, but got -1"));
-  EXPECT_THAT(client().Broadcast(input.ref, {3}).status(),
+  EXPECT_THAT(comm::Broadcast(client(), input.ref, {3}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device 3")));
 }
 
@@ -315,7 +328,7 @@ TEST_F(CommTest, BroadcastCoalescedKeepsOrderAndDtypes) {
   Owned b = Random(Dtype::kBFloat16, {2, 3}, 0, 5);
   Owned c = Random(Dtype::kUInt8, {1}, 0, 6);
   ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                       client().BroadcastCoalesced({a.ref, b.ref, c.ref}, {0, 2, 1}, 8));
+                       comm::BroadcastCoalesced(client(), {a.ref, b.ref, c.ref}, {0, 2, 1}, 8));
   ASSERT_THAT(result.tensors, SizeIs(9));
   const Owned* inputs[] = {&a, &b, &c};
   for (int d = 0; d < 3; ++d) {
@@ -331,7 +344,7 @@ TEST_F(CommTest, BroadcastCoalescedKeepsOrderAndDtypes) {
     }
   }
   Owned elsewhere = Random(Dtype::kInt64, {4}, 1, 7);
-  EXPECT_THAT(client().BroadcastCoalesced({a.ref, elsewhere.ref}, {0, 1}).status(),
+  EXPECT_THAT(comm::BroadcastCoalesced(client(), {a.ref, elsewhere.ref}, {0, 1}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "All tensors must be on devices[0]: 0"));
 }
 
@@ -344,7 +357,7 @@ TEST_F(CommTest, ReduceAddEveryDtypeInPyTorchsOrder) {
       Owned y = Random(dtype, {n}, 1, 20 + count);
       Owned z = Random(dtype, {n}, 2, 30 + count);
       ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                           client().ReduceAdd({x.ref, y.ref, z.ref}, DeviceIndex(1)));
+                           comm::ReduceAdd(client(), {x.ref, y.ref, z.ref}, DeviceIndex(1)));
       ASSERT_THAT(result.tensors, SizeIs(1));
       ASSERT_TRUE(result.tensors[0].owned.valid());
       EXPECT_EQ(result.tensors[0].owned.device(), DeviceIndex(1));
@@ -358,20 +371,20 @@ TEST_F(CommTest, ReduceAddEveryDtypeInPyTorchsOrder) {
 TEST_F(CommTest, ReduceAddArgumentRules) {
   Owned x = Random(Dtype::kFloat32, {2, 3}, 0, 1);
   Owned y = Random(Dtype::kFloat32, {3, 2}, 1, 2);
-  EXPECT_THAT(client().ReduceAdd({x.ref, y.ref}, DeviceIndex(0)).status(),
+  EXPECT_THAT(comm::ReduceAdd(client(), {x.ref, y.ref}, DeviceIndex(0)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "input 1 has invalid size: got 3x2, but expected 2x3"));
   Owned y2 = Random(Dtype::kFloat32, {2, 3}, 1, 3);
-  EXPECT_THAT(client().ReduceAdd({x.ref, y2.ref}, DeviceIndex(2)).status(),
+  EXPECT_THAT(comm::ReduceAdd(client(), {x.ref, y2.ref}, DeviceIndex(2)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "reduce_add expects destination to be on the same GPU with one of the "
                        "tensors"));
   // One input is returned as it is.
-  ASSERT_OK_AND_ASSIGN(CollectiveResult one, client().ReduceAdd({x.ref}, DeviceIndex(0)));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult one, comm::ReduceAdd(client(), {x.ref}, DeviceIndex(0)));
   EXPECT_EQ(one.tensors[0].buffer(), &x.buffer);
   // The default destination is the current device.
   ASSERT_OK(client().SetDevice(DeviceIndex(1)));
-  ASSERT_OK_AND_ASSIGN(CollectiveResult current, client().ReduceAdd({x.ref, y2.ref}));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult current, comm::ReduceAdd(client(), {x.ref, y2.ref}));
   EXPECT_EQ(current.tensors[0].owned.device(), DeviceIndex(1));
 }
 
@@ -382,7 +395,7 @@ TEST_F(CommTest, ReduceAddCoalescedSumsColumns) {
   Owned b1 = Random(Dtype::kInt32, {2, 2}, 1, 4);
   ASSERT_OK_AND_ASSIGN(
       CollectiveResult result,
-      client().ReduceAddCoalesced({{a0.ref, b0.ref}, {a1.ref, b1.ref}}, DeviceIndex(0)));
+      comm::ReduceAddCoalesced(client(), {{a0.ref, b0.ref}, {a1.ref, b1.ref}}, DeviceIndex(0)));
   ASSERT_THAT(result.tensors, SizeIs(2));
   EXPECT_TRUE(Bytes(result.tensors[0].ref()) ==
               Reference(ReduceOp::kSum, Dtype::kFloat64, {Bytes(a0.ref), Bytes(a1.ref)}));
@@ -412,7 +425,8 @@ TEST_F(CommTest, ScatterUnevenChunksAndNegativeDim) {
     Owned input = Random(dtype, {4, 7}, 0, 9);
     const std::string bytes = Bytes(input.ref);
     // torch.chunk(3) of 7 along the last dim: 3, 3, 1.
-    ASSERT_OK_AND_ASSIGN(CollectiveResult result, client().Scatter(input.ref, {1, 0, 2}, {}, -1));
+    ASSERT_OK_AND_ASSIGN(CollectiveResult result,
+                         comm::Scatter(client(), input.ref, {1, 0, 2}, {}, -1));
     ASSERT_THAT(result.tensors, SizeIs(3));
     const int64_t sizes[] = {3, 3, 1};
     int64_t start = 0;
@@ -425,7 +439,7 @@ TEST_F(CommTest, ScatterUnevenChunksAndNegativeDim) {
     }
     // Along dim 0 a chunk that stays on its device is a view of the input.
     ASSERT_OK_AND_ASSIGN(CollectiveResult rows,
-                         client().Scatter(input.ref, {2, 0}, std::vector<int64_t>{1, 3}, 0));
+                         comm::Scatter(client(), input.ref, {2, 0}, std::vector<int64_t>{1, 3}, 0));
     ASSERT_THAT(rows.tensors, SizeIs(2));
     EXPECT_EQ(rows.tensors[1].buffer(), &input.buffer);
     EXPECT_EQ(rows.tensors[1].offset, 7 * DtypeSize(dtype));
@@ -437,48 +451,48 @@ TEST_F(CommTest, ScatterUnevenChunksAndNegativeDim) {
 TEST_F(CommTest, ScatterArgumentRules) {
   Owned input = Random(Dtype::kFloat32, {4, 6}, 0, 1);
   EXPECT_THAT(
-      client().Scatter(input.ref, {}).status(),
+      comm::Scatter(client(), input.ref, {}).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, "Expected at least one device to scatter to"));
-  EXPECT_THAT(client().Scatter(input.ref, {0, 1}, std::vector<int64_t>{1, 2, 1}).status(),
+  EXPECT_THAT(comm::Scatter(client(), input.ref, {0, 1}, std::vector<int64_t>{1, 2, 1}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected devices and chunk_sizes to be of same length, but got "
                        "len(devices) = 2 and len(chunk_sizes) = 3"));
-  EXPECT_THAT(client().Scatter(input.ref, {0, 1}, std::vector<int64_t>{1, 2}).status(),
+  EXPECT_THAT(comm::Scatter(client(), input.ref, {0, 1}, std::vector<int64_t>{1, 2}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "given chunk sizes don't sum up to the tensor's size (sum(chunk_sizes) "
                        "== 3, but expected 4)"));
-  EXPECT_THAT(client().Scatter(input.ref, {0, 1}, std::nullopt, 2).status(),
+  EXPECT_THAT(comm::Scatter(client(), input.ref, {0, 1}, std::nullopt, 2).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Dimension out of range (expected to be in range of [-2, 1], but got 2)"));
   ASSERT_OK_AND_ASSIGN(Stream on1, client().CreateStream(DeviceIndex(1)));
   const std::optional<Stream> streams[] = {on1, std::nullopt};
-  EXPECT_THAT(client().Scatter(input.ref, {0, 1}, std::nullopt, 0, streams).status(),
+  EXPECT_THAT(comm::Scatter(client(), input.ref, {0, 1}, std::nullopt, 0, streams).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected the device associated with the stream at index 0 (was 1) to "
                        "match the device supplied at that index (expected 0)"));
   // With matching streams the chunks are copied on them.
   const std::optional<Stream> matching[] = {std::nullopt, on1};
   ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                       client().Scatter(input.ref, {0, 1}, std::nullopt, 1, matching));
+                       comm::Scatter(client(), input.ref, {0, 1}, std::nullopt, 1, matching));
   EXPECT_TRUE(Bytes(result.tensors[1].ref()) == Narrow(Bytes(input.ref), {4, 6}, 4, 1, 3, 3));
 
   Owned out_a = Empty(Dtype::kFloat32, {4, 2}, 1);
   Owned out_b = Empty(Dtype::kFloat32, {4, 4}, 2);
   ASSERT_OK_AND_ASSIGN(CollectiveResult out,
-                       client().ScatterOut(input.ref, {out_a.ref, out_b.ref}, -1));
+                       comm::ScatterOut(client(), input.ref, {out_a.ref, out_b.ref}, -1));
   EXPECT_EQ(out.tensors[0].buffer(), &out_a.buffer);
   EXPECT_TRUE(Bytes(out_b.ref) == Narrow(Bytes(input.ref), {4, 6}, 4, 1, 2, 4));
   Owned bad = Empty(Dtype::kFloat32, {3, 4}, 2);
-  EXPECT_THAT(client().ScatterOut(input.ref, {out_a.ref, bad.ref}, 1).status(),
+  EXPECT_THAT(comm::ScatterOut(client(), input.ref, {out_a.ref, bad.ref}, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Output tensor at index 1 has incorrect shape: [3, 4]. Expected same shape "
                        "except for scatter dim 1 as the source tensor: [4, 6]"));
   Owned short_b = Empty(Dtype::kFloat32, {4, 3}, 2);
-  EXPECT_THAT(client().ScatterOut(input.ref, {out_a.ref, short_b.ref}, 1).status(),
+  EXPECT_THAT(comm::ScatterOut(client(), input.ref, {out_a.ref, short_b.ref}, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Total size for output tensors along scatter dim 1 does not match the "
                        "source tensor size at dim 1. Expected 6, but got total size 5"));
-  EXPECT_THAT(client().ScatterOut(input.ref, {}, 1).status(),
+  EXPECT_THAT(comm::ScatterOut(client(), input.ref, {}, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected at least one output tensor to scatter to"));
 }
@@ -497,7 +511,7 @@ TEST_F(CommTest, GatherToDevicesAndTheHost) {
       expected += b_bytes.substr(r * 20 * e, 20 * e);
     }
     ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                         client().Gather({a.ref, b.ref}, -2, DeviceIndex(1)));
+                         comm::Gather(client(), {a.ref, b.ref}, -2, DeviceIndex(1)));
     ASSERT_THAT(result.tensors, SizeIs(1));
     EXPECT_EQ(result.tensors[0].shape, (std::vector<int64_t>{3, 6, 5}));
     EXPECT_EQ(result.tensors[0].owned.device(), DeviceIndex(1));
@@ -506,19 +520,20 @@ TEST_F(CommTest, GatherToDevicesAndTheHost) {
       std::string host(expected.size(), '\0');
       ASSERT_OK_AND_ASSIGN(
           CollectiveResult to_host,
-          client().GatherToHost({a.ref, b.ref}, host.data(), host.size(), 1, {}, path));
+          comm::GatherToHost(client(), {a.ref, b.ref}, host.data(), host.size(), 1, {}, path));
       EXPECT_TRUE(host == expected);
       ASSERT_THAT(to_host.tensors, SizeIs(1));
       EXPECT_EQ(to_host.tensors[0].shape, (std::vector<int64_t>{3, 6, 5}));
       EXPECT_EQ(to_host.tensors[0].buffer(), nullptr);
       // A host buffer of another size is refused, whichever the path.
       std::string short_host(expected.size() - 1, '\0');
-      EXPECT_THAT(
-          client().GatherToHost({a.ref, b.ref}, short_host.data(), short_host.size(), 1, {}, path),
-          StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("but the host buffer")));
+      EXPECT_THAT(comm::GatherToHost(client(), {a.ref, b.ref}, short_host.data(), short_host.size(),
+                                     1, {}, path),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("but the host buffer")));
     }
     Owned out = Empty(dtype, {3, 6, 5}, 0);
-    ASSERT_OK_AND_ASSIGN(CollectiveResult into, client().GatherOut({a.ref, b.ref}, out.ref, 1));
+    ASSERT_OK_AND_ASSIGN(CollectiveResult into,
+                         comm::GatherOut(client(), {a.ref, b.ref}, out.ref, 1));
     EXPECT_EQ(into.tensors[0].buffer(), &out.buffer);
     EXPECT_TRUE(Bytes(out.ref) == expected);
   }
@@ -530,8 +545,8 @@ TEST_F(CommTest, GatherLargerThanTheStagingBuffer) {
   Owned b = Random(Dtype::kFloat32, {rows}, 1, 2);
   std::string host(2 * 5 * kMiB, '\0');
   ASSERT_OK_AND_ASSIGN(CollectiveResult result,
-                       client().GatherToHost({a.ref, b.ref}, host.data(), host.size(), 0, {},
-                                             TransferPath::kStaging));
+                       comm::GatherToHost(client(), {a.ref, b.ref}, host.data(), host.size(), 0, {},
+                                          TransferPath::kStaging));
   EXPECT_TRUE(host == Bytes(a.ref) + Bytes(b.ref));
   ASSERT_THAT(result.tensors, SizeIs(1));
   EXPECT_EQ(result.tensors[0].shape, (std::vector<int64_t>{2 * rows}));
@@ -541,18 +556,18 @@ TEST_F(CommTest, GatherArgumentRules) {
   Owned a = Random(Dtype::kFloat32, {2, 3}, 0, 1);
   Owned b = Random(Dtype::kFloat32, {2, 4}, 1, 2);
   EXPECT_THAT(
-      client().Gather({}, 0, DeviceIndex(0)).status(),
+      comm::Gather(client(), {}, 0, DeviceIndex(0)).status(),
       StatusIs(absl::StatusCode::kInvalidArgument, "Expected at least one tensor to gather from"));
-  EXPECT_THAT(client().Gather({a.ref, b.ref}, 0, DeviceIndex(0)).status(),
+  EXPECT_THAT(comm::Gather(client(), {a.ref, b.ref}, 0, DeviceIndex(0)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Input tensor at index 1 has invalid shape [2, 4], but expected [2, 3]"));
   Owned c = Random(Dtype::kFloat32, {2, 3, 1}, 1, 3);
-  EXPECT_THAT(client().Gather({a.ref, c.ref}, 0, DeviceIndex(0)).status(),
+  EXPECT_THAT(comm::Gather(client(), {a.ref, c.ref}, 0, DeviceIndex(0)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected all input tensors to have the same number of dimensions, but "
                        "tensor at index 1has 3 dimensions, (expected 2)"));
   Owned out = Empty(Dtype::kFloat32, {2, 6}, 0);
-  EXPECT_THAT(client().GatherOut({a.ref, b.ref}, out.ref, 1).status(),
+  EXPECT_THAT(comm::GatherOut(client(), {a.ref, b.ref}, out.ref, 1).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Expected out tensor to have shape [2, 7], but got [2, 6]"));
 }
@@ -571,9 +586,10 @@ TEST_F(CommTest, AllReduceEveryOpAndDtype) {
       Owned ox = Empty(dtype, {n}, 2);
       Owned oy = Empty(dtype, {n}, 0);
       Owned oz = Empty(dtype, {n}, 1);
-      ASSERT_OK(client().AllReduceOut({x.ref, y.ref, z.ref}, {ox.ref, oy.ref, oz.ref}, op));
+      ASSERT_OK(nccl::AllReduceOut(client(), {x.ref, y.ref, z.ref}, {ox.ref, oy.ref, oz.ref}, op));
       for (const Owned* out : {&ox, &oy, &oz}) EXPECT_TRUE(Bytes(out->ref) == expected);
-      ASSERT_OK_AND_ASSIGN(CollectiveResult result, client().AllReduce({x.ref, y.ref, z.ref}, op));
+      ASSERT_OK_AND_ASSIGN(CollectiveResult result,
+                           nccl::AllReduce(client(), {x.ref, y.ref, z.ref}, op));
       EXPECT_EQ(result.tensors[2].buffer(), &z.buffer);
       for (const Owned* in : {&x, &y, &z}) EXPECT_TRUE(Bytes(in->ref) == expected);
     }
@@ -583,19 +599,19 @@ TEST_F(CommTest, AllReduceEveryOpAndDtype) {
 TEST_F(CommTest, AllReduceArgumentRules) {
   Owned x = Random(Dtype::kFloat32, {8}, 0, 1);
   Owned y = Random(Dtype::kFloat32, {8}, 0, 2);
-  EXPECT_THAT(client().AllReduce({}).status(),
+  EXPECT_THAT(nccl::AllReduce(client(), {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "input sequence can't be empty"));
-  EXPECT_THAT(client().AllReduce({x.ref, y.ref}).status(),
+  EXPECT_THAT(nccl::AllReduce(client(), {x.ref, y.ref}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "inputs must be on unique devices"));
   Owned w = Random(Dtype::kFloat32, {9}, 1, 3);
-  EXPECT_THAT(client().AllReduce({x.ref, w.ref}).status(),
+  EXPECT_THAT(nccl::AllReduce(client(), {x.ref, w.ref}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "all inputs must have the same number of elements"));
   Owned h = Random(Dtype::kFloat16, {8}, 1, 4);
-  EXPECT_THAT(client().AllReduce({x.ref, h.ref}).status(),
+  EXPECT_THAT(nccl::AllReduce(client(), {x.ref, h.ref}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "all inputs and outputs must be of the same Tensor dtype"));
-  EXPECT_THAT(client().AllReduceOut({x.ref}, {}).status(),
+  EXPECT_THAT(nccl::AllReduceOut(client(), {x.ref}, {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "inputs and outputs sequences have to be of the same length, but got "
                        "input of length 1 and output of length 0"));
@@ -605,10 +621,11 @@ TEST_F(CommTest, MemoryOutsideAnAllocationIsOutOfRange) {
   Owned x = Random(Dtype::kFloat32, {8}, 0, 1);
   TensorRef beyond = x.ref;
   beyond.shape = {1 << 20};
-  EXPECT_THAT(client().Broadcast(beyond, {1}).status(), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(comm::Broadcast(client(), beyond, {1}).status(),
+              StatusIs(absl::StatusCode::kOutOfRange));
   TensorRef negative = x.ref;
   negative.shape = {-1, 2};
-  EXPECT_THAT(client().Broadcast(negative, {1}).status(),
+  EXPECT_THAT(comm::Broadcast(client(), negative, {1}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Trying to create tensor with negative dimension -1: [-1, 2]"));
 }
@@ -622,7 +639,7 @@ TEST_F(CommTest, RunsAfterQueuedWorkAndReportsCompletion) {
   ASSERT_OK(gate.Hold(client().CurrentStream(DeviceIndex(1))));
   CollectiveOptions options;
   options.completion_event = true;
-  ASSERT_OK_AND_ASSIGN(CollectiveResult result, client().Broadcast(x.ref, {1}, options));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult result, comm::Broadcast(client(), x.ref, {1}, options));
   ASSERT_TRUE(result.completion.created());
   ASSERT_OK_AND_ASSIGN(bool done, result.completion.Query());
   EXPECT_FALSE(done);
@@ -634,8 +651,8 @@ TEST_F(CommTest, RunsAfterQueuedWorkAndReportsCompletion) {
 TEST_F(CommTest, ASessionThatDiesWithACollectiveQueuedLeavesOthersAlone) {
   std::unique_ptr<Client> other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  ASSERT_OK_AND_ASSIGN(DeviceBuffer theirs, other->Allocate(4096, DeviceIndex(1)));
-  ASSERT_OK(other->Memset(theirs, 0, 7, 4096));
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer theirs, memory::Allocate(*other, 4096, DeviceIndex(1)));
+  ASSERT_OK(copy::Memset(*other, theirs, 0, 7, 4096));
   // The other session's gate holds the dying session's stream on device 0.
   Gate gate(*other, DeviceIndex(0));
   ASSERT_OK_AND_ASSIGN(std::string handle, gate.event().IpcHandle());
@@ -644,7 +661,7 @@ TEST_F(CommTest, ASessionThatDiesWithACollectiveQueuedLeavesOthersAlone) {
     ASSERT_OK_AND_ASSIGN(Event held, client().OpenEventIpcHandle(DeviceIndex(0), handle));
     ASSERT_OK(client().CurrentStream(DeviceIndex(0)).WaitEvent(held));
     Owned x = Random(Dtype::kFloat32, {1 << 16}, 0, 1);
-    ASSERT_OK_AND_ASSIGN(CollectiveResult queued, client().Broadcast(x.ref, {1, 2}));
+    ASSERT_OK_AND_ASSIGN(CollectiveResult queued, comm::Broadcast(client(), x.ref, {1, 2}));
     ASSERT_OK_AND_ASSIGN(bool done, client().CurrentStream(DeviceIndex(1)).Query());
     EXPECT_FALSE(done);  // behind the gate
   }
@@ -654,14 +671,14 @@ TEST_F(CommTest, ASessionThatDiesWithACollectiveQueuedLeavesOthersAlone) {
   EXPECT_FALSE(daemon().Session(dying).has_value());
   // The other session's memory and calls are untouched.
   std::string bytes(4096, '\0');
-  ASSERT_OK(other->CopyDeviceToHost(bytes.data(), theirs, 0, bytes.size()));
+  ASSERT_OK(copy::DeviceToHost(*other, bytes.data(), theirs, 0, bytes.size()));
   EXPECT_EQ(bytes, std::string(4096, '\7'));
-  ASSERT_OK_AND_ASSIGN(DeviceBuffer more, other->Allocate(1024, DeviceIndex(0)));
-  ASSERT_OK(other->Memset(more, 0, 9, 1024));
+  ASSERT_OK_AND_ASSIGN(DeviceBuffer more, memory::Allocate(*other, 1024, DeviceIndex(0)));
+  ASSERT_OK(copy::Memset(*other, more, 0, 9, 1024));
   TensorRef ref{&more, 0, Dtype::kUInt8, {1024}, DeviceIndex(0)};
-  ASSERT_OK_AND_ASSIGN(CollectiveResult copies, other->Broadcast(ref, {1, 2}));
+  ASSERT_OK_AND_ASSIGN(CollectiveResult copies, comm::Broadcast(*other, ref, {1, 2}));
   std::string copied(1024, '\0');
-  ASSERT_OK(other->CopyDeviceToHost(copied.data(), *copies.tensors[1].buffer(), 0, 1024));
+  ASSERT_OK(copy::DeviceToHost(*other, copied.data(), *copies.tensors[1].buffer(), 0, 1024));
   EXPECT_EQ(copied, std::string(1024, '\11'));
   gate.Open();  // the dead session's work runs to its end; nothing waits for it
   ASSERT_OK(other->Synchronize(DeviceIndex(0)));

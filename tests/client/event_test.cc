@@ -2,15 +2,18 @@
 // creation, timing, the errors PyTorch raises, destruction, and interprocess
 // events opened by a second session and by a second process.
 
-#include "client/event.h"
+#include "gpumux/event.h"
 
 #include <string>
 
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
-#include "client/client.h"
-#include "client/guards.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/guards.h"
+#include "gpumux/memory.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_child.h"
 #include "tests/client/client_test_support.h"
@@ -278,7 +281,8 @@ TEST_F(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
   AllocateOptions shareable;
   shareable.shareable = true;
   constexpr uint64_t kSize = 300 * 1024 + 7;
-  absl::StatusOr<DeviceBuffer> shared = producer->Allocate(kSize, DeviceIndex(0), shareable);
+  absl::StatusOr<DeviceBuffer> shared =
+      memory::Allocate(*producer, kSize, DeviceIndex(0), shareable);
   ASSERT_OK(shared);
   const std::string pattern = Pattern(kSize, 77);
 
@@ -286,15 +290,16 @@ TEST_F(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
   ASSERT_OK(gate.Hold(*producing));
   CopyOptions on_producing;
   on_producing.stream = *producing;
-  ASSERT_OK(producer->CopyHostToDevice(*shared, 0, pattern.data(), kSize, on_producing).status());
+  ASSERT_OK(
+      copy::HostToDevice(*producer, *shared, 0, pattern.data(), kSize, on_producing).status());
   Event written(*producer, Interprocess());
   ASSERT_OK(written.Record(*producing));
   absl::StatusOr<std::string> handle = written.IpcHandle();
   ASSERT_OK(handle);
-  absl::StatusOr<std::string> token = producer->Share(*shared);
+  absl::StatusOr<std::string> token = memory::Share(*producer, *shared);
   ASSERT_OK(token);
 
-  absl::StatusOr<DeviceBuffer> imported = consumer->Import(*token);
+  absl::StatusOr<DeviceBuffer> imported = memory::Import(*consumer, *token);
   ASSERT_OK(imported);
   absl::StatusOr<Event> opened = consumer->OpenEventIpcHandle(DeviceIndex(0), *handle);
   ASSERT_OK(opened);
@@ -304,18 +309,18 @@ TEST_F(EventTest, ASecondSessionOpensTheHandleAndWaitsOnIt) {
   absl::StatusOr<Stream> consuming = consumer->CreateStream(DeviceIndex(0));
   ASSERT_OK(consuming);
   ASSERT_OK(opened->Wait(*consuming));
-  absl::StatusOr<DeviceBuffer> copy = consumer->Allocate(kSize);
+  absl::StatusOr<DeviceBuffer> copy = memory::Allocate(*consumer, kSize);
   ASSERT_OK(copy);
   CopyOptions on_consuming;
   on_consuming.stream = *consuming;
-  ASSERT_OK(consumer->CopyDeviceToDevice(*copy, 0, *imported, 0, kSize, on_consuming).status());
+  ASSERT_OK(copy::DeviceToDevice(*consumer, *copy, 0, *imported, 0, kSize, on_consuming).status());
   EXPECT_THAT(consuming->Query(), IsOkAndHolds(false));
 
   gate.Open();
   ASSERT_OK(opened->Synchronize());
   ASSERT_OK(consuming->Synchronize());
   std::string bytes(kSize, '\0');
-  ASSERT_OK(consumer->CopyDeviceToHost(bytes.data(), *copy, 0, kSize).status());
+  ASSERT_OK(copy::DeviceToHost(*consumer, bytes.data(), *copy, 0, kSize).status());
   EXPECT_TRUE(bytes == pattern);
   EXPECT_THAT(LiveEvents(daemon(), consumer->session_id()), Optional(1u));
 }
@@ -327,7 +332,8 @@ TEST_F(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
   AllocateOptions shareable;
   shareable.shareable = true;
   constexpr uint64_t kSize = 2 * 1024 * 1024 + 5;
-  absl::StatusOr<DeviceBuffer> shared = producer->Allocate(kSize, DeviceIndex(0), shareable);
+  absl::StatusOr<DeviceBuffer> shared =
+      memory::Allocate(*producer, kSize, DeviceIndex(0), shareable);
   ASSERT_OK(shared);
   const std::string pattern = Pattern(kSize, 99);
 
@@ -335,12 +341,13 @@ TEST_F(EventTest, AChildProcessOpensTheHandleAndWaitsOnIt) {
   ASSERT_OK(gate.Hold(*producing));
   CopyOptions on_producing;
   on_producing.stream = *producing;
-  ASSERT_OK(producer->CopyHostToDevice(*shared, 0, pattern.data(), kSize, on_producing).status());
+  ASSERT_OK(
+      copy::HostToDevice(*producer, *shared, 0, pattern.data(), kSize, on_producing).status());
   Event written(*producer, Interprocess());
   ASSERT_OK(written.Record(*producing));
   absl::StatusOr<std::string> handle = written.IpcHandle();
   ASSERT_OK(handle);
-  absl::StatusOr<std::string> token = producer->Share(*shared);
+  absl::StatusOr<std::string> token = memory::Share(*producer, *shared);
   ASSERT_OK(token);
 
   ClientChild child({"wait-copy", daemon().address(), absl::BytesToHexString(*handle), *token,

@@ -6,8 +6,13 @@
 
 #include <string>
 
-#include "client/client.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/memory_snapshot.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
 #include "tests/client/rpc_recorder.h"
@@ -36,13 +41,14 @@ TEST_F(MemoryStreamsTest, AllocationsComeFromTheirStreamsSegments) {
   ASSERT_OK(stream);
   AllocateOptions on_stream;
   on_stream.stream = *stream;
-  absl::StatusOr<DeviceBuffer> mine = client().Allocate(kBlock, DeviceIndex(1), on_stream);
-  absl::StatusOr<DeviceBuffer> default_one = client().Allocate(kBlock, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> mine = memory::Allocate(client(), kBlock, DeviceIndex(1), on_stream);
+  absl::StatusOr<DeviceBuffer> default_one = memory::Allocate(client(), kBlock, DeviceIndex(1));
   ASSERT_OK(mine);
   ASSERT_OK(default_one);
   // PyTorch: a segment serves one stream, so the two share none.
   EXPECT_NE(mine->segment_id(), default_one->segment_id());
-  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot(DeviceIndex(1));
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot =
+      memory::MemorySnapshot(client(), DeviceIndex(1));
   ASSERT_OK(snapshot);
   ASSERT_THAT(*snapshot, ::testing::SizeIs(2));
   EXPECT_NE((*snapshot)[0].stream, (*snapshot)[1].stream);
@@ -51,20 +57,20 @@ TEST_F(MemoryStreamsTest, AllocationsComeFromTheirStreamsSegments) {
 TEST_F(MemoryStreamsTest, RecordStreamDelaysReuseUntilTheStreamsWorkCompleted) {
   absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = memory::Allocate(client(), kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
   Gate gate(client());
   ASSERT_OK(gate.Hold(*side));  // pending work on the side stream
-  ASSERT_OK(client().RecordStream(*used, *side));
-  ASSERT_OK(client().Free(std::move(*used)));
+  ASSERT_OK(memory::RecordStream(client(), *used, *side));
+  ASSERT_OK(memory::Free(client(), std::move(*used)));
 
-  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> meanwhile = memory::Allocate(client(), kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(side->Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = memory::Allocate(client(), kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
@@ -73,13 +79,13 @@ TEST_F(MemoryStreamsTest, WithoutRecordStreamTheBlockIsReusedAtOnce) {
   // The control for the test above: the same steps without record_stream.
   absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = memory::Allocate(client(), kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
   Gate gate(client());
   ASSERT_OK(gate.Hold(*side));
-  ASSERT_OK(client().Free(std::move(*used)));
-  absl::StatusOr<DeviceBuffer> again = client().Allocate(kBlock);
+  ASSERT_OK(memory::Free(client(), std::move(*used)));
+  absl::StatusOr<DeviceBuffer> again = memory::Allocate(client(), kBlock);
   ASSERT_OK(again);
   EXPECT_EQ(again->address(), address);
 }
@@ -89,21 +95,21 @@ TEST_F(MemoryStreamsTest, WorkOnAnotherStreamIsRecordedOnTheAllocation) {
   // is safe without an explicit record_stream.
   absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = memory::Allocate(client(), kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
   Gate gate(client());
   ASSERT_OK(gate.Hold(*side));
   CopyOptions on_side;
   on_side.stream = *side;
-  ASSERT_OK(client().Memset(*used, 0, 0x12, kBlock, on_side).status());
-  ASSERT_OK(client().Free(std::move(*used)));
-  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
+  ASSERT_OK(copy::Memset(client(), *used, 0, 0x12, kBlock, on_side).status());
+  ASSERT_OK(memory::Free(client(), std::move(*used)));
+  absl::StatusOr<DeviceBuffer> meanwhile = memory::Allocate(client(), kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(side->Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = memory::Allocate(client(), kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
@@ -111,35 +117,37 @@ TEST_F(MemoryStreamsTest, WorkOnAnotherStreamIsRecordedOnTheAllocation) {
 TEST_F(MemoryStreamsTest, RecordStreamErrors) {
   auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kBlock, DeviceIndex(0));
-  absl::StatusOr<DeviceBuffer> theirs = other->Allocate(kBlock, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), kBlock, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> theirs = memory::Allocate(*other, kBlock, DeviceIndex(0));
   ASSERT_OK(buffer);
   ASSERT_OK(theirs);
   RpcRecorder wire;
-  EXPECT_THAT(client().RecordStream(*buffer, client().DefaultStream(DeviceIndex(1))),
+  EXPECT_THAT(memory::RecordStream(client(), *buffer, client().DefaultStream(DeviceIndex(1))),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("device 1")));
-  EXPECT_THAT(client().RecordStream(*buffer, other->DefaultStream(DeviceIndex(0))),
+  EXPECT_THAT(memory::RecordStream(client(), *buffer, other->DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
-  EXPECT_THAT(client().RecordStream(DeviceBuffer(), client().DefaultStream(DeviceIndex(0))),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      memory::RecordStream(client(), DeviceBuffer(), client().DefaultStream(DeviceIndex(0))),
+      StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(wire.Calls(client().session_id(), "Memory/RecordStream"), ::testing::IsEmpty());
   // The daemon's: another session's allocation, a stream it does not know.
-  EXPECT_THAT(client().RecordStream(*theirs, client().DefaultStream(DeviceIndex(0))),
+  EXPECT_THAT(memory::RecordStream(client(), *theirs, client().DefaultStream(DeviceIndex(0))),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client().RecordStream(*buffer, Stream(client(), DeviceIndex(0), StreamId(777))),
-              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(
+      memory::RecordStream(client(), *buffer, Stream(client(), DeviceIndex(0), StreamId(777))),
+      StatusIs(absl::StatusCode::kNotFound));
   absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(one);
   // The daemon's own device check, for a created stream named on device 0.
-  EXPECT_THAT(client().RecordStream(*buffer, Stream(client(), DeviceIndex(0), one->id())),
+  EXPECT_THAT(memory::RecordStream(client(), *buffer, Stream(client(), DeviceIndex(0), one->id())),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_OK(client().RecordStream(*buffer, client().DefaultStream(DeviceIndex(0))));
+  EXPECT_OK(memory::RecordStream(client(), *buffer, client().DefaultStream(DeviceIndex(0))));
 }
 
 TEST_F(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
   absl::StatusOr<Stream> side = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(side);
-  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = memory::Allocate(client(), kBlock);
   ASSERT_OK(used);
   const uint64_t address = used->address();
   Gate gate(client());
@@ -150,21 +158,21 @@ TEST_F(MemoryStreamsTest, FreeWaitsForTheEventsItCarries) {
   ASSERT_OK(last_use.Record(*side));
   absl::StatusOr<std::string> handle = last_use.IpcHandle();
   ASSERT_OK(handle);
-  ASSERT_OK(client().Free(std::move(*used), {*handle}));
+  ASSERT_OK(memory::Free(client(), std::move(*used), {*handle}));
   EXPECT_FALSE(used->valid());
 
-  absl::StatusOr<DeviceBuffer> meanwhile = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> meanwhile = memory::Allocate(client(), kBlock);
   ASSERT_OK(meanwhile);
   EXPECT_NE(meanwhile->address(), address);
   gate.Open();
   ASSERT_OK(last_use.Synchronize());
-  absl::StatusOr<DeviceBuffer> after = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> after = memory::Allocate(client(), kBlock);
   ASSERT_OK(after);
   EXPECT_EQ(after->address(), address);
 }
 
 TEST_F(DaemonMemoryStreamsTest, AFreeCarriesItsHandlesToTheDaemon) {
-  absl::StatusOr<DeviceBuffer> used = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> used = memory::Allocate(client(), kBlock);
   ASSERT_OK(used);
   EventOptions interprocess;
   interprocess.interprocess = true;
@@ -173,7 +181,7 @@ TEST_F(DaemonMemoryStreamsTest, AFreeCarriesItsHandlesToTheDaemon) {
   absl::StatusOr<std::string> handle = last_use.IpcHandle();
   ASSERT_OK(handle);
   RpcRecorder wire;
-  ASSERT_OK(client().Free(std::move(*used), {*handle}));
+  ASSERT_OK(memory::Free(client(), std::move(*used), {*handle}));
   auto frees = wire.Requests<v1::FreeRequest>(client().session_id(), "Memory/Free");
   ASSERT_THAT(frees, ::testing::SizeIs(1));
   EXPECT_THAT(frees[0].wait_event_handles(), ::testing::ElementsAre(*handle));
@@ -183,26 +191,27 @@ TEST_F(DaemonMemoryStreamsTest, AFreeCarriesItsHandlesToTheDaemon) {
 TEST_F(MemoryStreamsTest, FreeWithBadHandlesLeavesTheBufferAsItWas) {
   auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(kBlock);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), kBlock);
   ASSERT_OK(buffer);
   RpcRecorder wire;
   const std::vector<std::string> short_handle = {std::string(63, 'h')};
-  EXPECT_THAT(client().Free(std::move(*buffer), short_handle),
+  EXPECT_THAT(memory::Free(client(), std::move(*buffer), short_handle),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "cudaIpcEventHandle_t expects byte-like object of size 64, but got 63"));
   EXPECT_THAT(wire.Calls(client().session_id(), "Memory/Free"), ::testing::IsEmpty());
   ASSERT_TRUE(buffer->valid());
   // 64 bytes that name no event: the daemon refuses and frees nothing.
   const std::vector<std::string> bogus = {std::string(64, 'h')};
-  EXPECT_THAT(client().Free(std::move(*buffer), bogus),
+  EXPECT_THAT(memory::Free(client(), std::move(*buffer), bogus),
               StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_TRUE(buffer->valid());
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(1u));
-  EXPECT_THAT(client().Free(DeviceBuffer(), {}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(other->Free(std::move(*buffer), {}),
+  EXPECT_THAT(memory::Free(client(), DeviceBuffer(), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(memory::Free(*other, std::move(*buffer), {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another Client")));
   ASSERT_TRUE(buffer->valid());
-  EXPECT_OK(client().Free(std::move(*buffer), {}));  // no handles: a plain free
+  EXPECT_OK(memory::Free(client(), std::move(*buffer), {}));  // no handles: a plain free
   EXPECT_THAT(daemon().LiveAllocations(client().session_id()), Optional(0u));
 }
 

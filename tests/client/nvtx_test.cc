@@ -1,13 +1,13 @@
 // torch.cuda.nvtx through the client against the real daemon: depths, the
 // empty-stack error, message limits and the RAII range.
 
-#include "client/nvtx.h"
+#include "gpumux/nvtx.h"
 
 #include <string>
 #include <thread>
 
-#include "client/client.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
 #include "tests/status_matchers.h"

@@ -1,12 +1,14 @@
 // Observer against the real daemon in this process: the read-only view an
 // operator's tools use, without a session of its own.
 
-#include "client/observer.h"
+#include "gpumux/observer.h"
 
 #include <unistd.h>
 
-#include "client/client.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -54,7 +56,7 @@ TEST_F(ObserverTest, SeesASessionsBooksAndTheDevicesStats) {
   options.labels = {{"pod", "p-1"}};
   std::unique_ptr<Client> client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(4096, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 4096, DeviceIndex(1));
   ASSERT_TRUE(buffer.ok()) << buffer.status();
 
   absl::StatusOr<std::vector<SessionInfo>> sessions = observer().ListSessions();

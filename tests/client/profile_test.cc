@@ -13,9 +13,14 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "client/admin.h"
-#include "client/client.h"
 #include "gmock/gmock.h"
+#include "gpumux/admin.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/profiler.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "server/core/device_profiler.h"
@@ -49,7 +54,7 @@ class Copier {
           while (!done_.load()) {
             CopyOptions wait;
             wait.wait = true;
-            ASSERT_OK(worker.CopyHostToDevice(buffer, 0, data.data(), bytes, wait));
+            ASSERT_OK(copy::HostToDevice(worker, buffer, 0, data.data(), bytes, wait));
             copies_.fetch_add(1);
           }
         }) {}
@@ -78,18 +83,19 @@ int CopiesOf(const DeviceProfile& profile, uint64_t bytes) {
 TEST_F(ProfileTest, ALiveWindowHoldsOnlyTheWorkQueuedInIt) {
   std::unique_ptr<Client> worker = ConnectAnother(OfTenant("team-a"));
   ASSERT_NE(worker, nullptr);
-  absl::StatusOr<DeviceBuffer> allocated = worker->Allocate(1 << 20);
+  absl::StatusOr<DeviceBuffer> allocated = memory::Allocate(*worker, 1 << 20);
   ASSERT_OK(allocated.status());
   const DeviceBuffer& buffer = *allocated;
   const std::vector<char> data(4096, 'x');
   constexpr uint64_t kBefore = 1000, kDuring = 2000;
-  for (int i = 0; i < 5; ++i) ASSERT_OK(worker->CopyHostToDevice(buffer, 0, data.data(), kBefore));
+  for (int i = 0; i < 5; ++i)
+    ASSERT_OK(copy::HostToDevice(*worker, buffer, 0, data.data(), kBefore));
 
   // The worker copies kDuring bytes until the window is over; what it
   // queued before carries kBefore.
   Copier copier(*worker, buffer, data, kDuring);
   absl::StatusOr<SessionProfile> live =
-      client().ProfileSession(worker->session_id(), absl::Milliseconds(300));
+      profiler::ProfileSession(client(), worker->session_id(), absl::Milliseconds(300));
   copier.Stop();
   ASSERT_OK(live.status());
 
@@ -106,7 +112,7 @@ TEST_F(ProfileTest, ALiveWindowHoldsOnlyTheWorkQueuedInIt) {
   EXPECT_EQ(live->host_missing, "");
   bool saw_copies = false;
   for (const HostFunction& function : live->host->functions) {
-    if (function.name == "Client::CopyHostToDevice") saw_copies = function.calls > 0;
+    if (function.name == "copy::HostToDevice") saw_copies = function.calls > 0;
   }
   EXPECT_TRUE(saw_copies);
 }
@@ -114,7 +120,7 @@ TEST_F(ProfileTest, ALiveWindowHoldsOnlyTheWorkQueuedInIt) {
 TEST_F(ProfileTest, AnotherTenantsSessionIsAnAdministratorsToProfile) {
   std::unique_ptr<Client> stranger = ConnectAnother(OfTenant("team-b"));
   ASSERT_NE(stranger, nullptr);
-  EXPECT_THAT(client().ProfileSession(stranger->session_id(), absl::Milliseconds(10)),
+  EXPECT_THAT(profiler::ProfileSession(client(), stranger->session_id(), absl::Milliseconds(10)),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("tenant 'team-b'")));
   Admin admin(daemon().address());
   absl::StatusOr<SessionProfile> profiled =
@@ -124,8 +130,10 @@ TEST_F(ProfileTest, AnotherTenantsSessionIsAnAdministratorsToProfile) {
   // A session of the same tenant, and a session itself, may.
   std::unique_ptr<Client> colleague = ConnectAnother(OfTenant("team-a"));
   ASSERT_NE(colleague, nullptr);
-  EXPECT_OK(client().ProfileSession(colleague->session_id(), absl::Milliseconds(10)).status());
-  EXPECT_OK(colleague->ProfileSession(client().session_id(), absl::Milliseconds(10)).status());
+  EXPECT_OK(
+      profiler::ProfileSession(client(), colleague->session_id(), absl::Milliseconds(10)).status());
+  EXPECT_OK(
+      profiler::ProfileSession(*colleague, client().session_id(), absl::Milliseconds(10)).status());
 }
 
 TEST_F(ProfileTest, ASessionIsProfiledByOneWindowAtATime) {
@@ -144,7 +152,8 @@ TEST_F(ProfileTest, ASessionIsProfiledByOneWindowAtATime) {
   // Until the first window ends, a second is refused (once the first began).
   absl::Status second;
   while (!first_done.HasBeenNotified()) {
-    second = client().ProfileSession(target->session_id(), absl::Milliseconds(1)).status();
+    second =
+        profiler::ProfileSession(client(), target->session_id(), absl::Milliseconds(1)).status();
     if (second.code() == absl::StatusCode::kFailedPrecondition) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -153,7 +162,8 @@ TEST_F(ProfileTest, ASessionIsProfiledByOneWindowAtATime) {
   EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition,
                                HasSubstr("is being profiled already")));
   // Once it ended, the session may be profiled again.
-  EXPECT_OK(client().ProfileSession(target->session_id(), absl::Milliseconds(1)).status());
+  EXPECT_OK(
+      profiler::ProfileSession(client(), target->session_id(), absl::Milliseconds(1)).status());
 }
 
 TEST_F(ProfileTest, AWireClientGetsItsDeviceSideWithoutAHostSide) {
@@ -161,7 +171,7 @@ TEST_F(ProfileTest, AWireClientGetsItsDeviceSideWithoutAHostSide) {
                    "wire", "team-a");
   ASSERT_TRUE(wire.open_status().ok()) << wire.open_status().error_message();
   absl::StatusOr<SessionProfile> live =
-      client().ProfileSession(SessionId(wire.id()), absl::Milliseconds(20));
+      profiler::ProfileSession(client(), SessionId(wire.id()), absl::Milliseconds(20));
   ASSERT_OK(live.status());
   EXPECT_FALSE(live->host.has_value());
   EXPECT_THAT(live->host_missing, HasSubstr("does not record its calls"));
@@ -181,13 +191,13 @@ class BoundedProfileTest : public DaemonClientTest {
 TEST_F(BoundedProfileTest, ASessionsProfilesKeepItsShareOfTheMemoryAtMost) {
   std::unique_ptr<Client> worker = ConnectAnother(OfTenant("team-a"));
   ASSERT_NE(worker, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = worker->Allocate(1 << 20);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*worker, 1 << 20);
   ASSERT_OK(buffer.status());
   const std::vector<char> data(64, 'x');
   Copier copier(*worker, *buffer, data, data.size());
   while (copier.copies() == 0) absl::SleepFor(absl::Milliseconds(1));
   absl::StatusOr<SessionProfile> live =
-      client().ProfileSession(worker->session_id(), absl::Milliseconds(500));
+      profiler::ProfileSession(client(), worker->session_id(), absl::Milliseconds(500));
   copier.Stop();
   ASSERT_OK(live.status());
   // Hundreds of copies in the window; ten kept, the newest.
@@ -205,7 +215,7 @@ TEST_F(BoundedProfileTest, ATenantsSessionsKeepOneShareBetweenThem) {
   const std::vector<char> data(64, 'x');
   for (auto& worker : workers) {
     ASSERT_NE(worker, nullptr);
-    absl::StatusOr<DeviceBuffer> buffer = worker->Allocate(1 << 20);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*worker, 1 << 20);
     ASSERT_OK(buffer.status());
     buffers.push_back(*std::move(buffer));
   }
@@ -215,7 +225,7 @@ TEST_F(BoundedProfileTest, ATenantsSessionsKeepOneShareBetweenThem) {
   }
   absl::StatusOr<SessionProfile> live[2];
   std::thread second([&] {
-    live[1] = client().ProfileSession(workers[1]->session_id(), absl::Milliseconds(800));
+    live[1] = profiler::ProfileSession(client(), workers[1]->session_id(), absl::Milliseconds(800));
   });
   // The copies stop while both windows are open: once one window ended, its
   // records would leave room for the other's.
@@ -223,7 +233,7 @@ TEST_F(BoundedProfileTest, ATenantsSessionsKeepOneShareBetweenThem) {
     absl::SleepFor(absl::Milliseconds(500));
     for (auto& copier : copiers) copier->Stop();
   });
-  live[0] = client().ProfileSession(workers[0]->session_id(), absl::Milliseconds(800));
+  live[0] = profiler::ProfileSession(client(), workers[0]->session_id(), absl::Milliseconds(800));
   second.join();
   stopper.join();
   ASSERT_OK(live[0].status());
@@ -233,18 +243,18 @@ TEST_F(BoundedProfileTest, ATenantsSessionsKeepOneShareBetweenThem) {
 }
 
 TEST_F(ProfileTest, AProgramsProfileIsItsStartersToFinish) {
-  absl::StatusOr<Client::StartedProfile> started = client().StartProfile();
+  absl::StatusOr<profiler::StartedProfile> started = profiler::Start(client());
   ASSERT_OK(started.status());
   EXPECT_EQ(started->token.size(), 32u);
   std::unique_ptr<Client> other = ConnectAnother(OfTenant("team-a"));
   ASSERT_NE(other, nullptr);
-  EXPECT_THAT(other->FinishProfile(started->id), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(client().StartProfile(uint64_t{1} << 25),
+  EXPECT_THAT(profiler::Finish(*other, started->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(profiler::Start(client(), uint64_t{1} << 25),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 16777216")));
-  absl::StatusOr<DeviceProfile> finished = client().FinishProfile(started->id);
+  absl::StatusOr<DeviceProfile> finished = profiler::Finish(client(), started->id);
   ASSERT_OK(finished.status());
   EXPECT_TRUE(finished->work.empty());  // no session joined it
-  EXPECT_THAT(client().FinishProfile(started->id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(profiler::Finish(client(), started->id), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(ProfileTest, ProfilesEndWithTheDaemon) {
@@ -256,7 +266,7 @@ TEST_F(ProfileTest, ProfilesEndWithTheDaemon) {
   });
   // A window of an hour ends when the daemon stops, with what it had.
   absl::StatusOr<SessionProfile> live =
-      client().ProfileSession(target->session_id(), absl::Hours(1));
+      profiler::ProfileSession(client(), target->session_id(), absl::Hours(1));
   stopper.join();
   if (live.ok()) {
     EXPECT_FALSE(live->host_missing.empty());

@@ -8,10 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "client/client.h"
-#include "client/guards.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/guards.h"
+#include "gpumux/memory.h"
+#include "gpumux/random.h"
+#include "gpumux/random_options.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
 #include "tests/status_matchers.h"
@@ -58,13 +62,13 @@ std::string Bytes(const DeviceBuffer& buffer, uint64_t offset, uint64_t size) {
 class RandomTest : public DaemonClientTest {};
 
 TEST_F(RandomTest, TheSameSeedGivesTheSameBitsAsTheReference) {
-  absl::StatusOr<DeviceBuffer> first = client().Allocate(4096 + 3, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> second = client().Allocate(4096 + 3, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> first = memory::Allocate(client(), 4096 + 3, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> second = memory::Allocate(client(), 4096 + 3, DeviceIndex(1));
   ASSERT_OK(first);
   ASSERT_OK(second);
-  ASSERT_OK(client().ManualSeed(1234, DeviceIndex(1)));
+  ASSERT_OK(random::ManualSeed(client(), 1234, DeviceIndex(1)));
   absl::StatusOr<GenerateResult> drawn =
-      client().Generate(*first, 3, Dtype::kInt32, 1024, Bits(), Wait());
+      random::Generate(client(), *first, 3, Dtype::kInt32, 1024, Bits(), Wait());
   ASSERT_OK(drawn);
   EXPECT_EQ(drawn->seed, 1234u);
   EXPECT_EQ(drawn->offset, 0u);
@@ -76,20 +80,20 @@ TEST_F(RandomTest, TheSameSeedGivesTheSameBitsAsTheReference) {
   EXPECT_TRUE(Bytes(*first, 3, 4096) == expected);
   EXPECT_NE(expected, std::string(4096, '\0'));
 
-  ASSERT_OK(client().ManualSeed(1234, DeviceIndex(1)));
-  ASSERT_OK(client().Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
+  ASSERT_OK(random::ManualSeed(client(), 1234, DeviceIndex(1)));
+  ASSERT_OK(random::Generate(client(), *second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
   EXPECT_TRUE(Bytes(*second, 3, 4096) == expected);
-  ASSERT_OK(client().ManualSeed(4321, DeviceIndex(1)));
-  ASSERT_OK(client().Generate(*second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
+  ASSERT_OK(random::ManualSeed(client(), 4321, DeviceIndex(1)));
+  ASSERT_OK(random::Generate(client(), *second, 3, Dtype::kInt32, 1024, Bits(), Wait()).status());
   EXPECT_FALSE(Bytes(*second, 3, 4096) == expected);
 }
 
 TEST_F(RandomTest, UniformAndNormalFillsMatchTheReference) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(8 * 1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 8 * 1000);
   ASSERT_OK(buffer);
-  ASSERT_OK(client().ManualSeed(7));
+  ASSERT_OK(random::ManualSeed(client(), 7));
   absl::StatusOr<GenerateResult> uniform =
-      client().Generate(*buffer, 0, Dtype::kFloat32, 1000, Uniform{-2.0, 3.0}, Wait());
+      random::Generate(client(), *buffer, 0, Dtype::kFloat32, 1000, Uniform{-2.0, 3.0}, Wait());
   ASSERT_OK(uniform);
   RngRequest request;
   request.dtype = RngDtype::kF32;
@@ -106,7 +110,7 @@ TEST_F(RandomTest, UniformAndNormalFillsMatchTheReference) {
   }
 
   absl::StatusOr<GenerateResult> normal =
-      client().Generate(*buffer, 0, Dtype::kFloat64, 1000, Normal{10.0, 0.5}, Wait());
+      random::Generate(client(), *buffer, 0, Dtype::kFloat64, 1000, Normal{10.0, 0.5}, Wait());
   ASSERT_OK(normal);
   EXPECT_GT(normal->offset, uniform->offset);
   std::vector<double> samples(1000);
@@ -124,19 +128,19 @@ TEST_F(RandomTest, UniformAndNormalFillsMatchTheReference) {
 }
 
 TEST_F(RandomTest, OffsetsAdvanceInMultiplesOfFour) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1 << 16);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1 << 16);
   ASSERT_OK(buffer);
-  ASSERT_OK(client().ManualSeed(99));
-  EXPECT_THAT(client().GetRngState(), IsOkAndHolds(State(99, 0)));
+  ASSERT_OK(random::ManualSeed(client(), 99));
+  EXPECT_THAT(random::GetRngState(client()), IsOkAndHolds(State(99, 0)));
   uint64_t previous = 0;
   for (uint64_t elements :
        {uint64_t{1}, uint64_t{3}, uint64_t{5}, uint64_t{1000}, uint64_t{4097}}) {
     for (Dtype dtype : {Dtype::kUInt8, Dtype::kFloat16, Dtype::kInt64}) {
       absl::StatusOr<GenerateResult> drawn =
-          client().Generate(*buffer, 0, dtype, elements, Bits(), Wait());
+          random::Generate(client(), *buffer, 0, dtype, elements, Bits(), Wait());
       ASSERT_OK(drawn);
       EXPECT_EQ(drawn->offset, previous);  // drawn from the state before the call
-      absl::StatusOr<std::string> state = client().GetRngState();
+      absl::StatusOr<std::string> state = random::GetRngState(client());
       ASSERT_OK(state);
       const uint64_t offset = OffsetOf(*state);
       EXPECT_GT(offset, previous);
@@ -147,106 +151,111 @@ TEST_F(RandomTest, OffsetsAdvanceInMultiplesOfFour) {
 }
 
 TEST_F(RandomTest, StateRoundTripsAndReplaysTheSameValues) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4000, DeviceIndex(1));
   ASSERT_OK(buffer);
-  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{}, Wait()).status());
-  absl::StatusOr<std::string> saved = client().GetRngState(DeviceIndex(1));
+  ASSERT_OK(
+      random::Generate(client(), *buffer, 0, Dtype::kFloat32, 10, Uniform{}, Wait()).status());
+  absl::StatusOr<std::string> saved = random::GetRngState(client(), DeviceIndex(1));
   ASSERT_OK(saved);
   EXPECT_THAT(*saved, ::testing::SizeIs(16));
-  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
+  ASSERT_OK(
+      random::Generate(client(), *buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
   const std::string first = Bytes(*buffer, 0, 4000);
-  ASSERT_OK(client().SetRngState(*saved, DeviceIndex(1)));
-  EXPECT_THAT(client().GetRngState(DeviceIndex(1)), IsOkAndHolds(*saved));
-  ASSERT_OK(client().Generate(*buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
+  ASSERT_OK(random::SetRngState(client(), *saved, DeviceIndex(1)));
+  EXPECT_THAT(random::GetRngState(client(), DeviceIndex(1)), IsOkAndHolds(*saved));
+  ASSERT_OK(
+      random::Generate(client(), *buffer, 0, Dtype::kBFloat16, 2000, Normal{}, Wait()).status());
   EXPECT_TRUE(Bytes(*buffer, 0, 4000) == first);
 
   // 8 bytes: the seed alone, offset 0.
-  ASSERT_OK(client().SetRngState(saved->substr(0, 8), DeviceIndex(1)));
-  EXPECT_THAT(client().GetRngState(DeviceIndex(1)),
+  ASSERT_OK(random::SetRngState(client(), saved->substr(0, 8), DeviceIndex(1)));
+  EXPECT_THAT(random::GetRngState(client(), DeviceIndex(1)),
               IsOkAndHolds(saved->substr(0, 8) + std::string(8, '\0')));
-  EXPECT_THAT(client().SetRngState("12345", DeviceIndex(1)),
+  EXPECT_THAT(random::SetRngState(client(), "12345", DeviceIndex(1)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("RNG state is wrong size")));
   EXPECT_THAT(
-      client().SetRngState(State(5, 6), DeviceIndex(1)),
+      random::SetRngState(client(), State(5, 6), DeviceIndex(1)),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("offset must be a multiple of 4")));
 }
 
 TEST_F(RandomTest, SeedsPerDeviceAndForAll) {
-  ASSERT_OK(client().ManualSeed(11, DeviceIndex(0)));
+  ASSERT_OK(random::ManualSeed(client(), 11, DeviceIndex(0)));
   {
     DeviceGuard guard(client(), DeviceIndex(1));
-    ASSERT_OK(client().ManualSeed(22));  // the current device
-    EXPECT_THAT(client().InitialSeed(), IsOkAndHolds(22u));
+    ASSERT_OK(random::ManualSeed(client(), 22));  // the current device
+    EXPECT_THAT(random::InitialSeed(client()), IsOkAndHolds(22u));
   }
-  EXPECT_THAT(client().InitialSeed(), IsOkAndHolds(11u));
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(22u));
+  EXPECT_THAT(random::InitialSeed(client()), IsOkAndHolds(11u));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(1)), IsOkAndHolds(22u));
 
-  absl::StatusOr<uint64_t> fresh = client().Seed(DeviceIndex(1));
+  absl::StatusOr<uint64_t> fresh = random::Seed(client(), DeviceIndex(1));
   ASSERT_OK(fresh);
   EXPECT_THAT(*fresh, ::testing::Lt(uint64_t{1} << 53));
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(*fresh));
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(11u));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(1)), IsOkAndHolds(*fresh));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(0)), IsOkAndHolds(11u));
 
-  absl::StatusOr<uint64_t> everywhere = client().SeedAll();
+  absl::StatusOr<uint64_t> everywhere = random::SeedAll(client());
   ASSERT_OK(everywhere);
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(*everywhere));
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(*everywhere));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(0)), IsOkAndHolds(*everywhere));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(1)), IsOkAndHolds(*everywhere));
 
-  ASSERT_OK(client().ManualSeedAll(5));
-  absl::StatusOr<std::vector<std::string>> states = client().GetRngStateAll();
+  ASSERT_OK(random::ManualSeedAll(client(), 5));
+  absl::StatusOr<std::vector<std::string>> states = random::GetRngStateAll(client());
   ASSERT_OK(states);
   EXPECT_THAT(*states, ::testing::ElementsAre(State(5, 0), State(5, 0)));
 
   // Sessions have generators of their own.
   auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  ASSERT_OK(other->ManualSeed(6));
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(0)), IsOkAndHolds(5u));
+  ASSERT_OK(random::ManualSeed(*other, 6));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(0)), IsOkAndHolds(5u));
 }
 
 TEST_F(RandomTest, SetStateAllNeedsOneStatePerDevice) {
   const std::vector<std::string> states = {State(1, 8), State(2, 16)};
-  ASSERT_OK(client().SetRngStateAll(states));
-  EXPECT_THAT(client().GetRngStateAll(), IsOkAndHolds(states));
-  EXPECT_THAT(client().GetRngState(DeviceIndex(1)), IsOkAndHolds(State(2, 16)));
+  ASSERT_OK(random::SetRngStateAll(client(), states));
+  EXPECT_THAT(random::GetRngStateAll(client()), IsOkAndHolds(states));
+  EXPECT_THAT(random::GetRngState(client(), DeviceIndex(1)), IsOkAndHolds(State(2, 16)));
   const std::vector<std::string> one = {State(3, 0)};
-  EXPECT_THAT(client().SetRngStateAll(one), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().GetRngStateAll(), IsOkAndHolds(states));  // unchanged
+  EXPECT_THAT(random::SetRngStateAll(client(), one), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(random::GetRngStateAll(client()), IsOkAndHolds(states));  // unchanged
 }
 
 TEST_F(RandomTest, GenerateErrors) {
   auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1000);
-  absl::StatusOr<DeviceBuffer> theirs = other->Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1000);
+  absl::StatusOr<DeviceBuffer> theirs = memory::Allocate(*other, 1000);
   ASSERT_OK(buffer);
   ASSERT_OK(theirs);
-  ASSERT_OK(client().ManualSeed(1));
-  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 251, Uniform{}),
+  ASSERT_OK(random::ManualSeed(client(), 1));
+  EXPECT_THAT(random::Generate(client(), *buffer, 0, Dtype::kFloat32, 251, Uniform{}),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().Generate(*buffer, 4, Dtype::kFloat32, 250, Uniform{}),
+  EXPECT_THAT(random::Generate(client(), *buffer, 4, Dtype::kFloat32, 250, Uniform{}),
               StatusIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 10, Uniform{1.0, 1.0}),
+  EXPECT_THAT(random::Generate(client(), *buffer, 0, Dtype::kFloat32, 10, Uniform{1.0, 1.0}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kInt32, 10, Normal{}),
+  EXPECT_THAT(random::Generate(client(), *buffer, 0, Dtype::kInt32, 10, Normal{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().Generate(*buffer, 0, Dtype::kFloat32, 0, Uniform{}),
+  EXPECT_THAT(random::Generate(client(), *buffer, 0, Dtype::kFloat32, 0, Uniform{}),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().Generate(*theirs, 0, Dtype::kFloat32, 10, Uniform{}),
+  EXPECT_THAT(random::Generate(client(), *theirs, 0, Dtype::kFloat32, 10, Uniform{}),
               StatusIs(absl::StatusCode::kNotFound));
   // Refused requests leave the generator where it was.
-  EXPECT_THAT(client().GetRngState(), IsOkAndHolds(State(1, 0)));
-  EXPECT_THAT(client().ManualSeed(1, DeviceIndex(2)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(client().GetRngState(DeviceIndex(-1)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(random::GetRngState(client()), IsOkAndHolds(State(1, 0)));
+  EXPECT_THAT(random::ManualSeed(client(), 1, DeviceIndex(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(random::GetRngState(client(), DeviceIndex(-1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(RandomTest, GenerateReturnsACompletionEventWhenAsked) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(1 << 20, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 1 << 20, DeviceIndex(1));
   ASSERT_OK(buffer);
   CopyOptions options;
   options.completion_event = true;
   absl::StatusOr<GenerateResult> drawn =
-      client().Generate(*buffer, 0, Dtype::kFloat32, 1 << 18, Uniform{}, options);
+      random::Generate(client(), *buffer, 0, Dtype::kFloat32, 1 << 18, Uniform{}, options);
   ASSERT_OK(drawn);
   ASSERT_TRUE(drawn->completion.created());
   EXPECT_EQ(drawn->completion.device(), DeviceIndex(1));

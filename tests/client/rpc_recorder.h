@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "gpumux/v1/copy.pb.h"
 #include "gpumux/v1/memory.pb.h"
 #include "gpumux/v1/random.pb.h"

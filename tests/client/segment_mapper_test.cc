@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/memory_socket.h"
-#include "common/sealed_memory.h"
 #include "gmock/gmock.h"
+#include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"
 #include "server/backend/memory_file_table.h"
 #include "server/core/notice_sink.h"
@@ -170,7 +170,7 @@ TEST_F(SegmentMapperTest, BadHandlesAreInvalidArguments) {
 }
 
 // Without a CUDA build, or without a visible device, a CUDA handle has no
-// pointer here (UNIMPLEMENTED, which Client::Allocate tolerates); the GPU
+// pointer here (UNIMPLEMENTED, which memory::Allocate tolerates); the GPU
 // tests map real ones.
 TEST_F(SegmentMapperTest, CudaHandlesNeedACudaBuildAndDevice) {
 #ifdef GPUMUX_CLIENT_HAS_CUDA

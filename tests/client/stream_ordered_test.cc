@@ -13,10 +13,12 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "client/host_local_streams.h"
-#include "client/observer.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/host_local_streams.h"
+#include "gpumux/memory.h"
+#include "gpumux/observer.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -43,7 +45,7 @@ class StreamOrderedTest : public DaemonClientTest {
         streams_(std::move(streams)) {}
 
   absl::StatusOr<DeviceBuffer> AllocateOn(LocalStream stream, uint64_t size) {
-    return client().Allocate(size, kDevice, {.local_stream = stream});
+    return memory::Allocate(client(), size, kDevice, {.local_stream = stream});
   }
   // The kernels that use `stream`'s memory now, done `lag` from now.
   void Busy(LocalStream stream, absl::Duration lag = kLag) {
@@ -66,7 +68,7 @@ TEST_F(StreamOrderedTest, AFreedBlockIsReusedOnItsStreamAtOnce) {
   ASSERT_OK(first);
   const uint64_t address = first->address();
   Busy(kMain);
-  client().Release(*std::move(first));
+  memory::Release(client(), *std::move(first));
   const absl::Time start = absl::Now();
   absl::StatusOr<DeviceBuffer> again = AllocateOn(kMain, kMiB);
   ASSERT_OK(again);
@@ -84,10 +86,10 @@ TEST_F(StreamOrderedTest, ABlockAnotherStreamUsedWaitsForThatStreamsWork) {
   absl::StatusOr<DeviceBuffer> block = AllocateOn(kMain, kMiB);
   ASSERT_OK(block);
   const uint64_t address = block->address();
-  ASSERT_OK(client().RecordStream(*block, kSide));
+  ASSERT_OK(memory::RecordStream(client(), *block, kSide));
   Busy(kSide);
   const absl::Time freed = absl::Now();
-  client().Release(*std::move(block));
+  memory::Release(client(), *std::move(block));
   EXPECT_LT(absl::Now() - freed, kLag);  // the free did not wait
   EXPECT_EQ(streams_->synchronizations(), 0u);
   {
@@ -105,12 +107,12 @@ TEST_F(StreamOrderedTest, ABlockAnotherStreamUsedWaitsForThatStreamsWork) {
 TEST_F(StreamOrderedTest, EmptyCacheWaitsForOtherStreamsAndForTheLeasesStream) {
   absl::StatusOr<DeviceBuffer> block = AllocateOn(kMain, 3 * kMiB);
   ASSERT_OK(block);
-  ASSERT_OK(client().RecordStream(*block, kSide));
+  ASSERT_OK(memory::RecordStream(client(), *block, kSide));
   Busy(kSide);
   Busy(kMain, kLag + absl::Milliseconds(100));
-  client().Release(*std::move(block));
+  memory::Release(client(), *std::move(block));
   const absl::Time start = absl::Now();
-  absl::StatusOr<ReleasedCache> released = client().EmptyCache();
+  absl::StatusOr<ReleasedCache> released = memory::EmptyCache(client());
   ASSERT_OK(released);
   // The lease went back, and only once the work that used it was done.
   EXPECT_EQ(released->released_bytes, 20 * kMiB);
@@ -121,12 +123,12 @@ TEST_F(StreamOrderedTest, EmptyCacheWaitsForOtherStreamsAndForTheLeasesStream) {
 }
 
 TEST_F(StreamOrderedTest, TheOutOfMemoryRetryWaitsForOtherStreamsAndSucceeds) {
-  ASSERT_OK(client().SetPerProcessMemoryFraction(0.5, kDevice));  // 32 MiB
+  ASSERT_OK(memory::SetPerProcessMemoryFraction(client(), 0.5, kDevice));  // 32 MiB
   absl::StatusOr<DeviceBuffer> big = AllocateOn(kMain, 30 * kMiB);
   ASSERT_OK(big);
-  ASSERT_OK(client().RecordStream(*big, kSide));
+  ASSERT_OK(memory::RecordStream(client(), *big, kSide));
   Busy(kSide);
-  client().Release(*std::move(big));
+  memory::Release(client(), *std::move(big));
   // Its block waits for kSide; another stream's pool needs a segment of its
   // own, which fits only once the cached one went back.
   const absl::Time start = absl::Now();
@@ -141,8 +143,8 @@ TEST_F(StreamOrderedTest, ALeaseGoesBackToTheDaemonOnlyAfterItsStreamsWork) {
   ASSERT_OK(block);
   ASSERT_EQ(ReservedAtDaemon(), 2 * kMiB);
   Busy(kMain);
-  client().Release(*std::move(block));
-  ASSERT_OK(client().EmptyCache());
+  memory::Release(client(), *std::move(block));
+  ASSERT_OK(memory::EmptyCache(client()));
   EXPECT_TRUE(streams_->Idle(kDevice, kMain));
   EXPECT_EQ(ReservedAtDaemon(), 0);
 }
@@ -151,7 +153,7 @@ TEST_F(StreamOrderedTest, TheClientsEndWaitsForItsStreamsBeforeItsLeasesGoBack) 
   absl::StatusOr<DeviceBuffer> block = AllocateOn(kMain, kMiB);
   ASSERT_OK(block);
   Busy(kMain);
-  client().Release(*std::move(block));
+  memory::Release(client(), *std::move(block));
   const absl::Time start = absl::Now();
   DisconnectClient();
   EXPECT_GE(absl::Now() - start, kLag - absl::Milliseconds(20));
@@ -162,11 +164,11 @@ TEST_F(StreamOrderedTest, PressureFromAnotherSessionGetsALeaseOnlyAfterItsStream
   absl::StatusOr<DeviceBuffer> block = AllocateOn(kMain, 40 * kMiB);
   ASSERT_OK(block);
   Busy(kMain);
-  client().Release(*std::move(block));  // cached: 40 MiB of the 64 leased
+  memory::Release(client(), *std::move(block));  // cached: 40 MiB of the 64 leased
   std::unique_ptr<Client> other = ConnectAnother({.allocation = AllocationMode::kLocal});
   ASSERT_NE(other, nullptr);
   const absl::Time start = absl::Now();
-  absl::StatusOr<DeviceBuffer> needs = other->Allocate(40 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> needs = memory::Allocate(*other, 40 * kMiB, kDevice);
   ASSERT_OK(needs);
   EXPECT_GE(absl::Now() - start, kLag - absl::Milliseconds(20));
   EXPECT_TRUE(streams_->Idle(kDevice, kMain));
@@ -177,7 +179,7 @@ TEST_F(StreamOrderedTest, DuringACaptureNothingIsQueriedWaitedForOrLeased) {
   absl::StatusOr<DeviceBuffer> used = AllocateOn(kMain, kMiB);
   ASSERT_OK(used);
   const uint64_t used_address = used->address();
-  ASSERT_OK(client().RecordStream(*used, kSide));
+  ASSERT_OK(memory::RecordStream(client(), *used, kSide));
   Busy(kSide, absl::Milliseconds(1));
   { ASSERT_OK(AllocateOn(kMain, 2 * kMiB)); }
 
@@ -191,7 +193,7 @@ TEST_F(StreamOrderedTest, DuringACaptureNothingIsQueriedWaitedForOrLeased) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("during CUDA graph capture on GPU 0 needs")));
   // A free that needs events waits for the capture's end.
-  client().Release(*std::move(used));
+  memory::Release(client(), *std::move(used));
   EXPECT_EQ(streams_->queries(), queries);
   EXPECT_EQ(streams_->capture_violations(), 0u);
   streams_->EndCapture(kDevice, kMain);

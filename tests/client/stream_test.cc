@@ -2,7 +2,7 @@
 // within a stream, independence and dependencies across streams and devices,
 // priorities, and the per-thread current device and stream with their guards.
 
-#include "client/stream.h"
+#include "gpumux/stream.h"
 
 #include <atomic>
 #include <optional>
@@ -10,9 +10,14 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
-#include "client/guards.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/guards.h"
+#include "gpumux/memory.h"
+#include "gpumux/memory_snapshot.h"
+#include "gpumux/random.h"
 #include "gtest/gtest.h"
 #include "tests/client/client_test_support.h"
 #include "tests/client/rpc_recorder.h"
@@ -36,7 +41,7 @@ InProcessDaemon::Options BigDevices() {
 // The bytes of `buffer` at [offset, offset + size), read through the daemon.
 std::string Read(Client& client, const DeviceBuffer& buffer, uint64_t offset, uint64_t size) {
   std::string bytes(size, '\0');
-  absl::Status status = client.CopyDeviceToHost(bytes.data(), buffer, offset, size).status();
+  absl::Status status = copy::DeviceToHost(client, bytes.data(), buffer, offset, size).status();
   EXPECT_OK(status);
   return bytes;
 }
@@ -137,9 +142,9 @@ TEST_F(BigDevicesStreamTest, WorkOnOneStreamCompletesInOrder) {
   absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
   constexpr uint64_t kBig = 128 * kMiB;
-  absl::StatusOr<DeviceBuffer> source = client().Allocate(kBig);
-  absl::StatusOr<DeviceBuffer> big = client().Allocate(kBig);
-  absl::StatusOr<DeviceBuffer> tail = client().Allocate(4096);
+  absl::StatusOr<DeviceBuffer> source = memory::Allocate(client(), kBig);
+  absl::StatusOr<DeviceBuffer> big = memory::Allocate(client(), kBig);
+  absl::StatusOr<DeviceBuffer> tail = memory::Allocate(client(), 4096);
   ASSERT_OK(source);
   ASSERT_OK(big);
   ASSERT_OK(tail);
@@ -147,17 +152,18 @@ TEST_F(BigDevicesStreamTest, WorkOnOneStreamCompletesInOrder) {
   CopyOptions staged;
   staged.path = TransferPath::kStaging;
   staged.wait = true;
-  ASSERT_OK(client().CopyHostToDevice(*source, 0, pattern.data(), kBig, staged).status());
+  ASSERT_OK(copy::HostToDevice(client(), *source, 0, pattern.data(), kBig, staged).status());
 
   // A large copy, a small copy of its last bytes and a memset that overlaps
   // them, queued back to back: each sees what the one before wrote.
   CopyOptions on_stream;
   on_stream.stream = *stream;
   for (int round = 0; round < 3; ++round) {
-    ASSERT_OK(client().Memset(*big, 0, 0, kBig, on_stream).status());
-    ASSERT_OK(client().CopyDeviceToDevice(*big, 0, *source, 0, kBig, on_stream).status());
-    ASSERT_OK(client().CopyDeviceToDevice(*tail, 0, *big, kBig - 4096, 4096, on_stream).status());
-    ASSERT_OK(client().Memset(*tail, 4000, 0x5a, 96, on_stream).status());
+    ASSERT_OK(copy::Memset(client(), *big, 0, 0, kBig, on_stream).status());
+    ASSERT_OK(copy::DeviceToDevice(client(), *big, 0, *source, 0, kBig, on_stream).status());
+    ASSERT_OK(
+        copy::DeviceToDevice(client(), *tail, 0, *big, kBig - 4096, 4096, on_stream).status());
+    ASSERT_OK(copy::Memset(client(), *tail, 4000, 0x5a, 96, on_stream).status());
     ASSERT_OK(stream->Synchronize());
     EXPECT_THAT(stream->Query(), IsOkAndHolds(true));
     std::string expected = pattern.substr(kBig - 4096);
@@ -169,13 +175,13 @@ TEST_F(BigDevicesStreamTest, WorkOnOneStreamCompletesInOrder) {
 TEST_F(StreamTest, QueryIsFalseWhilePendingAndTrueAfterSynchronize) {
   absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4096, DeviceIndex(1));
   ASSERT_OK(buffer);
   Gate gate(client());  // an event of device 0 holds a stream of device 1
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions on_stream;
   on_stream.stream = *stream;
-  ASSERT_OK(client().Memset(*buffer, 0, 0x77, 4096, on_stream).status());
+  ASSERT_OK(copy::Memset(client(), *buffer, 0, 0x77, 4096, on_stream).status());
   EXPECT_THAT(stream->Query(), IsOkAndHolds(false));
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[0], 0);  // not yet run
 
@@ -198,13 +204,13 @@ TEST_F(StreamTest, StreamsRunIndependently) {
   absl::StatusOr<Stream> free_running = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(held);
   ASSERT_OK(free_running);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4096);
   ASSERT_OK(buffer);
   Gate gate(client());
   ASSERT_OK(gate.Hold(*held));
   CopyOptions options;
   options.stream = *free_running;
-  ASSERT_OK(client().Memset(*buffer, 0, 0x42, 4096, options).status());
+  ASSERT_OK(copy::Memset(client(), *buffer, 0, 0x42, 4096, options).status());
   EXPECT_OK(free_running->Synchronize());
   EXPECT_EQ(static_cast<unsigned char*>(buffer->data())[100], 0x42);
   // The session's default stream is another stream again.
@@ -217,13 +223,13 @@ TEST_F(StreamTest, StreamsRunIndependently) {
 TEST_F(StreamTest, DestroyingAStreamLetsItsQueuedWorkComplete) {
   absl::StatusOr<Stream> stream = client().CreateStream(DeviceIndex(0));
   ASSERT_OK(stream);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4096);
   ASSERT_OK(buffer);
   Gate gate(client());
   ASSERT_OK(gate.Hold(*stream));
   CopyOptions options;
   options.stream = *stream;
-  ASSERT_OK(client().Memset(*buffer, 0, 0x66, 4096, options).status());
+  ASSERT_OK(copy::Memset(client(), *buffer, 0, 0x66, 4096, options).status());
   ASSERT_OK(client().DestroyStream(*stream));  // returns at once
   EXPECT_EQ(daemon().Session(client().session_id())->streams(), 0u);
   gate.Open();
@@ -273,8 +279,8 @@ TEST_F(StreamTest, WaitEventMakesAnotherStreamSeeTheFirstStreamsData) {
   absl::StatusOr<Stream> second = client().CreateStream(DeviceIndex(0), -3);
   ASSERT_OK(first);
   ASSERT_OK(second);
-  absl::StatusOr<DeviceBuffer> staging = client().Allocate(64 * 1024);
-  absl::StatusOr<DeviceBuffer> result = client().Allocate(64 * 1024);
+  absl::StatusOr<DeviceBuffer> staging = memory::Allocate(client(), 64 * 1024);
+  absl::StatusOr<DeviceBuffer> result = memory::Allocate(client(), 64 * 1024);
   ASSERT_OK(staging);
   ASSERT_OK(result);
   const std::string pattern = Pattern(64 * 1024, 21);
@@ -284,14 +290,14 @@ TEST_F(StreamTest, WaitEventMakesAnotherStreamSeeTheFirstStreamsData) {
   CopyOptions on_first;
   on_first.stream = *first;
   ASSERT_OK(
-      client().CopyHostToDevice(*staging, 0, pattern.data(), pattern.size(), on_first).status());
+      copy::HostToDevice(client(), *staging, 0, pattern.data(), pattern.size(), on_first).status());
   absl::StatusOr<Event> written = first->RecordEvent();
   ASSERT_OK(written);
   ASSERT_OK(second->WaitEvent(*written));
   CopyOptions on_second;
   on_second.stream = *second;
   ASSERT_OK(
-      client().CopyDeviceToDevice(*result, 0, *staging, 0, pattern.size(), on_second).status());
+      copy::DeviceToDevice(client(), *result, 0, *staging, 0, pattern.size(), on_second).status());
   EXPECT_THAT(second->Query(), IsOkAndHolds(false));
   EXPECT_THAT(written->Query(), IsOkAndHolds(false));
 
@@ -312,11 +318,11 @@ TEST_F(StreamTest, WaitEventWorksAcrossDevices) {
   ASSERT_OK(marker);
   EXPECT_EQ(marker->device(), DeviceIndex(0));
   ASSERT_OK(on_one->WaitEvent(*marker));
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512, DeviceIndex(1));
   ASSERT_OK(buffer);
   CopyOptions options;
   options.stream = *on_one;
-  ASSERT_OK(client().Memset(*buffer, 0, 0x31, 512, options).status());
+  ASSERT_OK(copy::Memset(client(), *buffer, 0, 0x31, 512, options).status());
   EXPECT_THAT(on_one->Query(), IsOkAndHolds(false));
   gate.Open();
   ASSERT_OK(on_one->Synchronize());
@@ -328,8 +334,8 @@ TEST_F(StreamTest, WaitStreamWaitsForWorkQueuedSoFar) {
   absl::StatusOr<Stream> consumer = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(producer);
   ASSERT_OK(consumer);
-  absl::StatusOr<DeviceBuffer> a = client().Allocate(1000, DeviceIndex(1));
-  absl::StatusOr<DeviceBuffer> b = client().Allocate(1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> a = memory::Allocate(client(), 1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> b = memory::Allocate(client(), 1000, DeviceIndex(1));
   ASSERT_OK(a);
   ASSERT_OK(b);
   const std::string pattern = Pattern(1000, 5);
@@ -337,11 +343,11 @@ TEST_F(StreamTest, WaitStreamWaitsForWorkQueuedSoFar) {
   ASSERT_OK(gate.Hold(*producer));
   CopyOptions on_producer;
   on_producer.stream = *producer;
-  ASSERT_OK(client().CopyHostToDevice(*a, 0, pattern.data(), 1000, on_producer).status());
+  ASSERT_OK(copy::HostToDevice(client(), *a, 0, pattern.data(), 1000, on_producer).status());
   ASSERT_OK(consumer->WaitStream(*producer));
   CopyOptions on_consumer;
   on_consumer.stream = *consumer;
-  ASSERT_OK(client().CopyDeviceToDevice(*b, 0, *a, 0, 1000, on_consumer).status());
+  ASSERT_OK(copy::DeviceToDevice(client(), *b, 0, *a, 0, 1000, on_consumer).status());
   EXPECT_THAT(consumer->Query(), IsOkAndHolds(false));
   gate.Open();
   ASSERT_OK(consumer->Synchronize());
@@ -481,16 +487,17 @@ TEST_F(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
   absl::StatusOr<DeviceBuffer> inside;
   {
     StreamGuard guard(*stream);
-    inside = client().Allocate(512, client().CurrentDevice());
+    inside = memory::Allocate(client(), 512, client().CurrentDevice());
     ASSERT_OK(inside);
-    ASSERT_OK(client().Memset(*inside, 0, 1, 512).status());
-    ASSERT_OK(client().ManualSeed(3));  // the current device's generator
+    ASSERT_OK(copy::Memset(client(), *inside, 0, 1, 512).status());
+    ASSERT_OK(random::ManualSeed(client(), 3));  // the current device's generator
   }
-  absl::StatusOr<DeviceBuffer> outside = client().Allocate(512, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> outside = memory::Allocate(client(), 512, DeviceIndex(1));
   ASSERT_OK(outside);
   EXPECT_EQ(inside->device(), DeviceIndex(1));
   // Each came from a segment of the stream it was allocated for.
-  absl::StatusOr<std::vector<SegmentInfo>> snapshot = client().MemorySnapshot(DeviceIndex(1));
+  absl::StatusOr<std::vector<SegmentInfo>> snapshot =
+      memory::MemorySnapshot(client(), DeviceIndex(1));
   ASSERT_OK(snapshot);
   auto stream_of = [&](const DeviceBuffer& buffer) -> std::optional<uint64_t> {
     for (const SegmentInfo& segment : *snapshot) {
@@ -507,42 +514,43 @@ TEST_F(StreamTest, WorkAndAllocationsDefaultToTheCurrentStream) {
   auto seeds = wire.Requests<v1::ManualSeedRequest>(session, "Random/ManualSeed");
   ASSERT_THAT(seeds, SizeIs(1));
   EXPECT_EQ(seeds[0].device(), 1);
-  EXPECT_THAT(client().InitialSeed(DeviceIndex(1)), IsOkAndHolds(3u));
+  EXPECT_THAT(random::InitialSeed(client(), DeviceIndex(1)), IsOkAndHolds(3u));
 }
 
 TEST_F(StreamTest, AStreamOfAnotherDeviceOrClientIsRefusedForWork) {
   auto other = ConnectAnother();
   ASSERT_NE(other, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(512, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 512, DeviceIndex(0));
   ASSERT_OK(buffer);
   CopyOptions wrong_device;
   wrong_device.stream = client().DefaultStream(DeviceIndex(1));
-  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, wrong_device),
+  EXPECT_THAT(copy::Memset(client(), *buffer, 0, 1, 512, wrong_device),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "stream 0 is on device 1, but the memset is on device 0; use a stream of "
                        "device 0"));
   AllocateOptions allocate_wrong;
   allocate_wrong.stream = client().DefaultStream(DeviceIndex(1));
-  EXPECT_THAT(client().Allocate(512, DeviceIndex(0), allocate_wrong),
+  EXPECT_THAT(memory::Allocate(client(), 512, DeviceIndex(0), allocate_wrong),
               StatusIs(absl::StatusCode::kInvalidArgument));
   CopyOptions foreign;
   foreign.stream = other->DefaultStream(DeviceIndex(0));
-  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, foreign),
+  EXPECT_THAT(copy::Memset(client(), *buffer, 0, 1, 512, foreign),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("another Client")));
   // A stream of device 1 named as one of device 0: the daemon's check.
   absl::StatusOr<Stream> one = client().CreateStream(DeviceIndex(1));
   ASSERT_OK(one);
   CopyOptions misnamed;
   misnamed.stream = Stream(client(), DeviceIndex(0), one->id());
-  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, misnamed),
+  EXPECT_THAT(copy::Memset(client(), *buffer, 0, 1, 512, misnamed),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // A stream the daemon does not know for this session.
   CopyOptions unknown;
   unknown.stream = Stream(client(), DeviceIndex(0), StreamId(4242));
-  EXPECT_THAT(client().Memset(*buffer, 0, 1, 512, unknown), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(copy::Memset(client(), *buffer, 0, 1, 512, unknown),
+              StatusIs(absl::StatusCode::kNotFound));
   AllocateOptions allocate_unknown;
   allocate_unknown.stream = Stream(client(), DeviceIndex(0), StreamId(4242));
-  EXPECT_THAT(client().Allocate(512, DeviceIndex(0), allocate_unknown),
+  EXPECT_THAT(memory::Allocate(client(), 512, DeviceIndex(0), allocate_unknown),
               StatusIs(absl::StatusCode::kNotFound));
 }
 

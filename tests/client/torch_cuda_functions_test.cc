@@ -9,9 +9,11 @@
 #include <optional>
 #include <string>
 
-#include "client/client.h"
-#include "client/guards.h"
+#include "client/client_testing.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/guards.h"
+#include "gpumux/memory.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -71,7 +73,7 @@ TEST_F(LazyInitTest, InitDoesNowWhatFirstUseWouldDo) {
   ASSERT_NE(used, nullptr);
   ASSERT_OK(used->SetDevice(DeviceIndex(1)));
   EXPECT_FALSE(used->IsInitialized());  // the memory socket is not connected yet
-  ASSERT_OK(used->Allocate(4096, DeviceIndex(1)));
+  ASSERT_OK(memory::Allocate(*used, 4096, DeviceIndex(1)));
   EXPECT_TRUE(used->IsInitialized());
 }
 
@@ -108,26 +110,26 @@ TEST_F(TorchCudaFunctionsTest, DeviceCapabilityArchListAndGencodeFlags) {
 // not device 0.
 TEST_F(TorchCudaFunctionsTest, MemoryFunctionsDefaultToTheCurrentDevice) {
   ASSERT_OK(client().SetDevice(DeviceIndex(1)));
-  auto on_one = std::make_optional(client().Allocate(1 << 20, DeviceIndex(1)));
+  auto on_one = std::make_optional(memory::Allocate(client(), 1 << 20, DeviceIndex(1)));
   ASSERT_OK(on_one->status());
-  EXPECT_THAT(client().MemoryAllocated(), IsOkAndHolds(1 << 20));
-  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(1 << 20));
-  EXPECT_THAT(client().MemoryAllocated(DeviceIndex(0)), IsOkAndHolds(0));
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client().MemoryStats();
+  EXPECT_THAT(memory::MemoryAllocated(client()), IsOkAndHolds(1 << 20));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client()), IsOkAndHolds(1 << 20));
+  EXPECT_THAT(memory::MemoryAllocated(client(), DeviceIndex(0)), IsOkAndHolds(0));
+  absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(client());
   ASSERT_OK(stats.status());
   EXPECT_EQ(stats->at("allocated_bytes.all.current"), 1 << 20);
-  EXPECT_THAT(client().MemoryReserved(), IsOkAndHolds(::testing::Gt(0)));
-  absl::StatusOr<std::string> summary = client().MemorySummary();
+  EXPECT_THAT(memory::MemoryReserved(client()), IsOkAndHolds(::testing::Gt(0)));
+  absl::StatusOr<std::string> summary = memory::MemorySummary(client());
   ASSERT_OK(summary.status());
   EXPECT_THAT(*summary, HasSubstr("device ID 1"));
   on_one.reset();  // freed
-  ASSERT_OK(client().ResetPeakMemoryStats());
-  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(0));
+  ASSERT_OK(memory::ResetPeakMemoryStats(client()));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client()), IsOkAndHolds(0));
   ASSERT_OK(client().SetDevice(DeviceIndex(0)));
 }
 
 TEST_F(TorchCudaFunctionsTest, DeviceOfMakesABuffersDeviceCurrent) {
-  absl::StatusOr<DeviceBuffer> on_one = client().Allocate(4096, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> on_one = memory::Allocate(client(), 4096, DeviceIndex(1));
   ASSERT_OK(on_one);
   EXPECT_EQ(client().CurrentDevice(), DeviceIndex(0));
   {
@@ -143,50 +145,51 @@ TEST_F(TorchCudaFunctionsTest, DeviceOfMakesABuffersDeviceCurrent) {
 }
 
 TEST_F(DaemonSegmentsTest, IpcCollectUnmapsWhatNoBufferUses) {
-  absl::StatusOr<DeviceBuffer> kept = client().Allocate(4096, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> kept = memory::Allocate(client(), 4096, DeviceIndex(0));
   ASSERT_OK(kept);
-  absl::StatusOr<DeviceBuffer> dropped = client().Allocate(4096, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> dropped = memory::Allocate(client(), 4096, DeviceIndex(1));
   ASSERT_OK(dropped);
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 2u);
-  absl::StatusOr<CollectedMappings> nothing = client().IpcCollect();
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 2u);
+  absl::StatusOr<CollectedMappings> nothing = memory::IpcCollect(client());
   ASSERT_OK(nothing);
   EXPECT_EQ(nothing->mappings, 0u);
 
   *dropped = DeviceBuffer();
-  absl::StatusOr<CollectedMappings> collected = client().IpcCollect();
+  absl::StatusOr<CollectedMappings> collected = memory::IpcCollect(client());
   ASSERT_OK(collected);
   EXPECT_EQ(collected->mappings, 1u);
   EXPECT_EQ(collected->bytes, kSmallSegment);
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 1u);
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 1u);
   // Still cached by the allocator: the next allocation there maps it again.
-  EXPECT_THAT(client().MemoryReserved(DeviceIndex(1)), IsOkAndHolds(int64_t{kSmallSegment}));
-  absl::StatusOr<DeviceBuffer> again = client().Allocate(4096, DeviceIndex(1));
+  EXPECT_THAT(memory::MemoryReserved(client(), DeviceIndex(1)),
+              IsOkAndHolds(int64_t{kSmallSegment}));
+  absl::StatusOr<DeviceBuffer> again = memory::Allocate(client(), 4096, DeviceIndex(1));
   ASSERT_OK(again);
   ASSERT_NE(again->data(), nullptr);
   std::memset(again->data(), 0x5a, 4096);
   EXPECT_EQ(static_cast<unsigned char*>(again->data())[4095], 0x5a);
-  EXPECT_EQ(client().MappedSegmentCountForTest(), 2u);
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(client()), 2u);
   std::memset(kept->data(), 1, 4096);  // the kept buffer's mapping was never touched
 }
 
 TEST_F(TorchCudaFunctionsTest, IpcCollectUnmapsAFreedImport) {
   absl::StatusOr<DeviceBuffer> shared =
-      client().Allocate(4096, DeviceIndex(0), {.shareable = true});
+      memory::Allocate(client(), 4096, DeviceIndex(0), {.shareable = true});
   ASSERT_OK(shared);
   std::memset(shared->data(), 7, 4096);
-  absl::StatusOr<std::string> token = client().Share(*shared);
+  absl::StatusOr<std::string> token = memory::Share(client(), *shared);
   ASSERT_OK(token);
   std::unique_ptr<Client> importer = ConnectAnother();
   ASSERT_NE(importer, nullptr);
-  absl::StatusOr<DeviceBuffer> imported = importer->Import(*token);
+  absl::StatusOr<DeviceBuffer> imported = memory::Import(*importer, *token);
   ASSERT_OK(imported);
   EXPECT_EQ(static_cast<unsigned char*>(imported->data())[0], 7);
-  EXPECT_EQ(importer->MappedSegmentCountForTest(), 1u);
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(*importer), 1u);
   *imported = DeviceBuffer();
-  absl::StatusOr<CollectedMappings> collected = importer->IpcCollect();
+  absl::StatusOr<CollectedMappings> collected = memory::IpcCollect(*importer);
   ASSERT_OK(collected);
   EXPECT_EQ(collected->mappings, 1u);
-  EXPECT_EQ(importer->MappedSegmentCountForTest(), 0u);
+  EXPECT_EQ(gpumux::MappedSegmentCountForTest(*importer), 0u);
   // The owner's buffer is untouched.
   EXPECT_EQ(static_cast<unsigned char*>(shared->data())[4095], 7);
 }
@@ -198,28 +201,29 @@ TEST_F(TorchCudaFunctionsTest, CurrentBlasHandleNeedsACudaDaemon) {
 
 TEST_F(TorchCudaFunctionsTest, ResetMaxMemoryAllocatedResetsThePeaks) {
   {
-    absl::StatusOr<DeviceBuffer> big = client().Allocate(uint64_t{4} << 20, DeviceIndex(0));
+    absl::StatusOr<DeviceBuffer> big =
+        memory::Allocate(client(), uint64_t{4} << 20, DeviceIndex(0));
     ASSERT_OK(big);
   }
-  ASSERT_OK(client().FlushFrees());
-  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(int64_t{4} << 20));
-  ASSERT_OK(client().ResetMaxMemoryAllocated());
-  EXPECT_THAT(client().MaxMemoryAllocated(), IsOkAndHolds(0));
+  ASSERT_OK(memory::FlushFrees(client()));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client()), IsOkAndHolds(int64_t{4} << 20));
+  ASSERT_OK(memory::ResetMaxMemoryAllocated(client()));
+  EXPECT_THAT(memory::MaxMemoryAllocated(client()), IsOkAndHolds(0));
 }
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 TEST_F(TorchCudaFunctionsTest, DeprecatedCachedNamesAreTheReservedFigures) {
-  absl::StatusOr<DeviceBuffer> buffer = client().Allocate(4096, DeviceIndex(0));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(client(), 4096, DeviceIndex(0));
   ASSERT_OK(buffer);
-  EXPECT_THAT(client().MemoryCached(), IsOkAndHolds(int64_t{kSmallSegment}));
-  EXPECT_THAT(client().MaxMemoryCached(), IsOkAndHolds(int64_t{kSmallSegment}));
+  EXPECT_THAT(memory::MemoryCached(client()), IsOkAndHolds(int64_t{kSmallSegment}));
+  EXPECT_THAT(memory::MaxMemoryCached(client()), IsOkAndHolds(int64_t{kSmallSegment}));
   *buffer = DeviceBuffer();
-  ASSERT_OK(client().EmptyCache());
-  EXPECT_THAT(client().MemoryCached(), IsOkAndHolds(0));
-  ASSERT_OK(client().ResetMaxMemoryCached());
-  EXPECT_THAT(client().MaxMemoryCached(), IsOkAndHolds(0));
-  EXPECT_THAT(client().MaxMemoryReserved(), IsOkAndHolds(0));
+  ASSERT_OK(memory::EmptyCache(client()));
+  EXPECT_THAT(memory::MemoryCached(client()), IsOkAndHolds(0));
+  ASSERT_OK(memory::ResetMaxMemoryCached(client()));
+  EXPECT_THAT(memory::MaxMemoryCached(client()), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MaxMemoryReserved(client()), IsOkAndHolds(0));
 }
 #pragma GCC diagnostic pop
 

@@ -2,7 +2,7 @@
 // process (a real child over a socketpair) is mapped there, shares the bytes,
 // and cannot be truncated or grown by it; what is not sealed is refused.
 
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

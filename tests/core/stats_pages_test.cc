@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/memory_stats.h"
-#include "common/sealed_memory.h"
 #include "common/stats_page.h"
+#include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"
 #include "server/backend/memory_file_table.h"
 

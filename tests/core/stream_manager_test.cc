@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/sealed_memory.h"
 #include "gmock/gmock.h"
+#include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"
 #include "server/backend/host/host_backend.h"
 #include "tests/status_matchers.h"

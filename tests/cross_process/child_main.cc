@@ -57,8 +57,10 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "client/client.h"
-#include "common/host_ipc_event.h"
+#include "gpumux/client.h"
+#include "gpumux/common/host_ipc_event.h"
+#include "gpumux/memory.h"
+#include "gpumux/memory_snapshot.h"
 #include "replay/client_target.h"
 #include "replay/trace_replay.h"
 #include "tests/support/test_pattern.h"
@@ -79,10 +81,11 @@ int Producer(char** argv) {
   auto client = gpumux::Client::Connect(argv[2], {.client_name = "producer"});
   if (!client.ok()) return Fail("connect", client.status());
   uint64_t size = Arg(argv[3]);
-  auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(1), {.shareable = true});
+  auto buffer =
+      gpumux::memory::Allocate(*(*client), size, gpumux::DeviceIndex(1), {.shareable = true});
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   FillPattern(buffer->data(), size, Arg(argv[4]));
-  auto token = (*client)->Share(*buffer);
+  auto token = gpumux::memory::Share(*(*client), *buffer);
   if (!token.ok()) return Fail("share", token.status());
   std::printf("%s\n", token->c_str());
   std::fflush(stdout);
@@ -100,7 +103,7 @@ int Producer(char** argv) {
 int Consumer(char** argv) {
   auto client = gpumux::Client::Connect(argv[2], {.client_name = "consumer"});
   if (!client.ok()) return Fail("connect", client.status());
-  auto buffer = (*client)->Import(argv[3]);
+  auto buffer = gpumux::memory::Import(*(*client), argv[3]);
   if (!buffer.ok()) return Fail("import", buffer.status());
   uint64_t size = Arg(argv[4]);
   if (buffer->size() != size) {
@@ -122,7 +125,7 @@ int Hold(char** argv) {
   auto client = gpumux::Client::Connect(argv[2], {.client_name = "holder"});
   if (!client.ok()) return Fail("connect", client.status());
   uint64_t size = Arg(argv[3]);
-  auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
+  auto buffer = gpumux::memory::Allocate(*(*client), size, gpumux::DeviceIndex(0));
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   auto* bytes = static_cast<unsigned char*>(buffer->data());
   std::memset(bytes, 0xab, 4096);
@@ -147,14 +150,14 @@ int NamedSession(char** argv) {
   }
   auto client = gpumux::Client::Connect(argv[2], options);
   if (!client.ok()) return Fail("connect", client.status());
-  auto buffer = (*client)->Allocate(Arg(argv[6]), gpumux::DeviceIndex(0));
+  auto buffer = gpumux::memory::Allocate(*(*client), Arg(argv[6]), gpumux::DeviceIndex(0));
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   std::printf("ready %llu\n", static_cast<unsigned long long>((*client)->session_id().value()));
   std::fflush(stdout);
   std::vector<gpumux::DeviceBuffer> more;
   char line[64];
   while (std::fgets(line, sizeof(line), stdin) != nullptr) {
-    auto next = (*client)->Allocate(4096, gpumux::DeviceIndex(0));
+    auto next = gpumux::memory::Allocate(*(*client), 4096, gpumux::DeviceIndex(0));
     if (next.ok()) {
       more.push_back(*std::move(next));
       std::printf("ok\n");
@@ -209,7 +212,7 @@ int TenantChurn(char** argv) {
   uint64_t refused = 0;
   for (uint64_t i = 0; i < iterations; ++i) {
     const uint64_t size = (12 + 2 * ((i + static_cast<uint64_t>(getpid())) % 7)) << 20;
-    auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0));
+    auto buffer = gpumux::memory::Allocate(*(*client), size, gpumux::DeviceIndex(0));
     if (absl::IsResourceExhausted(buffer.status())) {
       ++refused;
       continue;
@@ -230,14 +233,14 @@ int Cache(char** argv) {
   const gpumux::DeviceIndex device(0);
   std::vector<gpumux::DeviceBuffer> kept;
   for (int i = 0; i < 3; ++i) {
-    auto small = (*client)->Allocate(100 << 10, device);
+    auto small = gpumux::memory::Allocate(*(*client), 100 << 10, device);
     if (!small.ok()) return Fail("allocate", small.status());
     if (i != 1) kept.push_back(*std::move(small));
   }
   const uint64_t count = Arg(argv[4]), keep = Arg(argv[5]);
   std::vector<gpumux::DeviceBuffer> blocks;
   for (uint64_t i = 0; i < count; ++i) {
-    auto buffer = (*client)->Allocate(Arg(argv[3]) << 20, device);
+    auto buffer = gpumux::memory::Allocate(*(*client), Arg(argv[3]) << 20, device);
     if (!buffer.ok()) return Fail("allocate", buffer.status());
     blocks.push_back(*std::move(buffer));
   }
@@ -249,13 +252,13 @@ int Cache(char** argv) {
   while (std::fgets(line, sizeof(line), stdin) != nullptr) {
     const std::string command(line, std::strcspn(line, "\n"));
     if (command == "stats") {
-      auto stats = (*client)->MemoryStats(device);
+      auto stats = gpumux::memory::MemoryStats(*(*client), device);
       if (!stats.ok()) return Fail("stats", stats.status());
       std::printf("reserved %lld allocated %lld\n",
                   static_cast<long long>(stats->at("reserved_bytes.all.current")),
                   static_cast<long long>(stats->at("allocated_bytes.all.current")));
     } else if (command == "snapshot") {
-      auto segments = (*client)->MemorySnapshot(device);
+      auto segments = gpumux::memory::MemorySnapshot(*(*client), device);
       if (!segments.ok()) return Fail("snapshot", segments.status());
       for (const gpumux::SegmentInfo& segment : *segments) {
         if (!segment.leased) continue;
@@ -312,7 +315,7 @@ int ReplayWithPauses(char** argv) {
   const gpumux::DeviceIndex device(0);
   bool failed = false;
   auto pause = [&] {
-    auto stats = (*client)->MemoryStats(device);
+    auto stats = gpumux::memory::MemoryStats(*(*client), device);
     if (!stats.ok()) {
       Fail("stats", stats.status());
       failed = true;

@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/memory.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
@@ -61,16 +63,17 @@ TEST(CompactModeTest, GrownSegmentsPagesAreSharedWithTheDaemonAndAnotherSession)
   DaemonProcess daemon({"--host-devices=1", "--host-device-memory=1GiB", kCompact});
   auto client = Client::Connect(daemon.address(), {.client_name = "grower"});
   ASSERT_TRUE(client.ok()) << client.status();
-  auto a = (*client)->Allocate(3 * kMiB, DeviceIndex(0));
+  auto a = memory::Allocate(*(*client), 3 * kMiB, DeviceIndex(0));
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = (*client)->Allocate(3 * kMiB, DeviceIndex(0));  // grows the segment by a page
+  auto b = memory::Allocate(*(*client), 3 * kMiB,
+                            DeviceIndex(0));  // grows the segment by a page
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->segment_id(), a->segment_id());
   EXPECT_EQ(b->address(), a->address() + 3 * kMiB);
   EXPECT_EQ(static_cast<char*>(b->data()), static_cast<char*>(a->data()) + 3 * kMiB);
   EXPECT_EQ(DeviceStat(daemon.channel(), "reserved_bytes.all.current"),
             static_cast<int64_t>(6 * kMiB));
-  auto segments = (*client)->MemorySnapshot(DeviceIndex(0));
+  auto segments = memory::MemorySnapshot(*(*client), DeviceIndex(0));
   ASSERT_TRUE(segments.ok()) << segments.status();
   ASSERT_EQ(segments->size(), 1u);
   EXPECT_TRUE(segments->front().is_expandable);
@@ -79,14 +82,14 @@ TEST(CompactModeTest, GrownSegmentsPagesAreSharedWithTheDaemonAndAnotherSession)
   // Written here across its two pages, read by the daemon.
   FillPattern(b->data(), b->size(), 5);
   std::vector<unsigned char> back(b->size());
-  ASSERT_TRUE((*client)->CopyDeviceToHost(back.data(), *b, 0, b->size()).ok());
+  ASSERT_TRUE(copy::DeviceToHost(*(*client), back.data(), *b, 0, b->size()).ok());
   EXPECT_EQ(FirstPatternMismatch(back.data(), back.size(), 5), back.size());
 
   // Copied by the daemon into a shareable allocation another process imports.
-  auto shared = (*client)->Allocate(b->size(), DeviceIndex(0), {.shareable = true});
+  auto shared = memory::Allocate(*(*client), b->size(), DeviceIndex(0), {.shareable = true});
   ASSERT_TRUE(shared.ok()) << shared.status();
-  ASSERT_TRUE((*client)->CopyDeviceToDevice(*shared, 0, *b, 0, b->size(), {.wait = true}).ok());
-  auto token = (*client)->Share(*shared);
+  ASSERT_TRUE(copy::DeviceToDevice(*(*client), *shared, 0, *b, 0, b->size(), {.wait = true}).ok());
+  auto token = memory::Share(*(*client), *shared);
   ASSERT_TRUE(token.ok()) << token.status();
   Child consumer({"consumer", daemon.address(), *token, std::to_string(b->size()), "5", "6"});
   ASSERT_EQ(consumer.Wait(), 0) << "the consumer did not read the grown segment's bytes";
@@ -97,14 +100,14 @@ TEST(CompactModeTest, PagesTheDaemonUnmapsBecomeInaccessibleInTheClient) {
   DaemonProcess daemon({"--host-devices=1", "--host-device-memory=1GiB", kCompact});
   auto client = Client::Connect(daemon.address(), {.client_name = "shrinker"});
   ASSERT_TRUE(client.ok()) << client.status();
-  auto a = (*client)->Allocate(3 * kMiB, DeviceIndex(0));
+  auto a = memory::Allocate(*(*client), 3 * kMiB, DeviceIndex(0));
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = (*client)->Allocate(8 * kMiB, DeviceIndex(0));
+  auto b = memory::Allocate(*(*client), 8 * kMiB, DeviceIndex(0));
   ASSERT_TRUE(b.ok()) << b.status();
   char* last_page = static_cast<char*>(b->data()) + 6 * kMiB;  // [9, 11) MiB: b's alone
   EXPECT_EQ(Permissions(last_page).substr(0, 3), "rw-");
-  ASSERT_TRUE((*client)->Free(std::move(*b)).ok());
-  ASSERT_TRUE((*client)->EmptyCache().ok());
+  ASSERT_TRUE(memory::Free(*(*client), std::move(*b)).ok());
+  ASSERT_TRUE(memory::EmptyCache(*(*client)).ok());
   // [4, 12) MiB were wholly free: unmapped in the daemon, then here once the
   // session stream's notice arrived.
   EXPECT_EQ(DeviceStat(daemon.channel(), "reserved_bytes.all.current"),
@@ -117,11 +120,11 @@ TEST(CompactModeTest, PagesTheDaemonUnmapsBecomeInaccessibleInTheClient) {
   EXPECT_EQ(Permissions(last_page).substr(0, 3), "---");
   // a's pages stay, and the segment grows again over fresh pages.
   FillPattern(a->data(), a->size(), 7);
-  auto c = (*client)->Allocate(8 * kMiB, DeviceIndex(0));
+  auto c = memory::Allocate(*(*client), 8 * kMiB, DeviceIndex(0));
   ASSERT_TRUE(c.ok()) << c.status();
   FillPattern(c->data(), c->size(), 8);
   std::vector<unsigned char> back(c->size());
-  ASSERT_TRUE((*client)->CopyDeviceToHost(back.data(), *c, 0, c->size()).ok());
+  ASSERT_TRUE(copy::DeviceToHost(*(*client), back.data(), *c, 0, c->size()).ok());
   EXPECT_EQ(FirstPatternMismatch(back.data(), back.size(), 8), back.size());
   EXPECT_EQ(FirstPatternMismatch(a->data(), a->size(), 7), a->size());
 }
@@ -148,7 +151,7 @@ TEST(CompactModeTest, SigkilledClientsPagesAreBackWithinOneSecond) {
   // Its pages' memory went with it: the whole device can be had again.
   auto client = Client::Connect(daemon.address(), {.client_name = "after"});
   ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_TRUE((*client)->Allocate(uint64_t{2} << 30, DeviceIndex(0)).ok());
+  EXPECT_TRUE(memory::Allocate(*(*client), uint64_t{2} << 30, DeviceIndex(0)).ok());
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/memory.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
@@ -61,7 +62,7 @@ TEST(CrossProcessTest, SigkilledClientsMemoryIsBackWithinOneSecond) {
   // A bystander session with live data.
   auto bystander = Client::Connect(daemon.address(), {.client_name = "bystander"});
   ASSERT_TRUE(bystander.ok()) << bystander.status();
-  auto kept = (*bystander)->Allocate(3 << 20, DeviceIndex(0));
+  auto kept = memory::Allocate(*(*bystander), 3 << 20, DeviceIndex(0));
   ASSERT_TRUE(kept.ok()) << kept.status();
   FillPattern(kept->data(), kept->size(), 99);
   const int64_t bystander_reserved = DeviceStat(daemon.channel(), 0, "reserved_bytes.all.current");
@@ -90,9 +91,9 @@ TEST(CrossProcessTest, SigkilledClientsMemoryIsBackWithinOneSecond) {
 
   // The bystander is untouched and keeps working.
   EXPECT_EQ(FirstPatternMismatch(kept->data(), kept->size(), 99), kept->size());
-  auto more = (*bystander)->Allocate(64 << 20, DeviceIndex(0));
+  auto more = memory::Allocate(*(*bystander), 64 << 20, DeviceIndex(0));
   EXPECT_TRUE(more.ok()) << more.status();
-  EXPECT_EQ(*(*bystander)->MemoryAllocated(DeviceIndex(0)), (3 << 20) + (64 << 20));
+  EXPECT_EQ(*memory::MemoryAllocated(*(*bystander), DeviceIndex(0)), (3 << 20) + (64 << 20));
 }
 
 }  // namespace

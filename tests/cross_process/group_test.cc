@@ -27,9 +27,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/client.h"
 #include "common/reduce.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/copy.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/distributed.h"
+#include "gpumux/group_types.h"
+#include "gpumux/memory.h"
+#include "gpumux/random_options.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"
@@ -252,12 +259,12 @@ class GroupTest : public ::testing::Test {
 
   void Form(const std::string& name, absl::Duration timeout = kTimeout) {
     OnEveryRank([&](Node& node) {
-      absl::StatusOr<DaemonGroupInfo> info =
-          node.client->FormGroup(FormGroupOptions{.name = name,
-                                                  .world_size = kWorld,
-                                                  .rank = node.rank,
-                                                  .rendezvous_address = nodes_[0].address(),
-                                                  .timeout = timeout});
+      absl::StatusOr<DaemonGroupInfo> info = distributed::FormGroup(
+          *node.client, FormGroupOptions{.name = name,
+                                         .world_size = kWorld,
+                                         .rank = node.rank,
+                                         .rendezvous_address = nodes_[0].address(),
+                                         .timeout = timeout});
       ASSERT_OK(info.status()) << "rank " << node.rank;
       EXPECT_EQ(info->rank, node.rank);
       EXPECT_EQ(info->world_size, kWorld);
@@ -272,17 +279,16 @@ class GroupTest : public ::testing::Test {
 
   // Uploads `bytes` into a new buffer of the node's client.
   static DeviceBuffer Upload(Node& node, const std::vector<char>& bytes) {
-    absl::StatusOr<DeviceBuffer> buffer = node.client->Allocate(bytes.size());
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*node.client, bytes.size());
     EXPECT_OK(buffer.status());
-    EXPECT_OK(
-        node.client
-            ->CopyHostToDevice(*buffer, 0, bytes.data(), bytes.size(), CopyOptions{.wait = true})
-            .status());
+    EXPECT_OK(copy::HostToDevice(*node.client, *buffer, 0, bytes.data(), bytes.size(),
+                                 CopyOptions{.wait = true})
+                  .status());
     return *std::move(buffer);
   }
   static std::vector<char> Download(Node& node, const DeviceBuffer& buffer, uint64_t bytes) {
     std::vector<char> out(bytes);
-    EXPECT_OK(node.client->CopyDeviceToHost(out.data(), buffer, 0, bytes).status());
+    EXPECT_OK(copy::DeviceToHost(*node.client, out.data(), buffer, 0, bytes).status());
     return out;
   }
 
@@ -334,7 +340,8 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
         OnEveryRank([&](Node& node) {
           DeviceBuffer buffer = Upload(node, inputs[node.rank]);
           const TensorRef tensor{&buffer, 0, dtype, {static_cast<int64_t>(count)}};
-          absl::StatusOr<CollectiveResult> done = node.client->GroupAllReduce("every", tensor, op);
+          absl::StatusOr<CollectiveResult> done =
+              distributed::AllReduce(*node.client, "every", tensor, op);
           ASSERT_OK(done.status()) << ReduceOpName(op) << " rank " << node.rank;
           ASSERT_EQ(done->tensors.size(), 1u);
           EXPECT_EQ(done->tensors[0].buffer(), &buffer);
@@ -350,7 +357,7 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
         OnEveryRank([&](Node& node) {
           DeviceBuffer buffer = Upload(node, inputs[node.rank]);
           const TensorRef tensor{&buffer, 0, dtype, {static_cast<int64_t>(count)}};
-          ASSERT_OK(node.client->GroupBroadcast("every", tensor, root).status());
+          ASSERT_OK(distributed::Broadcast(*node.client, "every", tensor, root).status());
           EXPECT_TRUE(Download(node, buffer, count * element) == inputs[root])
               << "broadcast from " << root << " to rank " << node.rank;
         });
@@ -362,12 +369,13 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
       for (const auto& input : inputs) gathered.insert(gathered.end(), input.begin(), input.end());
       OnEveryRank([&](Node& node) {
         DeviceBuffer input = Upload(node, inputs[node.rank]);
-        absl::StatusOr<DeviceBuffer> output = node.client->Allocate(kWorld * count * element);
+        absl::StatusOr<DeviceBuffer> output =
+            memory::Allocate(*node.client, kWorld * count * element);
         ASSERT_OK(output.status());
-        ASSERT_OK(node.client
-                      ->GroupAllGather(
-                          "every", TensorRef{&input, 0, dtype, {static_cast<int64_t>(count)}},
-                          TensorRef{&*output, 0, dtype, {kWorld, static_cast<int64_t>(count)}})
+        ASSERT_OK(distributed::AllGatherIntoTensor(
+                      *node.client, "every",
+                      TensorRef{&input, 0, dtype, {static_cast<int64_t>(count)}},
+                      TensorRef{&*output, 0, dtype, {kWorld, static_cast<int64_t>(count)}})
                       .status());
         EXPECT_TRUE(Download(node, *output, kWorld * count * element) == gathered)
             << "all_gather on rank " << node.rank;
@@ -381,13 +389,12 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
           Accumulate(op, ToRng(dtype), reduced.data(), full[r].data(), kWorld * count);
         OnEveryRank([&](Node& node) {
           DeviceBuffer input = Upload(node, full[node.rank]);
-          absl::StatusOr<DeviceBuffer> output = node.client->Allocate(count * element);
+          absl::StatusOr<DeviceBuffer> output = memory::Allocate(*node.client, count * element);
           ASSERT_OK(output.status());
-          ASSERT_OK(node.client
-                        ->GroupReduceScatter(
-                            "every",
-                            TensorRef{&input, 0, dtype, {static_cast<int64_t>(kWorld * count)}},
-                            TensorRef{&*output, 0, dtype, {static_cast<int64_t>(count)}}, op)
+          ASSERT_OK(distributed::ReduceScatterTensor(
+                        *node.client, "every",
+                        TensorRef{&input, 0, dtype, {static_cast<int64_t>(kWorld * count)}},
+                        TensorRef{&*output, 0, dtype, {static_cast<int64_t>(count)}}, op)
                         .status());
           const auto chunk = reduced.begin() + node.rank * count * element;
           EXPECT_TRUE(Download(node, *output, count * element) ==
@@ -398,7 +405,7 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
     }
   }
   // The books of every member, and `gpumux groups`.
-  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[1].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = distributed::ListGroups(*nodes_[1].client);
   ASSERT_OK(groups.status());
   ASSERT_EQ(groups->size(), 1u);
   EXPECT_EQ((*groups)[0].name, "every");
@@ -421,48 +428,52 @@ TEST_F(GroupTest, EveryCollectiveOnEveryDtypeMatchesThePlainComputation) {
 TEST_F(GroupTest, ShapeAndRankErrorsAreRefusedAndTheGroupServesOn) {
   ASSERT_NO_FATAL_FAILURE(Form("errors"));
   Node& node = nodes_[0];
-  absl::StatusOr<DeviceBuffer> buffer = node.client->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*node.client, 4096);
   ASSERT_OK(buffer.status());
   const TensorRef ten{&*buffer, 0, Dtype::kFloat32, {10}};
   const TensorRef thirty{&*buffer, 0, Dtype::kFloat32, {30}};
-  EXPECT_THAT(node.client->GroupAllReduce("nope", ten).status(),
+  EXPECT_THAT(distributed::AllReduce(*node.client, "nope", ten).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"nope\"")));
-  EXPECT_THAT(node.client->GroupBroadcast("errors", ten, 3).status(),
+  EXPECT_THAT(distributed::Broadcast(*node.client, "errors", ten, 3).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("root rank 3 is out of range for world size 3")));
-  EXPECT_THAT(node.client->GroupAllGather("errors", ten, ten).status(),
+  EXPECT_THAT(distributed::AllGatherIntoTensor(*node.client, "errors", ten, ten).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("output tensor size must be equal to world_size times input")));
-  EXPECT_THAT(node.client->GroupReduceScatter("errors", ten, ten).status(),
+  EXPECT_THAT(distributed::ReduceScatterTensor(*node.client, "errors", ten, ten).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("input tensor must be the same size as output size times")));
-  EXPECT_THAT(
-      node.client->GroupAllGather("errors", ten, TensorRef{&*buffer, 0, Dtype::kInt32, {30}})
-          .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("output tensor must have the same type as input tensor")));
-  EXPECT_THAT(node.client->GroupAllReduce("errors", TensorRef{&*buffer, 0, Dtype::kFloat32, {2048}})
+  EXPECT_THAT(distributed::AllGatherIntoTensor(*node.client, "errors", ten,
+                                               TensorRef{&*buffer, 0, Dtype::kInt32, {30}})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("output tensor must have the same type as input tensor")));
+  EXPECT_THAT(distributed::AllReduce(*node.client, "errors",
+                                     TensorRef{&*buffer, 0, Dtype::kFloat32, {2048}})
                   .status(),
               StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("do not fit")));
-  EXPECT_THAT(
-      node.client->FormGroup(FormGroupOptions{.name = "bad name", .world_size = 2, .rank = 0})
-          .status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("may hold only")));
-  EXPECT_THAT(
-      node.client->FormGroup(FormGroupOptions{.name = "x", .world_size = 2, .rank = 2}).status(),
-      StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("rank 2 is out of range for world size 2")));
-  EXPECT_THAT(
-      node.client->FormGroup(FormGroupOptions{.name = "x", .world_size = 2, .rank = 1}).status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs the rendezvous")));
+  EXPECT_THAT(distributed::FormGroup(
+                  *node.client, FormGroupOptions{.name = "bad name", .world_size = 2, .rank = 0})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("may hold only")));
+  EXPECT_THAT(distributed::FormGroup(*node.client,
+                                     FormGroupOptions{.name = "x", .world_size = 2, .rank = 2})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 2 is out of range for world size 2")));
+  EXPECT_THAT(distributed::FormGroup(*node.client,
+                                     FormGroupOptions{.name = "x", .world_size = 2, .rank = 1})
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs the rendezvous")));
   // None of that broke the group: a collective still runs.
   OnEveryRank([&](Node& n) {
     std::vector<char> ones = RandomValues(Dtype::kInt32, 30, 7);
     DeviceBuffer b = Upload(n, ones);
-    ASSERT_OK(n.client->GroupAllReduce("errors", TensorRef{&b, 0, Dtype::kInt32, {30}}).status());
+    ASSERT_OK(distributed::AllReduce(*n.client, "errors", TensorRef{&b, 0, Dtype::kInt32, {30}})
+                  .status());
   });
-  EXPECT_OK(node.client->DestroyGroup("errors"));
-  EXPECT_THAT(node.client->DestroyGroup("errors"),
+  EXPECT_OK(distributed::DestroyGroup(*node.client, "errors"));
+  EXPECT_THAT(distributed::DestroyGroup(*node.client, "errors"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"errors\"")));
 }
 
@@ -492,7 +503,7 @@ TEST_F(GroupTest, AsyncOpCollectivesRunInStreamOrderAfterTheCallReturned) {
   OnEveryRank([&](Node& node) {
     DeviceBuffer first = Upload(node, a[node.rank]);
     DeviceBuffer second = Upload(node, b[node.rank]);
-    absl::StatusOr<DeviceBuffer> all = node.client->Allocate(kWorld * kBytes);
+    absl::StatusOr<DeviceBuffer> all = memory::Allocate(*node.client, kWorld * kBytes);
     ASSERT_OK(all.status());
     absl::StatusOr<Stream> stream = node.client->CreateStream(DeviceIndex(0));
     ASSERT_OK(stream.status());
@@ -502,34 +513,34 @@ TEST_F(GroupTest, AsyncOpCollectivesRunInStreamOrderAfterTheCallReturned) {
     if (node.rank != 0) absl::SleepFor(absl::Milliseconds(500));
     const absl::Time start = absl::Now();
     const TensorRef sums{&first, 0, Dtype::kFloat32, {kCount}};
-    ASSERT_OK(node.client->GroupAllReduce("queued", sums, ReduceOp::kSum, queued).status());
-    ASSERT_OK(node.client
-                  ->GroupAllReduce("queued", TensorRef{&second, 0, Dtype::kInt64, {kCount}},
-                                   ReduceOp::kMax, queued)
+    ASSERT_OK(
+        distributed::AllReduce(*node.client, "queued", sums, ReduceOp::kSum, queued).status());
+    ASSERT_OK(distributed::AllReduce(*node.client, "queued",
+                                     TensorRef{&second, 0, Dtype::kInt64, {kCount}}, ReduceOp::kMax,
+                                     queued)
                   .status());
-    absl::StatusOr<CollectiveResult> gather = node.client->GroupAllGather(
-        "queued", sums, TensorRef{&*all, 0, Dtype::kFloat32, {kWorld, kCount}},
+    absl::StatusOr<CollectiveResult> gather = distributed::AllGatherIntoTensor(
+        *node.client, "queued", sums, TensorRef{&*all, 0, Dtype::kFloat32, {kWorld, kCount}},
         CollectiveOptions{.streams = {*stream}, .completion_event = true, .async_op = true});
     ASSERT_OK(gather.status());
     ASSERT_TRUE(gather->completion.created());
     returned_after[node.rank] = absl::Now() - start;
     // A waited collective after them runs after them: a broadcast of the
     // sums from rank 2 leaves every rank's sums as they are.
-    ASSERT_OK(
-        node.client->GroupBroadcast("queued", sums, 2, CollectiveOptions{.streams = {*stream}})
-            .status());
+    ASSERT_OK(distributed::Broadcast(*node.client, "queued", sums, 2,
+                                     CollectiveOptions{.streams = {*stream}})
+                  .status());
     ASSERT_OK(gather->completion.Synchronize());
     std::vector<char> out(kWorld * kBytes);
-    ASSERT_OK(
-        node.client
-            ->CopyDeviceToHost(out.data(), *all, 0, out.size(), {.stream = *stream, .wait = true})
-            .status());
+    ASSERT_OK(copy::DeviceToHost(*node.client, out.data(), *all, 0, out.size(),
+                                 {.stream = *stream, .wait = true})
+                  .status());
     EXPECT_TRUE(out == gathered) << "all_gather of the sums on rank " << node.rank;
     EXPECT_TRUE(Download(node, first, kBytes) == sum) << "sum on rank " << node.rank;
     EXPECT_TRUE(Download(node, second, 2 * kBytes) == max) << "max on rank " << node.rank;
   });
   EXPECT_LT(returned_after[0], absl::Milliseconds(400));
-  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(groups.status());
   EXPECT_EQ((*groups)[0].collectives, 4u);
   EXPECT_EQ((*groups)[0].state, "ready");
@@ -544,20 +555,21 @@ TEST_F(GroupTest, AFailedAsyncOpCollectiveIsReportedByTheNextSynchronize) {
     DeviceBuffer buffer = Upload(node, data);
     const TensorRef tensor{&buffer, 0, Dtype::kFloat32, {1000}};
     // Refused at once, before anything is queued.
-    EXPECT_THAT(node.client->GroupBroadcast("qkill", tensor, 5, {.async_op = true}).status(),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("root rank 5 is out of range for world size 3")));
     EXPECT_THAT(
-        node.client
-            ->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.wait = true, .async_op = true})
-            .status(),
-        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("async_op")));
+        distributed::Broadcast(*node.client, "qkill", tensor, 5, {.async_op = true}).status(),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("root rank 5 is out of range for world size 3")));
+    EXPECT_THAT(distributed::AllReduce(*node.client, "qkill", tensor, ReduceOp::kSum,
+                                       {.wait = true, .async_op = true})
+                    .status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("async_op")));
     // Queued: returns; the collective fails on the dead peer and the stream
     // goes on. The session's next synchronize reports it once, as
     // torch.cuda.synchronize() or work.wait() would raise: rank 0 waits for
     // the device, rank 1 for the collective's completion event.
-    absl::StatusOr<CollectiveResult> queued = node.client->GroupAllReduce(
-        "qkill", tensor, ReduceOp::kSum, {.completion_event = r == 1, .async_op = true});
+    absl::StatusOr<CollectiveResult> queued =
+        distributed::AllReduce(*node.client, "qkill", tensor, ReduceOp::kSum,
+                               {.completion_event = r == 1, .async_op = true});
     ASSERT_OK(queued.status());
     const absl::Status waited =
         r == 0 ? node.client->Synchronize(DeviceIndex(0)) : queued->completion.Synchronize();
@@ -571,7 +583,8 @@ TEST_F(GroupTest, AFailedAsyncOpCollectiveIsReportedByTheNextSynchronize) {
     ASSERT_OK(node.client->Synchronize(DeviceIndex(0)));  // reported once
     // And the group's next call says why.
     EXPECT_THAT(
-        node.client->GroupAllReduce("qkill", tensor, ReduceOp::kSum, {.async_op = true}).status(),
+        distributed::AllReduce(*node.client, "qkill", tensor, ReduceOp::kSum, {.async_op = true})
+            .status(),
         StatusIs(absl::StatusCode::kFailedPrecondition,
                  AllOf(HasSubstr("is broken; form it again"),
                        HasSubstr(absl::StrCat("peer rank 2 (", nodes_[2].address(),
@@ -591,7 +604,8 @@ TEST_F(GroupTest, QueuedCollectivesLeftUnrunAreReportedToo) {
   const TensorRef tensor{&buffer, 0, Dtype::kInt32, {100}};
   for (int call = 0; call < 2; ++call) {
     ASSERT_OK(
-        node.client->GroupAllReduce("alone", tensor, ReduceOp::kSum, {.async_op = true}).status());
+        distributed::AllReduce(*node.client, "alone", tensor, ReduceOp::kSum, {.async_op = true})
+            .status());
   }
   const absl::Time start = absl::Now();
   EXPECT_THAT(node.client->Synchronize(DeviceIndex(0)),
@@ -622,9 +636,9 @@ TEST_F(GroupTest, ASessionThatEndsWithAnAsyncOpCollectiveQueuedStillTakesPart) {
     ASSERT_OK(doomed.status());
     Node other{.socket = nodes_[0].socket, .client = *std::move(doomed)};
     DeviceBuffer buffer = Upload(other, inputs[0]);
-    ASSERT_OK(other.client
-                  ->GroupAllReduce("left", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}},
-                                   ReduceOp::kSum, {.async_op = true})
+    ASSERT_OK(distributed::AllReduce(*other.client, "left",
+                                     TensorRef{&buffer, 0, Dtype::kInt32, {kCount}}, ReduceOp::kSum,
+                                     {.async_op = true})
                   .status());
   }  // the session ends before the peers call
   absl::SleepFor(absl::Milliseconds(200));
@@ -632,15 +646,15 @@ TEST_F(GroupTest, ASessionThatEndsWithAnAsyncOpCollectiveQueuedStillTakesPart) {
   for (int r = 1; r < kWorld; ++r) {
     peers.emplace_back([&, r] {
       DeviceBuffer buffer = Upload(nodes_[r], inputs[r]);
-      ASSERT_OK(nodes_[r]
-                    .client->GroupAllReduce("left", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
+      ASSERT_OK(distributed::AllReduce(*nodes_[r].client, "left",
+                                       TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
                     .status());
       EXPECT_TRUE(Download(nodes_[r], buffer, 4 * kCount) == expected) << "rank " << r;
     });
   }
   for (std::thread& t : peers) t.join();
   EXPECT_EQ(AllocatedOnDeviceSoon(nodes_[0]), 0);
-  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(groups.status());
   EXPECT_EQ((*groups)[0].state, "ready");
   EXPECT_EQ((*groups)[0].collectives, 1u);
@@ -664,12 +678,11 @@ TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
     std::vector<std::thread> threads;
     for (Node& node : a) {
       threads.emplace_back([&] {
-        ASSERT_OK(node.client
-                      ->FormGroup({.name = "job7",
-                                   .world_size = kWorld,
-                                   .rank = node.rank,
-                                   .rendezvous_address = nodes_[0].address(),
-                                   .timeout = kTimeout})
+        ASSERT_OK(distributed::FormGroup(*node.client, {.name = "job7",
+                                                        .world_size = kWorld,
+                                                        .rank = node.rank,
+                                                        .rendezvous_address = nodes_[0].address(),
+                                                        .timeout = kTimeout})
                       .status());
       });
     }
@@ -678,33 +691,37 @@ TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
   {
     DeviceBuffer injected = Upload(b, RandomValues(Dtype::kInt32, 100, 99));
     EXPECT_THAT(
-        b.client->GroupAllReduce("job7", TensorRef{&injected, 0, Dtype::kInt32, {100}}).status(),
+        distributed::AllReduce(*b.client, "job7", TensorRef{&injected, 0, Dtype::kInt32, {100}})
+            .status(),
         StatusIs(absl::StatusCode::kNotFound, HasSubstr("no group \"job7\" of tenant 'pod-b'")));
   }
-  EXPECT_THAT(b.client->DestroyGroup("job7"), StatusIs(absl::StatusCode::kNotFound));
-  absl::StatusOr<std::vector<DaemonGroupInfo>> listed = b.client->ListGroups();
+  EXPECT_THAT(distributed::DestroyGroup(*b.client, "job7"), StatusIs(absl::StatusCode::kNotFound));
+  absl::StatusOr<std::vector<DaemonGroupInfo>> listed = distributed::ListGroups(*b.client);
   ASSERT_OK(listed.status());
   EXPECT_TRUE(listed->empty());
   // Tenant B's rank 1 does not join tenant A's rounds of the same name.
-  EXPECT_THAT(b1.client
-                  ->FormGroup({.name = "job7",
-                               .world_size = kWorld,
-                               .rank = 1,
-                               .rendezvous_address = nodes_[0].address(),
-                               .timeout = absl::Seconds(1)})
+  EXPECT_THAT(distributed::FormGroup(*b1.client, {.name = "job7",
+                                                  .world_size = kWorld,
+                                                  .rank = 1,
+                                                  .rendezvous_address = nodes_[0].address(),
+                                                  .timeout = absl::Seconds(1)})
                   .status(),
               StatusIs(absl::StatusCode::kDeadlineExceeded));
   // B forms its own "job7" and up to its share; A's stays as it was.
-  ASSERT_OK(b.client->FormGroup({.name = "job7", .world_size = 1, .rank = 0}).status());
+  ASSERT_OK(
+      distributed::FormGroup(*b.client, {.name = "job7", .world_size = 1, .rank = 0}).status());
   for (size_t i = 1; i < 64; ++i) {
-    ASSERT_OK(
-        b.client->FormGroup({.name = absl::StrCat("b", i), .world_size = 1, .rank = 0}).status());
+    ASSERT_OK(distributed::FormGroup(*b.client,
+                                     {.name = absl::StrCat("b", i), .world_size = 1, .rank = 0})
+                  .status());
   }
-  EXPECT_THAT(b.client->FormGroup({.name = "b64", .world_size = 1, .rank = 0}).status(),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("tenant 'pod-b' holds 64 groups, a tenant's share")));
-  ASSERT_OK(a[0].client->FormGroup({.name = "job8", .world_size = 1, .rank = 0}).status());
-  listed = a[0].client->ListGroups();
+  EXPECT_THAT(
+      distributed::FormGroup(*b.client, {.name = "b64", .world_size = 1, .rank = 0}).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("tenant 'pod-b' holds 64 groups, a tenant's share")));
+  ASSERT_OK(
+      distributed::FormGroup(*a[0].client, {.name = "job8", .world_size = 1, .rank = 0}).status());
+  listed = distributed::ListGroups(*a[0].client);
   ASSERT_OK(listed.status());
   ASSERT_EQ(listed->size(), 2u);
   EXPECT_EQ((*listed)[0].name, "job7");
@@ -721,7 +738,8 @@ TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
     for (Node& node : a) {
       threads.emplace_back([&] {
         DeviceBuffer buffer = Upload(node, inputs[node.rank]);
-        ASSERT_OK(node.client->GroupAllReduce("job7", TensorRef{&buffer, 0, Dtype::kInt32, {100}})
+        ASSERT_OK(distributed::AllReduce(*node.client, "job7",
+                                         TensorRef{&buffer, 0, Dtype::kInt32, {100}})
                       .status());
         EXPECT_TRUE(Download(node, buffer, 400) == expected) << "rank " << node.rank;
       });
@@ -729,7 +747,7 @@ TEST_F(GroupTest, AGroupBelongsToItsTenantAlone) {
     for (std::thread& t : threads) t.join();
   }
   // An operator (no session) sees every tenant's groups; B's end with B.
-  absl::StatusOr<std::vector<DaemonGroupInfo>> all = nodes_[0].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> all = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(all.status());
   EXPECT_EQ(all->size(), 0u) << "a session without a tenant sees only its own namespace";
   auto observed = [&] {
@@ -756,10 +774,9 @@ TEST_F(GroupTest, AMemberThatDoesNotCallTimesOutAndNamesNoDeadPeer) {
     threads.emplace_back([&, r] {
       std::vector<char> data = RandomValues(Dtype::kFloat32, 100, r);
       DeviceBuffer buffer = Upload(nodes_[r], data);
-      results[r] =
-          nodes_[r]
-              .client->GroupAllReduce("late", TensorRef{&buffer, 0, Dtype::kFloat32, {100}})
-              .status();
+      results[r] = distributed::AllReduce(*nodes_[r].client, "late",
+                                          TensorRef{&buffer, 0, Dtype::kFloat32, {100}})
+                       .status();
     });
   }
   for (std::thread& thread : threads) thread.join();
@@ -794,10 +811,10 @@ TEST_F(GroupTest, ADaemonKilledMidCollectiveIsNamedAndTheGroupFormsAgain) {
     // Collectives until one fails: the kill lands in the middle of one.
     for (int i = 0; i < 100000; ++i) {
       absl::Status status =
-          node.client
-              ->GroupAllReduce(
-                  "kill", TensorRef{&buffer, 0, Dtype::kFloat32, {static_cast<int64_t>(kCount)}},
-                  ReduceOp::kMax)
+          distributed::AllReduce(
+              *node.client, "kill",
+              TensorRef{&buffer, 0, Dtype::kFloat32, {static_cast<int64_t>(kCount)}},
+              ReduceOp::kMax)
               .status();
       if (!status.ok()) {
         failures[node.rank] = status;
@@ -823,16 +840,16 @@ TEST_F(GroupTest, ADaemonKilledMidCollectiveIsNamedAndTheGroupFormsAgain) {
     EXPECT_LT(failed_at[r] - killed_at, kTimeout + absl::Seconds(2)) << "rank " << r;
   }
   // Broken until formed again; the listing says why.
-  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(groups.status());
   ASSERT_EQ(groups->size(), 1u);
   EXPECT_EQ((*groups)[0].state, "broken");
   EXPECT_THAT((*groups)[0].error, HasSubstr("peer rank 2"));
   {
-    absl::StatusOr<DeviceBuffer> buffer = nodes_[1].client->Allocate(64);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*nodes_[1].client, 64);
     ASSERT_OK(buffer.status());
-    EXPECT_THAT(nodes_[1]
-                    .client->GroupAllReduce("kill", TensorRef{&*buffer, 0, Dtype::kFloat32, {16}})
+    EXPECT_THAT(distributed::AllReduce(*nodes_[1].client, "kill",
+                                       TensorRef{&*buffer, 0, Dtype::kFloat32, {16}})
                     .status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition,
                          AllOf(HasSubstr("is broken; form it again"), HasSubstr("peer rank 2"))));
@@ -851,10 +868,11 @@ TEST_F(GroupTest, ADaemonKilledMidCollectiveIsNamedAndTheGroupFormsAgain) {
     }
     DeviceBuffer buffer = Upload(node, data);
     ASSERT_OK(
-        node.client->GroupAllReduce("kill", TensorRef{&buffer, 0, Dtype::kInt64, {1000}}).status());
+        distributed::AllReduce(*node.client, "kill", TensorRef{&buffer, 0, Dtype::kInt64, {1000}})
+            .status());
     EXPECT_TRUE(Download(node, buffer, 8000) == expected) << "rank " << node.rank;
   });
-  groups = nodes_[0].client->ListGroups();
+  groups = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(groups.status());
   EXPECT_EQ((*groups)[0].generation, 2u);
   EXPECT_EQ((*groups)[0].state, "ready");
@@ -909,8 +927,8 @@ TEST_F(GroupTest, ASessionThatDiesInACollectiveLeavesTheGroupWhole) {
         Accumulate(ReduceOp::kSum, RngDtype::kI32, expected.data(), other.data(), kCount);
       }
       DeviceBuffer buffer = Upload(nodes_[r], data);
-      ASSERT_OK(nodes_[r]
-                    .client->GroupAllReduce("dies", TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
+      ASSERT_OK(distributed::AllReduce(*nodes_[r].client, "dies",
+                                       TensorRef{&buffer, 0, Dtype::kInt32, {kCount}})
                     .status());
       EXPECT_TRUE(Download(nodes_[r], buffer, 4 * kCount) == expected) << "rank " << r;
     });
@@ -928,9 +946,10 @@ TEST_F(GroupTest, ASessionThatDiesInACollectiveLeavesTheGroupWhole) {
     std::vector<char> data = RandomValues(Dtype::kUInt8, 64, node.rank);
     DeviceBuffer buffer = Upload(node, data);
     ASSERT_OK(
-        node.client->GroupAllReduce("dies", TensorRef{&buffer, 0, Dtype::kUInt8, {64}}).status());
+        distributed::AllReduce(*node.client, "dies", TensorRef{&buffer, 0, Dtype::kUInt8, {64}})
+            .status());
   });
-  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = nodes_[0].client->ListGroups();
+  absl::StatusOr<std::vector<DaemonGroupInfo>> groups = distributed::ListGroups(*nodes_[0].client);
   ASSERT_OK(groups.status());
   EXPECT_EQ((*groups)[0].state, "ready");
 }

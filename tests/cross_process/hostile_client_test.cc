@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/host_ipc_event.h"
-#include "common/sealed_memory.h"
 #include "gmock/gmock.h"
+#include "gpumux/common/host_ipc_event.h"
+#include "gpumux/common/sealed_memory.h"
 #include "gpumux/v1/copy.grpc.pb.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/stream.grpc.pb.h"

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
-#include "common/host_ipc_event.h"
+#include "gpumux/common/host_ipc_event.h"
 #include "gpumux/v1/memory.grpc.pb.h"
 #include "gpumux/v1/stream.grpc.pb.h"
 #include "gtest/gtest.h"

@@ -21,9 +21,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/admin.h"
-#include "client/observer.h"
 #include "gmock/gmock.h"
+#include "gpumux/admin.h"
+#include "gpumux/observer.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
 #include "tests/status_matchers.h"

@@ -25,8 +25,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/client.h"
-#include "client/observer.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/observer.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
 #include "tests/support/raw_session.h"
@@ -120,7 +122,7 @@ std::unique_ptr<Client> LocalClient(const DaemonProcess& daemon) {
 }
 
 int64_t Stat(Client& client, const std::string& key) {
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client.MemoryStats(kDevice);
+  absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(client, kDevice);
   EXPECT_TRUE(stats.ok()) << stats.status();
   return stats.ok() ? stats->at(key) : -1;
 }
@@ -151,7 +153,7 @@ TEST(PressureTest, AnotherProcesssCachedLeasesAreReturnedForAnAllocation) {
   ASSERT_NE(client, nullptr);
   // 48 MiB do not fit the 30 MiB left, but do once the child's cache is back.
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(48 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 48 * kMiB, kDevice);
   const double seconds = SecondsSince(start);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   std::printf("pressure release: granted in %.1f ms\n", seconds * 1e3);
@@ -169,12 +171,12 @@ TEST(PressureTest, AnAllocationByTheDaemonGetsThemToo) {
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(daemon.address(), {.allocation = AllocationMode::kDaemon});
   ASSERT_TRUE(client.ok()) << client.status();
-  absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(48 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*(*client), 48 * kMiB, kDevice);
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   EXPECT_EQ(ChildStats(*cache), std::make_pair(int64_t{2} * kMiB, int64_t{204800}));
   EXPECT_EQ(Stat(**client, "num_ooms"), 0);
   // What no cache can relieve is refused, once counted.
-  absl::StatusOr<DeviceBuffer> too_much = (*client)->Allocate(100 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> too_much = memory::Allocate(*(*client), 100 * kMiB, kDevice);
   EXPECT_TRUE(absl::IsResourceExhausted(too_much.status())) << too_much.status();
   EXPECT_EQ(Stat(**client, "num_ooms"), 1);
 }
@@ -185,7 +187,7 @@ TEST(PressureTest, EmptyCacheOfAllSessionsEmptiesLocalCachesToo) {
   absl::StatusOr<std::unique_ptr<Client>> operator_client = Client::Connect(daemon.address());
   ASSERT_TRUE(operator_client.ok()) << operator_client.status();
   absl::StatusOr<ReleasedCache> released =
-      (*operator_client)->EmptyCache({.device = kDevice, .all_sessions = true});
+      memory::EmptyCache(*(*operator_client), {.device = kDevice, .all_sessions = true});
   ASSERT_TRUE(released.ok()) << released.status();
   EXPECT_EQ(released->released_bytes, 72 * kMiB);
   EXPECT_EQ(released->released_segments, 3u);
@@ -201,7 +203,7 @@ TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
   ASSERT_NE(client, nullptr);
   Stop(cache->pid());
   Clock::time_point start = Clock::now();
-  absl::StatusOr<DeviceBuffer> refused = client->Allocate(48 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> refused = memory::Allocate(*client, 48 * kMiB, kDevice);
   double seconds = SecondsSince(start);
   ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
   EXPECT_TRUE(
@@ -242,7 +244,7 @@ TEST(PressureTest, AStoppedClientDelaysTheRequesterByTheReplyTimeoutOnly) {
   start = Clock::now();
   absl::StatusOr<DeviceBuffer> granted;
   do {
-    granted = client->Allocate(48 * kMiB, kDevice);
+    granted = memory::Allocate(*client, 48 * kMiB, kDevice);
   } while (!granted.ok() && SecondsSince(start) < 5);
   EXPECT_TRUE(granted.ok()) << granted.status();
   EXPECT_EQ(ChildStats(*cache).first, int64_t{2} * kMiB);
@@ -305,7 +307,7 @@ TEST(SigkillTest, AClientKilledMidPressureOrMidSnapshotLeavesNothing) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       kill(cache->pid(), SIGKILL);
     });
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(48 * kMiB, kDevice);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 48 * kMiB, kDevice);
     killer.join();
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     EXPECT_LT(SecondsSince(start), 5.0);

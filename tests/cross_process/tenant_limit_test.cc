@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "client/admin.h"
-#include "client/observer.h"
+#include "gpumux/admin.h"
+#include "gpumux/observer.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
 #include "tests/support/raw_session.h"

@@ -25,7 +25,7 @@
 #include "absl/time/time.h"
 #include "common/fd_passing.h"
 #include "common/memory_socket.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 #include "tests/fuzz/fuzz_harness.h"
 
 namespace gpumux::fuzz {

@@ -20,7 +20,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "tests/gpu/test_kernels.h"
 
 namespace {
@@ -39,7 +41,7 @@ int ShareReader(const std::string& address, const std::string& token, uint64_t w
                 uint32_t seed) {
   absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
   if (!client.ok()) return Fail(client.status());
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Import(token);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer = gpumux::memory::Import(*(*client), token);
   if (!buffer.ok()) return Fail(buffer.status());
   if (buffer->data() == nullptr || buffer->size() < words * 4)
     return Fail(absl::InternalError("no mapping"));
@@ -63,7 +65,8 @@ int ShareReader(const std::string& address, const std::string& token, uint64_t w
 int Hog(const std::string& address, uint64_t bytes) {
   absl::StatusOr<std::unique_ptr<gpumux::Client>> client = gpumux::Client::Connect(address);
   if (!client.ok()) return Fail(client.status());
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = (*client)->Allocate(bytes, gpumux::DeviceIndex(0));
+  absl::StatusOr<gpumux::DeviceBuffer> buffer =
+      gpumux::memory::Allocate(*(*client), bytes, gpumux::DeviceIndex(0));
   if (!buffer.ok()) return Fail(buffer.status());
   if (buffer->data() == nullptr) return Fail(absl::InternalError("no mapping"));
   cudaError_t e = gpumux::testing::LaunchWritePattern(static_cast<uint32_t*>(buffer->data()),

@@ -21,12 +21,21 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/client.h"
-#include "client/cuda_interop.h"
 #include "client/cuda_ipc_mapping.h"
 #include "common/reduce.h"
 #include "common/rng_fill.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/comm.h"
+#include "gpumux/comm_types.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/cuda_interop.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/nccl.h"
+#include "gpumux/random.h"
+#include "gpumux/random_options.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cross_process/child_process.h"
@@ -130,13 +139,13 @@ TEST_P(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
   const uint32_t seed = 0x5eed;
   AllocateOptions shareable;
   shareable.shareable = true;
-  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(words * 4, kDevice, shareable);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client_, words * 4, kDevice, shareable);
   ASSERT_OK(buffer);
   ASSERT_NE(buffer->data(), nullptr);
   auto* data = static_cast<uint32_t*>(buffer->data());
   ASSERT_EQ(testing::LaunchWritePattern(data, words, seed, nullptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  absl::StatusOr<std::string> token = client_->Share(*buffer);
+  absl::StatusOr<std::string> token = memory::Share(*client_, *buffer);
   ASSERT_OK(token);
 
   Child reader(ChildProgram(), {"share-reader", daemon_->address(), absl::BytesToHexString(*token),
@@ -156,20 +165,20 @@ TEST_P(GpuDaemonTest, TwoProcessesShareMemoryAndRunTheirOwnKernels) {
 TEST_P(GpuDaemonTest, InterprocessEventOrdersAKernelAfterADaemonCopy) {
   const uint64_t words = 32 * kMiB;  // 128 MiB
   const uint32_t seed = 77;
-  absl::StatusOr<DeviceBuffer> busy = client_->Allocate(4096 * kMiB, kDevice);
-  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(words * 4, kDevice);
+  absl::StatusOr<DeviceBuffer> busy = memory::Allocate(*client_, 4096 * kMiB, kDevice);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client_, words * 4, kDevice);
   ASSERT_OK(busy);
   ASSERT_OK(buffer);
   std::vector<uint32_t> pattern(words);
   for (uint64_t i = 0; i < words; ++i) pattern[i] = testing::PatternWord(i, seed);
   // Keep the daemon's stream busy first, so an unordered kernel would run early.
   for (int i = 0; i < 4; ++i)
-    ASSERT_OK(client_->Memset(*busy, 0, static_cast<uint8_t>(i), busy->size()).status());
+    ASSERT_OK(copy::Memset(*client_, *busy, 0, static_cast<uint8_t>(i), busy->size()).status());
   CopyOptions options;
   options.completion_event = true;
   options.path = TransferPath::kInline;
   absl::StatusOr<Event> copied =
-      client_->CopyHostToDevice(*buffer, 0, pattern.data(), words * 4, options);
+      copy::HostToDevice(*client_, *buffer, 0, pattern.data(), words * 4, options);
   ASSERT_OK(copied);
   absl::StatusOr<std::string> handle = copied->IpcHandle();
   ASSERT_OK(handle);
@@ -194,7 +203,7 @@ TEST_P(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   {
     CudaStreamGuard guard(stream);
-    absl::StatusOr<DeviceBuffer> first = client_->Allocate(8 * kMiB, kDevice);
+    absl::StatusOr<DeviceBuffer> first = memory::Allocate(*client_, 8 * kMiB, kDevice);
     ASSERT_OK(first);
     const uint64_t first_address = first->address();
     ASSERT_EQ(testing::LaunchSpin(500'000'000, stream), cudaSuccess);  // 0.5 s
@@ -204,18 +213,18 @@ TEST_P(GpuDaemonTest, FreedMemoryWaitsForTheClientsKernels) {
     *first = DeviceBuffer();  // queued free, fenced on `stream`
     ASSERT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);
     cudaGetLastError();
-    absl::StatusOr<DeviceBuffer> second = client_->Allocate(8 * kMiB, kDevice);
+    absl::StatusOr<DeviceBuffer> second = memory::Allocate(*client_, 8 * kMiB, kDevice);
     ASSERT_OK(second);
     EXPECT_NE(second->address(), first_address) << "reused while the kernel could still write it";
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    absl::StatusOr<DeviceBuffer> third = client_->Allocate(8 * kMiB, kDevice);
+    absl::StatusOr<DeviceBuffer> third = memory::Allocate(*client_, 8 * kMiB, kDevice);
     ASSERT_OK(third);
     // The fence completed: the best-fitting block is the first one again.
     EXPECT_EQ(third->address(), first_address);
     // The buffers' fences are recorded on `stream`: freed before it goes.
-    ASSERT_OK(client_->FlushFrees());
+    ASSERT_OK(memory::FlushFrees(*client_));
   }
-  ASSERT_OK(client_->FlushFrees());
+  ASSERT_OK(memory::FlushFrees(*client_));
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
 }
@@ -228,12 +237,12 @@ TEST_P(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
   constexpr int kCount = 1 << 16;
   std::vector<float> x(kCount), y(kCount, 2.0f);
   for (int i = 0; i < kCount; ++i) x[i] = static_cast<float>(i);
-  absl::StatusOr<DeviceBuffer> dx = client_->Allocate(kCount * sizeof(float), kDevice);
-  absl::StatusOr<DeviceBuffer> dy = client_->Allocate(kCount * sizeof(float), kDevice);
+  absl::StatusOr<DeviceBuffer> dx = memory::Allocate(*client_, kCount * sizeof(float), kDevice);
+  absl::StatusOr<DeviceBuffer> dy = memory::Allocate(*client_, kCount * sizeof(float), kDevice);
   ASSERT_OK(dx);
   ASSERT_OK(dy);
-  ASSERT_OK(client_->CopyHostToDevice(*dx, 0, x.data(), kCount * sizeof(float), {.wait = true}));
-  ASSERT_OK(client_->CopyHostToDevice(*dy, 0, y.data(), kCount * sizeof(float), {.wait = true}));
+  ASSERT_OK(copy::HostToDevice(*client_, *dx, 0, x.data(), kCount * sizeof(float), {.wait = true}));
+  ASSERT_OK(copy::HostToDevice(*client_, *dy, 0, y.data(), kCount * sizeof(float), {.wait = true}));
   void* handle = nullptr;
   {
     CudaStreamGuard guard(stream);
@@ -263,7 +272,7 @@ TEST_P(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
               0);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   }
-  ASSERT_OK(client_->CopyDeviceToHost(y.data(), *dy, 0, kCount * sizeof(float)));
+  ASSERT_OK(copy::DeviceToHost(*client_, y.data(), *dy, 0, kCount * sizeof(float)));
   for (int i = 0; i < kCount; i += 997) ASSERT_EQ(y[i], 3.0f * i + 2.0f) << "at " << i;
   // The same handle for this thread and device, now bound to the default.
   EXPECT_THAT(client_->CurrentBlasHandle(), IsOkAndHolds(handle));
@@ -272,8 +281,8 @@ TEST_P(GpuDaemonTest, CurrentBlasHandleRunsCublasOnDaemonMemory) {
 
 TEST_P(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
   const uint64_t size = 24 * kMiB + 4093;
-  absl::StatusOr<DeviceBuffer> a = client_->Allocate(size, kDevice);
-  absl::StatusOr<DeviceBuffer> b = client_->Allocate(size, kDevice);
+  absl::StatusOr<DeviceBuffer> a = memory::Allocate(*client_, size, kDevice);
+  absl::StatusOr<DeviceBuffer> b = memory::Allocate(*client_, size, kDevice);
   ASSERT_OK(a);
   ASSERT_OK(b);
   std::mt19937_64 rng(99);
@@ -285,14 +294,14 @@ TEST_P(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
                    << "up " << static_cast<int>(up) << " down " << static_cast<int>(down));
       CopyOptions to_device;
       to_device.path = up;
-      ASSERT_OK(client_->Memset(*a, 0, 0, size).status());
-      ASSERT_OK(client_->CopyHostToDevice(*a, 0, sent.data(), size, to_device).status());
+      ASSERT_OK(copy::Memset(*client_, *a, 0, 0, size).status());
+      ASSERT_OK(copy::HostToDevice(*client_, *a, 0, sent.data(), size, to_device).status());
       // Device to device through the daemon, then back to the host.
-      ASSERT_OK(client_->CopyDeviceToDevice(*b, 0, *a, 0, size).status());
+      ASSERT_OK(copy::DeviceToDevice(*client_, *b, 0, *a, 0, size).status());
       CopyOptions to_host;
       to_host.path = down;
       std::vector<uint8_t> received(size);
-      ASSERT_OK(client_->CopyDeviceToHost(received.data(), *b, 0, size, to_host).status());
+      ASSERT_OK(copy::DeviceToHost(*client_, received.data(), *b, 0, size, to_host).status());
       EXPECT_TRUE(received == sent);
       // The mapping is the same memory: read it with this process's cudaMemcpy.
       std::vector<uint8_t> direct(size);
@@ -301,9 +310,9 @@ TEST_P(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
     }
   }
   // Memset of an odd range.
-  ASSERT_OK(client_->Memset(*b, 1001, 0xab, 77777).status());
+  ASSERT_OK(copy::Memset(*client_, *b, 1001, 0xab, 77777).status());
   std::vector<uint8_t> back(size);
-  ASSERT_OK(client_->CopyDeviceToHost(back.data(), *b, 0, size).status());
+  ASSERT_OK(copy::DeviceToHost(*client_, back.data(), *b, 0, size).status());
   for (uint64_t i = 0; i < size; ++i) {
     const uint8_t expected = i >= 1001 && i < 1001 + 77777 ? 0xab : sent[i];
     if (back[i] != expected) {
@@ -316,20 +325,20 @@ TEST_P(GpuDaemonTest, EveryCopyPathMovesRandomBytes) {
 // torch.cuda.manual_seed then a fill: the same bits the host generator writes.
 TEST_P(GpuDaemonTest, RandomFillsEqualTheHostGenerator) {
   const uint64_t n = 3 * kMiB + 5;
-  absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(n * 4, kDevice);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client_, n * 4, kDevice);
   ASSERT_OK(buffer);
-  ASSERT_OK(client_->ManualSeed(2024, kDevice));
+  ASSERT_OK(random::ManualSeed(*client_, 2024, kDevice));
   for (bool bits : {false, true}) {
     absl::StatusOr<GenerateResult> generated =
-        bits ? client_->Generate(*buffer, 0, Dtype::kInt32, n, Bits{})
-             : client_->Generate(*buffer, 0, Dtype::kFloat32, n, Uniform{-3.0, 5.0});
+        bits ? random::Generate(*client_, *buffer, 0, Dtype::kInt32, n, Bits{})
+             : random::Generate(*client_, *buffer, 0, Dtype::kFloat32, n, Uniform{-3.0, 5.0});
     ASSERT_OK(generated);
     RngRequest request{bits ? RngDtype::kI32 : RngDtype::kF32,
                        bits ? RngKind::kBits : RngKind::kUniform, n, -3.0, 5.0};
     std::vector<uint8_t> expected(n * 4);
     FillRandom(expected.data(), request, generated->seed, generated->offset);
     std::vector<uint8_t> back(n * 4);
-    ASSERT_OK(client_->CopyDeviceToHost(back.data(), *buffer, 0, n * 4).status());
+    ASSERT_OK(copy::DeviceToHost(*client_, back.data(), *buffer, 0, n * 4).status());
     EXPECT_TRUE(back == expected) << (bits ? "bits" : "uniform");
   }
 }
@@ -344,11 +353,11 @@ TEST_P(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
   std::vector<DeviceBuffer> inputs;
   std::vector<std::vector<uint8_t>> host;
   for (int i = 0; i < 3; ++i) {
-    absl::StatusOr<DeviceBuffer> buffer = client_->Allocate(n * 2, kDevice);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client_, n * 2, kDevice);
     ASSERT_OK(buffer);
-    ASSERT_OK(client_->ManualSeed(100 + i, kDevice));
+    ASSERT_OK(random::ManualSeed(*client_, 100 + i, kDevice));
     absl::StatusOr<GenerateResult> generated =
-        client_->Generate(*buffer, 0, Dtype::kFloat16, n, Uniform{-2.0, 2.0});
+        random::Generate(*client_, *buffer, 0, Dtype::kFloat16, n, Uniform{-2.0, 2.0});
     ASSERT_OK(generated);
     std::vector<uint8_t> bytes(n * 2);
     FillRandom(bytes.data(), RngRequest{RngDtype::kF16, RngKind::kUniform, n, -2.0, 2.0},
@@ -360,34 +369,36 @@ TEST_P(GpuDaemonTest, CollectivesOnOneGpuMatchTheHost) {
   for (const DeviceBuffer& buffer : inputs)
     refs.push_back(TensorRef{&buffer, 0, Dtype::kFloat16, {rows, cols}, kDevice});
   // reduce_add: the last input on the destination first, then the others.
-  absl::StatusOr<CollectiveResult> sum = client_->ReduceAdd(refs, kDevice);
+  absl::StatusOr<CollectiveResult> sum = comm::ReduceAdd(*client_, refs, kDevice);
   ASSERT_OK(sum);
   std::vector<uint8_t> expected = host[2];
   Accumulate(ReduceOp::kSum, RngDtype::kF16, expected.data(), host[0].data(), n);
   Accumulate(ReduceOp::kSum, RngDtype::kF16, expected.data(), host[1].data(), n);
   std::vector<uint8_t> back(n * 2);
-  ASSERT_OK(client_->CopyDeviceToHost(back.data(), *sum->tensors[0].buffer(), 0, n * 2).status());
+  ASSERT_OK(
+      copy::DeviceToHost(*client_, back.data(), *sum->tensors[0].buffer(), 0, n * 2).status());
   EXPECT_TRUE(back == expected);
   // scatter along the last dim on device 0 twice, then gather it back.
-  absl::StatusOr<CollectiveResult> chunks = client_->Scatter(refs[0], {0, 0}, std::nullopt, -1);
+  absl::StatusOr<CollectiveResult> chunks =
+      comm::Scatter(*client_, refs[0], {0, 0}, std::nullopt, -1);
   ASSERT_OK(chunks);
   ASSERT_EQ(chunks->tensors.size(), 2u);
   absl::StatusOr<CollectiveResult> gathered =
-      client_->Gather({chunks->tensors[0].ref(), chunks->tensors[1].ref()}, 1, kDevice);
+      comm::Gather(*client_, {chunks->tensors[0].ref(), chunks->tensors[1].ref()}, 1, kDevice);
   ASSERT_OK(gathered);
   ASSERT_OK(
-      client_->CopyDeviceToHost(back.data(), *gathered->tensors[0].buffer(), 0, n * 2).status());
+      copy::DeviceToHost(*client_, back.data(), *gathered->tensors[0].buffer(), 0, n * 2).status());
   EXPECT_TRUE(back == host[0]);
   std::vector<uint8_t> on_host(n * 2);
-  ASSERT_OK(client_->GatherToHost({chunks->tensors[0].ref(), chunks->tensors[1].ref()},
-                                  on_host.data(), on_host.size(), -1));
+  ASSERT_OK(comm::GatherToHost(*client_, {chunks->tensors[0].ref(), chunks->tensors[1].ref()},
+                               on_host.data(), on_host.size(), -1));
   EXPECT_TRUE(on_host == host[0]);
   // broadcast to its own device is the input; all_reduce of one tensor too.
-  absl::StatusOr<CollectiveResult> broadcast = client_->Broadcast(refs[1], {0});
+  absl::StatusOr<CollectiveResult> broadcast = comm::Broadcast(*client_, refs[1], {0});
   ASSERT_OK(broadcast);
   EXPECT_EQ(broadcast->tensors[0].buffer(), &inputs[1]);
-  ASSERT_OK(client_->AllReduce({refs[1]}, ReduceOp::kAvg));
-  ASSERT_OK(client_->CopyDeviceToHost(back.data(), inputs[1], 0, n * 2).status());
+  ASSERT_OK(nccl::AllReduce(*client_, {refs[1]}, ReduceOp::kAvg));
+  ASSERT_OK(copy::DeviceToHost(*client_, back.data(), inputs[1], 0, n * 2).status());
   EXPECT_TRUE(back == host[1]);
 }
 
@@ -412,25 +423,25 @@ TEST_P(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
   const uint64_t n = 4 * kMiB + 3;
   for (Client* client : {client_.get(), copies->get()}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
-      absl::StatusOr<DeviceBuffer> in = client->Allocate(n * 4, kDevice);
-      absl::StatusOr<DeviceBuffer> out = client->Allocate(n * 4, kDevice);
+      absl::StatusOr<DeviceBuffer> in = memory::Allocate(*client, n * 4, kDevice);
+      absl::StatusOr<DeviceBuffer> out = memory::Allocate(*client, n * 4, kDevice);
       ASSERT_OK(in);
       ASSERT_OK(out);
-      ASSERT_OK(client->ManualSeed(7, kDevice));
+      ASSERT_OK(random::ManualSeed(*client, 7, kDevice));
       absl::StatusOr<GenerateResult> generated =
-          client->Generate(*in, 0, Dtype::kFloat32, n, Uniform{-1.0, 1.0});
+          random::Generate(*client, *in, 0, Dtype::kFloat32, n, Uniform{-1.0, 1.0});
       ASSERT_OK(generated);
       std::vector<uint8_t> expected(n * 4);
       FillRandom(expected.data(), RngRequest{RngDtype::kF32, RngKind::kUniform, n, -1.0, 1.0},
                  generated->seed, generated->offset);
       const TensorRef input{&*in, 0, Dtype::kFloat32, {static_cast<int64_t>(n)}, kDevice};
       const TensorRef output{&*out, 0, Dtype::kFloat32, {static_cast<int64_t>(n)}, kDevice};
-      ASSERT_OK(client->AllReduceOut({input}, {output}, op).status());
+      ASSERT_OK(nccl::AllReduceOut(*client, {input}, {output}, op).status());
       std::vector<uint8_t> back(n * 4);
-      ASSERT_OK(client->CopyDeviceToHost(back.data(), *out, 0, n * 4).status());
+      ASSERT_OK(copy::DeviceToHost(*client, back.data(), *out, 0, n * 4).status());
       EXPECT_TRUE(back == expected) << "one rank: the output is the input";
-      ASSERT_OK(client->AllReduce({input}, op).status());
-      ASSERT_OK(client->CopyDeviceToHost(back.data(), *in, 0, n * 4).status());
+      ASSERT_OK(nccl::AllReduce(*client, {input}, op).status());
+      ASSERT_OK(copy::DeviceToHost(*client, back.data(), *in, 0, n * 4).status());
       EXPECT_TRUE(back == expected) << "in place";
     }
   }
@@ -439,11 +450,11 @@ TEST_P(GpuDaemonTest, AllReduceMatchesOnNcclAndOnCopies) {
   if (properties->collectives.rfind("nccl ", 0) == 0) {
     absl::StatusOr<std::unique_ptr<Client>> second = Client::Connect(daemon_->address(), options);
     ASSERT_OK(second);
-    absl::StatusOr<DeviceBuffer> buffer = (*second)->Allocate(4096, kDevice);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*(*second), 4096, kDevice);
     ASSERT_OK(buffer);
     const TensorRef tensor{&*buffer, 0, Dtype::kFloat32, {1024}, kDevice};
     const absl::Time start = absl::Now();
-    ASSERT_OK((*second)->AllReduce({tensor}, ReduceOp::kSum).status());
+    ASSERT_OK(nccl::AllReduce(*(*second), {tensor}, ReduceOp::kSum).status());
     ASSERT_OK((*second)->Synchronize(kDevice));
     std::printf("nccl_all_reduce_second_session_first_call_ms=%.3f\n",
                 absl::ToDoubleMilliseconds(absl::Now() - start));
@@ -507,7 +518,7 @@ TEST_P(GpuDaemonTest, ExpandablePagesMapAndReturn) {
   std::vector<DeviceBuffer> chunks;
   const absl::Time start = absl::Now();
   for (int i = 0; i < kChunks; ++i) {
-    absl::StatusOr<DeviceBuffer> chunk = client_->Allocate(kChunk, kDevice);
+    absl::StatusOr<DeviceBuffer> chunk = memory::Allocate(*client_, kChunk, kDevice);
     ASSERT_OK(chunk);
     ASSERT_NE(chunk->data(), nullptr);
     chunks.push_back(*std::move(chunk));
@@ -515,7 +526,7 @@ TEST_P(GpuDaemonTest, ExpandablePagesMapAndReturn) {
   const double per_page_us =
       absl::ToDoubleMicroseconds(absl::Now() - start) / (kChunks * kChunk / (2 * kMiB));
   std::printf("compact_allocate_new_pages_us_per_2mib_page=%.1f\n", per_page_us);
-  absl::StatusOr<std::map<std::string, int64_t>> stats = client_->MemoryStats(kDevice);
+  absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(*client_, kDevice);
   ASSERT_OK(stats);
   EXPECT_GE(stats->at("reserved_bytes.all.current"), static_cast<int64_t>(kChunks * kChunk));
   size_t during = 0;
@@ -529,15 +540,15 @@ TEST_P(GpuDaemonTest, ExpandablePagesMapAndReturn) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (int i : {0, kChunks / 2, kChunks - 1}) {
     std::vector<uint32_t> back(kChunk / 4);
-    ASSERT_OK(client_->CopyDeviceToHost(back.data(), chunks[i], 0, kChunk).status());
+    ASSERT_OK(copy::DeviceToHost(*client_, back.data(), chunks[i], 0, kChunk).status());
     uint64_t mismatches = 0;
     for (uint64_t w = 0; w < back.size(); ++w)
       mismatches += back[w] != testing::PatternWord(w, 100 + i);
     EXPECT_EQ(mismatches, 0u) << "chunk " << i;
   }
   chunks.clear();
-  ASSERT_OK(client_->FlushFrees());
-  ASSERT_OK(client_->EmptyCache().status());
+  ASSERT_OK(memory::FlushFrees(*client_));
+  ASSERT_OK(memory::EmptyCache(*client_).status());
   const absl::Time emptied = absl::Now();
   size_t free = 0;
   const size_t slack = 64 * kMiB;

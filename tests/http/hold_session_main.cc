@@ -11,7 +11,9 @@
 #include <iostream>
 #include <string>
 
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 
 int main(int argc, char** argv) {
   if (argc != 6) {
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<gpumux::DeviceBuffer> buffer =
-      (*client)->Allocate(std::strtoull(argv[5], nullptr, 10));
+      gpumux::memory::Allocate(*(*client), std::strtoull(argv[5], nullptr, 10));
   absl::StatusOr<gpumux::Stream> stream = (*client)->CreateStream(gpumux::DeviceIndex(0));
   absl::StatusOr<gpumux::Event> event = (*client)->CreateEvent(gpumux::DeviceIndex(0));
   if (!buffer.ok() || !stream.ok() || !event.ok()) {
@@ -46,7 +48,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::StatusOr<gpumux::DeviceBuffer> oom =
-      (*client)->Allocate(properties->total_memory - (uint64_t{1} << 20));
+      gpumux::memory::Allocate(*(*client), properties->total_memory - (uint64_t{1} << 20));
   if (oom.status().code() != absl::StatusCode::kResourceExhausted) {
     std::cerr << "an allocation over what is free: " << oom.status() << "\n";
     return 1;

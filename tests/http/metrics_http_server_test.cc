@@ -19,7 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 #include "gtest/gtest.h"
 #include "tests/http/raw_http.h"
 

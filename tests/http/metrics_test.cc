@@ -22,9 +22,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "common/unique_fd.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/common/unique_fd.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/http/metrics_scrape.h"
@@ -126,13 +128,13 @@ class MetricsTest : public testing::DaemonClientTest {
 };
 
 TEST_F(MetricsTest, SessionFiguresEqualTheSessionsOwnStats) {
-  auto buffer = client().Allocate(3 * kMiB);
+  auto buffer = memory::Allocate(client(), 3 * kMiB);
   ASSERT_THAT(buffer, IsOk());
   auto stream = client().CreateStream(DeviceIndex(0));
   ASSERT_THAT(stream, IsOk());
   auto event = client().CreateEvent(DeviceIndex(0));
   ASSERT_THAT(event, IsOk());
-  absl::StatusOr<int64_t> allocated = client().MemoryAllocated(DeviceIndex(0));
+  absl::StatusOr<int64_t> allocated = memory::MemoryAllocated(client(), DeviceIndex(0));
   ASSERT_THAT(allocated, IsOk());
 
   MetricsScrape scrape = Scrape();
@@ -159,12 +161,12 @@ TEST_F(MetricsTest, SessionFiguresEqualTheSessionsOwnStats) {
   EXPECT_TRUE(scrape.Find("gpumux_session_allocated_bytes", SessionOf(client(), 1)).empty());
   // No limit set: no limit series.
   EXPECT_TRUE(scrape.Find("gpumux_session_memory_limit_bytes", labels).empty());
-  ASSERT_THAT(client().SetPerProcessMemoryFraction(0.5, DeviceIndex(0)), IsOk());
+  ASSERT_THAT(memory::SetPerProcessMemoryFraction(client(), 0.5, DeviceIndex(0)), IsOk());
   EXPECT_EQ(Scrape().Value("gpumux_session_memory_limit_bytes", labels), 32.0 * kMiB);
 }
 
 TEST_F(MetricsTest, DeviceFiguresAndBuildInfo) {
-  auto buffer = client().Allocate(5 * kMiB, DeviceIndex(1));
+  auto buffer = memory::Allocate(client(), 5 * kMiB, DeviceIndex(1));
   ASSERT_THAT(buffer, IsOk());
   MetricsScrape scrape = Scrape();
   for (int gpu : {0, 1}) {
@@ -184,9 +186,9 @@ TEST_F(MetricsTest, DeviceFiguresAndBuildInfo) {
   EXPECT_EQ(scrape.Value("gpumux_sessions"), 1);
 
   // An allocation larger than what is free is an OOM, counted on its device.
-  auto most = client().Allocate(40 * kMiB, DeviceIndex(1));
+  auto most = memory::Allocate(client(), 40 * kMiB, DeviceIndex(1));
   ASSERT_THAT(most, IsOk());
-  EXPECT_THAT(client().Allocate(40 * kMiB, DeviceIndex(1)),
+  EXPECT_THAT(memory::Allocate(client(), 40 * kMiB, DeviceIndex(1)),
               StatusIs(absl::StatusCode::kResourceExhausted));
   MetricsScrape after = Scrape();
   EXPECT_EQ(after.Value("gpumux_device_ooms_total", gpu1), 1);
@@ -197,13 +199,13 @@ TEST_F(MetricsTest, EndedSessionsSeriesDisappearAndAreCounted) {
   std::unique_ptr<Client> other = ConnectAnother({.client_name = "short-lived"});
   ASSERT_NE(other, nullptr);
   const auto labels = SessionOf(*other);
-  auto held = other->Allocate(2 * kMiB);
+  auto held = memory::Allocate(*other, 2 * kMiB);
   ASSERT_THAT(held, IsOk());
-  auto shared = other->Allocate(kMiB, DeviceIndex(0), {.shareable = true});
+  auto shared = memory::Allocate(*other, kMiB, DeviceIndex(0), {.shareable = true});
   ASSERT_THAT(shared, IsOk());
-  absl::StatusOr<std::string> token = other->Share(*shared);
+  absl::StatusOr<std::string> token = memory::Share(*other, *shared);
   ASSERT_THAT(token, IsOk());
-  auto imported = client().Import(*token);
+  auto imported = memory::Import(client(), *token);
   ASSERT_THAT(imported, IsOk());
 
   MetricsScrape before = Scrape();
@@ -312,7 +314,7 @@ TEST_F(MetricsTest, BadRequestsGetTheirStatusAndTheDaemonServesOn) {
   httplib::Result metrics = Http().Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
-  EXPECT_THAT(client().Allocate(kMiB), IsOk());
+  EXPECT_THAT(memory::Allocate(client(), kMiB), IsOk());
 }
 
 // Endless header lines, each under any per-line limit: the request is

@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/unique_fd.h"
+#include "gpumux/common/unique_fd.h"
 
 namespace gpumux::testing {
 

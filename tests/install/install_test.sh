@@ -21,30 +21,40 @@ fail() { echo "install_test: $*" >&2; exit 1; }
 
 prefix=$work/prefix
 cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
-for file in bin/gpumuxd bin/gpumux lib/libgpumux.a lib/libgpumux.so include/gpumux/client/client.h \
-            include/gpumux/client/observer.h lib/libgpumux_alloc.so include/gpumux/alloc.h \
+for file in bin/gpumuxd bin/gpumux lib/libgpumux.a lib/libgpumux.so include/gpumux/client.h \
+            include/gpumux/memory.h include/gpumux/copy.h include/gpumux/random.h include/gpumux/comm.h \
+            include/gpumux/nccl.h include/gpumux/nvtx.h include/gpumux/distributed.h include/gpumux/profiler.h \
+            include/gpumux/observer.h include/gpumux/common/ids.h lib/libgpumux_alloc.so include/gpumux/alloc.h \
             lib/cmake/gpumux/gpumuxConfig.cmake \
             lib/cmake/gpumux/gpumuxConfigVersion.cmake lib/pkgconfig/gpumux.pc; do
   [[ -e $prefix/$file ]] || fail "cmake --install did not install $file"
 done
 
-# The public headers resolve their includes with the installed include root
-# only, reach no gRPC or protobuf header (nor the generated wire API), and
-# compile.
+# The public headers, included as <gpumux/...> with the installed include
+# root only: each finds its includes there, reaches no gRPC or protobuf
+# header (nor the generated wire API), and all compile together. None
+# carries a test hook (*ForTest) or includes the daemon's internals
+# (server/, its backends).
 extra=()
 [[ -n $cuda_include ]] && extra=(-isystem "$cuda_include")
 all_headers=$work/all_headers.cc
 : > "$all_headers"
-for header in "$prefix"/include/gpumux/*/*.h; do
-  deps=$(c++ -std=c++20 -M -I"$prefix/include/gpumux" "${extra[@]}" -x c++ "$header") ||
-    fail "$header does not find its includes in the installed tree"
+for header in "$prefix"/include/gpumux/*.h "$prefix"/include/gpumux/common/*.h; do
+  name=${header#"$prefix/include/"}
+  deps=$(c++ -std=c++20 -M -I"$prefix/include" "${extra[@]}" -x c++ "$header") ||
+    fail "$name does not find its includes in the installed tree"
   if grep -Eq 'grpc|google/protobuf|gpumux/v1/' <<<"$deps"; then
-    fail "$header reaches a gRPC or protobuf header: $(grep -Eo '[^ ]*(grpc|protobuf|gpumux/v1)[^ ]*' <<<"$deps" | head -3)"
+    fail "$name reaches a gRPC or protobuf header: $(grep -Eo '[^ ]*(grpc|protobuf|gpumux/v1)[^ ]*' <<<"$deps" | head -3)"
   fi
-  echo "#include \"$header\"" >> "$all_headers"
+  if grep -n 'ForTest' "$header"; then fail "$name carries a test hook"; fi
+  if grep -nE '^#include .*(server/|backend)' "$header"; then fail "$name includes the daemon's internals"; fi
+  echo "#include <$name>" >> "$all_headers"
 done
-c++ -std=c++20 -fsyntax-only -I"$prefix/include/gpumux" "${extra[@]}" "$all_headers" ||
+c++ -std=c++20 -fsyntax-only -I"$prefix/include" "${extra[@]}" "$all_headers" ||
   fail "the installed headers do not compile"
+# Nothing else under include/: the old layout (include/gpumux/client/) is gone.
+stray=$(cd "$prefix/include" && find . -type f | grep -Ev '^\./gpumux/(common/)?[^/]+\.h$' | head -3) || true
+[[ -z $stray ]] || fail "files outside include/gpumux and include/gpumux/common: $stray"
 
 # The example, three ways.
 example=$source_dir/examples/client

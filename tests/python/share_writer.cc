@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "client/client.h"
+#include "gpumux/client.h"
+#include "gpumux/memory.h"
 #include "tests/support/test_pattern.h"
 
 int main(int argc, char** argv) {
@@ -22,13 +23,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   uint64_t size = std::strtoull(argv[2], nullptr, 10);
-  auto buffer = (*client)->Allocate(size, gpumux::DeviceIndex(0), {.shareable = true});
+  auto buffer =
+      gpumux::memory::Allocate(*(*client), size, gpumux::DeviceIndex(0), {.shareable = true});
   if (!buffer.ok()) {
     std::fprintf(stderr, "allocate: %s\n", buffer.status().ToString().c_str());
     return 1;
   }
   gpumux::testing::FillPattern(buffer->data(), size, std::strtoull(argv[3], nullptr, 10));
-  auto token = (*client)->Share(*buffer);
+  auto token = gpumux::memory::Share(*(*client), *buffer);
   if (!token.ok()) {
     std::fprintf(stderr, "share: %s\n", token.status().ToString().c_str());
     return 1;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "client/host_local_streams.h"
+#include "gpumux/client.h"
+#include "gpumux/host_local_streams.h"
 #include "gtest/gtest.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "allocator/allocator_config.h"
-#include "client/client.h"
+#include "gpumux/client.h"
 #include "gtest/gtest.h"
 #include "replay/client_target.h"
 #include "replay/inprocess_target.h"

@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "common/host_ipc_event.h"
 #include "gmock/gmock.h"
+#include "gpumux/common/host_ipc_event.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
 #include "tests/rpc/grpc_status_matchers.h"

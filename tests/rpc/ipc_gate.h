@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "common/host_ipc_event.h"
 #include "common/memory_socket.h"
+#include "gpumux/common/host_ipc_event.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/stream_calls.h"
 #include "tests/support/raw_session.h"

@@ -25,9 +25,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/channel.h"
-#include "client/client.h"
-#include "client/observer.h"
+#include "client/client_testing.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/copy_options.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/observer.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/group.grpc.pb.h"
@@ -191,18 +196,18 @@ TEST_F(TcpFullModeTest, ClientAllocatesCopiesReadsStatsAndFreesOverTls) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(Address(), options);
     ASSERT_OK(client.status());
     constexpr uint64_t kSize = 1 << 20;  // over max_inline_copy: would be staged on a Unix socket
-    absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(kSize);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*(*client), kSize);
     ASSERT_OK(buffer.status());
     EXPECT_EQ(buffer->data(), nullptr);  // nothing is mapped over TCP
     std::vector<char> sent(kSize);
     for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<char>(i * 7 + 3);
-    ASSERT_OK((*client)->CopyHostToDevice(*buffer, 0, sent.data(), kSize).status());
+    ASSERT_OK(copy::HostToDevice(*(*client), *buffer, 0, sent.data(), kSize).status());
     std::vector<char> back(kSize, 0);
-    ASSERT_OK((*client)->CopyDeviceToHost(back.data(), *buffer, 0, kSize).status());
+    ASSERT_OK(copy::DeviceToHost(*(*client), back.data(), *buffer, 0, kSize).status());
     EXPECT_EQ(back, sent);
-    EXPECT_EQ((*client)->StagingBufferSizeForTest(), 0u);
+    EXPECT_EQ(gpumux::StagingBufferSizeForTest(*(*client)), 0u);
 
-    absl::StatusOr<std::map<std::string, int64_t>> stats = (*client)->MemoryStats();
+    absl::StatusOr<std::map<std::string, int64_t>> stats = memory::MemoryStats(*(*client));
     ASSERT_OK(stats.status());
     EXPECT_EQ(stats->at("allocated_bytes.all.current"), static_cast<int64_t>(kSize));
     // The daemon holds the books (no local allocator over TCP).
@@ -221,8 +226,8 @@ TEST_F(TcpFullModeTest, ClientAllocatesCopiesReadsStatsAndFreesOverTls) {
     }
     EXPECT_TRUE(listed);
 
-    ASSERT_OK((*client)->Free(*std::move(buffer)));
-    stats = (*client)->MemoryStats();
+    ASSERT_OK(memory::Free(*(*client), *std::move(buffer)));
+    stats = memory::MemoryStats(*(*client));
     ASSERT_OK(stats.status());
     EXPECT_EQ(stats->at("allocated_bytes.all.current"), 0);
   }
@@ -234,12 +239,11 @@ TEST_F(TcpFullModeTest, StagedCopiesAreRefusedOverTcp) {
   options.security = Security();
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(Address(), options);
   ASSERT_OK(client.status());
-  absl::StatusOr<DeviceBuffer> buffer = (*client)->Allocate(4096);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*(*client), 4096);
   ASSERT_OK(buffer.status());
   char bytes[4096] = {};
-  EXPECT_THAT((*client)
-                  ->CopyHostToDevice(*buffer, 0, bytes, sizeof(bytes),
-                                     CopyOptions{.path = TransferPath::kStaging})
+  EXPECT_THAT(copy::HostToDevice(*(*client), *buffer, 0, bytes, sizeof(bytes),
+                                 CopyOptions{.path = TransferPath::kStaging})
                   .status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("copies go inline")));
 }
@@ -542,7 +546,7 @@ TEST_F(TcpFullModeTest, WithAClientCaOnlyItsCertificatesGetIn) {
   client_options.security = mutual;
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(Address(), client_options);
   ASSERT_OK(client.status());
-  EXPECT_OK((*client)->Allocate(4096).status());
+  EXPECT_OK(memory::Allocate(*(*client), 4096).status());
   // The token is still required with a certificate.
   mutual.auth_token_file.clear();
   EXPECT_THAT(Observer(Address(), mutual).ListDevices().status(),

@@ -10,8 +10,8 @@
 #include <memory>
 #include <utility>
 
-#include "client/client.h"
-#include "client/client_options.h"
+#include "gpumux/client.h"
+#include "gpumux/client_options.h"
 #include "gtest/gtest.h"
 #include "tests/support/in_process_daemon.h"
 

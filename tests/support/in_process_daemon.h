@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "server/daemon.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 #include "gpumux/v1/observe.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/support/wire_session.h"

@@ -1,7 +1,7 @@
 #pragma once
 
 // HostBackend: emulated devices in host memory for machines without a GPU.
-// A segment is a sealed memory file (common/sealed_memory.h: anonymous,
+// A segment is a sealed memory file (gpumux/common/sealed_memory.h: anonymous,
 // zero-filled, backed in full when created, so running out of memory is
 // RESOURCE_EXHAUSTED here and never a SIGBUS later, and sealed so nobody can
 // resize it) filed in the MemoryFileTable under the key its handle carries;
@@ -42,7 +42,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 #include "server/backend/device_backend.h"
 #include "server/backend/host/host_event.h"
 #include "server/backend/host/host_stream.h"

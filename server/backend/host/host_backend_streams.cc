@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/host_ipc_event.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "gpumux/common/host_ipc_event.h"
 
 namespace gpumux {
 

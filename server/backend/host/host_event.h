@@ -29,8 +29,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/synchronization/mutex.h"
-#include "common/host_ipc_event.h"
-#include "common/ids.h"
+#include "gpumux/common/host_ipc_event.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 
 namespace gpumux {

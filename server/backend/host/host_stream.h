@@ -24,7 +24,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 #include "server/backend/host/host_event.h"
 
 namespace gpumux {

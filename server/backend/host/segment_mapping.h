@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 
 namespace gpumux {
 

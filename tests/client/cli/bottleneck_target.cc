@@ -21,8 +21,11 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "client/client.h"
-#include "client/nvtx.h"
+#include "gpumux/client.h"
+#include "gpumux/copy.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
+#include "gpumux/nvtx.h"
 
 namespace {
 
@@ -35,14 +38,14 @@ int Fail(const char* what, const absl::Status& status) {
 
 int Alloc(gpumux::Client& client) {
   for (int i = 0; i < 1000; ++i) {
-    absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(4096);
+    absl::StatusOr<gpumux::DeviceBuffer> buffer = gpumux::memory::Allocate(client, 4096);
     if (!buffer.ok()) return Fail("allocate", buffer.status());
   }
   const uint64_t bytes = uint64_t{64} << 20;
   std::vector<char> host(bytes, 7);
-  absl::StatusOr<gpumux::DeviceBuffer> big = client.Allocate(bytes);
+  absl::StatusOr<gpumux::DeviceBuffer> big = gpumux::memory::Allocate(client, bytes);
   if (!big.ok()) return Fail("allocate", big.status());
-  if (auto copied = client.CopyHostToDevice(*big, 0, host.data(), bytes); !copied.ok()) {
+  if (auto copied = gpumux::copy::HostToDevice(client, *big, 0, host.data(), bytes); !copied.ok()) {
     return Fail("copy", copied.status());
   }
   if (absl::Status synced = client.CurrentStream(DeviceIndex(0)).Synchronize(); !synced.ok()) {
@@ -52,7 +55,9 @@ int Alloc(gpumux::Client& client) {
 }
 
 int MemsetAndWait(gpumux::Client& client, const gpumux::DeviceBuffer& buffer, int round) {
-  if (auto set = client.Memset(buffer, 0, static_cast<uint8_t>(round), buffer.size()); !set.ok()) {
+  if (auto set =
+          gpumux::copy::Memset(client, buffer, 0, static_cast<uint8_t>(round), buffer.size());
+      !set.ok()) {
     return Fail("memset", set.status());
   }
   if (absl::Status synced = client.CurrentStream(DeviceIndex(0)).Synchronize(); !synced.ok()) {
@@ -62,7 +67,8 @@ int MemsetAndWait(gpumux::Client& client, const gpumux::DeviceBuffer& buffer, in
 }
 
 int Wait(gpumux::Client& client) {
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(uint64_t{512} << 20);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer =
+      gpumux::memory::Allocate(client, uint64_t{512} << 20);
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   for (int i = 0; i < 20; ++i) {
     if (int failed = MemsetAndWait(client, *buffer, i); failed != 0) return failed;
@@ -74,11 +80,11 @@ int Crash(gpumux::Client& client) {
   gpumux::nvtx::Range range(client, "before the crash");
   std::vector<gpumux::DeviceBuffer> kept;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(1 << 20);
+    absl::StatusOr<gpumux::DeviceBuffer> buffer = gpumux::memory::Allocate(client, 1 << 20);
     if (!buffer.ok()) return Fail("allocate", buffer.status());
     kept.push_back(*std::move(buffer));
   }
-  if (auto set = client.Memset(kept[0], 0, 1, 1 << 20); !set.ok())
+  if (auto set = gpumux::copy::Memset(client, kept[0], 0, 1, 1 << 20); !set.ok())
     return Fail("memset", set.status());
   if (absl::Status synced = client.CurrentStream(DeviceIndex(0)).Synchronize(); !synced.ok()) {
     return Fail("synchronize", synced);
@@ -88,7 +94,8 @@ int Crash(gpumux::Client& client) {
 }
 
 int Serve(gpumux::Client& client) {
-  absl::StatusOr<gpumux::DeviceBuffer> buffer = client.Allocate(uint64_t{16} << 20);
+  absl::StatusOr<gpumux::DeviceBuffer> buffer =
+      gpumux::memory::Allocate(client, uint64_t{16} << 20);
   if (!buffer.ok()) return Fail("allocate", buffer.status());
   std::printf("session %llu\n", static_cast<unsigned long long>(client.session_id().value()));
   std::fflush(stdout);

@@ -32,9 +32,9 @@ def check_report(path, mode):
     verdict = report["verdict"]["kind"]
     if mode == "alloc":
         # The calls the program made, exactly.
-        expect(host.get("Client::Allocate") == 1001, "Allocate calls: %s" % host)
+        expect(host.get("memory::Allocate") == 1001, "Allocate calls: %s" % host)
         expect(host.get("DeviceBuffer::Reset") == 1001, "Reset calls: %s" % host)
-        expect(host.get("Client::CopyHostToDevice") == 1, "copy calls: %s" % host)
+        expect(host.get("copy::HostToDevice") == 1, "copy calls: %s" % host)
         expect(host.get("Stream::Synchronize") == 1, "synchronize calls: %s" % host)
         expect(host.get("Client::Connect") == 1, "connect calls: %s" % host)
         expect("Client::CurrentStream" in host and host["Client::CurrentStream"] == 1,
@@ -47,7 +47,7 @@ def check_report(path, mode):
     elif mode == "wait":
         top = report["host"]["functions"][0]["name"]
         expect(top == "Stream::Synchronize", "host top row %s" % top)
-        expect(host.get("Client::Memset") == 20, "memset calls: %s" % host)
+        expect(host.get("copy::Memset") == 20, "memset calls: %s" % host)
         expect(host.get("Stream::Synchronize") == 20, "synchronize calls: %s" % host)
         expect(rows and rows[0]["name"] == "memset" and rows[0]["calls"] == 20,
                "device top row: %s" % rows)
@@ -56,7 +56,7 @@ def check_report(path, mode):
         expect(report["host"]["waiting_ns"] > 0, "waiting: %s" % report["host"])
     elif mode == "crash":
         expect(report["exit"] == "killed by signal 6 (Aborted)", "exit %r" % report["exit"])
-        expect(host.get("Client::Allocate") == 5, "Allocate calls: %s" % host)
+        expect(host.get("memory::Allocate") == 5, "Allocate calls: %s" % host)
         expect(host.get("nvtx::RangePush") == 1, "range push: %s" % host)
         expect("memset" in device and device["memset"]["calls"] == 1, "memset: %s" % rows)
         ranges = report["nvtx"]
@@ -67,21 +67,21 @@ def check_report(path, mode):
         # its libgpumux records the calls the module functions made.
         # The package tries the client's cache first with the GIL held, then
         # allocates without it on a miss; the buffers are freed at exit.
-        expect(host.get("Client::TryAllocateCached") == 30, "cache tries: %s" % host)
-        expect(1 <= host.get("Client::Allocate", 0) <= 30, "Allocate calls: %s" % host)
-        expect(host.get("Client::TryFree") == 30, "frees: %s" % host)
-        expect(host.get("Client::Memset") == 3, "memset calls: %s" % host)
+        expect(host.get("memory::TryAllocateCached") == 30, "cache tries: %s" % host)
+        expect(1 <= host.get("memory::Allocate", 0) <= 30, "Allocate calls: %s" % host)
+        expect(host.get("memory::TryFree") == 30, "frees: %s" % host)
+        expect(host.get("copy::Memset") == 3, "memset calls: %s" % host)
         expect("memset" in device and device["memset"]["calls"] == 3, "device: %s" % rows)
         expect(report["exit"] == "exited with status 0", "exit %r" % report["exit"])
     elif mode == "window":
         # Only what ran in the window: the program connected and allocated
         # before it.
-        expect("Client::Connect" not in host and "Client::Allocate" not in host,
+        expect("Client::Connect" not in host and "memory::Allocate" not in host,
                "calls from before the window: %s" % host)
-        expect(host.get("Client::Memset", 0) >= 5, "memsets in 2 s: %s" % host)
+        expect(host.get("copy::Memset", 0) >= 5, "memsets in 2 s: %s" % host)
         expect(host.get("Stream::Synchronize", 0) >= 5, "synchronizes in 2 s: %s" % host)
         expect("memset" in device and device["memset"]["calls"] >= 5, "device: %s" % rows)
-        expect(abs(device["memset"]["calls"] - host["Client::Memset"]) <= 1,
+        expect(abs(device["memset"]["calls"] - host["copy::Memset"]) <= 1,
                "device and host memsets: %s %s" % (rows, host))
         expect(1.5e9 <= report["wall_ns"] <= 6e9, "window %s ns" % report["wall_ns"])
     else:

@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/client.h"
 #include "gmock/gmock.h"
+#include "gpumux/client.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/memory.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
 #include "tests/support/daemon_client_test.h"
@@ -130,7 +132,7 @@ class CliDaemonTest : public DaemonClientTest {
     options.tenant = "pod";
     std::unique_ptr<Client> client = ConnectAnother(options);
     if (client == nullptr) return nullptr;
-    absl::StatusOr<DeviceBuffer> small = client->Allocate(1000);
+    absl::StatusOr<DeviceBuffer> small = memory::Allocate(*client, 1000);
     EXPECT_TRUE(small.ok()) << small.status();
     if (small.ok()) held->emplace(*std::move(small));
     return client;
@@ -157,7 +159,7 @@ TEST_F(CliDaemonTest, StatsOfTheDeviceAndOfOneSession) {
   options.free_batch_delay = absl::InfiniteDuration();
   auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000, DeviceIndex(1));
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 1000, DeviceIndex(1));
   ASSERT_OK(buffer);
 
   CliRun run = RunHere({"stats", "--device", "1", "--json"});
@@ -184,7 +186,7 @@ TEST_F(CliDaemonTest, SnapshotShowsEverySessionsBlocks) {
   ClientOptions options;
   auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 1000);
   ASSERT_OK(buffer);
 
   CliRun run = RunHere({"snapshot", "--json"});
@@ -204,7 +206,7 @@ TEST_F(CliDaemonTest, SessionsListsEachClientWithItsStreamsAndEvents) {
   options.labels = {{"pod", "p-1"}};
   auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
-  absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+  absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 1000);
   ASSERT_OK(buffer);
   // One stream and two events alive: the sessions listing counts them.
   absl::StatusOr<Stream> stream = client->CreateStream(DeviceIndex(1));
@@ -228,7 +230,7 @@ TEST_F(CliDaemonTest, SessionsListsEachClientWithItsStreamsAndEvents) {
 
   // A client's end is its session's.
   *second = Event();
-  client->Release(std::move(buffer).value());
+  memory::Release(*client, std::move(buffer).value());
   client.reset();
   const absl::Time deadline = absl::Now() + absl::Seconds(1);
   while (RunHere({"sessions", "--json"}).out != "[]\n" && absl::Now() < deadline) {
@@ -246,11 +248,11 @@ TEST_F(CliDaemonTest, TenantLimitIsEnforced) {
   client = ConnectPodHoldingASegment(&small);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(small.has_value());
-  EXPECT_THAT(client->Allocate(3 << 20),  // a 20 MiB segment
+  EXPECT_THAT(memory::Allocate(*client, 3 << 20),  // a 20 MiB segment
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("Its tenant 'pod'")));
   run = RunHere({"tenant-limit", "pod", "none", "--device", "0"});
   EXPECT_EQ(run.out, "tenant 'pod': no limit on GPU 0\n");
-  EXPECT_OK(client->Allocate(3 << 20));
+  EXPECT_OK(memory::Allocate(*client, 3 << 20));
   // What the daemon refuses, and what the CLI refuses before asking.
   run = RunHere({"tenant-limit", "", "1GiB"});
   EXPECT_EQ(run.exit_code, 1);
@@ -280,7 +282,7 @@ TEST_F(CliDaemonTest, TenantsListsEachTenantsLimitAndUsage) {
   client = ConnectPodHoldingASegment(&small);
   ASSERT_NE(client, nullptr);
   ASSERT_TRUE(small.has_value());
-  EXPECT_THAT(client->Allocate(3 << 20), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(memory::Allocate(*client, 3 << 20), StatusIs(absl::StatusCode::kResourceExhausted));
   CliRun run = RunHere({"tenants"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, StartsWith("TENANT  DEVICE     LIMIT  RESERVED   ALLOCATED  SESSIONS\n"));
@@ -321,8 +323,8 @@ TEST_F(CliDaemonTest, TopOncePrintsDevicesAndSessionsSortedByMemory) {
   std::unique_ptr<Client> small = ConnectAnother(small_options);
   ASSERT_NE(big, nullptr);
   ASSERT_NE(small, nullptr);
-  absl::StatusOr<DeviceBuffer> a = big->Allocate(6 << 20);
-  absl::StatusOr<DeviceBuffer> b = small->Allocate(1 << 20);
+  absl::StatusOr<DeviceBuffer> a = memory::Allocate(*big, 6 << 20);
+  absl::StatusOr<DeviceBuffer> b = memory::Allocate(*small, 1 << 20);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   CliRun run = RunHere({"top", "--once"});
@@ -352,16 +354,16 @@ TEST_F(CliDaemonTest, EmptyCacheReleasesEverySessionsCache) {
   auto client = ConnectAnother(options);
   ASSERT_NE(client, nullptr);
   {
-    absl::StatusOr<DeviceBuffer> buffer = client->Allocate(1000);
+    absl::StatusOr<DeviceBuffer> buffer = memory::Allocate(*client, 1000);
     ASSERT_OK(buffer);
   }
-  ASSERT_OK(client->FlushFrees());
+  ASSERT_OK(memory::FlushFrees(*client));
   CliRun run = RunHere({"empty-cache"});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "released 2097152 bytes (2.00 MiB) in 1 segment\n");
   run = RunHere({"empty-cache", "--device", "1"});
   EXPECT_EQ(run.out, "released nothing: no cached segment was free\n");
-  EXPECT_THAT(client->MemoryReserved(), IsOkAndHolds(0));
+  EXPECT_THAT(memory::MemoryReserved(*client), IsOkAndHolds(0));
 }
 
 TEST(CliDaemonReplayTest, ReplayThroughTheDaemonMatchesInProcess) {

@@ -1,12 +1,12 @@
 #pragma once
 
-// Options of the Client's copies, memset and random fills (client/client.h),
+// Options of the Client's copies, memset and random fills (gpumux/client.h),
 // kept apart so they can be default arguments there.
 
 #include <cstdint>
 #include <optional>
 
-#include "client/stream.h"
+#include "gpumux/stream.h"
 
 namespace gpumux {
 

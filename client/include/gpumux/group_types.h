@@ -1,14 +1,14 @@
 #pragma once
 
 // The Client's groups of daemons (proto/gpumux/v1/group.proto,
-// client/client.h): forming one, and what the daemon tells of it.
+// gpumux/client.h): forming one, and what the daemon tells of it.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

@@ -13,7 +13,7 @@
 
 namespace gpumux {
 
-// One call of a libgpumux API function (Client::Allocate, Stream::Synchronize,
+// One call of a libgpumux API function (memory::Allocate, Stream::Synchronize,
 // ...), as a span on the thread that made it.
 struct HostCall {
   uint64_t call_id = 0;   // unique in its process; device work names it
@@ -27,7 +27,7 @@ struct HostCall {
 // One API function's totals over the profile, exact whatever spans were
 // dropped (cProfile's columns).
 struct HostFunction {
-  std::string name;      // "Client::Allocate"
+  std::string name;      // "memory::Allocate"
   uint64_t calls = 0;    // ncalls
   int64_t self_ns = 0;   // tottime: less the API calls it made
   int64_t total_ns = 0;  // cumtime: outermost calls of the function only

@@ -27,7 +27,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "client/local_streams.h"
+#include "gpumux/local_streams.h"
 
 namespace gpumux {
 

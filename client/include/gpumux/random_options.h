@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <variant>
 
-#include "client/event.h"
+#include "gpumux/event.h"
 
 namespace gpumux {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

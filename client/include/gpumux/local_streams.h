@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

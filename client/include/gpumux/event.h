@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

@@ -7,10 +7,10 @@
 // thread that made it (the state it changes is that thread's) and must be
 // destroyed there, in reverse order of creation, before its Client.
 
-#include "client/current_streams.h"
-#include "client/device_buffer.h"
-#include "client/stream.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/current_streams.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/stream.h"
 
 namespace gpumux {
 

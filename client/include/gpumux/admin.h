@@ -20,11 +20,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/client_options.h"
-#include "client/tenant_info.h"
-#include "common/default_address.h"
-#include "common/ids.h"
-#include "common/profile_data.h"
+#include "gpumux/client_options.h"
+#include "gpumux/common/default_address.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/common/profile_data.h"
+#include "gpumux/tenant_info.h"
 
 namespace gpumux {
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // HostIpcEvent: an interprocess event of the host backend, living in a small
-// sealed memory file (common/sealed_memory.h) so that any process holding it
+// sealed memory file (gpumux/common/sealed_memory.h) so that any process holding it
 // can record, query and wait on it without the daemon. Shared by the daemon's
 // HostBackend and the client library. The daemon creates every event; a
 // session that holds the event's handle fetches the memory file from the
@@ -63,7 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/sealed_memory.h"
+#include "gpumux/common/sealed_memory.h"
 
 namespace gpumux {
 

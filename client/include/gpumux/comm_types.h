@@ -1,6 +1,6 @@
 #pragma once
 
-// The Client's collectives (torch.cuda.comm, client/client.h): tensors as
+// The Client's collectives (torch.cuda.comm, gpumux/client.h): tensors as
 // they name memory, their results, and options; kept apart so that they can
 // be default arguments there.
 
@@ -8,11 +8,11 @@
 #include <optional>
 #include <vector>
 
-#include "client/device_buffer.h"
-#include "client/event.h"
-#include "client/random_options.h"
-#include "client/stream.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/device_buffer.h"
+#include "gpumux/event.h"
+#include "gpumux/random_options.h"
+#include "gpumux/stream.h"
 
 namespace gpumux {
 

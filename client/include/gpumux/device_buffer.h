@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "client/local_streams.h"
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/local_streams.h"
 
 namespace gpumux {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "common/ids.h"
+#include "gpumux/common/ids.h"
 
 namespace gpumux {
 

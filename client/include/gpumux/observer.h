@@ -19,13 +19,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/channel_security.h"
-#include "client/device_properties.h"
-#include "client/group_types.h"
-#include "client/memory_snapshot.h"
-#include "client/session_info.h"
-#include "common/default_address.h"
-#include "common/ids.h"
+#include "gpumux/channel_security.h"
+#include "gpumux/common/default_address.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/device_properties.h"
+#include "gpumux/group_types.h"
+#include "gpumux/memory_snapshot.h"
+#include "gpumux/session_info.h"
 
 namespace gpumux {
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Option and result structs of the Client API (client/client.h), kept apart
+// Option and result structs of the Client API (gpumux/client.h), kept apart
 // so they can be default arguments there.
 
 #include <cstdint>
@@ -10,10 +10,10 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "client/channel_security.h"
-#include "client/local_streams.h"
-#include "client/stream.h"
-#include "common/ids.h"
+#include "gpumux/channel_security.h"
+#include "gpumux/common/ids.h"
+#include "gpumux/local_streams.h"
+#include "gpumux/stream.h"
 
 namespace gpumux {
 
