@@ -4,7 +4,7 @@
 //     with data) and through the staging buffer (the client's memcpy into the
 //     mapped buffer + Copy.HostToDevice from staging), both waiting for the
 //     copy, each as a ratio to a plain memcpy of S bytes;
-//   - the same copy through libgpumux (Client::CopyHostToDevice, staging path,
+//   - the same copy through libgpumux (copy::HostToDevice, staging path,
 //     waited), whose double-buffered chunks overlap the client's memcpy with
 //     the daemon's;
 //   - Event.Record + Event.Query and Stream.Synchronize round trips as ratios

@@ -1,5 +1,5 @@
 // Client's copies and memset (the Copy service). Host bytes travel inline or
-// through the staging buffer; see client.h for how staged copies share it.
+// through the staging buffer; see gpumux/copy.h for how staged copies share it.
 
 #include <algorithm>
 #include <cstring>

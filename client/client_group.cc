@@ -1,4 +1,4 @@
-// The Client's groups of daemons (gpumux/client.h, "Groups of daemons").
+// Groups of daemons (gpumux/distributed.h).
 
 #include <string>
 #include <utility>

@@ -1,5 +1,5 @@
 // torch.cuda.comm's native calls (gpumux._C._broadcast, ..., as torch._C's):
-// libgpumux's collectives (gpumux/client.h, client_comm.cc) over tensors the
+// libgpumux's collectives (gpumux/comm.h, client_comm.cc) over tensors the
 // Python layer (gpumux/comm.py) has already found in Buffers. A tensor
 // arrives as (buffer or None, offset, dtype name, shape, device); a result
 // leaves as (buffer or None, offset, dtype name, shape, device, owned), its

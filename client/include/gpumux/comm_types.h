@@ -1,6 +1,6 @@
 #pragma once
 
-// The Client's collectives (torch.cuda.comm, gpumux/client.h): tensors as
+// The collectives' types (torch.cuda.comm, gpumux/comm.h and nccl.h): tensors as
 // they name memory, their results, and options; kept apart so that they can
 // be default arguments there.
 
@@ -66,7 +66,7 @@ struct CollectiveOptions {
   bool completion_event = false;
   // Return once the work is queued, as torch.distributed's async_op=True:
   // what the within-node functions do unless `wait` (with which it is
-  // INVALID_ARGUMENT). A group collective (Client::GroupAllReduce, ...)
+  // INVALID_ARGUMENT). A group collective (distributed::AllReduce, ...)
   // otherwise returns once done; with it, it runs on the tensor's stream
   // after the work queued there before it and before the work queued after
   // it (Synchronize, or the completion event, says when it is done). Its

@@ -1,6 +1,6 @@
 #pragma once
 
-// Options of the Client's copies, memset and random fills (gpumux/client.h),
+// Options of the copies, memset and random fills (gpumux/copy.h, random.h),
 // kept apart so they can be default arguments there.
 
 #include <cstdint>

@@ -5,7 +5,7 @@
 //
 // Memory: DeviceBuffer::data() is a device pointer into the daemon's segment,
 // mapped with cudaIpcOpenMemHandle; launch kernels on it directly. When a
-// buffer is freed (destroyed, or Client::Free) on a thread, libgpumux records
+// buffer is freed (destroyed, or memory::Free) on a thread, libgpumux records
 // an interprocess event on that thread's current CUDA stream (below) and the
 // daemon reuses the memory only after it completed, so kernels still running
 // on the memory are safe.

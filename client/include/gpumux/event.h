@@ -89,7 +89,7 @@ class Event {
   // either lacks enable_timing, was never recorded or has not completed.
   absl::StatusOr<float> ElapsedTime(const Event& end) const;
   // event.ipc_handle(): the 64 bytes another session opens the event with
-  // (Client::OpenEventIpcHandle), or that Client::Free waits on. Creates the
+  // (Client::OpenEventIpcHandle), or that memory::Free waits on. Creates the
   // event on the current device first if needed, as PyTorch does.
   // FAILED_PRECONDITION (from the daemon) unless the event is interprocess.
   absl::StatusOr<std::string> IpcHandle();

@@ -1,7 +1,7 @@
 #pragma once
 
 // The Client's groups of daemons (proto/gpumux/v1/group.proto,
-// gpumux/client.h): forming one, and what the daemon tells of it.
+// gpumux/distributed.h): forming one, and what the daemon tells of it.
 
 #include <cstdint>
 #include <string>

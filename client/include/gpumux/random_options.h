@@ -1,6 +1,6 @@
 #pragma once
 
-// Parameters and results of Client::Generate (torch.cuda.random fills).
+// Parameters and results of random::Generate (torch.cuda.random fills).
 
 #include <cstdint>
 #include <variant>
