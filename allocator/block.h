@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/segment_source.h"
+#include "common/segments/segment_source.h"
 #include "gpumux/common/ids.h"
 
 namespace gpumux {

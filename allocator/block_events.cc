@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

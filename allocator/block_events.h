@@ -52,7 +52,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "allocator/block.h"
-#include "common/segment_source.h"
+#include "common/segments/segment_source.h"
 #include "gpumux/common/ids.h"
 
 namespace gpumux {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/optional.h"
 #include "allocator/device_allocator.h"
-#include "common/byte_size.h"
-#include "common/status_macros.h"
+#include "common/base/byte_size.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

@@ -37,8 +37,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "allocator/allocator_config.h"
-#include "common/memory_stats.h"
-#include "common/segment_source.h"
+#include "common/formats/memory_stats.h"
+#include "common/segments/segment_source.h"
 #include "gpumux/common/ids.h"
 
 namespace gpumux {

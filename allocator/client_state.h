@@ -12,7 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "allocator/block_pool.h"
-#include "common/memory_stats.h"
+#include "common/formats/memory_stats.h"
 #include "gpumux/common/ids.h"
 
 namespace gpumux {

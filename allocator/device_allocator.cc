@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "allocator/oom_message.h"
 #include "allocator/stat_updates.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 // DeviceCachingAllocator::malloc and free: the hot path and the segments it

@@ -1,7 +1,7 @@
 #include "allocator/oom_message.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 
 namespace gpumux {
 

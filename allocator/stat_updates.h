@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "absl/base/attributes.h"
-#include "common/memory_stats.h"
+#include "common/formats/memory_stats.h"
 
 namespace gpumux {
 

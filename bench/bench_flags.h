@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/flag_parser.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux::bench {
 

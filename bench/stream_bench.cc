@@ -33,7 +33,7 @@
 
 #include "bench/bench_daemon.h"
 #include "bench/bench_flags.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/client.h"
 #include "gpumux/common/sealed_memory.h"
 #include "gpumux/copy.h"

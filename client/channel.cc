@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/credential_files.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/net/credential_files.h"
 #include "gpumux/common/default_address.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"

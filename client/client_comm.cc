@@ -13,7 +13,7 @@
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "client/proto_conversion.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/client.h"
 #include "gpumux/comm.h"
 #include "gpumux/copy.h"

@@ -12,7 +12,7 @@
 #include "client/host_profiler.h"
 #include "client/parallel_copy.h"
 #include "client/proto_conversion.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/client.h"
 #include "gpumux/copy.h"
 

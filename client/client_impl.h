@@ -25,7 +25,7 @@
 #include "client/segment_mapper.h"
 #include "client/session_stream.h"
 #include "client/staging_buffer.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/client.h"
 #include "gpumux/comm_types.h"
 #include "gpumux/copy_options.h"

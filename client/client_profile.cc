@@ -1,7 +1,7 @@
 // Client's profiles: the Profile service (`gpumux bottleneck`, `gpumux profile`).
 
 #include "client/client_impl.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/client.h"
 #include "gpumux/profiler.h"
 #include "proto/profile_records.h"

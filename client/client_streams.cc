@@ -8,7 +8,7 @@
 #include "client/client_impl.h"
 #include "client/host_profiler.h"
 #include "client/proto_conversion.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/client.h"
 
 namespace gpumux {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cuda_device.h"
-#include "common/cuda_status.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/cuda/cuda_status.h"
 #include "gpumux/cuda_interop.h"
 
 namespace gpumux {

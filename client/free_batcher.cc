@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/request_limits.h"
+#include "common/base/request_limits.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

@@ -47,7 +47,7 @@ class FreeBatcher {
   // device of each of its blocks, so one batch only carries fences of one
   // device (`fence_device`): a fence of another device than those queued is
   // refused (false, nothing queued); Flush, then enqueue it again. So is any
-  // free past a request's bounds (common/request_limits.h): a full batch.
+  // free past a request's bounds (common/base/request_limits.h): a full batch.
   bool Enqueue(AllocationId id, absl::string_view wait_event_handle = {},
                DeviceIndex fence_device = DeviceIndex());
 

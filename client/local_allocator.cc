@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
-#include "common/device_range.h"
-#include "common/status_macros.h"
+#include "common/base/device_range.h"
+#include "common/base/status_macros.h"
 #include "gpumux/event.h"
 #include "gpumux/stream.h"
 #include "spdlog/spdlog.h"

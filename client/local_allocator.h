@@ -45,9 +45,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "allocator/caching_allocator.h"
-#include "common/memory_stats.h"
-#include "common/segment_source.h"
-#include "common/stats_page.h"
+#include "common/formats/memory_stats.h"
+#include "common/ipc/stats_page.h"
+#include "common/segments/segment_source.h"
 #include "gpumux/client.h"
 #include "gpumux/common/ids.h"
 #include "gpumux/common/sealed_memory.h"
@@ -125,7 +125,7 @@ class LocalAllocator {
   int device_count() const { return allocator_.device_count(); }
 
   // Publishes the allocator's figures on the session's stats page from now
-  // on (common/stats_page.h), before each Allocate and Free returns. Call
+  // on (common/ipc/stats_page.h), before each Allocate and Free returns. Call
   // before any allocation.
   void AttachStatsPage(SealedMemory memory, MemoryMapping mapping, StatsPageWriter writer);
   bool has_stats_page() const { return stats_page_.has_value(); }

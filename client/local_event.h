@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "absl/strings/string_view.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/common/host_ipc_event.h"
 
 namespace gpumux {

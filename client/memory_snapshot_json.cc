@@ -1,7 +1,7 @@
 #include "client/memory_snapshot_json.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/json_writer.h"
+#include "common/formats/json_writer.h"
 
 namespace gpumux {
 namespace {

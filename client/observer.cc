@@ -6,7 +6,7 @@
 #include "client/channel.h"
 #include "client/grpc_status.h"
 #include "client/proto_conversion.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/v1/device.grpc.pb.h"
 #include "gpumux/v1/group.grpc.pb.h"
 #include "gpumux/v1/observe.grpc.pb.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cuda_ipc_mapping.h"
 #include "client/page_book.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/common/sealed_memory.h"
 
 namespace gpumux {

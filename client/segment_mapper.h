@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/mapped_segment.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/common/ids.h"
 #include "gpumux/v1/common.pb.h"
 

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/local_event.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/common/sealed_memory.h"
 #include "gpumux/event.h"
 #include "gpumux/v1/copy.pb.h"

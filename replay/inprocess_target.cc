@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "common/memory_stats.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/memory_stats.h"
 
 namespace gpumux {
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 namespace {

@@ -5,7 +5,7 @@
 // optionally, on a TCP listener the read-only observe surface, or with TLS and
 // a token everything but Admin, and /metrics on an HTTP listener;
 // gpumux.v1.Admin only on the admin socket next to the Unix one
-// (common/admin_socket.h). Start() returns
+// (common/net/admin_socket.h). Start() returns
 // once both listeners accept calls; Shutdown() stops accepting, ends every
 // session (releasing what it held) and returns the backend's memory.
 

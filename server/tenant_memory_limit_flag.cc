@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 
 namespace gpumux {
 

@@ -26,7 +26,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/profile_region.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 #include "gpumux/admin.h"
 #include "gpumux/client.h"
 #include "gpumux/observer.h"

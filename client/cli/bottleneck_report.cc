@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/text_table.h"
-#include "common/json_writer.h"
+#include "common/formats/json_writer.h"
 
 namespace gpumux {
 namespace {

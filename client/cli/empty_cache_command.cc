@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 #include "gpumux/admin.h"
 
 namespace gpumux {

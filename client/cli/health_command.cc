@@ -18,7 +18,7 @@
 #include "client/cli/flag_parser.h"
 #include "client/cli/text_table.h"
 #include "client/grpc_status.h"
-#include "common/admin_socket.h"
+#include "common/net/admin_socket.h"
 #include "gpumux/common/default_address.h"
 #include "gpumux/observer.h"
 #include "grpc/health/v1/health.grpc.pb.h"

@@ -4,7 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "client/cli/text_table.h"
 #include "client/memory_snapshot_json.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 
 namespace gpumux {
 

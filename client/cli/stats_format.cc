@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_writer.h"
-#include "common/memory_stats.h"
+#include "common/formats/json_writer.h"
+#include "common/formats/memory_stats.h"
 
 namespace gpumux {
 namespace {

@@ -12,7 +12,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/flag_parser.h"
 #include "client/cli/tenants_format.h"
-#include "common/byte_size.h"
+#include "common/base/byte_size.h"
 #include "gpumux/admin.h"
 
 namespace gpumux {

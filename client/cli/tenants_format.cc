@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/text_table.h"
-#include "common/byte_size.h"
-#include "common/json_writer.h"
+#include "common/base/byte_size.h"
+#include "common/formats/json_writer.h"
 
 namespace gpumux {
 

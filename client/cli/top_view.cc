@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/text_table.h"
-#include "common/byte_size.h"
-#include "common/kubernetes_labels.h"
-#include "common/status_macros.h"
+#include "common/base/byte_size.h"
+#include "common/base/kubernetes_labels.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 namespace {
@@ -104,7 +104,7 @@ absl::StatusOr<TopSample> TakeTopSample(Observer& observer) {
 }
 
 std::string PodOf(const SessionInfo& session) {
-  // The same keys as /metrics reads (common/kubernetes_labels.h).
+  // The same keys as /metrics reads (common/base/kubernetes_labels.h).
   const KubernetesIdentity k8s = KubernetesIdentityOf(session.labels);
   if (k8s.pod.empty()) return "-";
   return k8s.pod_namespace.empty() ? k8s.pod : absl::StrCat(k8s.pod_namespace, "/", k8s.pod);

@@ -26,8 +26,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/rng_fill.h"
-#include "common/segment_source.h"
+#include "common/segments/segment_source.h"
+#include "common/tensor/rng_fill.h"
 #include "gpumux/common/ids.h"
 #include "gpumux/common/reduce_op.h"
 

@@ -17,9 +17,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/reduce.h"
-#include "common/rng_fill.h"
-#include "common/segment_source.h"
+#include "common/segments/segment_source.h"
+#include "common/tensor/reduce.h"
+#include "common/tensor/rng_fill.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/collective_engine.h"
 
@@ -214,7 +214,7 @@ class DeviceBackend : public SegmentSource {
                                         uint64_t bytes, std::shared_ptr<void> keep_alive) = 0;
   virtual absl::Status Memset(BackendStream stream, uint64_t dst, uint8_t value,
                               uint64_t bytes) = 0;
-  // Fills `request.elements` values at `dst` with common/philox.h's stream
+  // Fills `request.elements` values at `dst` with common/tensor/philox.h's stream
   // for (seed, offset): the same bits on every backend for uniform and raw.
   // INVALID_ARGUMENT when `request` fails ValidateRngRequest or `offset` is
   // not a multiple of 4. The caller advances its generator offset.
@@ -235,12 +235,12 @@ class DeviceBackend : public SegmentSource {
   // the host backend, and on CUDA where peer access is enabled.
   virtual bool CanReadPeer(DeviceIndex device, DeviceIndex peer) const = 0;
   // dst[i] = op(dst[i], src[i]) for `count` elements of `dtype` with
-  // common/reduce.h's steps (kAvg adds), `dst` on the stream's device and
+  // common/tensor/reduce.h's steps (kAvg adds), `dst` on the stream's device and
   // `src` on `src_device` (CanReadPeer must allow it: INVALID_ARGUMENT
   // otherwise). The ranges are the same or do not overlap.
   virtual absl::Status Reduce(BackendStream stream, ReduceOp op, RngDtype dtype, uint64_t dst,
                               DeviceIndex src_device, uint64_t src, uint64_t count) = 0;
-  // common/reduce.h's FinishAverage over `count` elements at `data` on the
+  // common/tensor/reduce.h's FinishAverage over `count` elements at `data` on the
   // stream's device.
   virtual absl::Status FinishAverage(BackendStream stream, RngDtype dtype, uint64_t data,
                                      uint64_t count, int ranks) = 0;

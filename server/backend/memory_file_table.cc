@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/random_hex.h"
-#include "common/status_macros.h"
+#include "common/base/random_hex.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 

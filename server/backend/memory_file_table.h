@@ -1,7 +1,7 @@
 #pragma once
 
 // MemoryFileTable: the daemon's shared memory that sessions may fetch from
-// the memory socket (common/memory_socket.h), each sealed memory file filed
+// the memory socket (common/ipc/memory_socket.h), each sealed memory file filed
 // under a key of 128 random bits. A key reaches only the sessions the
 // daemon gave it to (in a segment handle, a staging buffer, an interprocess
 // event handle), and a fetch needs an authenticated session besides, so the

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "common/segment_source.h"
+#include "common/segments/segment_source.h"
 
 namespace gpumux {
 

@@ -7,8 +7,8 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/request_limits.h"
-#include "common/status_macros.h"
+#include "common/base/request_limits.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 namespace {

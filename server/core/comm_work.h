@@ -35,9 +35,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/reduce.h"
-#include "common/rng_fill.h"
-#include "common/tensor_chunks.h"
+#include "common/tensor/reduce.h"
+#include "common/tensor/rng_fill.h"
+#include "common/tensor/tensor_chunks.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/device_profiler.h"

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/random_hex.h"
-#include "common/status_macros.h"
+#include "common/base/random_hex.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

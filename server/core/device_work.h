@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/rng_fill.h"
+#include "common/tensor/rng_fill.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/device_profiler.h"

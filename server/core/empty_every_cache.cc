@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 namespace {

@@ -34,8 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/reduce.h"
-#include "common/rng_fill.h"
+#include "common/tensor/reduce.h"
+#include "common/tensor/rng_fill.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/collective_engine.h"
 #include "server/core/rendezvous_store.h"
@@ -50,7 +50,7 @@ class GroupTransport {
  public:
   virtual ~GroupTransport() = default;
   // data[i] = op over every rank's data[i], for `count` elements of `dtype`
-  // with common/reduce.h's steps (kAvg divides by the world size at the end).
+  // with common/tensor/reduce.h's steps (kAvg divides by the world size at the end).
   virtual absl::Status AllReduce(void* data, uint64_t count, RngDtype dtype, ReduceOp op) = 0;
   // Every rank's `bytes` at data get rank `root`'s.
   virtual absl::Status Broadcast(void* data, uint64_t bytes, int root) = 0;

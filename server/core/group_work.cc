@@ -12,7 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/reduce.h"
+#include "common/tensor/reduce.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/comm_work.h"

@@ -2,7 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

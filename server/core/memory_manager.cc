@@ -7,9 +7,9 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/device_range.h"
-#include "common/random_hex.h"
-#include "common/status_macros.h"
+#include "common/base/device_range.h"
+#include "common/base/random_hex.h"
+#include "common/base/status_macros.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {

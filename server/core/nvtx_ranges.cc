@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/printable_text.h"
+#include "common/base/printable_text.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {

@@ -6,7 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/device_range.h"
-#include "common/status_macros.h"
+#include "common/base/device_range.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 

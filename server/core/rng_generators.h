@@ -1,7 +1,7 @@
 #pragma once
 
 // RngGenerators: torch.cuda.random's per-device generator state for every
-// session, {seed, offset} of common/philox.h's Philox4x32-10 stream. Seeds and
+// session, {seed, offset} of common/tensor/philox.h's Philox4x32-10 stream. Seeds and
 // offsets follow PyTorch: manual_seed resets the offset to 0, seed() draws a
 // 53-bit non-deterministic seed, the 16-byte state is seed (u64 LE) then
 // offset (u64 LE), offsets stay multiples of 4. A generator starts, like

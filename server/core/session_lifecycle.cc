@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/byte_size.h"
-#include "common/logging.h"
+#include "common/base/byte_size.h"
+#include "common/base/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

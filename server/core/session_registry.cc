@@ -5,9 +5,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/printable_text.h"
-#include "common/random_hex.h"
-#include "common/status_macros.h"
+#include "common/base/printable_text.h"
+#include "common/base/random_hex.h"
+#include "common/base/status_macros.h"
 
 namespace gpumux {
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/common/sealed_memory.h"
 #include "server/core/session_registry.h"
 #include "spdlog/spdlog.h"

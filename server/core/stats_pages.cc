@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

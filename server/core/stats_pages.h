@@ -1,7 +1,7 @@
 #pragma once
 
 // StatsPages: the stats pages of sessions that allocate locally
-// (common/stats_page.h). The daemon creates a session's page on request as a
+// (common/ipc/stats_page.h). The daemon creates a session's page on request as a
 // sealed memory file filed in the MemoryFileTable for that session alone,
 // maps it read-only, and reads it whenever it reports the session's or the
 // device's figures. The page is untrusted: a read that cannot get a
@@ -25,8 +25,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/memory_stats.h"
-#include "common/stats_page.h"
+#include "common/formats/memory_stats.h"
+#include "common/ipc/stats_page.h"
 #include "gpumux/common/ids.h"
 #include "gpumux/common/sealed_memory.h"
 #include "server/backend/memory_file_table.h"

@@ -4,7 +4,7 @@
 // only): the members of a completed rendezvous round connect in a full mesh
 // through the round's key-value space (Gloo's connectFullMesh), and the
 // collectives run on host memory with Gloo's ring algorithms; reductions use
-// common/reduce.h's steps, so every dtype reduces as PyTorch's kernels do.
+// common/tensor/reduce.h's steps, so every dtype reduces as PyTorch's kernels do.
 // Gloo's connections are plaintext and unauthenticated, as with
 // torch.distributed's gloo backend: run groups on a trusted network.
 

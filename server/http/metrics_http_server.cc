@@ -21,7 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/host_port.h"
+#include "common/net/host_port.h"
 #include "gpumux/common/unique_fd.h"
 #include "spdlog/spdlog.h"
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/kubernetes_labels.h"
-#include "common/memory_stats.h"
+#include "common/base/kubernetes_labels.h"
+#include "common/formats/memory_stats.h"
 #include "server/core/session_overview.h"
 
 namespace gpumux {

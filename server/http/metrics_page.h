@@ -25,7 +25,7 @@
 #include <functional>
 #include <string>
 
-#include "common/prometheus_text.h"
+#include "common/formats/prometheus_text.h"
 #include "server/backend/device_backend.h"
 #include "server/core/memory_manager.h"
 #include "server/core/session_lifecycle.h"

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/printable_text.h"
+#include "common/base/printable_text.h"
 
 namespace gpumux {
 

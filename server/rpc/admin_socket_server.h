@@ -1,7 +1,7 @@
 #pragma once
 
 // AdminSocketServer: the daemon's side of the admin socket
-// (common/admin_socket.h). One thread accepts its connections, reads each
+// (common/net/admin_socket.h). One thread accepts its connections, reads each
 // peer's credentials with SO_PEERCRED (the kernel's, fixed at connect time,
 // so a peer cannot change them afterwards) and hands the connection by
 // descriptor to one of two gRPC servers that listen nowhere themselves:

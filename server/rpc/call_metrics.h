@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/prometheus_text.h"
+#include "common/formats/prometheus_text.h"
 #include "grpcpp/support/server_interceptor.h"
 
 namespace gpumux {

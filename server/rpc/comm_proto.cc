@@ -1,8 +1,8 @@
 #include "server/rpc/comm_proto.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/request_limits.h"
-#include "common/status_macros.h"
+#include "common/base/request_limits.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/memory_proto.h"
 #include "server/rpc/random_proto.h"
 

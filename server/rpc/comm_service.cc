@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/request_limits.h"
-#include "common/status_macros.h"
+#include "common/base/request_limits.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/comm_proto.h"
 #include "server/rpc/serve_collective.h"
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/copy_proto.h"
 #include "server/rpc/serve_session_call.h"
 

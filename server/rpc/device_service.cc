@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/device_range.h"
+#include "common/base/device_range.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/session_auth.h"
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/event_proto.h"
 #include "server/rpc/serve_session_call.h"
 #include "server/rpc/stream_proto.h"

@@ -6,7 +6,7 @@
 
 #include "absl/hash/hash.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/comm_proto.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/serve_collective.h"

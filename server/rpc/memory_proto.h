@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
-#include "common/memory_stats.h"
+#include "common/formats/memory_stats.h"
 #include "gpumux/v1/common.pb.h"
 #include "gpumux/v1/memory.pb.h"
 #include "server/core/memory_manager.h"

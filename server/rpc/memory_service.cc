@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/memory_summary.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/memory_summary.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/memory_proto.h"
 #include "server/rpc/serve_session_call.h"

@@ -1,7 +1,7 @@
 #pragma once
 
 // MemorySocketServer: the daemon's side of the memory socket
-// (common/memory_socket.h). One thread serves every connection through
+// (common/ipc/memory_socket.h). One thread serves every connection through
 // epoll: a request is a few dozen bytes and its answer a table lookup and a
 // sendmsg, so no client can hold the thread. Each request is checked in
 // this order, and the first failure is the reply: well-formed

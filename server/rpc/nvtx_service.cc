@@ -1,6 +1,6 @@
 #include "server/rpc/nvtx_service.h"
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/serve_session_call.h"
 
 namespace gpumux {

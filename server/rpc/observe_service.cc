@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 
-#include "common/memory_summary.h"
+#include "common/formats/memory_summary.h"
 #include "server/rpc/grpc_status.h"
 #include "server/rpc/memory_proto.h"
 #include "server/rpc/observe_proto.h"

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
+#include "common/base/logging.h"
 #include "google/protobuf/stubs/logging.h"
 #include "spdlog/spdlog.h"
 

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/credential_files.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/net/credential_files.h"
 #include "gpumux/v1/group.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/client_context.h"

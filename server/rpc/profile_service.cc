@@ -1,7 +1,7 @@
 #include "server/rpc/profile_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "proto/profile_records.h"
 #include "server/rpc/serve_session_call.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/rng_fill.h"
+#include "common/tensor/rng_fill.h"
 #include "gpumux/v1/random.pb.h"
 
 namespace gpumux {

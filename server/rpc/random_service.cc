@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/copy_proto.h"
 #include "server/rpc/random_proto.h"
 #include "server/rpc/serve_session_call.h"

@@ -6,7 +6,7 @@
 
 #include <utility>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/v1/comm.pb.h"
 #include "server/core/comm_work.h"
 #include "server/rpc/comm_proto.h"

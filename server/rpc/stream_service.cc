@@ -1,6 +1,6 @@
 #include "server/rpc/stream_service.h"
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/rpc/serve_session_call.h"
 #include "server/rpc/stream_proto.h"
 

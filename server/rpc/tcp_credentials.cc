@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/credential_files.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/net/credential_files.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/rpc/bearer_token_processor.h"
 #include "spdlog/spdlog.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.h"
-#include "common/memory_stats.h"
+#include "common/formats/memory_stats.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/allocator/allocator_test_util.h"

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/cuda_vmm.h"
-#include "common/rng_fill.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/cuda/cuda_vmm.h"
+#include "common/tensor/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/backend/device_backend_conformance.h"

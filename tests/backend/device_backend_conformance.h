@@ -37,8 +37,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/reduce.h"
-#include "common/rng_fill.h"
+#include "common/tensor/reduce.h"
+#include "common/tensor/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/device_backend.h"
@@ -783,7 +783,7 @@ TYPED_TEST_P(DeviceBackendConformanceTest, PinsAndUnpinsHostMemory) {
   EXPECT_THAT(backend.UnpinHostMemory(buffer.data()), StatusIs(absl::StatusCode::kNotFound));
 }
 
-// Reduce against common/reduce.h's host steps (the reference for every
+// Reduce against common/tensor/reduce.h's host steps (the reference for every
 // engine), for every op and dtype, aligned and not; FinishAverage likewise.
 TYPED_TEST_P(DeviceBackendConformanceTest, ReduceMatchesTheHostSteps) {
   DeviceBackend& backend = *this->backend_;

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "common/rng_fill.h"
+#include "common/tensor/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/host/host_backend.h"

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backend/memory_file_table.h"

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gpumux/common/host_ipc_event.h"
 #include "server/backend/host/host_backend.h"
 #include "server/backend/memory_file_table.h"

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/philox.h"
+#include "common/tensor/philox.h"
 #include "gmock/gmock.h"
 #include "gpumux/client.h"
 #include "gpumux/comm.h"

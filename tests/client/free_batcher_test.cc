@@ -6,7 +6,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/request_limits.h"
+#include "common/base/request_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_matchers.h"
@@ -182,7 +182,7 @@ TEST(FreeBatcherTest, ConcurrentEnqueuersLoseNothing) {
 }
 
 // A batch stops at the daemon's bounds on one request
-// (common/request_limits.h): the next free is refused, to go in the next one.
+// (common/base/request_limits.h): the next free is refused, to go in the next one.
 TEST(FreeBatcherTest, ABatchStopsAtTheRequestBounds) {
   Recorder recorder;
   FreeBatcher batcher(recorder.Fn(), absl::Hours(1));

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "client/client_testing.h"
-#include "common/memory_stats.h"
-#include "common/stats_page.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/memory_stats.h"
+#include "common/ipc/stats_page.h"
 #include "gmock/gmock.h"
 #include "gpumux/client.h"
 #include "gpumux/copy.h"

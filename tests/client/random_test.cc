@@ -1,6 +1,6 @@
 // torch.cuda.random through the client against the real daemon (host
 // backend): seeding, state round trips, offsets, and fills whose bits are
-// checked against common/rng_fill.h's reference.
+// checked against common/tensor/rng_fill.h's reference.
 
 #include <cmath>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/rng_fill.h"
+#include "common/tensor/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gpumux/client.h"
 #include "gpumux/copy_options.h"

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gmock/gmock.h"
 #include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/reduce.h"
+#include "common/tensor/reduce.h"
 #include "gtest/gtest.h"
 #include "server/backend/forwarding_backend.h"
 #include "server/core/comm_work.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/core/group_work.h"
 #include "tests/core/core_fixture.h"

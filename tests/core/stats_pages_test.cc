@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "common/memory_stats.h"
-#include "common/stats_page.h"
+#include "common/formats/memory_stats.h"
+#include "common/ipc/stats_page.h"
 #include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"
 #include "server/backend/memory_file_table.h"

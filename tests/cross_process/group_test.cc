@@ -2,7 +2,7 @@
 // processes on 127.0.0.1 (host backend; TCP full mode with mutual TLS under
 // one CA and one token, made by the real openssl), a client of each in this
 // process, one thread per rank. Every group collective runs on random data
-// (never zeros) of every dtype and is checked against common/reduce.h's
+// (never zeros) of every dtype and is checked against common/tensor/reduce.h's
 // steps; a daemon SIGKILLed mid-collective makes the others' collectives
 // fail with UNAVAILABLE naming it within the timeout; the group is formed
 // again and works; `gpumux groups` lists it.
@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/reduce.h"
+#include "common/tensor/reduce.h"
 #include "gmock/gmock.h"
 #include "gpumux/client.h"
 #include "gpumux/comm_types.h"

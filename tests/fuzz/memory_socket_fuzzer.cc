@@ -1,4 +1,4 @@
-// libFuzzer target for the memory socket (common/memory_socket.h): arbitrary
+// libFuzzer target for the memory socket (common/ipc/memory_socket.h): arbitrary
 // bytes as requests on one connection to the real daemon's memory socket,
 // raw or framed with the harness session's valid credentials. Every request
 // must get a well-formed reply within the harness's deadline whose code is
@@ -23,8 +23,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/fd_passing.h"
-#include "common/memory_socket.h"
+#include "common/ipc/fd_passing.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/common/unique_fd.h"
 #include "tests/fuzz/fuzz_harness.h"
 

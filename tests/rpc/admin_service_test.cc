@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/admin_socket.h"
+#include "common/net/admin_socket.h"
 #include "gmock/gmock.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "grpcpp/create_channel.h"

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/admin_socket.h"
+#include "common/net/admin_socket.h"
 #include "gpumux/v1/admin.grpc.pb.h"
 #include "gpumux/v1/comm.grpc.pb.h"
 #include "gpumux/v1/copy.grpc.pb.h"

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gpumux/common/host_ipc_event.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/stream_calls.h"

@@ -1,4 +1,4 @@
-// The memory socket (common/memory_socket.h, server/rpc/memory_socket_server.h)
+// The memory socket (common/ipc/memory_socket.h, server/rpc/memory_socket_server.h)
 // end to end against an in-process daemon: what it hands out, and every bad
 // request answered with the exact code and a message saying what was wrong,
 // after which the daemon (and the same connection, where the protocol
@@ -22,8 +22,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/fd_passing.h"
-#include "common/memory_socket.h"
+#include "common/ipc/fd_passing.h"
+#include "common/ipc/memory_socket.h"
 #include "gmock/gmock.h"
 #include "gpumux/common/sealed_memory.h"
 #include "gtest/gtest.h"

@@ -1,6 +1,6 @@
 // Random service end to end over a real Unix socket: torch.cuda.random's
 // seeding and 16-byte states, offsets advancing as PyTorch's do, and fills
-// whose bytes match common/rng_fill.h's FillRandom for the same seed and
+// whose bytes match common/tensor/rng_fill.h's FillRandom for the same seed and
 // offset bit for bit.
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/rng_fill.h"
+#include "common/tensor/rng_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/rpc/daemon_fixture.h"
@@ -55,7 +55,7 @@ v1::GenerateRequest Bits(uint64_t allocation, v1::Dtype dtype, uint64_t elements
   return request;
 }
 
-// The request as common/rng_fill.h takes it (valid dtypes and distributions only).
+// The request as common/tensor/rng_fill.h takes it (valid dtypes and distributions only).
 RngRequest ToRng(const v1::GenerateRequest& request) {
   RngRequest rng;
   switch (request.dtype()) {

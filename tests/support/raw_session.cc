@@ -10,7 +10,7 @@
 #include <thread>
 #include <utility>
 
-#include "common/memory_socket.h"
+#include "common/ipc/memory_socket.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_binary.h"
 

@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<std::string>> GetRngStateAll(Client& client);
 absl::Status SetRngStateAll(Client& client, absl::Span<const std::string> states);
 // Fills `elements` contiguous values of `dtype` at `offset` bytes into
 // `dst` from the generator of dst's device, advancing its offset by a
-// multiple of 4 as PyTorch does; the bits are common/philox.h's.
+// multiple of 4 as PyTorch does; the bits are common/tensor/philox.h's.
 // options.path is ignored. INVALID_ARGUMENT for bad parameters,
 // OUT_OF_RANGE when the values do not fit `dst` (the daemon's).
 absl::StatusOr<GenerateResult> Generate(Client& client, const DeviceBuffer& dst, uint64_t offset,

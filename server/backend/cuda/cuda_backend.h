@@ -26,7 +26,7 @@
 // are released by the reaper thread after their copy ran (a host callback
 // may not call CUDA, and releasing a staging buffer unpins it).
 //
-// Errors are translated in one place (common/cuda_status.h). A sticky error (an
+// Errors are translated in one place (common/cuda/cuda_status.h). A sticky error (an
 // illegal address, a kernel fault) marks its device unhealthy: DeviceHealth
 // reports it and every later call on the device fails with UNAVAILABLE
 // without touching the lost context; the daemon keeps serving the other

@@ -8,9 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/cuda_status.h"
-#include "common/cuda_vmm.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/cuda/cuda_status.h"
+#include "common/cuda/cuda_vmm.h"
 #include "server/backend/cuda/cuda_backend.h"
 #include "spdlog/spdlog.h"
 

@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/cuda_status.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/cuda/cuda_status.h"
 #include "server/backend/cuda/cuda_backend.h"
 #include "spdlog/spdlog.h"
 

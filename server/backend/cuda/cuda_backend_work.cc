@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/cuda_status.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/cuda/cuda_status.h"
 #include "server/backend/cuda/cuda_backend.h"
 #include "server/backend/cuda/fill_random_kernel.h"
 #include "server/backend/cuda/reduce_kernel.h"

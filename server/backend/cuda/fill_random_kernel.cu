@@ -1,16 +1,16 @@
 #include "server/backend/cuda/fill_random_kernel.h"
 
-#include "common/philox.h"
+#include "common/tensor/philox.h"
 
 // One thread per Philox block: it writes the 4 / W elements that block feeds
-// (W = words per element), exactly the split of common/rng_fill.cc's loops,
+// (W = words per element), exactly the split of common/tensor/rng_fill.cc's loops,
 // so the bits match it element for element. Normal fills transform element
 // pairs within a block, as FillPairs does there.
 
 namespace gpumux {
 namespace {
 
-// Mirrors RngDtype / RngKind (common/rng_fill.h).
+// Mirrors RngDtype / RngKind (common/tensor/rng_fill.h).
 enum Dtype { kF32, kF64, kF16, kBF16, kI32, kI64, kU8 };
 enum Kind { kUniform, kNormal, kBits };
 

@@ -1,8 +1,8 @@
 #pragma once
 
-// The CUDA random fill: common/philox.h's stream, written by a kernel. Plain
+// The CUDA random fill: common/tensor/philox.h's stream, written by a kernel. Plain
 // C++ on purpose (nvcc compiles the .cu without Abseil); CudaBackend validates
-// the request with common/rng_fill.h first.
+// the request with common/tensor/rng_fill.h first.
 
 #include <cuda_runtime_api.h>
 
@@ -10,7 +10,7 @@
 
 namespace gpumux {
 
-// The request of common/rng_fill.h's FillRandom, field for field; `dtype`
+// The request of common/tensor/rng_fill.h's FillRandom, field for field; `dtype`
 // and `kind` are RngDtype and RngKind values.
 struct FillRandomLaunch {
   int dtype = 0;

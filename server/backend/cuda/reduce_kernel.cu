@@ -2,10 +2,10 @@
 
 #include <type_traits>
 
-#include "common/philox.h"
+#include "common/tensor/philox.h"
 
 // One thread per element, grid-stride beyond kMaxGrid blocks. The steps are
-// common/reduce.cc's: f16 and bf16 computed in f32 and rounded after every
+// common/tensor/reduce.cc's: f16 and bf16 computed in f32 and rounded after every
 // step, integers wrapping in their unsigned type, min and max propagating
 // NaN, kAvg adding. Elements are read and written byte by byte where the
 // pointers are not aligned for them.
@@ -13,7 +13,7 @@
 namespace gpumux {
 namespace {
 
-// Mirror ReduceOp (common/reduce.h) and RngDtype (common/rng_fill.h).
+// Mirror ReduceOp (common/tensor/reduce.h) and RngDtype (common/tensor/rng_fill.h).
 enum Op { kSum, kProduct, kMin, kMax, kAvg };
 enum Dtype { kF32, kF64, kF16, kBF16, kI32, kI64, kU8 };
 

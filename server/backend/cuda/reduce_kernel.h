@@ -1,6 +1,6 @@
 #pragma once
 
-// The CUDA collectives' element-wise reduction without NCCL: common/reduce.h's
+// The CUDA collectives' element-wise reduction without NCCL: common/tensor/reduce.h's
 // steps written by a kernel. Plain C++ on purpose (nvcc compiles the .cu
 // without Abseil); CudaBackend checks ranges and devices first.
 
@@ -18,7 +18,7 @@ namespace gpumux {
 cudaError_t LaunchReduce(cudaStream_t stream, int op, int dtype, void* dst, const void* src,
                          uint64_t count);
 
-// common/reduce.h's FinishAverage on the device.
+// common/tensor/reduce.h's FinishAverage on the device.
 cudaError_t LaunchFinishAverage(cudaStream_t stream, int dtype, void* data, uint64_t count,
                                 int ranks);
 

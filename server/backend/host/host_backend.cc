@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gpumux {

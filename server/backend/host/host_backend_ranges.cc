@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/backend/host/host_backend.h"
 
 // Expandable segments on the host backend: a reserved range of emulated

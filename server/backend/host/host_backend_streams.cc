@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
-#include "common/status_macros.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "gpumux/common/host_ipc_event.h"
 
 namespace gpumux {

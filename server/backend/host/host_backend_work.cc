@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/reduce.h"
-#include "common/rng_fill.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/tensor/reduce.h"
+#include "common/tensor/rng_fill.h"
 
 namespace gpumux {
 

@@ -5,7 +5,7 @@
 // can record, query and wait on it without the daemon. Shared by the daemon's
 // HostBackend and the client library. The daemon creates every event; a
 // session that holds the event's handle fetches the memory file from the
-// daemon's memory socket (common/memory_socket.h) and adopts it here.
+// daemon's memory socket (common/ipc/memory_socket.h) and adopts it here.
 //
 // Layout (HostIpcEventBlock, 64 bytes): a magic word and version, then
 // `recorded` and `completed` generation counters (std::atomic<uint64_t>, which

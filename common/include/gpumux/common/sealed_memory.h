@@ -6,7 +6,7 @@
 // memory is an error at creation and never a SIGBUS at a later access, and
 // sealed against shrinking, growing and further sealing, so no process
 // holding the descriptor can truncate it under another's mapping. Descriptors
-// travel to other processes with SendFds (common/fd_passing.h). MemoryMapping
+// travel to other processes with SendFds (common/ipc/fd_passing.h). MemoryMapping
 // owns one mmap of it. This is the one place gpumux creates, checks and maps
 // shared memory.
 
