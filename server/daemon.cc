@@ -43,6 +43,7 @@
 #include "server/core/group_work.h"
 #include "server/core/memory_manager.h"
 #include "server/core/nvtx_ranges.h"
+#include "server/core/pressure_relief.h"
 #include "server/core/rendezvous_store.h"
 #include "server/core/rng_generators.h"
 #include "server/core/session_lifecycle.h"
@@ -384,6 +385,8 @@ struct Daemon::State {
   std::unique_ptr<SessionLifecycle> lifecycle;
   // The daemon's questions to local-allocating clients and their answers.
   std::unique_ptr<ClientQueries> queries;
+  // Asks them for their cached leases when an allocation finds no memory.
+  std::unique_ptr<PressureRelief> relief;
   // After the managers its tasks use, so it joins them first.
   BlockingExecutor executor;
   // The books of every server's calls; before the servers, which record in it.
@@ -563,8 +566,7 @@ absl::Status Daemon::State::StartTcpServer(std::shared_ptr<grpc::ServerCredentia
     tcp.session =
         std::make_unique<SessionService>(lifecycle.get(), &sessions, queries.get(), device->name(),
                                          memory->allocator().options().conf, profiler.get());
-    tcp.memory = std::make_unique<MemoryService>(memory.get(), &sessions, queries.get(), &executor,
-                                                 options.client_reply_timeout);
+    tcp.memory = std::make_unique<MemoryService>(memory.get(), &sessions, relief.get(), &executor);
     tcp.stream = std::make_unique<StreamService>(streams.get(), &sessions, &executor);
     tcp.event = std::make_unique<EventService>(streams.get(), &sessions, &executor);
     tcp.copy = std::make_unique<CopyService>(work.get(), staging.get(), &sessions, &executor);
@@ -735,8 +737,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
   s.session_service = std::make_unique<SessionService>(
       s.lifecycle.get(), &s.sessions, s.queries.get(), backend->name(),
       s.memory->allocator().options().conf, s.profiler.get());
-  s.memory_service = std::make_unique<MemoryService>(s.memory.get(), &s.sessions, s.queries.get(),
-                                                     &s.executor, options.client_reply_timeout);
+  s.relief = std::make_unique<PressureRelief>(s.memory.get(), s.queries.get(),
+                                              options.client_reply_timeout);
+  s.memory_service =
+      std::make_unique<MemoryService>(s.memory.get(), &s.sessions, s.relief.get(), &s.executor);
   s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
   s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
   s.copy_service =

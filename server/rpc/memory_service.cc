@@ -45,20 +45,16 @@ grpc::ServerUnaryReactor* MemoryService::ServeRelievingPressure(
     reactor->Finish(FinishStatus(*sessions_, absl::OkStatus()));
     return reactor;
   }
-  const Shortage shortage = ShortageOf(view.status());
-  std::vector<SessionId> holders = memory_->PressureCandidates(*session, device, shortage);
+  std::vector<SessionId> holders = relief_->Holders(*session, device, view.status(), count_ooms);
   if (holders.empty()) {
-    if (count_ooms && shortage != Shortage::kNone) memory_->CountOom(*session, device);
     reactor->Finish(FinishStatus(*sessions_, view.status()));
     return reactor;
   }
   // Waiting for other processes must not hold a gRPC thread.
   FinishOnExecutor(reactor, *sessions_, *executor_, *session,
                    [this, device, holders = std::move(holders), attempt, fill](SessionId s) {
-                     memory_->AskToRelease(device, holders, [&] {
-                       queries_->ReleaseCached(holders, device, absl::Now() + reply_timeout_);
-                     });
-                     absl::StatusOr<AllocationView> retried = attempt(s, /*first=*/false);
+                     absl::StatusOr<AllocationView> retried = relief_->AskAndRetry(
+                         device, holders, [&] { return attempt(s, /*first=*/false); });
                      if (!retried.ok()) return retried.status();
                      fill(*retried);
                      return absl::OkStatus();

@@ -3,10 +3,9 @@
 // gpumux.v1.Memory: a thin adapter from the wire to MemoryManager. Every call
 // authenticates its session first; conversion lives in memory_proto.h.
 
-#include "absl/time/time.h"
 #include "gpumux/v1/memory.grpc.pb.h"
-#include "server/core/client_queries.h"
 #include "server/core/memory_manager.h"
+#include "server/core/pressure_relief.h"
 #include "server/core/session_registry.h"
 #include "server/rpc/blocking_executor.h"
 
@@ -15,17 +14,12 @@ namespace gpumux {
 class MemoryService final : public v1::Memory::CallbackService {
  public:
   // All must outlive the service. An Allocate or Lease that the device's
-  // memory (or the tenant's limit) refuses while other sessions' clients
-  // hold cached leases there asks them through `queries` to return those,
-  // waits up to `reply_timeout` for their answers on `executor`, and tries
-  // once more: granted then, or refused with PyTorch's OOM text.
-  MemoryService(MemoryManager* memory, const SessionRegistry* sessions, ClientQueries* queries,
-                BlockingExecutor* executor, absl::Duration reply_timeout)
-      : memory_(memory),
-        sessions_(sessions),
-        queries_(queries),
-        executor_(executor),
-        reply_timeout_(reply_timeout) {}
+  // memory (or the tenant's limit) refuses goes to `relief`, which asks
+  // other sessions' clients for their cached leases there; the wait for
+  // their answers and the retry run on `executor`, never on gRPC's threads.
+  MemoryService(MemoryManager* memory, const SessionRegistry* sessions, PressureRelief* relief,
+                BlockingExecutor* executor)
+      : memory_(memory), sessions_(sessions), relief_(relief), executor_(executor) {}
 
   grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* context,
                                      const v1::AllocateRequest* request,
@@ -73,7 +67,7 @@ class MemoryService final : public v1::Memory::CallbackService {
  private:
   // `attempt(session, first)` allocates for the call's session; a first
   // refusal that other sessions' cached leases may relieve is retried on
-  // the executor after asking them (ReleaseCached). With `count_ooms` a
+  // the executor after asking them (PressureRelief). With `count_ooms` a
   // refusal that stands counts in num_ooms once (Allocate; a refused Lease
   // is counted by the client's allocator, which raises the OOM). `fill`
   // writes the granted view into the response.
@@ -84,9 +78,8 @@ class MemoryService final : public v1::Memory::CallbackService {
 
   MemoryManager* memory_;
   const SessionRegistry* sessions_;
-  ClientQueries* queries_;
+  PressureRelief* relief_;
   BlockingExecutor* executor_;
-  const absl::Duration reply_timeout_;
 };
 
 }  // namespace gpumux
