@@ -464,8 +464,29 @@ struct Daemon::State {
   absl::Status Live();
   // /readyz: OK when live and every device is healthy.
   absl::Status Ready();
+  // Start's steps, in order. The backend for options, and the stale socket
+  // path cleared (PrepareSocketPath).
+  absl::Status OpenBackend(const AllocatorOptions& allocator_options);
+  // The books, the work and the groups over the backend.
+  absl::Status BuildCore(const AllocatorOptions& allocator_options);
+  // The gRPC services of the Unix socket and the admin socket over the core.
+  void BuildServices();
+  // The admin servers and socket, the TCP listener, the Unix socket, the
+  // memory socket and the metrics port; each started one is shut down again
+  // when a later one fails.
+  absl::Status StartListeners(const std::optional<gid_t>& socket_gid,
+                              std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
+                              uint64_t connection_descriptors);
+  // The admin servers (which listen nowhere) and the admin socket that hands
+  // them connections.
+  absl::Status StartAdminSocket(const std::optional<gid_t>& socket_gid);
   // Builds and starts tcp_server on options.listen_address with `credentials`.
   absl::Status StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials);
+  // unix_server on options.socket_path, its group and mode 0660.
+  absl::Status StartUnixServer(const std::optional<gid_t>& socket_gid);
+  absl::Status StartMetricsServer();
+  // One line with where the daemon serves, one per device.
+  void LogServing() const;
 };
 
 absl::Status Daemon::State::Live() {
@@ -616,18 +637,27 @@ Daemon::Daemon(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Daemon::~Daemon() { Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
-  auto state = std::make_unique<State>(options);
-  GPUMUX_ASSIGN_OR_RETURN(AllocatorOptions allocator_options,
-                          AllocatorOptions::Parse(options.allocator_conf));
+namespace {
+
+// What Start reads from its options once they are checked.
+struct CheckedOptions {
+  AllocatorOptions allocator;
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  std::optional<gid_t> socket_gid;
+};
+
+// Every check of Start's options that needs nothing built: INVALID_ARGUMENT
+// naming the flag, or the errors of reading the TLS files and the group.
+absl::StatusOr<CheckedOptions> CheckOptions(const Daemon::Options& options) {
+  CheckedOptions checked;
+  GPUMUX_ASSIGN_OR_RETURN(checked.allocator, AllocatorOptions::Parse(options.allocator_conf));
   if (!options.listen_address.empty())
     GPUMUX_RETURN_IF_ERROR(ParseHostPort("--listen", options.listen_address).status());
   if (!options.metrics_listen_address.empty()) {
     GPUMUX_RETURN_IF_ERROR(
         ParseHostPort("--metrics-listen", options.metrics_listen_address).status());
   }
-  GPUMUX_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
-                          TcpCredentials(options));
+  GPUMUX_ASSIGN_OR_RETURN(checked.tcp_credentials, TcpCredentials(options));
   for (auto [flag, value] : {std::pair<const char*, size_t>{"--max-sessions", options.max_sessions},
                              {"--max-streams", options.max_streams},
                              {"--max-events", options.max_events},
@@ -649,7 +679,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                                    4 * DeviceProfiler::kRecordBytes,
                                                    " bytes: a record for each session's quarter"));
   }
-  for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
+  for (const Daemon::Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
     if (absl::Status status = CheckTenantName(limit.tenant); !status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--tenant-memory-limit: tenant '", limit.tenant, "': ", status.message()));
@@ -659,192 +689,157 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                                      limit.tenant, "': a limit must be positive"));
     }
   }
-  std::optional<gid_t> socket_gid;
   if (!options.socket_group.empty()) {
-    GPUMUX_ASSIGN_OR_RETURN(socket_gid, LookUpGroup(options.socket_group));
+    GPUMUX_ASSIGN_OR_RETURN(checked.socket_gid, LookUpGroup(options.socket_group));
   }
+  return checked;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
+  GPUMUX_ASSIGN_OR_RETURN(CheckedOptions checked, CheckOptions(options));
   const uint64_t connection_descriptors = BudgetDescriptors();
+  auto state = std::make_unique<State>(options);
+  GPUMUX_RETURN_IF_ERROR(state->OpenBackend(checked.allocator));
+  GPUMUX_RETURN_IF_ERROR(state->BuildCore(checked.allocator));
+  state->BuildServices();
+  GPUMUX_RETURN_IF_ERROR(state->StartListeners(
+      checked.socket_gid, std::move(checked.tcp_credentials), connection_descriptors));
+  State& s = *state;
+  s.health_watcher = std::thread([&s] { s.WatchHealth(); });
+  s.listener_watcher = std::thread([&s] { s.WatchListener(); });
+  s.LogServing();
+  return std::unique_ptr<Daemon>(new Daemon(std::move(state)));
+}
+
+absl::Status Daemon::State::OpenBackend(const AllocatorOptions& allocator_options) {
   GPUMUX_ASSIGN_OR_RETURN(
-      state->backend,
-      MakeBackend(options, allocator_options.expandable_segments, &state->memory_files));
-  if (allocator_options.expandable_segments && !state->backend->SupportsExpandableSegments()) {
+      backend, MakeBackend(options, allocator_options.expandable_segments, &memory_files));
+  if (allocator_options.expandable_segments && !backend->SupportsExpandableSegments()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--allocator-conf: expandable_segments:True (and compact_segments:True) need virtual "
         "memory management on the ",
-        state->backend->name(), " backend: ", ExpandableSegmentsUnavailable(*state->backend),
+        backend->name(), " backend: ", ExpandableSegmentsUnavailable(*backend),
         "; leave them off"));
   }
-  GPUMUX_RETURN_IF_ERROR(PrepareSocketPath(options.socket_path));
+  return PrepareSocketPath(options.socket_path);
+}
 
-  State& s = *state;
-  DeviceBackend* backend = s.backend.get();
-  s.sessions.set_max_sessions(options.max_sessions);
-  s.profiler = std::make_unique<DeviceProfiler>(backend, options.profile_memory);
-  s.streams = std::make_unique<StreamManager>(
-      backend,
+absl::Status Daemon::State::BuildCore(const AllocatorOptions& allocator_options) {
+  DeviceBackend* device = backend.get();
+  sessions.set_max_sessions(options.max_sessions);
+  profiler = std::make_unique<DeviceProfiler>(device, options.profile_memory);
+  streams = std::make_unique<StreamManager>(
+      device,
       StreamManager::Limits{.max_streams = options.max_streams, .max_events = options.max_events},
-      s.profiler.get());
-  s.memory = std::make_unique<MemoryManager>(
-      backend, allocator_options, &s.sessions, s.streams.get(),
-      MemoryManager::Limits{.max_share_tokens = options.max_share_tokens}, &s.memory_files);
+      profiler.get());
+  memory = std::make_unique<MemoryManager>(
+      device, allocator_options, &sessions, streams.get(),
+      MemoryManager::Limits{.max_share_tokens = options.max_share_tokens}, &memory_files);
   for (const Options::TenantMemoryLimit& limit : options.tenant_memory_limits) {
-    // Checked above: this cannot fail.
-    GPUMUX_RETURN_IF_ERROR(s.memory->SetTenantLimit(limit.tenant, std::nullopt, limit.bytes));
+    // Checked by CheckOptions: this cannot fail.
+    GPUMUX_RETURN_IF_ERROR(memory->SetTenantLimit(limit.tenant, std::nullopt, limit.bytes));
   }
-  s.staging = std::make_unique<StagingBuffers>(backend, &s.memory_files);
-  s.rng = std::make_unique<RngGenerators>(backend->device_count());
+  staging = std::make_unique<StagingBuffers>(device, &memory_files);
+  rng = std::make_unique<RngGenerators>(device->device_count());
 #ifdef GPUMUX_HAVE_CUDA
-  s.nvtx_sink = std::make_unique<Nvtx3Sink>();
+  nvtx_sink = std::make_unique<Nvtx3Sink>();
 #endif
-  s.nvtx = std::make_unique<NvtxRanges>(s.nvtx_sink.get());
-  s.work = std::make_unique<DeviceWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
-                                        s.rng.get(), s.profiler.get());
-  s.comm = std::make_unique<CommWork>(backend, s.memory.get(), s.streams.get(), s.staging.get(),
-                                      s.profiler.get());
+  nvtx = std::make_unique<NvtxRanges>(nvtx_sink.get());
+  work = std::make_unique<DeviceWork>(device, memory.get(), streams.get(), staging.get(), rng.get(),
+                                      profiler.get());
+  comm = std::make_unique<CommWork>(device, memory.get(), streams.get(), staging.get(),
+                                    profiler.get());
   GPUMUX_ASSIGN_OR_RETURN(
-      s.peers, PeerChannels::Create(PeerSecurityFiles{.tls_ca_file = options.tls_client_ca_file,
-                                                      .tls_cert_file = options.tls_cert_file,
-                                                      .tls_key_file = options.tls_key_file,
-                                                      .auth_token_file = options.auth_token_file}));
+      peers, PeerChannels::Create(PeerSecurityFiles{.tls_ca_file = options.tls_client_ca_file,
+                                                    .tls_cert_file = options.tls_cert_file,
+                                                    .tls_key_file = options.tls_key_file,
+                                                    .auth_token_file = options.auth_token_file}));
   const std::string group_host = GroupHost(options);
-  s.gloo = std::make_unique<GlooTransports>(group_host);
-  s.groups = std::make_unique<GroupRegistry>(
-      &s.rendezvous,
+  gloo = std::make_unique<GlooTransports>(group_host);
+  groups = std::make_unique<GroupRegistry>(
+      &rendezvous,
       GroupRegistry::Hooks{
           .connect_rendezvous =
-              [&s](const std::string& address) { return s.peers->Rendezvous(address); },
-          .connect_transport = [&s, backend](RendezvousPoint& rendezvous, const GroupSpec& spec,
-                                             uint64_t generation)
+              [this](const std::string& address) { return peers->Rendezvous(address); },
+          .connect_transport = [this, device](RendezvousPoint& point, const GroupSpec& spec,
+                                              uint64_t generation)
               -> absl::StatusOr<std::unique_ptr<GroupTransport>> {
             GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<GroupTransport> host,
-                                    s.gloo->Connect(rendezvous, spec, generation));
-            return AddDeviceCommunicator(std::move(host), backend->collectives(), rendezvous, spec,
+                                    gloo->Connect(point, spec, generation));
+            return AddDeviceCommunicator(std::move(host), device->collectives(), point, spec,
                                          generation);
           },
-          .probe = [&s](const std::string& address,
-                        absl::Duration timeout) { return s.peers->Probe(address, timeout); },
+          .probe = [this](const std::string& address,
+                          absl::Duration timeout) { return peers->Probe(address, timeout); },
           .own_address =
-              [&s, group_host] {
-                return s.tcp_port == 0 ? std::string() : JoinHostPort(group_host, s.tcp_port);
+              [this, group_host] {
+                return tcp_port == 0 ? std::string() : JoinHostPort(group_host, tcp_port);
               },
           .serves_rendezvous = !options.listen_address.empty() && options.tcp_mode == "full"});
-  s.group_work = std::make_unique<GroupWork>(s.groups.get(), backend, s.memory.get(),
-                                             s.streams.get(), s.profiler.get());
-  s.lifecycle = std::make_unique<SessionLifecycle>(&s.sessions, s.memory.get(), s.streams.get(),
-                                                   s.staging.get(), s.rng.get(), s.nvtx.get(),
-                                                   s.profiler.get(), s.groups.get());
-  s.queries = std::make_unique<ClientQueries>(&s.sessions, options.snapshot_answer_reuse);
-  s.session_service = std::make_unique<SessionService>(
-      s.lifecycle.get(), &s.sessions, s.queries.get(), backend->name(),
-      s.memory->allocator().options().conf, s.profiler.get());
-  s.relief = std::make_unique<PressureRelief>(s.memory.get(), s.queries.get(),
-                                              options.client_reply_timeout);
-  s.memory_service =
-      std::make_unique<MemoryService>(s.memory.get(), &s.sessions, s.relief.get(), &s.executor);
-  s.stream_service = std::make_unique<StreamService>(s.streams.get(), &s.sessions, &s.executor);
-  s.event_service = std::make_unique<EventService>(s.streams.get(), &s.sessions, &s.executor);
-  s.copy_service =
-      std::make_unique<CopyService>(s.work.get(), s.staging.get(), &s.sessions, &s.executor);
-  s.comm_service = std::make_unique<CommService>(s.comm.get(), &s.sessions, &s.executor);
-  s.group_service =
-      std::make_unique<GroupService>(s.groups.get(), s.group_work.get(), &s.sessions, &s.executor);
-  s.random_service =
-      std::make_unique<RandomService>(s.rng.get(), s.work.get(), &s.sessions, &s.executor);
-  s.nvtx_service = std::make_unique<NvtxService>(s.nvtx.get(), &s.sessions, s.profiler.get());
-  s.profile_service = std::make_unique<ProfileService>(s.profiler.get(), &s.sessions, &s.executor);
-  s.device_service =
-      std::make_unique<DeviceService>(backend, &s.executor, &s.sessions, s.streams.get());
-  s.observe_service =
-      std::make_unique<ObserveService>(s.memory.get(), s.streams.get(), &s.sessions,
-                                       s.queries.get(), &s.executor, options.client_reply_timeout);
+  group_work = std::make_unique<GroupWork>(groups.get(), device, memory.get(), streams.get(),
+                                           profiler.get());
+  lifecycle =
+      std::make_unique<SessionLifecycle>(&sessions, memory.get(), streams.get(), staging.get(),
+                                         rng.get(), nvtx.get(), profiler.get(), groups.get());
+  queries = std::make_unique<ClientQueries>(&sessions, options.snapshot_answer_reuse);
+  relief =
+      std::make_unique<PressureRelief>(memory.get(), queries.get(), options.client_reply_timeout);
+  return absl::OkStatus();
+}
+
+void Daemon::State::BuildServices() {
+  DeviceBackend* device = backend.get();
+  session_service =
+      std::make_unique<SessionService>(lifecycle.get(), &sessions, queries.get(), device->name(),
+                                       memory->allocator().options().conf, profiler.get());
+  memory_service =
+      std::make_unique<MemoryService>(memory.get(), &sessions, relief.get(), &executor);
+  stream_service = std::make_unique<StreamService>(streams.get(), &sessions, &executor);
+  event_service = std::make_unique<EventService>(streams.get(), &sessions, &executor);
+  copy_service = std::make_unique<CopyService>(work.get(), staging.get(), &sessions, &executor);
+  comm_service = std::make_unique<CommService>(comm.get(), &sessions, &executor);
+  group_service =
+      std::make_unique<GroupService>(groups.get(), group_work.get(), &sessions, &executor);
+  random_service = std::make_unique<RandomService>(rng.get(), work.get(), &sessions, &executor);
+  nvtx_service = std::make_unique<NvtxService>(nvtx.get(), &sessions, profiler.get());
+  profile_service = std::make_unique<ProfileService>(profiler.get(), &sessions, &executor);
+  device_service = std::make_unique<DeviceService>(device, &executor, &sessions, streams.get());
+  observe_service =
+      std::make_unique<ObserveService>(memory.get(), streams.get(), &sessions, queries.get(),
+                                       &executor, options.client_reply_timeout);
   const std::string admin_path = AdminSocketPath(options.socket_path);
-  s.admin_service = std::make_unique<AdminService>(s.memory.get(), s.lifecycle.get(),
-                                                   s.profiler.get(), &s.sessions, s.queries.get(),
-                                                   &s.executor, options.client_reply_timeout);
-  s.admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
+  admin_service =
+      std::make_unique<AdminService>(memory.get(), lifecycle.get(), profiler.get(), &sessions,
+                                     queries.get(), &executor, options.client_reply_timeout);
+  admin_refusal = std::make_unique<AdminDenyService>(absl::StrCat(
       "gpumux.v1.Admin serves only root and gpumuxd's own uid ", geteuid(),
       " (the peer credentials of this connection to ", admin_path, " are another user's)"));
-  s.unix_admin_refusal = std::make_unique<AdminDenyService>(
+  unix_admin_refusal = std::make_unique<AdminDenyService>(
       absl::StrCat("gpumux.v1.Admin is not served on this socket: connect to the admin socket ",
                    admin_path, " as root or gpumuxd's user"));
+}
 
+absl::Status Daemon::State::StartListeners(const std::optional<gid_t>& socket_gid,
+                                           std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
+                                           uint64_t connection_descriptors) {
   InstallProtobufLogHandler();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  // The admin servers listen nowhere: the admin socket hands them each
-  // connection by descriptor, after reading its peer's credentials. Before
-  // the main socket, so that a daemon answering there serves Admin too.
-  for (auto [service, unserved, server] :
-       {std::tuple<grpc::Service*, UnservedMethodService*, std::unique_ptr<grpc::Server>*>{
-            s.admin_service.get(), s.admin_unserved.get(), &s.admin_server},
-        {s.admin_refusal.get(), s.admin_refusal_unserved.get(), &s.admin_refusal_server}}) {
-    grpc::ServerBuilder builder;
-    builder.RegisterService(service);
-    builder.RegisterCallbackGenericService(unserved);
-    builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
-    LimitCallMetadata(builder);
-    *server = builder.BuildAndStart();
-    if (*server == nullptr) {
-      return absl::UnavailableError("cannot start the admin service's gRPC server");
-    }
-  }
-  absl::StatusOr<std::unique_ptr<AdminSocketServer>> admin_socket =
-      AdminSocketServer::Start(AdminSocketServer::Options{.path = admin_path, .group = socket_gid},
-                               s.admin_server.get(), s.admin_refusal_server.get());
-  if (!admin_socket.ok()) return admin_socket.status();
-  s.admin_socket = *std::move(admin_socket);
-
+  // Before the main socket, so that a daemon answering there serves Admin too.
+  GPUMUX_RETURN_IF_ERROR(StartAdminSocket(socket_gid));
   // The TCP listener first: once the Unix socket answers, the daemon's
   // address for the other daemons of a group (its TCP port) is known.
   if (!options.listen_address.empty()) {
-    GPUMUX_RETURN_IF_ERROR(s.StartTcpServer(std::move(tcp_credentials)));
+    GPUMUX_RETURN_IF_ERROR(StartTcpServer(std::move(tcp_credentials)));
   }
-  grpc::ServerBuilder unix_builder;
-  unix_builder.AddListeningPort(absl::StrCat("unix://", options.socket_path),
-                                grpc::InsecureServerCredentials());
-  unix_builder.RegisterService(s.session_service.get());
-  unix_builder.RegisterService(s.memory_service.get());
-  unix_builder.RegisterService(s.device_service.get());
-  unix_builder.RegisterService(s.observe_service.get());
-  unix_builder.RegisterService(s.stream_service.get());
-  unix_builder.RegisterService(s.event_service.get());
-  unix_builder.RegisterService(s.copy_service.get());
-  unix_builder.RegisterService(s.comm_service.get());
-  unix_builder.RegisterService(s.group_service.get());
-  unix_builder.RegisterService(s.random_service.get());
-  unix_builder.RegisterService(s.nvtx_service.get());
-  unix_builder.RegisterService(s.profile_service.get());
-  unix_builder.RegisterService(s.unix_admin_refusal.get());
-  unix_builder.RegisterCallbackGenericService(s.unix_unserved.get());
-  unix_builder.experimental().SetInterceptorCreators(Interceptors(&s.call_metrics));
-  unix_builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  unix_builder.SetMaxSendMessageSize(kMaxMessageBytes);
-  LimitCallMetadata(unix_builder);
-  s.unix_server = unix_builder.BuildAndStart();
-  if (s.unix_server == nullptr) {
-    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on unix socket ", options.socket_path));
+  if (absl::Status status = StartUnixServer(socket_gid); !status.ok()) {
+    if (tcp_server != nullptr) tcp_server->Shutdown();
+    return status;
   }
-  if (socket_gid.has_value() &&
-      chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
-    const int error = errno;
-    s.unix_server->Shutdown();
-    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
-    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path,
-                                                    " to group '", options.socket_group,
-                                                    "': ", std::strerror(error)));
-  }
-  // Who may connect rests on this mode: without it the daemon does not serve.
-  if (chmod(options.socket_path.c_str(), 0660) != 0) {
-    const int error = errno;
-    s.unix_server->Shutdown();
-    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot set mode 0660 on ", options.socket_path, ": ", std::strerror(error)));
-  }
-  absl::StatusOr<std::unique_ptr<MemorySocketServer>> memory_socket = MemorySocketServer::Start(
+  absl::StatusOr<std::unique_ptr<MemorySocketServer>> started = MemorySocketServer::Start(
       MemorySocketServer::Options{.path = MemorySocketPath(options.socket_path),
                                   .group = socket_gid,
                                   // Half of the descriptors kept for connections at most.
@@ -853,74 +848,141 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Options& options) {
                                   .max_connections_per_uid = static_cast<size_t>(
                                       std::min<uint64_t>(1024, connection_descriptors / 4)),
                                   .idle_timeout = options.memory_socket_idle_timeout},
-      &s.sessions, &s.memory_files);
-  if (!memory_socket.ok()) {
-    s.unix_server->Shutdown();
-    if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
-    return memory_socket.status();
+      &sessions, &memory_files);
+  if (!started.ok()) {
+    unix_server->Shutdown();
+    if (tcp_server != nullptr) tcp_server->Shutdown();
+    return started.status();
   }
-  s.memory_socket = *std::move(memory_socket);
+  memory_socket = *std::move(started);
 
-  for (grpc::Server* server : {s.unix_server.get(), s.tcp_server.get(), s.admin_server.get()}) {
+  for (grpc::Server* server : {unix_server.get(), tcp_server.get(), admin_server.get()}) {
     if (server == nullptr) continue;
     server->GetHealthCheckService()->SetServingStatus(true);
   }
-  s.admin_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Admin", true);
+  admin_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Admin", true);
   for (const char* name : kServiceNames)
-    s.unix_server->GetHealthCheckService()->SetServingStatus(name, true);
-  s.unix_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Profile", true);
+    unix_server->GetHealthCheckService()->SetServingStatus(name, true);
+  unix_server->GetHealthCheckService()->SetServingStatus("gpumux.v1.Profile", true);
 
-  if (!options.metrics_listen_address.empty()) {
-    MetricsSources sources{.backend = backend,
-                           .memory = s.memory.get(),
-                           .sessions = &s.sessions,
-                           .streams = s.streams.get(),
-                           .lifecycle = s.lifecycle.get(),
-                           .version = GPUMUX_VERSION,
-                           .append = [&s](PrometheusText& text) { s.call_metrics.AppendTo(text); }};
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
-        {.address = options.metrics_listen_address,
-         .metrics = [sources = std::move(sources)] { return RenderMetrics(sources); },
-         .ready = [&s] { return s.Ready(); },
-         .live = [&s] { return s.Live(); }});
-    if (!metrics.ok()) {
-      if (s.tcp_server != nullptr) s.tcp_server->Shutdown();
-      s.unix_server->Shutdown();
-      return metrics.status();
-    }
-    s.metrics_server = *std::move(metrics);
+  if (absl::Status status = StartMetricsServer(); !status.ok()) {
+    if (tcp_server != nullptr) tcp_server->Shutdown();
+    unix_server->Shutdown();
+    return status;
   }
+  return absl::OkStatus();
+}
 
-  s.health_watcher = std::thread([&s] { s.WatchHealth(); });
-  s.listener_watcher = std::thread([&s] { s.WatchListener(); });
+absl::Status Daemon::State::StartAdminSocket(const std::optional<gid_t>& socket_gid) {
+  // The admin servers listen nowhere: the admin socket hands them each
+  // connection by descriptor, after reading its peer's credentials.
+  for (auto [service, unserved, server] :
+       {std::tuple<grpc::Service*, UnservedMethodService*, std::unique_ptr<grpc::Server>*>{
+            admin_service.get(), admin_unserved.get(), &admin_server},
+        {admin_refusal.get(), admin_refusal_unserved.get(), &admin_refusal_server}}) {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service);
+    builder.RegisterCallbackGenericService(unserved);
+    builder.experimental().SetInterceptorCreators(Interceptors(&call_metrics));
+    LimitCallMetadata(builder);
+    *server = builder.BuildAndStart();
+    if (*server == nullptr) {
+      return absl::UnavailableError("cannot start the admin service's gRPC server");
+    }
+  }
+  GPUMUX_ASSIGN_OR_RETURN(
+      admin_socket, AdminSocketServer::Start(
+                        AdminSocketServer::Options{.path = AdminSocketPath(options.socket_path),
+                                                   .group = socket_gid},
+                        admin_server.get(), admin_refusal_server.get()));
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::State::StartUnixServer(const std::optional<gid_t>& socket_gid) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix://", options.socket_path),
+                           grpc::InsecureServerCredentials());
+  for (grpc::Service* service : std::initializer_list<grpc::Service*>{
+           session_service.get(), memory_service.get(), device_service.get(), observe_service.get(),
+           stream_service.get(), event_service.get(), copy_service.get(), comm_service.get(),
+           group_service.get(), random_service.get(), nvtx_service.get(), profile_service.get(),
+           unix_admin_refusal.get()}) {
+    builder.RegisterService(service);
+  }
+  builder.RegisterCallbackGenericService(unix_unserved.get());
+  builder.experimental().SetInterceptorCreators(Interceptors(&call_metrics));
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  LimitCallMetadata(builder);
+  unix_server = builder.BuildAndStart();
+  if (unix_server == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix socket ", options.socket_path));
+  }
+  if (socket_gid.has_value() &&
+      chown(options.socket_path.c_str(), static_cast<uid_t>(-1), *socket_gid) != 0) {
+    const int error = errno;
+    unix_server->Shutdown();
+    return absl::PermissionDeniedError(absl::StrCat("cannot give ", options.socket_path,
+                                                    " to group '", options.socket_group,
+                                                    "': ", std::strerror(error)));
+  }
+  // Who may connect rests on this mode: without it the daemon does not serve.
+  if (chmod(options.socket_path.c_str(), 0660) != 0) {
+    const int error = errno;
+    unix_server->Shutdown();
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot set mode 0660 on ", options.socket_path, ": ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::State::StartMetricsServer() {
+  if (options.metrics_listen_address.empty()) return absl::OkStatus();
+  MetricsSources sources{.backend = backend.get(),
+                         .memory = memory.get(),
+                         .sessions = &sessions,
+                         .streams = streams.get(),
+                         .lifecycle = lifecycle.get(),
+                         .version = GPUMUX_VERSION,
+                         .append = [this](PrometheusText& text) { call_metrics.AppendTo(text); }};
+  GPUMUX_ASSIGN_OR_RETURN(
+      metrics_server,
+      MetricsHttpServer::Start(
+          {.address = options.metrics_listen_address,
+           .metrics = [sources = std::move(sources)] { return RenderMetrics(sources); },
+           .ready = [this] { return Ready(); },
+           .live = [this] { return Live(); }}));
+  return absl::OkStatus();
+}
+
+void Daemon::State::LogServing() const {
   spdlog::info(
       "gpumuxd serving on unix://{} (shared memory on {}, admin on {}){}{}; backend {} with {} "
       "devices",
-      options.socket_path, s.memory_socket->path(), s.admin_socket->path(),
+      options.socket_path, memory_socket->path(), admin_socket->path(),
       options.listen_address.empty()
           ? ""
           : absl::StrCat(options.tcp_mode == "full" ? " and the full API on TCP "
                                                     : " and observe-only on TCP ",
                          options.listen_address.substr(0, options.listen_address.rfind(':')), ":",
-                         s.tcp_port,
+                         tcp_port,
                          options.tls_cert_file.empty()         ? " (plaintext)"
                          : !options.tls_client_ca_file.empty() ? " (mutual TLS"
                                                                : " (TLS",
                          options.tls_cert_file.empty()     ? ""
                          : options.auth_token_file.empty() ? ")"
                                                            : ", bearer token)"),
-      s.metrics_server == nullptr ? ""
-                                  : absl::StrCat(", metrics on http://",
-                                                 options.metrics_listen_address.substr(
-                                                     0, options.metrics_listen_address.rfind(':')),
-                                                 ":", s.metrics_server->port(), "/metrics"),
-      s.backend->name(), s.backend->device_count());
-  for (int d = 0; d < s.backend->device_count(); ++d) {
-    const DeviceInfo& info = s.backend->device_info(DeviceIndex(d));
+      metrics_server == nullptr ? ""
+                                : absl::StrCat(", metrics on http://",
+                                               options.metrics_listen_address.substr(
+                                                   0, options.metrics_listen_address.rfind(':')),
+                                               ":", metrics_server->port(), "/metrics"),
+      backend->name(), backend->device_count());
+  for (int d = 0; d < backend->device_count(); ++d) {
+    const DeviceInfo& info = backend->device_info(DeviceIndex(d));
     spdlog::info("device {}: {} ({})", d, info.name, FormatTorchSize(info.total_memory));
   }
-  return std::unique_ptr<Daemon>(new Daemon(std::move(state)));
 }
 
 void Daemon::Shutdown(int deadline_ms) {
