@@ -54,9 +54,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/segments/page_ranges.h"
 #include "server/backend/device_backend.h"
 #include "server/backend/memory_file_table.h"
-#include "server/backend/page_ranges.h"
 
 // cudaStream_t and cudaEvent_t, without including CUDA's headers here.
 struct CUstream_st;

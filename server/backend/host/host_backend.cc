@@ -24,35 +24,10 @@ namespace {
 // space never exhaust the limit early.
 constexpr uint64_t kAddressBase = 0x7f0000000000;
 constexpr uint64_t kAddressSpan = uint64_t{1} << 42;
-constexpr uint64_t kAlignment = uint64_t{2} << 20;
+constexpr uint64_t kAlignment = EmulatedAddressSpace::kAlignment;
 constexpr uint64_t kSizeGranularity = 512;
 constexpr int kMaxDevices = 1024;
 constexpr int kMaxStreamWorkers = 256;
-
-uint64_t AlignUp(uint64_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; }
-
-// Returns [start, start + length) to `free_ranges`, merging it with the
-// neighbours it touches so that large segments fit again after release.
-void InsertFreeRange(std::map<uint64_t, uint64_t>& free_ranges, uint64_t start, uint64_t length) {
-  auto next = free_ranges.lower_bound(start);
-  if (next != free_ranges.begin()) {
-    auto prev = std::prev(next);
-    assert(prev->first + prev->second <= start);
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      length += prev->second;
-      free_ranges.erase(prev);
-    }
-  }
-  if (next != free_ranges.end()) {
-    assert(start + length <= next->first);
-    if (start + length == next->first) {
-      length += next->second;
-      free_ranges.erase(next);
-    }
-  }
-  free_ranges.emplace(start, length);
-}
 
 }  // namespace
 
@@ -87,9 +62,9 @@ HostBackend::HostBackend(const Options& options)
     device->info.name = absl::StrCat("gpumux host device ", i);
     device->info.total_memory = options.device_memory;
     device->info.multi_processor_count = workers > 0 ? workers : 1;
-    device->base = kAddressBase + static_cast<uint64_t>(i) * kAddressSpan;
     absl::MutexLock lock(&device->mu);
-    device->free_ranges.emplace(device->base, kAddressSpan);
+    device->addresses =
+        EmulatedAddressSpace(kAddressBase + static_cast<uint64_t>(i) * kAddressSpan, kAddressSpan);
     devices_.push_back(std::move(device));
   }
 }
@@ -144,7 +119,7 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
                      " bytes must be a positive multiple of ", kSizeGranularity));
   }
   Device& d = *devices_[device.value()];
-  const uint64_t span = AlignUp(size);
+  const uint64_t span = EmulatedAddressSpace::AlignUp(size);
   uint64_t address = 0;
   uint64_t serial = 0;
   {
@@ -155,7 +130,7 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
           absl::StrFormat("host device %d: cannot allocate %d bytes: %d of %d bytes free",
                           device.value(), size, total - d.used, total));
     }
-    std::optional<uint64_t> taken = TakeAddressesLocked(d, span);
+    std::optional<uint64_t> taken = d.addresses.Take(size);
     if (!taken.has_value()) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "host device %d: cannot allocate %d bytes: no contiguous %d-byte address range left "
@@ -181,7 +156,7 @@ absl::StatusOr<BackendSegment> HostBackend::AllocateSegment(DeviceIndex device, 
   absl::MutexLock lock(&d.mu);
   if (!memory.ok()) {
     d.used -= size;
-    InsertFreeRange(d.free_ranges, address, span);
+    d.addresses.Give(address, size);
     return absl::Status(memory.status().code(),
                         absl::StrFormat("host device %d: cannot allocate %d bytes: %s",
                                         device.value(), size, memory.status().message()));
@@ -212,24 +187,8 @@ absl::Status HostBackend::ReleaseSegment(DeviceIndex device, uint64_t address) {
   memory_files_->Remove(it->second.key);
   d.segments.erase(it);
   d.used -= size;
-  InsertFreeRange(d.free_ranges, address, AlignUp(size));
+  d.addresses.Give(address, size);
   return absl::OkStatus();
-}
-
-std::optional<uint64_t> HostBackend::TakeAddressesLocked(Device& d, uint64_t span) {
-  // First fit in address order: the lowest free address is reused first.
-  auto it = d.free_ranges.begin();
-  while (it != d.free_ranges.end() && it->second < span) ++it;
-  if (it == d.free_ranges.end()) return std::nullopt;
-  const uint64_t address = it->first;
-  const uint64_t remaining = it->second - span;
-  d.free_ranges.erase(it);
-  if (remaining > 0) d.free_ranges.emplace(address + span, remaining);
-  return address;
-}
-
-void HostBackend::ReturnAddressesLocked(Device& d, uint64_t start, uint64_t length) {
-  InsertFreeRange(d.free_ranges, start, length);
 }
 
 absl::Status HostBackend::CheckDevice(DeviceIndex device) const {

@@ -42,6 +42,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/segments/emulated_address_space.h"
+#include "common/segments/page_ranges.h"
 #include "gpumux/common/sealed_memory.h"
 #include "server/backend/device_backend.h"
 #include "server/backend/host/host_event.h"
@@ -49,7 +51,6 @@
 #include "server/backend/host/host_stream_pool.h"
 #include "server/backend/host/segment_mapping.h"
 #include "server/backend/memory_file_table.h"
-#include "server/backend/page_ranges.h"
 
 namespace gpumux {
 
@@ -185,11 +186,9 @@ class HostBackend final : public DeviceBackend {
 
   struct Device {
     DeviceInfo info;
-    uint64_t base = 0;  // first emulated address
     mutable absl::Mutex mu;
     uint64_t used ABSL_GUARDED_BY(mu) = 0;
-    // Free address ranges: start -> length.
-    std::map<uint64_t, uint64_t> free_ranges ABSL_GUARDED_BY(mu);
+    EmulatedAddressSpace addresses ABSL_GUARDED_BY(mu);
     // Live segments by address, ordered to find the one holding an address.
     std::map<uint64_t, Segment> segments ABSL_GUARDED_BY(mu);
     // Reserved ranges of expandable segments by address.
@@ -219,13 +218,6 @@ class HostBackend final : public DeviceBackend {
   using PageSpan = ::gpumux::PageSpan<Range>;
   static absl::StatusOr<PageSpan> FindPagesLocked(Device& d, uint64_t address, uint64_t size,
                                                   bool mapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // First fit of `span` bytes of emulated addresses; nullopt when no
-  // contiguous span is left.
-  static std::optional<uint64_t> TakeAddressesLocked(Device& d, uint64_t span)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
-  // Gives [start, start + length) back to the free address ranges.
-  static void ReturnAddressesLocked(Device& d, uint64_t start, uint64_t length)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu);
   absl::StatusOr<std::shared_ptr<HostStream>> FindStream(BackendStream stream);
   absl::StatusOr<std::shared_ptr<HostEvent>> FindEvent(BackendEvent event);
   // Queues `work` on `stream` (known as `handle`); NOT_FOUND when the stream

@@ -37,7 +37,7 @@ absl::StatusOr<BackendRange> HostBackend::ReserveRange(DeviceIndex device, uint6
   }
   Device& d = *devices_[device.value()];
   absl::MutexLock lock(&d.mu);
-  std::optional<uint64_t> address = TakeAddressesLocked(d, size);
+  std::optional<uint64_t> address = d.addresses.Take(size);
   if (!address.has_value()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "host device %d: cannot reserve %d bytes for an expandable segment: no contiguous range "
@@ -139,7 +139,7 @@ absl::Status HostBackend::ReleaseRange(DeviceIndex device, uint64_t address) {
     d.used -= range.page_size;
   }
   // Queued work holding the mapping keeps it until it ran.
-  ReturnAddressesLocked(d, address, range.size);
+  d.addresses.Give(address, range.size);
   d.ranges.erase(it);
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 #pragma once
 
-// The books of expandable segments as both backends keep them: reserved
+// The books of expandable segments as the backends and replay's
+// addresses-only device keep them: reserved
 // ranges by start address, each with `size`, `page_size` and `pages` (page i
 // at offset i * page_size), and the lookups their calls share.
 
