@@ -15,19 +15,15 @@ constexpr ClientId kClient(1);
 
 absl::StatusOr<std::unique_ptr<InProcessTarget>> InProcessTarget::Create(
     const AllocatorOptions& options, uint64_t device_memory) {
-  HostBackend::Options backend_options;
-  backend_options.device_count = 1;
-  backend_options.device_memory = device_memory;
-  backend_options.backed = false;  // addresses are all a replay needs
-  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<HostBackend> backend,
-                          HostBackend::Create(backend_options));
-  return std::unique_ptr<InProcessTarget>(new InProcessTarget(std::move(backend), options));
+  GPUMUX_ASSIGN_OR_RETURN(std::unique_ptr<AddressOnlyDevice> device,
+                          AddressOnlyDevice::Create(device_memory));
+  return std::unique_ptr<InProcessTarget>(new InProcessTarget(std::move(device), options));
 }
 
-InProcessTarget::InProcessTarget(std::unique_ptr<HostBackend> backend,
+InProcessTarget::InProcessTarget(std::unique_ptr<AddressOnlyDevice> device,
                                  const AllocatorOptions& options)
-    : backend_(std::move(backend)),
-      allocator_(std::make_unique<CachingAllocator>(backend_.get(), options)) {}
+    : device_(std::move(device)),
+      allocator_(std::make_unique<CachingAllocator>(device_.get(), options)) {}
 
 absl::StatusOr<uint64_t> InProcessTarget::Allocate(uint64_t size, uint64_t stream) {
   GPUMUX_ASSIGN_OR_RETURN(AllocationResult result,

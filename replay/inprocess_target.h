@@ -1,9 +1,8 @@
 #pragma once
 
-// InProcessTarget: a ReplayTarget over a CachingAllocator and a HostBackend
-// in this process, one emulated device the size of an H200 whose segments
-// are addresses only (HostBackend::Options::backed = false), so a replay
-// takes no memory for them. Every
+// InProcessTarget: a ReplayTarget over a CachingAllocator in this process,
+// on one emulated device the size of an H200 whose segments are addresses
+// only (AddressOnlyDevice), so a replay takes no memory for them. Every
 // replayed allocation belongs to one client; trace streams map to StreamIds.
 // Not thread-safe (a replay is one loop).
 
@@ -15,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
+#include "replay/address_only_device.h"
 #include "replay/trace_replay.h"
-#include "server/backend/host/host_backend.h"
 
 namespace gpumux {
 
@@ -24,7 +23,7 @@ class InProcessTarget final : public ReplayTarget {
  public:
   static constexpr uint64_t kH200Memory = uint64_t{141} << 30;
 
-  // Errors from HostBackend::Create (INVALID_ARGUMENT for a bad size).
+  // Errors from AddressOnlyDevice::Create (INVALID_ARGUMENT for a bad size).
   static absl::StatusOr<std::unique_ptr<InProcessTarget>> Create(
       const AllocatorOptions& options, uint64_t device_memory = kH200Memory);
 
@@ -37,9 +36,9 @@ class InProcessTarget final : public ReplayTarget {
   CachingAllocator& allocator() { return *allocator_; }
 
  private:
-  InProcessTarget(std::unique_ptr<HostBackend> backend, const AllocatorOptions& options);
+  InProcessTarget(std::unique_ptr<AddressOnlyDevice> device, const AllocatorOptions& options);
 
-  std::unique_ptr<HostBackend> backend_;
+  std::unique_ptr<AddressOnlyDevice> device_;
   std::unique_ptr<CachingAllocator> allocator_;
 };
 
