@@ -117,211 +117,12 @@ absl::Status CheckHasDims(const Shape& shape, absl::string_view message) {
 
 }  // namespace
 
-// Where a step reads or writes: a slot of the plan and bytes into it.
-struct CommWork::Operand {
-  size_t slot = 0;
-  uint64_t offset = 0;
-};
+namespace {
 
-// A device's part of a collective on the backend's engine.
-struct CommWork::AcrossPart {
-  DeviceIndex device;
-  Operand send;
-  Operand recv;
-};
+using Operand = CommPlan::Operand;
+using AcrossPart = CommPlan::AcrossPart;
 
-// One collective's memory and steps, built (and so checked) before anything
-// is allocated or queued.
-class CommWork::Plan {
- public:
-  enum class SlotKind { kExisting, kResult, kTemporary };
-  struct Slot {
-    SlotKind kind = SlotKind::kExisting;
-    DeviceIndex device;
-    RangeUse range;  // for new memory, filled in by Run
-    std::optional<AllocationView> allocation;
-  };
-  struct Step {
-    enum class Kind {
-      kMeet,
-      kCopy,
-      kCopy2D,
-      kReduce,
-      kAverage,
-      kToHost,
-      // On the CollectiveEngine, every part on its device's stream.
-      kAllReduceAcross,
-      kBroadcastAcross,
-      kReduceAcross,
-    };
-    Kind kind = Kind::kMeet;
-    DeviceIndex on;  // whose stream runs it
-    Operand dst;
-    Operand src;
-    uint64_t bytes = 0;  // kCopy, kToHost; the row's for kCopy2D
-    uint64_t rows = 0;
-    uint64_t dst_pitch = 0;
-    uint64_t src_pitch = 0;
-    ReduceOp op = ReduceOp::kSum;
-    RngDtype dtype = RngDtype::kF32;
-    uint64_t count = 0;
-    int ranks = 0;
-    void* host = nullptr;
-    std::shared_ptr<void> keep_alive;
-    std::vector<AcrossPart> across;  // the engine's steps: rank order
-    size_t root = 0;                 // an index into `across`
-  };
-  // A result: a tensor as it is, or one in a new slot (whose id Run fills).
-  struct Result {
-    CommTensor tensor;
-    std::optional<size_t> slot;
-  };
-
-  explicit Plan(DeviceIndex root) { AddDevice(root); }
-
-  DeviceIndex root() const { return devices_.front(); }
-  const std::vector<DeviceIndex>& devices() const { return devices_; }
-  std::vector<Slot>& slots() { return slots_; }
-  const std::vector<Step>& steps() const { return steps_; }
-  std::vector<Result>& results() { return results_; }
-
-  // A tensor the caller named (its byte size checked by DeviceOf). One
-  // without memory gets no slot's range (no step uses it).
-  size_t Existing(const CommTensor& tensor, DeviceIndex device, uint64_t bytes) {
-    AddDevice(device);
-    slots_.push_back(
-        Slot{SlotKind::kExisting, device, RangeUse{tensor.id, tensor.offset, bytes}, std::nullopt});
-    return slots_.size() - 1;
-  }
-  // New memory of `bytes` (> 0) on `device`: a result, or scratch memory
-  // freed once everything is queued (one per device, as large as its
-  // largest use: its steps all run on that device's stream, in order).
-  size_t NewResult(DeviceIndex device, uint64_t bytes) {
-    AddDevice(device);
-    slots_.push_back(
-        Slot{SlotKind::kResult, device, RangeUse{AllocationId(0), 0, bytes}, std::nullopt});
-    return slots_.size() - 1;
-  }
-  size_t Temporary(DeviceIndex device, uint64_t bytes) {
-    AddDevice(device);
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Slot& slot = slots_[i];
-      if (slot.kind == SlotKind::kTemporary && slot.device == device) {
-        slot.range.size = std::max(slot.range.size, bytes);
-        return i;
-      }
-    }
-    slots_.push_back(
-        Slot{SlotKind::kTemporary, device, RangeUse{AllocationId(0), 0, bytes}, std::nullopt});
-    return slots_.size() - 1;
-  }
-  DeviceIndex DeviceOfSlot(size_t slot) const { return slots_[slot].device; }
-
-  // Every stream waits for the work queued on the others so far.
-  void Meet() { steps_.push_back(Step{.kind = Step::Kind::kMeet}); }
-  void Copy(DeviceIndex on, Operand dst, Operand src, uint64_t bytes) {
-    if (bytes == 0) return;
-    AddDevice(on);
-    steps_.push_back(
-        Step{.kind = Step::Kind::kCopy, .on = on, .dst = dst, .src = src, .bytes = bytes});
-  }
-  void Copy2D(DeviceIndex on, Operand dst, uint64_t dst_pitch, Operand src, uint64_t src_pitch,
-              uint64_t row_bytes, uint64_t rows) {
-    if (row_bytes == 0 || rows == 0) return;
-    if (rows == 1 || (dst_pitch == row_bytes && src_pitch == row_bytes)) {
-      return Copy(on, dst, src, row_bytes * rows);  // contiguous after all
-    }
-    AddDevice(on);
-    steps_.push_back(Step{.kind = Step::Kind::kCopy2D,
-                          .on = on,
-                          .dst = dst,
-                          .src = src,
-                          .bytes = row_bytes,
-                          .rows = rows,
-                          .dst_pitch = dst_pitch,
-                          .src_pitch = src_pitch});
-  }
-  // `src` must be readable from `on` (CommWork::AddReduce sees to it).
-  void Reduce(DeviceIndex on, ReduceOp op, RngDtype dtype, Operand dst, Operand src,
-              uint64_t count) {
-    if (count == 0) return;
-    AddDevice(on);
-    steps_.push_back(Step{.kind = Step::Kind::kReduce,
-                          .on = on,
-                          .dst = dst,
-                          .src = src,
-                          .op = op,
-                          .dtype = dtype,
-                          .count = count});
-  }
-  void Average(DeviceIndex on, RngDtype dtype, Operand data, uint64_t count, int ranks) {
-    if (count == 0 || ranks <= 1) return;
-    AddDevice(on);
-    steps_.push_back(Step{.kind = Step::Kind::kAverage,
-                          .on = on,
-                          .dst = data,
-                          .dtype = dtype,
-                          .count = count,
-                          .ranks = ranks});
-  }
-  void ToHost(DeviceIndex on, void* host, Operand src, uint64_t bytes,
-              std::shared_ptr<void> keep_alive) {
-    if (bytes == 0) return;
-    AddDevice(on);
-    steps_.push_back(Step{.kind = Step::Kind::kToHost,
-                          .on = on,
-                          .src = src,
-                          .bytes = bytes,
-                          .host = host,
-                          .keep_alive = std::move(keep_alive)});
-  }
-
-  // One collective on the backend's engine: `count` elements of `dtype`
-  // (bytes for a broadcast), parts in rank order, `root` an index into
-  // them for a broadcast or reduce.
-  void Across(Step::Kind kind, std::vector<AcrossPart> parts, size_t root, ReduceOp op,
-              RngDtype dtype, uint64_t count) {
-    if (count == 0) return;
-    for (const AcrossPart& part : parts) AddDevice(part.device);
-    const DeviceIndex on = parts[root].device;
-    steps_.push_back(Step{.kind = kind,
-                          .on = on,
-                          .op = op,
-                          .dtype = dtype,
-                          .count = count,
-                          .across = std::move(parts),
-                          .root = root});
-  }
-
-  // A result in memory the caller named (the tensor says its device).
-  void AddResult(CommTensor tensor, DeviceIndex device) {
-    tensor.device = device;
-    results_.push_back(Result{std::move(tensor), std::nullopt});
-  }
-  // A result in new memory on `device`, or none for a tensor without
-  // elements; returns its slot (nullopt then).
-  std::optional<size_t> AddNewResult(const CommTensor& like, DeviceIndex device, uint64_t bytes) {
-    CommTensor tensor{AllocationId(0), 0, like.dtype, like.shape, device};
-    if (bytes == 0) {
-      results_.push_back(Result{tensor, std::nullopt});
-      return std::nullopt;
-    }
-    const size_t slot = NewResult(device, bytes);
-    results_.push_back(Result{tensor, slot});
-    return slot;
-  }
-
- private:
-  void AddDevice(DeviceIndex device) {
-    if (std::find(devices_.begin(), devices_.end(), device) == devices_.end())
-      devices_.push_back(device);
-  }
-
-  std::vector<DeviceIndex> devices_;  // the root first
-  std::vector<Slot> slots_;
-  std::vector<Step> steps_;
-  std::vector<Result> results_;
-};
+}  // namespace
 
 absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, SessionId session,
                                              const CommTensor& tensor) {
@@ -372,7 +173,7 @@ struct Named {
 
 }  // namespace
 
-absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name, Plan& plan,
+absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name, CommPlan& plan,
                                        const CommOptions& options) {
   // Streams, one per device taking part.
   std::vector<ResolvedStream> streams;
@@ -417,21 +218,21 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name
   };
 
   // New memory, each on the stream of its device that writes it.
-  for (Plan::Slot& slot : plan.slots()) {
-    if (slot.kind == Plan::SlotKind::kExisting) continue;
+  for (CommPlan::Slot& slot : plan.slots()) {
+    if (slot.kind == CommPlan::SlotKind::kExisting) continue;
     absl::StatusOr<AllocationView> view = memory_->Allocate(
         session, slot.device, stream_of(slot.device).id, slot.range.size, /*shareable=*/false);
     if (!view.ok()) return undo(view.status());
     slot.range.id = view->id;
     slot.allocation = *view;
-    (slot.kind == Plan::SlotKind::kResult ? results : temporaries).push_back(view->id);
+    (slot.kind == CommPlan::SlotKind::kResult ? results : temporaries).push_back(view->id);
   }
 
   // The slots with memory; an existing tensor without elements has none.
   std::vector<RangeUse> ranges;
   std::vector<size_t> range_of(plan.slots().size(), 0);
   for (size_t i = 0; i < plan.slots().size(); ++i) {
-    const Plan::Slot& slot = plan.slots()[i];
+    const CommPlan::Slot& slot = plan.slots()[i];
     if (slot.range.id.value() == 0) continue;
     range_of[i] = ranges.size();
     ranges.push_back(slot.range);
@@ -462,7 +263,7 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name
           return spans[range_of[operand.slot]].address + operand.offset;
         };
         const auto device = [&](Operand operand) { return plan.DeviceOfSlot(operand.slot); };
-        const auto across = [&](const Plan::Step& step) -> absl::Status {
+        const auto across = [&](const CommPlan::Step& step) -> absl::Status {
           std::vector<CollectivePart> parts;
           for (const AcrossPart& part : step.across) {
             parts.push_back(CollectivePart{part.device, stream_of(part.device).backend,
@@ -470,47 +271,47 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name
           }
           CollectiveEngine& engine = *backend_->collectives();  // planned only with one
           switch (step.kind) {
-            case Plan::Step::Kind::kAllReduceAcross:
+            case CommPlan::Step::Kind::kAllReduceAcross:
               return engine.AllReduce(parts, step.op, step.dtype, step.count);
-            case Plan::Step::Kind::kBroadcastAcross:
+            case CommPlan::Step::Kind::kBroadcastAcross:
               return engine.Broadcast(parts, step.root, step.count);
             default:
               return engine.Reduce(parts, step.root, step.op, step.dtype, step.count);
           }
         };
         if (devices.size() > 1) GPUMUX_RETURN_IF_ERROR(meet());
-        for (const Plan::Step& step : plan.steps()) {
+        for (const CommPlan::Step& step : plan.steps()) {
           const BackendStream stream = stream_of(step.on).backend;
           switch (step.kind) {
-            case Plan::Step::Kind::kMeet:
+            case CommPlan::Step::Kind::kMeet:
               if (devices.size() > 1) GPUMUX_RETURN_IF_ERROR(meet());
               break;
-            case Plan::Step::Kind::kCopy:
+            case CommPlan::Step::Kind::kCopy:
               GPUMUX_RETURN_IF_ERROR(
                   backend_->CopyDeviceToDevice(stream, device(step.dst), address(step.dst),
                                                device(step.src), address(step.src), step.bytes));
               break;
-            case Plan::Step::Kind::kCopy2D:
+            case CommPlan::Step::Kind::kCopy2D:
               GPUMUX_RETURN_IF_ERROR(backend_->CopyDeviceToDevice2D(
                   stream, device(step.dst), address(step.dst), step.dst_pitch, device(step.src),
                   address(step.src), step.src_pitch, step.bytes, step.rows));
               break;
-            case Plan::Step::Kind::kReduce:
+            case CommPlan::Step::Kind::kReduce:
               GPUMUX_RETURN_IF_ERROR(backend_->Reduce(stream, step.op, step.dtype,
                                                       address(step.dst), device(step.src),
                                                       address(step.src), step.count));
               break;
-            case Plan::Step::Kind::kAverage:
+            case CommPlan::Step::Kind::kAverage:
               GPUMUX_RETURN_IF_ERROR(backend_->FinishAverage(stream, step.dtype, address(step.dst),
                                                              step.count, step.ranks));
               break;
-            case Plan::Step::Kind::kToHost:
+            case CommPlan::Step::Kind::kToHost:
               GPUMUX_RETURN_IF_ERROR(backend_->CopyDeviceToHost(
                   stream, step.host, address(step.src), step.bytes, step.keep_alive));
               break;
-            case Plan::Step::Kind::kAllReduceAcross:
-            case Plan::Step::Kind::kBroadcastAcross:
-            case Plan::Step::Kind::kReduceAcross:
+            case CommPlan::Step::Kind::kAllReduceAcross:
+            case CommPlan::Step::Kind::kBroadcastAcross:
+            case CommPlan::Step::Kind::kReduceAcross:
               GPUMUX_RETURN_IF_ERROR(across(step));
               break;
           }
@@ -548,10 +349,10 @@ absl::StatusOr<CommDone> CommWork::Run(SessionId session, absl::string_view name
     }
   }
   DeviceProfiler::End(std::move(profiled), true);  // a no-op after the wait's
-  for (Plan::Result& result : plan.results()) {
+  for (CommPlan::Result& result : plan.results()) {
     CommResult out{result.tensor, std::nullopt};
     if (result.slot.has_value()) {
-      const Plan::Slot& slot = plan.slots()[*result.slot];
+      const CommPlan::Slot& slot = plan.slots()[*result.slot];
       out.tensor.id = slot.range.id;
       out.allocation = slot.allocation;
     }
@@ -581,7 +382,7 @@ absl::StatusOr<CommDone> CommWork::Broadcast(SessionId session, const CommTensor
   }
   GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex source, DeviceOf(session, tensor));
   GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
-  Plan plan(source);
+  CommPlan plan(source);
   const size_t src = plan.Existing(tensor, source, bytes);
   if (devices.has_value()) {
     // The source, then every other device with its new tensor.
@@ -640,7 +441,7 @@ absl::StatusOr<CommDone> CommWork::BroadcastCoalesced(SessionId session,
   for (int64_t d : devices)
     GPUMUX_RETURN_IF_ERROR(CheckedDevice(d, memory_->device_count()).status());
   const DeviceIndex root(static_cast<int>(devices[0]));
-  Plan plan(root);
+  CommPlan plan(root);
   std::vector<Named> inputs;
   for (const CommTensor& tensor : tensors) {
     GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex device, DeviceOf(session, tensor));
@@ -710,7 +511,7 @@ absl::StatusOr<CommDone> CommWork::ReduceAdd(SessionId session, absl::Span<const
   }
   GPUMUX_ASSIGN_OR_RETURN(const size_t root, ReduceAddRoot(inputs, devices, destination));
   const DeviceIndex target = devices[root];
-  Plan plan(target);
+  CommPlan plan(target);
   GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(inputs[0]));
   std::vector<size_t> slots;
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -724,7 +525,7 @@ absl::StatusOr<CommDone> CommWork::ReduceAdd(SessionId session, absl::Span<const
   return Run(session, "reduce_add", plan, options);
 }
 
-void CommWork::AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype,
+void CommWork::AddReduce(CommPlan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype,
                          const Operand& dst, const Operand& src, uint64_t bytes) {
   const uint64_t count = bytes / RngElementSize(dtype);
   if (backend_->CanReadPeer(on, plan.DeviceOfSlot(src.slot))) {
@@ -736,12 +537,12 @@ void CommWork::AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype
   plan.Reduce(on, op, dtype, dst, Operand{scratch}, count);
 }
 
-void CommWork::AddBroadcast(Plan& plan, std::vector<AcrossPart> parts, uint64_t bytes) {
+void CommWork::AddBroadcast(CommPlan& plan, std::vector<AcrossPart> parts, uint64_t bytes) {
   if (parts.size() < 2 || bytes == 0) return;
   std::vector<DeviceIndex> devices;
   for (const AcrossPart& part : parts) devices.push_back(part.device);
   if (EngineRuns(devices)) {
-    plan.Across(Plan::Step::Kind::kBroadcastAcross, std::move(parts), 0, ReduceOp::kSum,
+    plan.Across(CommPlan::Step::Kind::kBroadcastAcross, std::move(parts), 0, ReduceOp::kSum,
                 RngDtype::kU8, bytes);
     return;
   }
@@ -749,7 +550,7 @@ void CommWork::AddBroadcast(Plan& plan, std::vector<AcrossPart> parts, uint64_t 
     plan.Copy(parts[i].device, parts[i].recv, parts[0].send, bytes);
 }
 
-void CommWork::AddReduceAdd(Plan& plan, absl::Span<const DeviceIndex> devices,
+void CommWork::AddReduceAdd(CommPlan& plan, absl::Span<const DeviceIndex> devices,
                             absl::Span<const size_t> slots, size_t root, size_t result,
                             RngDtype dtype, uint64_t bytes) {
   const DeviceIndex target = devices[root];
@@ -758,7 +559,7 @@ void CommWork::AddReduceAdd(Plan& plan, absl::Span<const DeviceIndex> devices,
     for (size_t i = 0; i < slots.size(); ++i) {
       parts.push_back({devices[i], Operand{slots[i]}, Operand{i == root ? result : slots[i]}});
     }
-    plan.Across(Plan::Step::Kind::kReduceAcross, std::move(parts), root, ReduceOp::kSum, dtype,
+    plan.Across(CommPlan::Step::Kind::kReduceAcross, std::move(parts), root, ReduceOp::kSum, dtype,
                 bytes / RngElementSize(dtype));
     return;
   }
@@ -786,7 +587,7 @@ absl::StatusOr<CommDone> CommWork::ReduceAddCoalesced(
   }
   GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex target,
                           CheckedDevice(destination, memory_->device_count()));
-  Plan plan(target);
+  CommPlan plan(target);
   for (size_t j = 0; j < inputs[0].size(); ++j) {
     std::vector<CommTensor> column;
     std::vector<DeviceIndex> devices;
@@ -841,7 +642,7 @@ absl::StatusOr<CommDone> CommWork::Scatter(SessionId session, const CommTensor& 
   std::vector<int64_t> sizes;
   std::vector<DeviceIndex> targets;
   std::vector<std::optional<size_t>> out_slots;
-  Plan plan(source);
+  CommPlan plan(source);
   const size_t src = plan.Existing(tensor, source, bytes);
   int d = 0;
   if (out.has_value()) {
@@ -1025,7 +826,7 @@ absl::StatusOr<CommDone> CommWork::Gather(SessionId session, absl::Span<const Co
                                                      bytes, "; use the staging buffer"));
     }
   }
-  Plan plan(*target);
+  CommPlan plan(*target);
   std::vector<size_t> slots;
   for (size_t i = 0; i < tensors.size(); ++i) {
     GPUMUX_ASSIGN_OR_RETURN(const uint64_t input_bytes, TensorBytes(tensors[i]));
@@ -1106,7 +907,7 @@ absl::StatusOr<CommDone> CommWork::AllReduce(SessionId session, absl::Span<const
       return absl::InvalidArgumentError("inputs must be on unique devices");
     devices.push_back(device);
   }
-  Plan plan(devices[0]);
+  CommPlan plan(devices[0]);
   std::vector<size_t> in_slots;
   std::vector<size_t> out_slots;
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -1122,7 +923,7 @@ absl::StatusOr<CommDone> CommWork::AllReduce(SessionId session, absl::Span<const
     std::vector<AcrossPart> parts;
     for (size_t i = 0; i < inputs.size(); ++i)
       parts.push_back({devices[i], Operand{in_slots[i]}, Operand{out_slots[i]}});
-    plan.Across(Plan::Step::Kind::kAllReduceAcross, std::move(parts), 0, op, dtype,
+    plan.Across(CommPlan::Step::Kind::kAllReduceAcross, std::move(parts), 0, op, dtype,
                 bytes / RngElementSize(dtype));
     return Run(session, "all_reduce", plan, options);
   }

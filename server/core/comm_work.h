@@ -12,20 +12,21 @@
 // input itself (broadcast to its own device, a one-input reduce_add, a
 // scatter chunk that stays on its device and is contiguous), so does this.
 //
-// Each call is planned first (every check, so a refused call queued
-// nothing), then queued on the session's streams, one per device taking
-// part: its stream in CommOptions::streams, else its default stream. The
-// streams first meet (each waits for the others' work queued so far), then
-// every device's part runs on its own stream (copies into a device on that
-// device's stream, reductions on the destination's), and they meet again,
-// so that the completion event (on the first device's stream) covers all of
-// it and each allocation's record_stream on its device's stream protects it
-// until every part that touched it has run. Reductions read other devices'
-// memory directly where the backend can (CanReadPeer), else copy it over
-// first. Where the backend has a CollectiveEngine (NCCL on CUDA), broadcast,
-// broadcast_coalesced, reduce_add, reduce_add_coalesced and all_reduce over
-// distinct devices are one engine call each between the two meetings, as
-// PyTorch sends them to NCCL when nccl.is_available. Thread-safe.
+// Each call is planned first (a CommPlan: every check, so a refused call
+// queued nothing), then queued on the session's streams, one per device
+// taking part: its stream in CommOptions::streams, else its default stream.
+// The streams first meet (each waits for the others' work queued so far),
+// then every device's part runs on its own stream (copies into a device on
+// that device's stream, reductions on the destination's), and they meet
+// again, so that the completion event (on the first device's stream) covers
+// all of it and each allocation's record_stream on its device's stream
+// protects it until every part that touched it has run. Reductions read
+// other devices' memory directly where the backend can (CanReadPeer), else
+// copy it over first. Where the backend has a CollectiveEngine (NCCL on
+// CUDA), broadcast, broadcast_coalesced, reduce_add, reduce_add_coalesced
+// and all_reduce over distinct devices are one engine call each between the
+// two meetings, as PyTorch sends them to NCCL when nccl.is_available.
+// Thread-safe.
 
 #include <cstdint>
 #include <optional>
@@ -40,22 +41,14 @@
 #include "common/tensor/tensor_chunks.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/core/comm_plan.h"
+#include "server/core/comm_tensor.h"
 #include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
 #include "server/core/staging_buffers.h"
 #include "server/core/stream_manager.h"
 
 namespace gpumux {
-
-struct CommTensor {
-  AllocationId id;  // 0 for a tensor without elements: no memory
-  uint64_t offset = 0;
-  RngDtype dtype = RngDtype::kF32;
-  Shape shape;
-  // Only for a tensor without memory (id 0), which has no allocation to
-  // tell its device.
-  DeviceIndex device;
-};
 
 // A tensor's byte size: INVALID_ARGUMENT for too many dimensions, a negative
 // one (PyTorch's message), or more than 2^62 bytes.
@@ -170,23 +163,20 @@ class CommWork {
                                      ReduceOp op, const CommOptions& options);
 
  private:
-  class Plan;
-  struct Operand;
-  struct AcrossPart;
   // plan's step dst = op(dst, src) on `on`'s stream for `bytes` of `dtype`;
   // through scratch memory on `on` when it cannot read src's device.
-  void AddReduce(Plan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype, const Operand& dst,
-                 const Operand& src, uint64_t bytes);
+  void AddReduce(CommPlan& plan, DeviceIndex on, ReduceOp op, RngDtype dtype,
+                 const CommPlan::Operand& dst, const CommPlan::Operand& src, uint64_t bytes);
   // Whether a collective over `devices` runs on the backend's engine: it
   // has one and the devices are distinct (PyTorch's nccl.is_available).
   bool EngineRuns(absl::Span<const DeviceIndex> devices) const;
   // parts[0].send to every other part's recv: one engine broadcast, else
   // a copy per part on its device's stream.
-  void AddBroadcast(Plan& plan, std::vector<AcrossPart> parts, uint64_t bytes);
+  void AddBroadcast(CommPlan& plan, std::vector<CommPlan::AcrossPart> parts, uint64_t bytes);
   // reduce_add of the tensors in `slots` (on `devices`) into `result` on
   // devices[root]: one engine reduce, else PyTorch's fallback order (the
   // root's input, then the others in order).
-  void AddReduceAdd(Plan& plan, absl::Span<const DeviceIndex> devices,
+  void AddReduceAdd(CommPlan& plan, absl::Span<const DeviceIndex> devices,
                     absl::Span<const size_t> slots, size_t root, size_t result, RngDtype dtype,
                     uint64_t bytes);
   // Allocates the plan's new memory, queues its steps between the two
@@ -194,7 +184,7 @@ class CommWork {
   // completion event and waits as asked; frees the new results again when
   // anything failed.
   // `name` is the collective's in profiles.
-  absl::StatusOr<CommDone> Run(SessionId session, absl::string_view name, Plan& plan,
+  absl::StatusOr<CommDone> Run(SessionId session, absl::string_view name, CommPlan& plan,
                                const CommOptions& options);
   // The device of a tensor the session names, with its byte size checked.
   absl::StatusOr<DeviceIndex> DeviceOf(SessionId session, const CommTensor& tensor) const;
