@@ -6,147 +6,15 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "common/base/request_limits.h"
 #include "common/base/status_macros.h"
 
 namespace gpumux {
-namespace {
-
-constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 62;
-
-const char* TorchDtypeName(RngDtype dtype) {
-  switch (dtype) {
-    case RngDtype::kF32:
-      return "torch.float32";
-    case RngDtype::kF64:
-      return "torch.float64";
-    case RngDtype::kF16:
-      return "torch.float16";
-    case RngDtype::kBF16:
-      return "torch.bfloat16";
-    case RngDtype::kI32:
-      return "torch.int32";
-    case RngDtype::kI64:
-      return "torch.int64";
-    case RngDtype::kU8:
-      return "torch.uint8";
-  }
-  return "unknown";
-}
-
-// "[0, 1]" or "None", as Python prints an optional list in comm.py's messages.
-std::string PythonList(const std::optional<std::vector<int64_t>>& values) {
-  if (!values.has_value()) return "None";
-  return absl::StrCat("[", absl::StrJoin(*values, ", "), "]");
-}
-
-// "2x3", as reduce_add joins sizes.
-std::string JoinedSizes(const Shape& shape) { return absl::StrJoin(shape, "x"); }
-
-absl::StatusOr<uint64_t> TensorBytes(const CommTensor& tensor) {
-  if (tensor.shape.size() > kMaxTensorDims) {
-    return absl::InvalidArgumentError(absl::StrCat("a tensor has at most ", kMaxTensorDims,
-                                                   " dimensions, not ", tensor.shape.size()));
-  }
-  uint64_t count = 1;
-  for (int64_t size : tensor.shape) {
-    if (size < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Trying to create tensor with negative dimension ", size, ": ",
-                       FormatShape(tensor.shape)));
-    }
-  }
-  for (int64_t size : tensor.shape) {
-    const auto n = static_cast<uint64_t>(size);
-    if (n != 0 && count > kMaxTensorBytes / n)
-      count = kMaxTensorBytes + 1;
-    else
-      count *= n;
-  }
-  const uint64_t element = RngElementSize(tensor.dtype);
-  if (count > kMaxTensorBytes / element) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a tensor of shape ", FormatShape(tensor.shape), " has more than 2^62 bytes"));
-  }
-  return count * element;
-}
-
-}  // namespace
-
-absl::StatusOr<uint64_t> CommTensorBytes(const CommTensor& tensor) { return TensorBytes(tensor); }
-
-namespace {
-
-absl::Status CheckTensorCount(size_t count) {
-  if (count <= kMaxCommTensorsPerRequest) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "a collective names at most ", kMaxCommTensorsPerRequest, " tensors, not ", count));
-}
-
-absl::Status CheckDeviceCount(size_t count) {
-  if (count <= kMaxCommDevicesPerRequest) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "a collective names at most ", kMaxCommDevicesPerRequest, " devices, not ", count));
-}
-
-absl::Status CheckNonNegative(int64_t device) {
-  if (device >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("Expected non-negative device index, but got ", device));
-}
-
-// A device index from the caller: non-negative and one of `count`.
-absl::StatusOr<DeviceIndex> CheckedDevice(int64_t device, int count) {
-  GPUMUX_RETURN_IF_ERROR(CheckNonNegative(device));
-  if (device >= count) {
-    // Past int32 too: the message names the index as given.
-    return absl::InvalidArgumentError(absl::StrCat("device ", device,
-                                                   " is out of range: this daemon has ", count,
-                                                   count == 1 ? " device (0)" : " devices (0..",
-                                                   count == 1 ? "" : absl::StrCat(count - 1, ")")));
-  }
-  return DeviceIndex(static_cast<int32_t>(device));
-}
-
-// chunk and split_with_sizes on a 0-d tensor.
-absl::Status CheckHasDims(const Shape& shape, absl::string_view message) {
-  if (!shape.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(message);
-}
-
-}  // namespace
-
 namespace {
 
 using Operand = CommPlan::Operand;
 using AcrossPart = CommPlan::AcrossPart;
 
 }  // namespace
-
-absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, SessionId session,
-                                             const CommTensor& tensor) {
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
-  if (tensor.id.value() == 0 && bytes == 0) {
-    GPUMUX_RETURN_IF_ERROR(memory.CheckDevice(tensor.device));
-    return tensor.device;
-  }
-  GPUMUX_ASSIGN_OR_RETURN(AllocationView view, memory.Lookup(session, tensor.id));
-  if (tensor.offset > view.requested_size || bytes > view.requested_size - tensor.offset) {
-    return absl::OutOfRangeError(absl::StrCat("a tensor of shape ", FormatShape(tensor.shape), " (",
-                                              bytes, " bytes) at offset ", tensor.offset,
-                                              " does not fit allocation ", tensor.id.value(),
-                                              " of ", view.requested_size, " bytes"));
-  }
-  // A tensor with memory is where its memory is: `device` is for tensors
-  // without elements (0, the proto's default, reads as unset).
-  if (tensor.device.value() != 0 && tensor.device != view.device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a tensor of allocation ", tensor.id.value(), " is on its memory's device ",
-        view.device.value(), ", not on the device ", tensor.device.value(), " it names"));
-  }
-  return view.device;
-}
 
 absl::StatusOr<DeviceIndex> CommWork::DeviceOf(SessionId session, const CommTensor& tensor) const {
   return CommTensorDevice(*memory_, session, tensor);
@@ -381,7 +249,7 @@ absl::StatusOr<CommDone> CommWork::Broadcast(SessionId session, const CommTensor
         "broadcast needs at least one device in 'devices', the source tensor's first");
   }
   GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex source, DeviceOf(session, tensor));
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(tensor));
   CommPlan plan(source);
   const size_t src = plan.Existing(tensor, source, bytes);
   if (devices.has_value()) {
@@ -449,7 +317,7 @@ absl::StatusOr<CommDone> CommWork::BroadcastCoalesced(SessionId session,
       return absl::InvalidArgumentError(
           absl::StrCat("All tensors must be on devices[0]: ", devices[0]));
     }
-    GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
+    GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(tensor));
     inputs.push_back(Named{plan.Existing(tensor, device, bytes), device, bytes});
   }
   for (const CommTensor& tensor : tensors) plan.AddResult(tensor, root);
@@ -512,7 +380,7 @@ absl::StatusOr<CommDone> CommWork::ReduceAdd(SessionId session, absl::Span<const
   GPUMUX_ASSIGN_OR_RETURN(const size_t root, ReduceAddRoot(inputs, devices, destination));
   const DeviceIndex target = devices[root];
   CommPlan plan(target);
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(inputs[0]));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(inputs[0]));
   std::vector<size_t> slots;
   for (size_t i = 0; i < inputs.size(); ++i)
     slots.push_back(plan.Existing(inputs[i], devices[i], bytes));
@@ -597,7 +465,7 @@ absl::StatusOr<CommDone> CommWork::ReduceAddCoalesced(
       devices.push_back(device);
     }
     GPUMUX_ASSIGN_OR_RETURN(const size_t root, ReduceAddRoot(column, devices, destination));
-    GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(column[0]));
+    GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(column[0]));
     std::vector<size_t> slots;
     for (size_t i = 0; i < column.size(); ++i)
       slots.push_back(plan.Existing(column[i], devices[i], bytes));
@@ -635,7 +503,7 @@ absl::StatusOr<CommDone> CommWork::Scatter(SessionId session, const CommTensor& 
     return absl::InvalidArgumentError("Expected at least one device to scatter to");
   }
   GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex source, DeviceOf(session, tensor));
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(tensor));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(tensor));
   const uint64_t element = RngElementSize(tensor.dtype);
 
   // The chunks' sizes along `dim` and their devices.
@@ -673,7 +541,7 @@ absl::StatusOr<CommDone> CommWork::Scatter(SessionId session, const CommTensor& 
                          TorchDtypeName(tensor.dtype), ", but output tensor at index ", i,
                          " has dtype ", TorchDtypeName(o.dtype)));
       }
-      GPUMUX_ASSIGN_OR_RETURN(const uint64_t out_bytes, TensorBytes(o));
+      GPUMUX_ASSIGN_OR_RETURN(const uint64_t out_bytes, CommTensorBytes(o));
       sizes.push_back(o.shape[static_cast<size_t>(d)]);
       targets.push_back(device);
       out_slots.push_back(plan.Existing(o, device, out_bytes));
@@ -794,7 +662,7 @@ absl::StatusOr<CommDone> CommWork::Gather(SessionId session, absl::Span<const Co
                    absl::StrCat("dimension specified as ", dim, " but tensor has no dimensions")));
   GPUMUX_ASSIGN_OR_RETURN(const Shape shape, GatherShape(shapes, d));
   CommTensor gathered{AllocationId(0), 0, tensors[0].dtype, shape, devices[0]};
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(gathered));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(gathered));
   const uint64_t element = RngElementSize(gathered.dtype);
 
   // Where the pieces go: the caller's `out`, a new result, or scratch memory
@@ -829,7 +697,7 @@ absl::StatusOr<CommDone> CommWork::Gather(SessionId session, absl::Span<const Co
   CommPlan plan(*target);
   std::vector<size_t> slots;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    GPUMUX_ASSIGN_OR_RETURN(const uint64_t input_bytes, TensorBytes(tensors[i]));
+    GPUMUX_ASSIGN_OR_RETURN(const uint64_t input_bytes, CommTensorBytes(tensors[i]));
     slots.push_back(plan.Existing(tensors[i], devices[i], input_bytes));
   }
   std::optional<size_t> into;
@@ -885,20 +753,20 @@ absl::StatusOr<CommDone> CommWork::AllReduce(SessionId session, absl::Span<const
       outputs.has_value() ? *outputs : std::vector<CommTensor>(inputs.begin(), inputs.end());
   std::vector<DeviceIndex> devices;
   const RngDtype dtype = inputs[0].dtype;
-  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, TensorBytes(inputs[0]));
+  GPUMUX_ASSIGN_OR_RETURN(const uint64_t bytes, CommTensorBytes(inputs[0]));
   for (size_t i = 0; i < inputs.size(); ++i) {
     GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex device, DeviceOf(session, inputs[i]));
     if (inputs[i].dtype != dtype || targets[i].dtype != dtype) {
       return absl::InvalidArgumentError("all inputs and outputs must be of the same Tensor dtype");
     }
-    GPUMUX_ASSIGN_OR_RETURN(const uint64_t input_bytes, TensorBytes(inputs[i]));
+    GPUMUX_ASSIGN_OR_RETURN(const uint64_t input_bytes, CommTensorBytes(inputs[i]));
     if (input_bytes != bytes)
       return absl::InvalidArgumentError("all inputs must have the same number of elements");
     if (outputs.has_value()) {
       GPUMUX_ASSIGN_OR_RETURN(const DeviceIndex out_device, DeviceOf(session, targets[i]));
       if (out_device != device)
         return absl::InvalidArgumentError("input and output must be on the same device");
-      GPUMUX_ASSIGN_OR_RETURN(const uint64_t out_bytes, TensorBytes(targets[i]));
+      GPUMUX_ASSIGN_OR_RETURN(const uint64_t out_bytes, CommTensorBytes(targets[i]));
       if (out_bytes != bytes) {
         return absl::InvalidArgumentError("output must be of size input_size * size_multiplier");
       }

@@ -42,6 +42,7 @@
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/comm_plan.h"
+#include "server/core/comm_rules.h"
 #include "server/core/comm_tensor.h"
 #include "server/core/device_profiler.h"
 #include "server/core/memory_manager.h"
@@ -49,16 +50,6 @@
 #include "server/core/stream_manager.h"
 
 namespace gpumux {
-
-// A tensor's byte size: INVALID_ARGUMENT for too many dimensions, a negative
-// one (PyTorch's message), or more than 2^62 bytes.
-absl::StatusOr<uint64_t> CommTensorBytes(const CommTensor& tensor);
-// The device of a tensor `session` names: CommTensorBytes's errors, NOT_FOUND
-// for memory that is not the session's, OUT_OF_RANGE for a tensor that does
-// not fit its allocation; a tensor without elements or memory is on its
-// `device` (INVALID_ARGUMENT when out of range).
-absl::StatusOr<DeviceIndex> CommTensorDevice(const MemoryManager& memory, SessionId session,
-                                             const CommTensor& tensor);
 
 struct CommResult {
   CommTensor tensor;
