@@ -1,7 +1,6 @@
 #include "server/core/memory_manager.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -598,29 +597,8 @@ absl::StatusOr<EmptyCacheResult> MemoryManager::EmptyCache(SessionId session,
 absl::StatusOr<uint64_t> MemoryManager::SetMemoryLimit(SessionId session, DeviceIndex device,
                                                        const MemoryLimit& limit) {
   GPUMUX_RETURN_IF_ERROR(CheckDevice(device));
-  uint64_t bytes = 0;
-  switch (limit.kind) {
-    case MemoryLimit::Kind::kFraction:
-      if (!(limit.fraction >= 0 && limit.fraction <= 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Invalid fraction value: ", limit.fraction, ". Allowed range: 0~1"));
-      }
-      // PyTorch: allowed_memory_maximum = fraction * total. A fraction of 0
-      // allows nothing, so it must not read as "no limit".
-      bytes = static_cast<uint64_t>(
-          limit.fraction * static_cast<double>(backend_->device_info(device).total_memory));
-      if (bytes == 0) bytes = 1;
-      break;
-    case MemoryLimit::Kind::kBytes:
-      if (limit.bytes == 0) {
-        return absl::InvalidArgumentError(
-            "a byte limit must be positive; set unlimited to remove the limit");
-      }
-      bytes = limit.bytes;
-      break;
-    case MemoryLimit::Kind::kUnlimited:
-      break;
-  }
+  GPUMUX_ASSIGN_OR_RETURN(uint64_t bytes,
+                          LimitInBytes(limit, backend_->device_info(device).total_memory));
   allocator_.SetMemoryLimit(device, session, bytes);
   return bytes;
 }

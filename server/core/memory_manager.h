@@ -30,6 +30,7 @@
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/limit_refusal.h"
+#include "server/core/memory_limit.h"
 #include "server/core/session_registry.h"
 #include "server/core/stats_pages.h"
 #include "server/core/stream_manager.h"
@@ -50,14 +51,6 @@ struct AllocationView {
   std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
   // An expandable segment's (kHostPages, kCudaPages): the pages under the block.
   std::vector<PageHandle> pages;
-};
-
-// One of fraction, bytes or unlimited, like SetMemoryLimitRequest.
-struct MemoryLimit {
-  enum class Kind { kFraction, kBytes, kUnlimited };
-  Kind kind = Kind::kUnlimited;
-  double fraction = 0;
-  uint64_t bytes = 0;
 };
 
 // A session's books on one device (MemoryManager::Usage).
@@ -261,8 +254,8 @@ class MemoryManager {
   absl::StatusOr<EmptyCacheResult> EmptyCache(SessionId session, std::optional<DeviceIndex> device,
                                               bool all_sessions);
 
-  // Returns the limit in bytes (0: none). INVALID_ARGUMENT for a fraction
-  // outside [0, 1] with PyTorch's message.
+  // Sets the session's limit on `device` and returns it in bytes (0: none).
+  // INVALID_ARGUMENT as LimitInBytes, or for a device out of range.
   absl::StatusOr<uint64_t> SetMemoryLimit(SessionId session, DeviceIndex device,
                                           const MemoryLimit& limit);
 
