@@ -31,15 +31,17 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
       limits_(limits),
       sessions_(sessions),
       streams_(streams),
-      allocator_(
-          backend, options,
-          [this](DeviceIndex device, SegmentId segment) { OnSegmentReleased(device, segment); }),
+      subscribers_(sessions),
+      allocator_(backend, options,
+                 [this](DeviceIndex device, SegmentId segment) {
+                   subscribers_.SegmentReleased(device, segment);
+                 }),
       pages_(memory_files == nullptr
                  ? nullptr
                  : std::make_unique<StatsPages>(memory_files, backend->device_count())) {
   allocator_.SetPagesUnmappedCallback(
       [this](DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size) {
-        OnPagesUnmapped(device, segment, offset, size);
+        subscribers_.PagesUnmapped(device, segment, offset, size);
       });
   streams_->set_stream_destroyer(
       [this](DeviceIndex device, BackendStream stream) { return DestroyStream(device, stream); });
@@ -193,7 +195,7 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
     block->charged = session;
     view = AddReferenceLocked(session, block.release(), /*imported=*/false);
   }
-  Subscribe(session, device, view.segment_id);
+  subscribers_.Subscribe(session, device, view.segment_id);
   return view;
 }
 
@@ -542,7 +544,7 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
     ++tokens_redeemed_;
     view = AddReferenceLocked(session, block, /*imported=*/true);
   }
-  Subscribe(session, view.device, view.segment_id);
+  subscribers_.Subscribe(session, view.device, view.segment_id);
   return view;
 }
 
@@ -749,41 +751,6 @@ std::vector<SessionDeviceBooks> MemoryManager::Usage(SessionId session) const {
     out.push_back(usage);
   }
   return out;
-}
-
-void MemoryManager::Subscribe(SessionId session, DeviceIndex device, SegmentId segment) {
-  absl::MutexLock lock(&subscribers_mu_);
-  auto& list = subscribers_[{device.value(), segment.value()}];
-  for (SessionId s : list) {
-    if (s == session) return;
-  }
-  list.push_back(session);
-}
-
-void MemoryManager::OnSegmentReleased(DeviceIndex device, SegmentId segment) {
-  absl::InlinedVector<SessionId, 2> list;
-  {
-    absl::MutexLock lock(&subscribers_mu_);
-    auto it = subscribers_.find({device.value(), segment.value()});
-    if (it == subscribers_.end()) return;
-    list = std::move(it->second);
-    subscribers_.erase(it);
-  }
-  for (SessionId session : list) sessions_->NotifySegmentReleased(session, device, segment);
-}
-
-void MemoryManager::OnPagesUnmapped(DeviceIndex device, SegmentId segment, uint64_t offset,
-                                    uint64_t size) {
-  absl::InlinedVector<SessionId, 2> list;
-  {
-    absl::MutexLock lock(&subscribers_mu_);
-    auto it = subscribers_.find({device.value(), segment.value()});
-    if (it == subscribers_.end()) return;
-    list = it->second;  // still subscribed: the segment lives on
-  }
-  for (SessionId session : list) {
-    sessions_->NotifySegmentReleased(session, device, segment, offset, size);
-  }
 }
 
 }  // namespace gpumux

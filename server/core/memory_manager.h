@@ -31,6 +31,7 @@
 #include "server/backend/device_backend.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/memory_limit.h"
+#include "server/core/segment_subscribers.h"
 #include "server/core/session_registry.h"
 #include "server/core/stats_pages.h"
 #include "server/core/stream_manager.h"
@@ -381,10 +382,6 @@ class MemoryManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   AllocationView AddReferenceLocked(SessionId session, Block* block, bool imported)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Subscribe(SessionId session, DeviceIndex device, SegmentId segment);
-  void OnSegmentReleased(DeviceIndex device, SegmentId segment);
-  // Pages of an expandable segment were unmapped: its subscribers unmap them.
-  void OnPagesUnmapped(DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size);
   // The session's daemon-side stats on `device` merged with its page's.
   DeviceStats SessionStatsWithPage(DeviceIndex device, SessionId session) const;
   CacheFigures CacheFiguresOf(DeviceIndex device, SessionId session) const;
@@ -396,6 +393,8 @@ class MemoryManager {
   TenantShares tenant_tokens_{"share tokens", "--max-share-tokens"};
   SessionRegistry* sessions_;
   StreamManager* streams_;
+  // Before the allocator, whose callbacks tell them of released segments.
+  SegmentSubscribers subscribers_;
   CachingAllocator allocator_;
   std::unique_ptr<StatsPages> pages_;  // null without memory files
 
@@ -408,11 +407,6 @@ class MemoryManager {
   absl::flat_hash_map<std::string, Block*> used_tokens_ ABSL_GUARDED_BY(mu_);
   uint64_t tokens_issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tokens_redeemed_ ABSL_GUARDED_BY(mu_) = 0;
-
-  // Sessions handed each segment's handle. Taken after mu_ when both are held.
-  absl::Mutex subscribers_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  absl::flat_hash_map<std::pair<int32_t, uint64_t>, absl::InlinedVector<SessionId, 2>> subscribers_
-      ABSL_GUARDED_BY(subscribers_mu_);
 };
 
 }  // namespace gpumux
