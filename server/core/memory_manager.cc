@@ -17,11 +17,6 @@ namespace {
 constexpr absl::string_view kTokenPrefix = "gpumux-share-";
 constexpr int kTokenRandomBytes = 16;
 
-absl::Status NotFound(AllocationId id) {
-  return absl::NotFoundError(absl::StrCat(
-      "allocation ", id.value(), " not found: it is not a live allocation of this session"));
-}
-
 }  // namespace
 
 MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options,
@@ -38,7 +33,8 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
                  }),
       pages_(memory_files == nullptr
                  ? nullptr
-                 : std::make_unique<StatsPages>(memory_files, backend->device_count())) {
+                 : std::make_unique<StatsPages>(memory_files, backend->device_count())),
+      books_(backend->device_count()) {
   allocator_.SetPagesUnmappedCallback(
       [this](DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size) {
         subscribers_.PagesUnmapped(device, segment, offset, size);
@@ -65,11 +61,10 @@ void MemoryManager::AddSession(SessionId session, const std::string& tenant,
   // but its Open has not returned to the client yet.
   allocator_.SetClientTenant(session, tenant);
   absl::MutexLock lock(&mu_);
-  SessionBooks& books = books_[session];
-  books.share_tenant = share_tenant;
-  books.imported_bytes.assign(static_cast<size_t>(allocator_.device_count()), 0);
-  books.leases.assign(static_cast<size_t>(allocator_.device_count()), 0);
-  books.fruitless.assign(static_cast<size_t>(allocator_.device_count()), std::nullopt);
+  books_.AddSession(session);
+  OpenSession& open = open_[session];
+  open.share_tenant = share_tenant;
+  open.fruitless.assign(static_cast<size_t>(allocator_.device_count()), std::nullopt);
 }
 
 absl::Status MemoryManager::SetTenantLimit(const std::string& tenant,
@@ -107,9 +102,8 @@ std::vector<SessionId> MemoryManager::PressureCandidates(SessionId session, Devi
   std::vector<SessionId> holders;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [other, books] : books_) {
-      if (other != session && books.leases[static_cast<size_t>(device.value())] > 0)
-        holders.push_back(other);
+    for (SessionId other : books_.SessionsWithLeases(device)) {
+      if (other != session) holders.push_back(other);
     }
   }
   std::optional<std::string> tenant;
@@ -128,10 +122,10 @@ std::vector<SessionId> MemoryManager::PressureCandidates(SessionId session, Devi
     if (figures.reserved <= figures.allocated) continue;
     {
       absl::MutexLock lock(&mu_);
-      auto books = books_.find(other);
-      if (books == books_.end()) continue;
+      auto open = open_.find(other);
+      if (open == open_.end()) continue;
       // Nothing to give when last asked, and nothing changed since.
-      if (books->second.fruitless[static_cast<size_t>(device.value())] == figures) continue;
+      if (open->second.fruitless[static_cast<size_t>(device.value())] == figures) continue;
     }
     out.push_back(other);
   }
@@ -172,43 +166,23 @@ absl::StatusOr<AllocationView> MemoryManager::AllocateWith(
     }
     pages = *std::move(found);
   }
+  AllocationView allocated{.device = device,
+                           .requested_size = result.requested_size,
+                           .size = result.size,
+                           .address = result.address,
+                           .segment_id = result.segment_id,
+                           .segment_size = result.segment_size,
+                           .offset = result.address - result.segment_address,
+                           .segment_handle = std::move(result.segment_handle),
+                           .pages = std::move(pages)};
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
-    --books_.at(session).calls_in_flight;  // the books live while it is above 0
+    --open_.at(session).calls_in_flight;  // the books live while it is above 0
     ended = true;
-    auto block = std::make_unique<Block>();
-    block->view = AllocationView{AllocationId(0),
-                                 device,
-                                 result.requested_size,
-                                 result.size,
-                                 result.address,
-                                 result.segment_id,
-                                 result.segment_size,
-                                 result.address - result.segment_address,
-                                 std::move(result.segment_handle),
-                                 std::move(pages)};
-    block->shareable = shareable;
-    block->leased = leased;
-    if (leased) ++books_.at(session).leases[static_cast<size_t>(device.value())];
-    block->allocated_by = session;
-    block->charged = session;
-    view = AddReferenceLocked(session, block.release(), /*imported=*/false);
+    view = books_.AddBlock(session, std::move(allocated), shareable, leased);
   }
   subscribers_.Subscribe(session, device, view.segment_id);
-  return view;
-}
-
-AllocationView MemoryManager::AddReferenceLocked(SessionId session, Block* block, bool imported) {
-  AllocationId id(next_allocation_id_++);
-  block->refs.push_back(id);
-  refs_.emplace(id, Reference{session, block, imported});
-  SessionBooks& books = books_[session];
-  books.ids.insert(id);
-  if (imported)
-    books.imported_bytes[static_cast<size_t>(block->view.device.value())] += block->view.size;
-  AllocationView view = block->view;
-  view.id = id;
   return view;
 }
 
@@ -256,20 +230,18 @@ absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const Allo
     absl::MutexLock lock(&mu_);
     // Blocks the daemon works on in place (HoldAllocations) are freed after.
     struct Held {
-      const MemoryManager* self;
+      const AllocationBooks* books;
       absl::Span<const AllocationId> ids;
-    } held{this, ids};
+    } held{&books_, ids};
     mu_.Await(absl::Condition(
-        +[](Held* h) { return h->self->NoneHeldLocked(h->ids); }, &held));
-    auto books = books_.find(session);
-    if (books == books_.end()) return SessionClosedError(session);
-    for (AllocationId id : ids) {
-      if (!books->second.ids.contains(id)) return NotFound(id);
-    }
+        +[](Held* h) { return h->books->NoneHeld(h->ids); }, &held));
+    auto open = open_.find(session);
+    if (open == open_.end()) return SessionClosedError(session);
+    for (AllocationId id : ids) GPUMUX_RETURN_IF_ERROR(books_.Find(session, id).status());
     if (!wait_event_handles.empty())
-      GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(ids, wait_event_handles, &frees));
+      GPUMUX_RETURN_IF_ERROR(OpenWaitEventsLocked(session, ids, wait_event_handles, &frees));
     for (AllocationId id : ids) DropReferenceLocked(id, nullptr, &frees);
-    ++books->second.calls_in_flight;
+    ++open->second.calls_in_flight;
   }
   ApplyFrees(frees);
   EndCall(session);
@@ -278,23 +250,15 @@ absl::Status MemoryManager::FreeChecked(SessionId session, absl::Span<const Allo
 
 absl::Status MemoryManager::BeginCall(SessionId session) {
   absl::MutexLock lock(&mu_);
-  auto books = books_.find(session);
-  if (books == books_.end()) return SessionClosedError(session);
-  ++books->second.calls_in_flight;
+  auto open = open_.find(session);
+  if (open == open_.end()) return SessionClosedError(session);
+  ++open->second.calls_in_flight;
   return absl::OkStatus();
 }
 
 void MemoryManager::EndCall(SessionId session) {
   absl::MutexLock lock(&mu_);
-  --books_.at(session).calls_in_flight;  // the books live while it is above 0
-}
-
-bool MemoryManager::NoneHeldLocked(absl::Span<const AllocationId> ids) const {
-  for (AllocationId id : ids) {
-    auto it = refs_.find(id);
-    if (it != refs_.end() && it->second.block->holds > 0) return false;
-  }
-  return true;
+  --open_.at(session).calls_in_flight;  // the books live while it is above 0
 }
 
 void MemoryManager::ApplyFrees(const PendingFrees& frees) {
@@ -305,7 +269,8 @@ void MemoryManager::ApplyFrees(const PendingFrees& frees) {
   }
 }
 
-absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
+absl::Status MemoryManager::OpenWaitEventsLocked(SessionId session,
+                                                 absl::Span<const AllocationId> ids,
                                                  absl::Span<const std::string> handles,
                                                  PendingFrees* frees) {
   // Each handle is opened once per device whose blocks this free returns,
@@ -313,7 +278,7 @@ absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> 
   // here: its last holder's free decides.
   frees->resize(static_cast<size_t>(allocator_.device_count()));
   for (AllocationId id : ids) {
-    const Block& block = *refs_.at(id).block;
+    const AllocationBooks::Block& block = **books_.Find(session, id);  // checked
     DeviceFrees& device = (*frees)[static_cast<size_t>(block.view.device.value())];
     if (block.refs.size() > 1 || !device.wait_for.empty()) continue;
     for (const std::string& handle : handles) {
@@ -333,34 +298,12 @@ absl::Status MemoryManager::OpenWaitEventsLocked(absl::Span<const AllocationId> 
   return absl::OkStatus();
 }
 
-absl::StatusOr<const MemoryManager::Reference*> MemoryManager::FindLocked(SessionId session,
-                                                                          AllocationId id) const {
-  auto it = refs_.find(id);
-  if (it == refs_.end() || it->second.session != session) return NotFound(id);
-  return &it->second;
-}
-
-absl::StatusOr<MemoryManager::Block*> MemoryManager::FindRangeLocked(SessionId session,
-                                                                     const RangeUse& range) const {
-  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, range.id));
-  const AllocationView& view = ref->block->view;
-  if (range.offset > view.requested_size || range.size > view.requested_size - range.offset) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "bytes [", range.offset, ", ", range.offset, " + ", range.size, ") are outside allocation ",
-        range.id.value(), " of ", view.requested_size, " bytes"));
-  }
-  return ref->block;
-}
-
 absl::StatusOr<AllocationView> MemoryManager::Lookup(SessionId session, AllocationId id) const {
   absl::MutexLock lock(&mu_);
-  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));
-  AllocationView view = ref->block->view;
-  view.id = id;
-  return view;
+  return books_.Lookup(session, id);
 }
 
-void MemoryManager::RecordStreamLocked(const Block& block, SessionId session,
+void MemoryManager::RecordStreamLocked(const AllocationBooks::Block& block, SessionId session,
                                        const ResolvedStream& stream) {
   // The allocator knows the block's allocation stream by its allocating
   // session's id for it. Created stream ids are unique daemon-wide, but every
@@ -378,8 +321,9 @@ absl::Status MemoryManager::RecordStream(SessionId session, AllocationId id, Str
   GPUMUX_ASSIGN_OR_RETURN(AllocationView view, Lookup(session, id));
   GPUMUX_ASSIGN_OR_RETURN(ResolvedStream resolved, streams_->Resolve(session, view.device, stream));
   absl::MutexLock lock(&mu_);
-  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));  // freed meanwhile?
-  RecordStreamLocked(*ref->block, session, resolved);
+  // Freed meanwhile?
+  GPUMUX_ASSIGN_OR_RETURN(const AllocationBooks::Block* block, books_.Find(session, id));
+  RecordStreamLocked(*block, session, resolved);
   return absl::OkStatus();
 }
 
@@ -393,15 +337,15 @@ absl::Status MemoryManager::EnqueueOnAllocations(
     SessionId session, absl::Span<const RangeUse> ranges, absl::Span<const ResolvedStream> streams,
     absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> enqueue) {
   absl::InlinedVector<DeviceSpan, 2> spans;
-  absl::InlinedVector<const Block*, 2> blocks;
+  absl::InlinedVector<const AllocationBooks::Block*, 2> blocks;
   absl::MutexLock lock(&mu_);
   for (const RangeUse& range : ranges) {
-    GPUMUX_ASSIGN_OR_RETURN(Block * block, FindRangeLocked(session, range));
+    GPUMUX_ASSIGN_OR_RETURN(const AllocationBooks::Block* block, books_.FindRange(session, range));
     spans.push_back(DeviceSpan{block->view.device, block->view.address + range.offset});
     blocks.push_back(block);
   }
   GPUMUX_RETURN_IF_ERROR(enqueue(spans));
-  for (const Block* block : blocks) {
+  for (const AllocationBooks::Block* block : blocks) {
     for (const ResolvedStream& stream : streams) {
       if (block->view.device == stream.device) RecordStreamLocked(*block, session, stream);
     }
@@ -413,91 +357,76 @@ absl::Status MemoryManager::HoldAllocations(
     SessionId session, absl::Span<const RangeUse> ranges,
     absl::FunctionRef<absl::Status(absl::Span<const DeviceSpan>)> use) {
   absl::InlinedVector<DeviceSpan, 2> spans;
-  absl::InlinedVector<Block*, 2> blocks;
+  absl::InlinedVector<AllocationBooks::Block*, 2> blocks;
   {
     absl::MutexLock lock(&mu_);
-    auto books = books_.find(session);
-    if (books == books_.end()) return SessionClosedError(session);
+    auto open = open_.find(session);
+    if (open == open_.end()) return SessionClosedError(session);
     for (const RangeUse& range : ranges) {
-      GPUMUX_ASSIGN_OR_RETURN(Block * block, FindRangeLocked(session, range));
+      GPUMUX_ASSIGN_OR_RETURN(AllocationBooks::Block * block, books_.FindRange(session, range));
       spans.push_back(DeviceSpan{block->view.device, block->view.address + range.offset});
       blocks.push_back(block);
     }
-    for (Block* block : blocks) ++block->holds;
-    ++books->second.calls_in_flight;  // the session's end waits for the use
+    for (AllocationBooks::Block* block : blocks) ++block->holds;
+    ++open->second.calls_in_flight;  // the session's end waits for the use
   }
   const absl::Status used = use(spans);
   absl::MutexLock lock(&mu_);
-  for (Block* block : blocks) --block->holds;
-  SessionBooks& books = books_.at(session);  // they live while the call is in flight
-  --books.calls_in_flight;
-  if (used.ok() && books.ending) return SessionClosedError(session);
+  for (AllocationBooks::Block* block : blocks) --block->holds;
+  OpenSession& open = open_.at(session);  // it lives while the call is in flight
+  --open.calls_in_flight;
+  if (used.ok() && open.ending) return SessionClosedError(session);
   return used;
 }
 
 void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary,
                                         PendingFrees* frees) {
-  auto it = refs_.find(id);
-  Reference ref = it->second;
-  refs_.erase(it);
-  Block* block = ref.block;
-  const size_t device_slot = static_cast<size_t>(block->view.device.value());
-  SessionBooks& books = books_[ref.session];
-  books.ids.erase(id);
-  if (ref.imported) books.imported_bytes[device_slot] -= block->view.size;
-  block->refs.erase(std::find(block->refs.begin(), block->refs.end(), id));
-
-  if (block->refs.empty()) {
+  const AllocationBooks::Dropped dropped = books_.DropReference(id);
+  if (dropped.last) {
     if (summary != nullptr) {
-      if (ref.imported) {
+      if (dropped.imported) {
         ++summary->imports_dropped;
       } else {
         ++summary->allocations;
-        summary->allocated_bytes += block->view.size;
+        summary->allocated_bytes += dropped.size;
       }
     }
-    if (block->leased) --books.leases[device_slot];
-    for (const auto& [token, tenant] : block->tokens) {
-      unused_tokens_.erase(token);
-      used_tokens_.erase(token);
-      tenant_tokens_.Give(tenant);
+    auto tokens = block_tokens_.find(dropped.block);
+    if (tokens != block_tokens_.end()) {
+      for (const auto& [token, tenant] : tokens->second) {
+        unused_tokens_.erase(token);
+        used_tokens_.erase(token);
+        tenant_tokens_.Give(tenant);
+      }
+      block_tokens_.erase(tokens);
     }
     if (frees->empty()) frees->resize(static_cast<size_t>(allocator_.device_count()));
-    (*frees)[device_slot].addresses.push_back(block->view.address);
-    delete block;
+    (*frees)[static_cast<size_t>(dropped.device.value())].addresses.push_back(dropped.address);
     return;
   }
-  if (summary != nullptr && ref.imported) ++summary->imports_dropped;
-  if (block->charged == ref.session) {
+  if (summary != nullptr && dropped.imported) ++summary->imports_dropped;
+  if (dropped.heir.has_value()) {
     if (summary != nullptr) {
       ++summary->handed_over;
-      summary->handed_over_bytes += block->view.segment_size;
+      summary->handed_over_bytes += dropped.segment_size;
     }
-    // The charged holder left; the oldest remaining reference takes over the
-    // block and stops counting it as imported.
-    Reference& heir = refs_.at(block->refs.front());
-    if (heir.imported) {
-      heir.imported = false;
-      books_[heir.session].imported_bytes[device_slot] -= block->view.size;
-    }
-    block->charged = heir.session;
-    allocator_.Recharge(block->view.device, block->view.address, heir.session);
+    allocator_.Recharge(dropped.device, dropped.address, *dropped.heir);
   }
 }
 
 absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId id) {
   absl::MutexLock lock(&mu_);
-  GPUMUX_ASSIGN_OR_RETURN(const Reference* ref, FindLocked(session, id));
-  Block* block = ref->block;
+  GPUMUX_ASSIGN_OR_RETURN(const AllocationBooks::Block* block, books_.Find(session, id));
   if (!block->shareable) {
     return absl::FailedPreconditionError(
         absl::StrCat("allocation ", id.value(),
                      " is not shareable: its segment may hold other allocations; allocate it with "
                      "shareable=true to share it"));
   }
-  if (block->tokens.size() >= kMaxTokensPerAllocation) {
+  std::vector<std::pair<std::string, std::string>>& issued = block_tokens_[block->id];
+  if (issued.size() >= kMaxTokensPerAllocation) {
     return allocation_tokens_refusal_.Refuse(
-        absl::StrCat("allocation ", id.value(), " was already shared ", block->tokens.size(),
+        absl::StrCat("allocation ", id.value(), " was already shared ", issued.size(),
                      " times, the most one allocation may be (", kMaxTokensPerAllocation,
                      "); share another shareable allocation"));
   }
@@ -509,11 +438,11 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
         "--max-share-tokens=",
         limits_.max_share_tokens, "); free shared allocations or ask the operator to raise it"));
   }
-  const std::string& tenant = books_.at(session).share_tenant;
+  const std::string& tenant = open_.at(session).share_tenant;
   GPUMUX_RETURN_IF_ERROR(tenant_tokens_.Take(tenant, limits_.max_share_tokens));
   std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
-  block->tokens.emplace_back(token, tenant);
-  unused_tokens_.emplace(token, block);
+  issued.emplace_back(token, tenant);
+  unused_tokens_.emplace(token, block->id);
   ++tokens_issued_;
   return token;
 }
@@ -527,7 +456,7 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
-    if (!books_.contains(session)) return SessionClosedError(session);
+    if (!open_.contains(session)) return SessionClosedError(session);
     std::string key(token);
     auto it = unused_tokens_.find(key);
     if (it == unused_tokens_.end()) {
@@ -538,11 +467,11 @@ absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::st
       return absl::NotFoundError(
           "share token not found: it was never issued or its allocation was freed");
     }
-    Block* block = it->second;
+    const BlockId block = it->second;
     unused_tokens_.erase(it);
     used_tokens_.emplace(std::move(key), block);
     ++tokens_redeemed_;
-    view = AddReferenceLocked(session, block, /*imported=*/true);
+    view = books_.AddImport(session, block);
   }
   subscribers_.Subscribe(session, view.device, view.segment_id);
   return view;
@@ -560,19 +489,18 @@ ReleaseSummary MemoryManager::ReleaseSession(SessionId session) {
   PendingFrees frees;
   {
     absl::MutexLock lock(&mu_);
-    auto books = books_.find(session);
-    if (books != books_.end()) {
+    auto open = open_.find(session);
+    if (open != open_.end()) {
       // A Free of this session still handing its blocks to the allocator, or
       // an Allocate still getting one, finishes first: RemoveClient below
       // wants every block back.
-      SessionBooks* mine = &books->second;
+      OpenSession* mine = &open->second;
       mine->ending = true;
       mu_.Await(absl::Condition(
-          +[](SessionBooks* b) { return b->calls_in_flight == 0; }, mine));
-      std::vector<AllocationId> ids(mine->ids.begin(), mine->ids.end());
-      std::sort(ids.begin(), ids.end());
-      for (AllocationId id : ids) DropReferenceLocked(id, &summary, &frees);
-      books_.erase(session);
+          +[](OpenSession* o) { return o->calls_in_flight == 0; }, mine));
+      for (AllocationId id : books_.SessionIds(session)) DropReferenceLocked(id, &summary, &frees);
+      books_.RemoveSession(session);
+      open_.erase(session);
     }
   }
   ApplyFrees(frees);
@@ -662,8 +590,8 @@ void MemoryManager::AskToRelease(DeviceIndex device, absl::Span<const SessionId>
     const CacheFigures after = CacheFiguresOf(device, holders[i]);
     if (after.reserved < before[i].reserved) continue;  // it gave something back
     absl::MutexLock lock(&mu_);
-    auto books = books_.find(holders[i]);
-    if (books != books_.end()) books->second.fruitless[static_cast<size_t>(device.value())] = after;
+    auto open = open_.find(holders[i]);
+    if (open != open_.end()) open->second.fruitless[static_cast<size_t>(device.value())] = after;
   }
 }
 
@@ -731,8 +659,7 @@ std::vector<SessionDeviceBooks> MemoryManager::Usage(SessionId session) const {
   std::vector<uint64_t> imported;
   {
     absl::MutexLock lock(&mu_);
-    auto it = books_.find(session);
-    if (it != books_.end()) imported = it->second.imported_bytes;
+    imported = books_.ImportedBytes(session);
   }
   std::vector<SessionDeviceBooks> out;
   for (int d = 0; d < allocator_.device_count(); ++d) {

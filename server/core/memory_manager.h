@@ -29,6 +29,7 @@
 #include "common/formats/memory_stats.h"
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
+#include "server/core/allocation_books.h"
 #include "server/core/limit_refusal.h"
 #include "server/core/memory_limit.h"
 #include "server/core/segment_subscribers.h"
@@ -38,21 +39,6 @@
 #include "server/core/tenant_shares.h"
 
 namespace gpumux {
-
-// An allocation as its session sees it.
-struct AllocationView {
-  AllocationId id;
-  DeviceIndex device;
-  uint64_t requested_size = 0;
-  uint64_t size = 0;  // rounded block size
-  uint64_t address = 0;
-  SegmentId segment_id;
-  uint64_t segment_size = 0;
-  uint64_t offset = 0;                                  // address - segment address
-  std::shared_ptr<const SegmentHandle> segment_handle;  // shared with the segment
-  // An expandable segment's (kHostPages, kCudaPages): the pages under the block.
-  std::vector<PageHandle> pages;
-};
 
 // A session's books on one device (MemoryManager::Usage).
 struct SessionDeviceBooks {
@@ -64,13 +50,6 @@ struct SessionDeviceBooks {
   uint64_t limit_bytes = 0;
   uint64_t peak_allocated_bytes = 0;  // allocated_bytes.all.peak
   uint64_t peak_reserved_bytes = 0;   // reserved_bytes.all.peak
-};
-
-// A byte range of an allocation that queued work reads or writes.
-struct RangeUse {
-  AllocationId id;
-  uint64_t offset = 0;
-  uint64_t size = 0;
 };
 
 // Where a RangeUse lies on the device.
@@ -297,23 +276,6 @@ class MemoryManager {
   const CachingAllocator& allocator() const { return allocator_; }
 
  private:
-  // One allocator block, referenced by one or more allocation ids.
-  struct Block {
-    AllocationView view;     // as first handed out (id: the owner's)
-    SessionId allocated_by;  // whose stream ids the allocator knows it by
-    bool shareable = false;
-    bool leased = false;  // a lease (Lease), which the session's client carves
-    SessionId charged;    // whose stats carry it
-    absl::InlinedVector<AllocationId, 1> refs;
-    // Issued for it, used or not, each with the tenant whose share it took.
-    std::vector<std::pair<std::string, std::string>> tokens;
-    int holds = 0;  // HoldAllocations using it now
-  };
-  struct Reference {
-    SessionId session;
-    Block* block = nullptr;
-    bool imported = false;
-  };
   // What AskToRelease compares: a session's figures on one device.
   struct CacheFigures {
     int64_t reserved = 0;
@@ -321,14 +283,12 @@ class MemoryManager {
     int64_t active = 0;
     bool operator==(const CacheFigures&) const = default;
   };
-  struct SessionBooks {
+  // What the manager keeps of an open session beside its books.
+  struct OpenSession {
     std::string share_tenant;  // NamedTenant: whose share its share tokens take
-    absl::flat_hash_set<AllocationId> ids;
-    std::vector<uint32_t> leases;  // per device: live leases
     // Per device: its figures when asked to return its cache it returned
     // nothing; not asked again while they are the same.
     std::vector<std::optional<CacheFigures>> fruitless;
-    std::vector<uint64_t> imported_bytes;  // per device
     // Allocate and Free calls between their books and the allocator now,
     // and HoldAllocations' uses; ReleaseSession waits for them.
     int calls_in_flight = 0;
@@ -356,32 +316,24 @@ class MemoryManager {
   absl::Status FreeChecked(SessionId session, absl::Span<const AllocationId> ids,
                            absl::Span<const std::string> wait_event_handles)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Opens every handle once per device that the free returns blocks of.
-  absl::Status OpenWaitEventsLocked(absl::Span<const AllocationId> ids,
+  // Opens every handle once per device that the free of the session's
+  // (checked) `ids` returns blocks of.
+  absl::Status OpenWaitEventsLocked(SessionId session, absl::Span<const AllocationId> ids,
                                     absl::Span<const std::string> handles, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyFrees(const PendingFrees& frees) ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether no HoldAllocations uses a block of `ids` (ids not live count as
-  // free of holds).
-  bool NoneHeldLocked(absl::Span<const AllocationId> ids) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Counts a call of an open session in flight (else UNAUTHENTICATED "session
   // N is closed"); EndCall ends it.
   absl::Status BeginCall(SessionId session) ABSL_LOCKS_EXCLUDED(mu_);
   void EndCall(SessionId session) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops one reference; a block left without any joins `frees`.
+  // Drops one reference (AllocationBooks::DropReference) and settles what
+  // that leaves: a block left without any joins `frees` and its share tokens
+  // go; one handed over is recharged to its heir.
   void DropReferenceLocked(AllocationId id, ReleaseSummary* summary, PendingFrees* frees)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<const Reference*> FindLocked(SessionId session, AllocationId id) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // The session's allocation holding `range`: NOT_FOUND as FindLocked,
-  // OUT_OF_RANGE when the range does not fit its requested size.
-  absl::StatusOr<Block*> FindRangeLocked(SessionId session, const RangeUse& range) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // record_stream of `block` for `stream` of `session`.
-  void RecordStreamLocked(const Block& block, SessionId session, const ResolvedStream& stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  AllocationView AddReferenceLocked(SessionId session, Block* block, bool imported)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordStreamLocked(const AllocationBooks::Block& block, SessionId session,
+                          const ResolvedStream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The session's daemon-side stats on `device` merged with its page's.
   DeviceStats SessionStatsWithPage(DeviceIndex device, SessionId session) const;
   CacheFigures CacheFiguresOf(DeviceIndex device, SessionId session) const;
@@ -399,12 +351,15 @@ class MemoryManager {
   std::unique_ptr<StatsPages> pages_;  // null without memory files
 
   mutable absl::Mutex mu_;
-  uint64_t next_allocation_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<AllocationId, Reference> refs_ ABSL_GUARDED_BY(mu_);
-  // Node-based: ReleaseSession waits on one session's books with mu_ released.
-  absl::node_hash_map<SessionId, SessionBooks> books_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Block*> unused_tokens_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Block*> used_tokens_ ABSL_GUARDED_BY(mu_);
+  AllocationBooks books_ ABSL_GUARDED_BY(mu_);
+  // Node-based: ReleaseSession waits on one session's entry with mu_ released.
+  absl::node_hash_map<SessionId, OpenSession> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, BlockId> unused_tokens_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, BlockId> used_tokens_ ABSL_GUARDED_BY(mu_);
+  // Per block: the tokens issued for it, used or not, each with the tenant
+  // whose share it took.
+  absl::flat_hash_map<BlockId, std::vector<std::pair<std::string, std::string>>> block_tokens_
+      ABSL_GUARDED_BY(mu_);
   uint64_t tokens_issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tokens_redeemed_ ABSL_GUARDED_BY(mu_) = 0;
 };
