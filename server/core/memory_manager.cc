@@ -4,26 +4,19 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/device_range.h"
-#include "common/base/random_hex.h"
 #include "common/base/status_macros.h"
 #include "server/core/session_registry.h"
 
 namespace gpumux {
-namespace {
-
-constexpr absl::string_view kTokenPrefix = "gpumux-share-";
-constexpr int kTokenRandomBytes = 16;
-
-}  // namespace
 
 MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& options,
                              SessionRegistry* sessions, StreamManager* streams, Limits limits,
                              MemoryFileTable* memory_files)
     : backend_(backend),
-      limits_(limits),
       sessions_(sessions),
       streams_(streams),
       subscribers_(sessions),
@@ -34,7 +27,8 @@ MemoryManager::MemoryManager(DeviceBackend* backend, const AllocatorOptions& opt
       pages_(memory_files == nullptr
                  ? nullptr
                  : std::make_unique<StatsPages>(memory_files, backend->device_count())),
-      books_(backend->device_count()) {
+      books_(backend->device_count()),
+      tokens_(limits.max_share_tokens) {
   allocator_.SetPagesUnmappedCallback(
       [this](DeviceIndex device, SegmentId segment, uint64_t offset, uint64_t size) {
         subscribers_.PagesUnmapped(device, segment, offset, size);
@@ -391,15 +385,7 @@ void MemoryManager::DropReferenceLocked(AllocationId id, ReleaseSummary* summary
         summary->allocated_bytes += dropped.size;
       }
     }
-    auto tokens = block_tokens_.find(dropped.block);
-    if (tokens != block_tokens_.end()) {
-      for (const auto& [token, tenant] : tokens->second) {
-        unused_tokens_.erase(token);
-        used_tokens_.erase(token);
-        tenant_tokens_.Give(tenant);
-      }
-      block_tokens_.erase(tokens);
-    }
+    tokens_.Forget(dropped.block);
     if (frees->empty()) frees->resize(static_cast<size_t>(allocator_.device_count()));
     (*frees)[static_cast<size_t>(dropped.device.value())].addresses.push_back(dropped.address);
     return;
@@ -423,54 +409,17 @@ absl::StatusOr<std::string> MemoryManager::Share(SessionId session, AllocationId
                      " is not shareable: its segment may hold other allocations; allocate it with "
                      "shareable=true to share it"));
   }
-  std::vector<std::pair<std::string, std::string>>& issued = block_tokens_[block->id];
-  if (issued.size() >= kMaxTokensPerAllocation) {
-    return allocation_tokens_refusal_.Refuse(
-        absl::StrCat("allocation ", id.value(), " was already shared ", issued.size(),
-                     " times, the most one allocation may be (", kMaxTokensPerAllocation,
-                     "); share another shareable allocation"));
-  }
-  const size_t live_tokens = unused_tokens_.size() + used_tokens_.size();
-  if (live_tokens >= limits_.max_share_tokens) {
-    return tokens_refusal_.Refuse(absl::StrCat(
-        "the daemon already holds ", live_tokens,
-        " share tokens of live allocations, its limit (gpumuxd "
-        "--max-share-tokens=",
-        limits_.max_share_tokens, "); free shared allocations or ask the operator to raise it"));
-  }
-  const std::string& tenant = open_.at(session).share_tenant;
-  GPUMUX_RETURN_IF_ERROR(tenant_tokens_.Take(tenant, limits_.max_share_tokens));
-  std::string token = absl::StrCat(kTokenPrefix, RandomHex(kTokenRandomBytes));
-  issued.emplace_back(token, tenant);
-  unused_tokens_.emplace(token, block->id);
-  ++tokens_issued_;
-  return token;
+  return tokens_.Issue(block->id, id, open_.at(session).share_tenant);
 }
 
 absl::StatusOr<AllocationView> MemoryManager::Import(SessionId session, absl::string_view token) {
-  if (!absl::StartsWith(token, kTokenPrefix) ||
-      !IsLowerHex(std::string(token.substr(kTokenPrefix.size())), 2 * kTokenRandomBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed share token (", token.size(),
-                                                   " bytes): expected the string Share returned"));
-  }
+  // Before the lock, and before a closed session's UNAUTHENTICATED.
+  GPUMUX_RETURN_IF_ERROR(ShareTokens::CheckFormat(token));
   AllocationView view;
   {
     absl::MutexLock lock(&mu_);
     if (!open_.contains(session)) return SessionClosedError(session);
-    std::string key(token);
-    auto it = unused_tokens_.find(key);
-    if (it == unused_tokens_.end()) {
-      if (used_tokens_.contains(key)) {
-        return absl::FailedPreconditionError(
-            "share token was already used: tokens are single-use; ask the owner to Share again");
-      }
-      return absl::NotFoundError(
-          "share token not found: it was never issued or its allocation was freed");
-    }
-    const BlockId block = it->second;
-    unused_tokens_.erase(it);
-    used_tokens_.emplace(std::move(key), block);
-    ++tokens_redeemed_;
+    GPUMUX_ASSIGN_OR_RETURN(BlockId block, tokens_.Redeem(token));
     view = books_.AddImport(session, block);
   }
   subscribers_.Subscribe(session, view.device, view.segment_id);
@@ -652,7 +601,7 @@ absl::StatusOr<std::vector<SegmentSnapshot>> MemoryManager::Snapshot(
 
 ShareCounts MemoryManager::share_counts() const {
   absl::MutexLock lock(&mu_);
-  return ShareCounts{.issued = tokens_issued_, .redeemed = tokens_redeemed_};
+  return tokens_.counts();
 }
 
 std::vector<SessionDeviceBooks> MemoryManager::Usage(SessionId session) const {

@@ -1,12 +1,11 @@
 #pragma once
 
-// MemoryManager: device memory as sessions see it. It owns the caching
-// allocator and keeps the books above it: which session holds which
-// allocation id, shared allocations and their single-use share tokens,
-// imports, per-session limits, and which sessions were handed which segment
-// (so they are told to unmap it when it is released). Ids of one session are
+// MemoryManager: device memory as sessions see it, the facade the RPC layer
+// and other core units call. It owns the caching allocator and composes the
+// units above it: AllocationBooks (which session holds which allocation id),
+// ShareTokens, MemoryLimit and SegmentSubscribers. Ids of one session are
 // invisible to others: naming them is NOT_FOUND, as for ids never issued.
-// Thread-safe.
+// Thread-safe: one mutex guards the books and the tokens together.
 
 #include <cstdint>
 #include <memory>
@@ -15,9 +14,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -30,13 +26,12 @@
 #include "gpumux/common/ids.h"
 #include "server/backend/device_backend.h"
 #include "server/core/allocation_books.h"
-#include "server/core/limit_refusal.h"
 #include "server/core/memory_limit.h"
 #include "server/core/segment_subscribers.h"
 #include "server/core/session_registry.h"
+#include "server/core/share_tokens.h"
 #include "server/core/stats_pages.h"
 #include "server/core/stream_manager.h"
-#include "server/core/tenant_shares.h"
 
 namespace gpumux {
 
@@ -69,12 +64,6 @@ struct ReleaseSummary {
   uint64_t handed_over_bytes = 0;  // their (dedicated) segments' bytes
 };
 
-// Share tokens issued and redeemed (imported) since the daemon started.
-struct ShareCounts {
-  uint64_t issued = 0;
-  uint64_t redeemed = 0;
-};
-
 // Daemon-wide budget (gpumuxd --max-share-tokens): share tokens of all live
 // allocations, about 120 bytes each.
 struct MemoryManagerLimits {
@@ -83,9 +72,8 @@ struct MemoryManagerLimits {
 
 class MemoryManager {
  public:
-  // Share tokens one allocation may have been issued while it lives (used or
-  // not: a used one is kept to say FAILED_PRECONDITION on replay).
-  static constexpr size_t kMaxTokensPerAllocation = 4096;
+  // Share tokens one allocation may have been issued while it lives.
+  static constexpr size_t kMaxTokensPerAllocation = ShareTokens::kMaxPerAllocation;
   using Limits = MemoryManagerLimits;
 
   // `backend`, `sessions` and `streams` must outlive the manager. Becomes
@@ -224,7 +212,8 @@ class MemoryManager {
 
   // A single-use token another session imports the allocation with.
   // FAILED_PRECONDITION unless it was allocated shareable;
-  // RESOURCE_EXHAUSTED past kMaxTokensPerAllocation or the daemon's limit.
+  // RESOURCE_EXHAUSTED past kMaxTokensPerAllocation, the daemon's limit or
+  // the session's tenant's share of it (ShareTokens::Issue).
   absl::StatusOr<std::string> Share(SessionId session, AllocationId id);
   // INVALID_ARGUMENT for a malformed token, NOT_FOUND for one never issued
   // or whose allocation is gone, FAILED_PRECONDITION for one already used.
@@ -339,10 +328,6 @@ class MemoryManager {
   CacheFigures CacheFiguresOf(DeviceIndex device, SessionId session) const;
 
   DeviceBackend* backend_;
-  const Limits limits_;
-  LimitRefusal allocation_tokens_refusal_{"share tokens per allocation (4096)"};
-  LimitRefusal tokens_refusal_{"--max-share-tokens"};
-  TenantShares tenant_tokens_{"share tokens", "--max-share-tokens"};
   SessionRegistry* sessions_;
   StreamManager* streams_;
   // Before the allocator, whose callbacks tell them of released segments.
@@ -352,16 +337,9 @@ class MemoryManager {
 
   mutable absl::Mutex mu_;
   AllocationBooks books_ ABSL_GUARDED_BY(mu_);
+  ShareTokens tokens_ ABSL_GUARDED_BY(mu_);
   // Node-based: ReleaseSession waits on one session's entry with mu_ released.
   absl::node_hash_map<SessionId, OpenSession> open_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, BlockId> unused_tokens_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, BlockId> used_tokens_ ABSL_GUARDED_BY(mu_);
-  // Per block: the tokens issued for it, used or not, each with the tenant
-  // whose share it took.
-  absl::flat_hash_map<BlockId, std::vector<std::pair<std::string, std::string>>> block_tokens_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t tokens_issued_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t tokens_redeemed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpumux
