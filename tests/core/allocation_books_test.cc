@@ -112,9 +112,12 @@ TEST_F(AllocationBooksTest, AnImportIsChargedToItsHolderUntilTheChargedOneLeaves
   EXPECT_FALSE(dropped.heir.has_value());
   EXPECT_EQ(books_.ImportedBytes(kC), (std::vector<uint64_t>{0, 0}));
 
+  // The heir leaves last, as the holder of the block, not an importer.
   dropped = books_.DropReference(b.id);
   EXPECT_TRUE(dropped.last);
+  EXPECT_FALSE(dropped.imported);
   EXPECT_EQ(dropped.block, block);
+  EXPECT_EQ(books_.ImportedBytes(kB), (std::vector<uint64_t>{0, 0}));
 }
 
 TEST_F(AllocationBooksTest, LeasesAreCountedPerDeviceUntilFreed) {
