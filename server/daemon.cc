@@ -471,9 +471,9 @@ struct Daemon::State {
   absl::Status BuildCore(const AllocatorOptions& allocator_options);
   // The gRPC services of the Unix socket and the admin socket over the core.
   void BuildServices();
-  // The admin servers and socket, the TCP listener, the Unix socket, the
-  // memory socket and the metrics port; each started one is shut down again
-  // when a later one fails.
+  // The admin socket, the TCP listener, the Unix socket, the memory socket
+  // and the metrics port, in this order. When one fails, the TCP and Unix
+  // servers started before it are shut down; the rest ends with the state.
   absl::Status StartListeners(const std::optional<gid_t>& socket_gid,
                               std::shared_ptr<grpc::ServerCredentials> tcp_credentials,
                               uint64_t connection_descriptors);
@@ -484,6 +484,8 @@ struct Daemon::State {
   absl::Status StartTcpServer(std::shared_ptr<grpc::ServerCredentials> credentials);
   // unix_server on options.socket_path, its group and mode 0660.
   absl::Status StartUnixServer(const std::optional<gid_t>& socket_gid);
+  // /metrics, /healthz and /readyz on options.metrics_listen_address, where
+  // one is set.
   absl::Status StartMetricsServer();
   // One line with where the daemon serves, one per device.
   void LogServing() const;
