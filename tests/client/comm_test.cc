@@ -474,6 +474,9 @@ TEST_F(CommTest, ScatterArgumentRules) {
   const std::optional<Stream> matching[] = {std::nullopt, on1};
   ASSERT_OK_AND_ASSIGN(CollectiveResult result,
                        comm::Scatter(client(), input.ref, {0, 1}, std::nullopt, 1, matching));
+  // Bytes reads on device 1's current stream, which the copy on `on1` does
+  // not order: wait for it first, as a PyTorch program must.
+  ASSERT_OK(on1.Synchronize());
   EXPECT_TRUE(Bytes(result.tensors[1].ref()) == Narrow(Bytes(input.ref), {4, 6}, 4, 1, 3, 3));
 
   Owned out_a = Empty(Dtype::kFloat32, {4, 2}, 1);
