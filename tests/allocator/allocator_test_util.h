@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "allocator/allocator_config.h"
 #include "allocator/caching_allocator.h"
 #include "gtest/gtest.h"
@@ -43,8 +44,11 @@ class AllocatorTest : public ::testing::Test {
     backend_ = std::move(*backend);
     auto parsed = AllocatorOptions::Parse(conf);
     ASSERT_OK(parsed);
-    allocator_ = std::make_unique<CachingAllocator>(
-        backend_.get(), *parsed, [this](DeviceIndex, SegmentId id) { released_.push_back(id); });
+    allocator_ = std::make_unique<CachingAllocator>(backend_.get(), *parsed,
+                                                    [this](DeviceIndex, SegmentId id) {
+                                                      absl::MutexLock lock(&released_mu_);
+                                                      released_.push_back(id);
+                                                    });
   }
   void SetUp() override { Init(); }
 
@@ -64,7 +68,10 @@ class AllocatorTest : public ::testing::Test {
 
   std::unique_ptr<HostBackend> backend_;
   std::unique_ptr<CachingAllocator> allocator_;
-  std::vector<SegmentId> released_;  // from the segment-released callback
+  // From the segment-released callback, which every thread that allocates
+  // may run at once; tests read it once theirs have joined.
+  absl::Mutex released_mu_;
+  std::vector<SegmentId> released_;
 };
 
 // What the stats' "current" values must be, computed from a snapshot.
