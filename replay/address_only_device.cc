@@ -10,8 +10,8 @@ namespace gpumux {
 namespace {
 
 // The host backend's device 0: the same addresses for the same requests.
-constexpr uint64_t kAddressBase = 0x7f0000000000;
-constexpr uint64_t kAddressSpan = uint64_t{1} << 42;
+constexpr uint64_t kAddressBase = EmulatedAddressSpace::kBase;
+constexpr uint64_t kAddressSpan = EmulatedAddressSpace::kSpan;
 constexpr uint64_t kSizeGranularity = 512;
 constexpr uint64_t kPageGranularity = uint64_t{2} << 20;
 constexpr absl::string_view kName = "replay device 0";

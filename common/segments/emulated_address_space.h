@@ -16,6 +16,11 @@ namespace gpumux {
 class EmulatedAddressSpace {
  public:
   static constexpr uint64_t kAlignment = uint64_t{2} << 20;
+  // Where emulated devices' addresses lie: device d's span of kSpan bytes
+  // starts at kBase + d * kSpan, a region that looks like the user half of
+  // a 47-bit address space.
+  static constexpr uint64_t kBase = 0x7f0000000000;
+  static constexpr uint64_t kSpan = uint64_t{1} << 42;
 
   // `size` rounded up to kAlignment.
   static uint64_t AlignUp(uint64_t size) {

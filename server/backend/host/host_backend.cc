@@ -17,13 +17,12 @@
 namespace gpumux {
 namespace {
 
-// Device d's emulated addresses start at kAddressBase + d * kAddressSpan, a
-// region that looks like the user half of a 47-bit address space, and span
-// 4 TiB each. The whole span is handed out first-fit; the memory limit is
+// Device d's emulated addresses span 4 TiB from EmulatedAddressSpace::kBase +
+// d * kSpan. The whole span is handed out first-fit; the memory limit is
 // accounted separately, so small segments rounded up to 2 MiB of address
 // space never exhaust the limit early.
-constexpr uint64_t kAddressBase = 0x7f0000000000;
-constexpr uint64_t kAddressSpan = uint64_t{1} << 42;
+constexpr uint64_t kAddressBase = EmulatedAddressSpace::kBase;
+constexpr uint64_t kAddressSpan = EmulatedAddressSpace::kSpan;
 constexpr uint64_t kAlignment = EmulatedAddressSpace::kAlignment;
 constexpr uint64_t kSizeGranularity = 512;
 constexpr int kMaxDevices = 1024;
